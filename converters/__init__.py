@@ -1,0 +1,1 @@
+"""Framework front-ends (TensorFlow, PyTorch). The only code that imports them."""

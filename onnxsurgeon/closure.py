@@ -1,0 +1,120 @@
+"""Pure queries over a :class:`GraphIndex`: backward and forward closures. Nothing here mutates."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from .errors import InvalidModelError
+from .index import GraphIndex
+
+
+@dataclass(frozen=True)
+class Closure:
+    """What computing some target tensors needs.
+
+    Attributes:
+        targets: the tensors asked for.
+        nodes: main-graph node indexes, ascending (the original topological order).
+        tensors: every tensor read or produced by those nodes, the targets included, captures
+            made inside nested bodies included.
+        initializers: initializer names read, in first-read order.
+        inputs: graph inputs (that are not initializers) read, in graph input order.
+        stops: stop tensors reached, in the order given.
+    """
+
+    targets: tuple[str, ...]
+    nodes: tuple[int, ...]
+    tensors: frozenset[str]
+    initializers: tuple[str, ...]
+    inputs: tuple[str, ...]
+    stops: tuple[str, ...]
+
+
+def _reads(index: GraphIndex, i: int) -> list[str]:
+    """Tensors node ``i`` reads: explicit inputs, then captures of its nested bodies."""
+    node = index.graph.node[i]
+    names = [n for n in node.input if n]
+    if i in index.captures:
+        names.extend(name for name, _ in index.captures[i])
+    return names
+
+
+def closure(
+    index: GraphIndex, targets: Sequence[str], /, *, stop_at: Collection[str] = ()
+) -> Closure:
+    """Nodes needed to compute ``targets``, cutting at ``stop_at``.
+
+    Tensors captured from the main graph by If/Loop/Scan bodies are followed too. A stop tensor is
+    not computed: it becomes a boundary (a graph input when extracted). O(nodes + edges) of the
+    closure; iterative.
+
+    Raises:
+        InvalidModelError: a needed tensor is neither produced, an initializer nor an input.
+    """
+    stops = set(stop_at)
+    seen_nodes: set[int] = set()
+    tensors: set[str] = set()
+    init_order: list[str] = []
+    reached_stops: set[str] = set()
+    input_hits: set[str] = set()
+    stack: list[tuple[str, str | None]] = [(t, None) for t in reversed(targets)]
+    while stack:
+        name, reader = stack.pop()
+        if name in tensors:
+            continue
+        tensors.add(name)
+        if name in stops:
+            reached_stops.add(name)
+            continue
+        if name in index.initializers:
+            init_order.append(name)
+            continue
+        if name in index.inputs:
+            input_hits.add(name)
+            continue
+        i = index.producer.get(name)
+        if i is None:
+            where = f" (read by node '{reader}')" if reader else ""
+            raise InvalidModelError(
+                f"tensor '{name}'{where} is never produced and is not an input or initializer; "
+                "repair the model (add its producer or declare it as a graph input)"
+            )
+        if i in seen_nodes:
+            continue
+        seen_nodes.add(i)
+        label = index.node_label(i)
+        for out in index.graph.node[i].output:
+            if out:
+                tensors.add(out)
+        for read in reversed(_reads(index, i)):
+            if read not in tensors:
+                stack.append((read, label))
+    inputs = tuple(n for n in index.inputs if n in input_hits)
+    return Closure(
+        targets=tuple(targets),
+        nodes=tuple(sorted(seen_nodes)),
+        tensors=frozenset(tensors),
+        initializers=tuple(init_order),
+        inputs=inputs,
+        stops=tuple(s for s in stop_at if s in reached_stops),
+    )
+
+
+def downstream_nodes(index: GraphIndex, sources: Iterable[str]) -> set[int]:
+    """Main-graph nodes whose result depends on any of ``sources`` (reads inside nested bodies
+    count). O(nodes + edges) of the forward closure; iterative."""
+    consumers = index.consumers
+    found: set[int] = set()
+    stack = list(sources)
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for use in consumers.get(name, ()):
+            if use.node not in found:
+                found.add(use.node)
+                stack.extend(o for o in index.graph.node[use.node].output if o)
+    return found

@@ -1,0 +1,257 @@
+"""A thin, protobuf-native index over a model's main graph.
+
+The ``ModelProto`` stays the source of truth. :class:`GraphIndex` is built once per model state and
+answers: who produces a tensor, who reads it (explicit input slots of main-graph nodes, and reads
+from inside If/Loop/Scan bodies), which tensors are initializers, graph inputs, graph outputs, and
+what type information is known. Any verb that mutates the model must drop its index and build a
+new one (``GraphIndex(model)``); verbs say so in their docstrings.
+
+Building is O(nodes + edges). Consumers and captures are computed lazily on first use, because
+``extract`` only needs producers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+import onnx
+from onnx import AttributeProto
+
+from .errors import InvalidModelError
+
+MAX_NESTING = 32
+"""Deepest nesting of graphs (If/Loop/Scan bodies) accepted; deeper models are refused."""
+
+
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs held in ``node``'s attributes (If branches, Loop/Scan bodies, custom ops)."""
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def has_subgraphs(node: onnx.NodeProto) -> bool:
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH or attr.type == AttributeProto.GRAPHS:
+            return True
+    return False
+
+
+def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every graph nested in it, depth-first, iteratively. Refuses nesting deeper
+    than :data:`MAX_NESTING`."""
+    stack: list[tuple[onnx.GraphProto, int]] = [(graph, 0)]
+    while stack:
+        g, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise InvalidModelError(
+                f"graph '{g.name}' is nested {depth} levels deep (limit {MAX_NESTING}); "
+                "flatten the control flow or split the model"
+            )
+        yield g
+        nested = [(sub, depth + 1) for node in g.node for sub in subgraphs(node)]
+        stack.extend(reversed(nested))
+
+
+def graph_defined_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a graph defines itself: its inputs, initializers and node outputs."""
+    names = {vi.name for vi in graph.input}
+    names.update(t.name for t in graph.initializer)
+    names.update(st.values.name for st in graph.sparse_initializer)
+    for node in graph.node:
+        names.update(o for o in node.output if o)
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class InnerRead:
+    """A read of an outer-scope tensor from inside a nested body.
+
+    ``holder`` is the nested ``NodeProto`` that reads it (``slot`` >= 0), or the body's output
+    ``ValueInfoProto`` when a body passes the outer tensor straight through (``slot`` == -1).
+    """
+
+    holder: onnx.NodeProto | onnx.ValueInfoProto
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """One read of a main-graph tensor by main-graph node number ``node``.
+
+    ``slot`` is the explicit input slot, or -1 when the read happens inside one of the node's
+    nested bodies; ``inner`` then says where exactly.
+    """
+
+    node: int
+    slot: int
+    inner: InnerRead | None = None
+
+
+def body_captures(node: onnx.NodeProto) -> list[tuple[str, InnerRead]]:
+    """Every read, inside ``node``'s nested bodies, of a name none of those bodies defines.
+
+    Those names come from the scope around ``node``. O(size of the bodies), iterative.
+    """
+    found: list[tuple[str, InnerRead]] = []
+    stack: list[tuple[onnx.GraphProto, frozenset[str], int]] = [
+        (g, frozenset(), 1) for g in reversed(list(subgraphs(node)))
+    ]
+    while stack:
+        g, enclosing, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise InvalidModelError(
+                f"node '{node.name}' nests graphs {depth} levels deep (limit {MAX_NESTING}); "
+                "flatten the control flow"
+            )
+        local = enclosing | graph_defined_names(g)
+        nested: list[tuple[onnx.GraphProto, frozenset[str], int]] = []
+        for inner in g.node:
+            for slot, name in enumerate(inner.input):
+                if name and name not in local:
+                    found.append((name, InnerRead(inner, slot)))
+            for sub in subgraphs(inner):
+                nested.append((sub, local, depth + 1))
+        for out in g.output:
+            if out.name not in local:
+                found.append((out.name, InnerRead(out, -1)))
+        stack.extend(reversed(nested))
+    return found
+
+
+class GraphIndex:
+    """Name-keyed index of ``model.graph`` (names are SSA identities within a scope).
+
+    Attributes:
+        model: the indexed model (not copied).
+        producer: tensor name -> index of the main-graph node producing it.
+        initializers: initializer name -> position in ``graph.initializer``.
+        inputs: graph input name -> position (initializers listed as inputs included).
+        outputs: graph output name -> position.
+    """
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        graph = model.graph
+        self.graph = graph
+        producer: dict[str, int] = {}
+        for i, node in enumerate(graph.node):
+            for out in node.output:
+                if not out:
+                    continue
+                if out in producer:
+                    other = graph.node[producer[out]]
+                    raise InvalidModelError(
+                        f"tensor '{out}' is produced twice (nodes '{other.name}' and "
+                        f"'{node.name}'); rename one output so every tensor has one producer"
+                    )
+                producer[out] = i
+        self.producer = producer
+        self.initializers = {t.name: i for i, t in enumerate(graph.initializer)}
+        for st in graph.sparse_initializer:
+            self.initializers.setdefault(st.values.name, -1)
+        self.inputs = {vi.name: i for i, vi in enumerate(graph.input)}
+        self.outputs = {vi.name: i for i, vi in enumerate(graph.output)}
+
+    # ----------------------------------------------------------------- lazily built parts
+    @cached_property
+    def captures(self) -> dict[int, list[tuple[str, InnerRead]]]:
+        """Main-graph node index -> outer-scope reads made inside its bodies."""
+        result: dict[int, list[tuple[str, InnerRead]]] = {}
+        for i, node in enumerate(self.graph.node):
+            if has_subgraphs(node):
+                result[i] = body_captures(node)
+        return result
+
+    @cached_property
+    def consumers(self) -> dict[str, list[Use]]:
+        """Tensor name -> its reads by main-graph nodes, in node order. O(nodes + edges)."""
+        result: dict[str, list[Use]] = {}
+        captures = self.captures
+        for i, node in enumerate(self.graph.node):
+            for slot, name in enumerate(node.input):
+                if name:
+                    result.setdefault(name, []).append(Use(i, slot))
+            for name, read in captures.get(i, ()):
+                result.setdefault(name, []).append(Use(i, -1, read))
+        return result
+
+    @cached_property
+    def value_info(self) -> dict[str, onnx.ValueInfoProto]:
+        """Tensor name -> the most informative ValueInfo known (outputs, inputs, value_info)."""
+        infos: dict[str, onnx.ValueInfoProto] = {}
+        for vi in self.graph.value_info:
+            infos[vi.name] = vi
+        for vi in self.graph.input:
+            infos[vi.name] = vi
+        for vi in self.graph.output:
+            if vi.type.WhichOneof("value") is not None or vi.name not in infos:
+                infos[vi.name] = vi
+        return infos
+
+    @cached_property
+    def node_names(self) -> dict[str, int]:
+        """Node name -> index (first one wins when names repeat; unnamed nodes are absent)."""
+        names: dict[str, int] = {}
+        for i, node in enumerate(self.graph.node):
+            if node.name and node.name not in names:
+                names[node.name] = i
+        return names
+
+    # ------------------------------------------------------------------------ queries
+    def node(self, i: int) -> onnx.NodeProto:
+        return self.graph.node[i]
+
+    def node_label(self, i: int) -> str:
+        """A human label for node ``i``: its name, else ``op_type#i``."""
+        node = self.graph.node[i]
+        return node.name or f"{node.op_type}#{i}"
+
+    def is_tensor(self, name: str) -> bool:
+        """True when ``name`` is a tensor of the main graph."""
+        return name in self.producer or name in self.initializers or name in self.inputs
+
+    def tensor_names(self) -> Iterator[str]:
+        """Every main-graph tensor name (inputs, initializers, node outputs)."""
+        yield from self.inputs
+        for name in self.initializers:
+            if name not in self.inputs:
+                yield name
+        yield from self.producer
+
+    def elem_type(self, name: str) -> int:
+        """The element type of tensor ``name`` when known, else 0 (UNDEFINED)."""
+        if name in self.initializers:
+            pos = self.initializers[name]
+            if pos >= 0:
+                return int(self.graph.initializer[pos].data_type)
+        vi = self.value_info.get(name)
+        if vi is not None and vi.type.HasField("tensor_type"):
+            return int(vi.type.tensor_type.elem_type)
+        return 0
+
+    def shape(self, name: str) -> list[int | str | None] | None:
+        """The shape of tensor ``name`` when known: ints, symbolic names, or None per dim."""
+        if name in self.initializers:
+            pos = self.initializers[name]
+            if pos >= 0:
+                return [int(d) for d in self.graph.initializer[pos].dims]
+        vi = self.value_info.get(name)
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return None
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            return None
+        dims: list[int | str | None] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param"):
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        return dims

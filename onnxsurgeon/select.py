@@ -1,0 +1,182 @@
+"""Names as users know them -> ONNX tensor names.
+
+Resolution order (first hit wins):
+1. the exact ONNX tensor name;
+2. the converters' name map (``metadata_props['onnxsurgeon.name_map']``: framework name -> tensor);
+3. a TensorFlow-style name with or without ``:0``;
+4. a node name (its single output; an error lists the outputs when it has several);
+5. a PyTorch module path (``conv5``, ``transformer.h.0.mlp``) from exporter metadata
+   (``pkg.torch.onnx.name_scopes`` with dynamo, ``/conv5/Conv`` node names with TorchScript),
+   meaning the tensor the module hands to the rest of the network.
+Absence or ambiguity raises an error listing the closest existing names.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+from collections.abc import Iterable
+from functools import lru_cache
+
+import onnx
+
+from .errors import AmbiguousNameError, NotFoundError
+from .index import GraphIndex
+
+NAME_MAP_KEY = "onnxsurgeon.name_map"
+"""metadata_props key holding the converters' JSON map framework name -> ONNX tensor name."""
+
+
+def name_map(model: onnx.ModelProto) -> dict[str, str]:
+    """The framework-name map written by converters (empty when absent or unreadable)."""
+    for prop in model.metadata_props:
+        if prop.key == NAME_MAP_KEY:
+            try:
+                data = json.loads(prop.value)
+            except ValueError:
+                return {}
+            if isinstance(data, dict):
+                return {str(k): str(v) for k, v in data.items() if isinstance(v, str)}
+    return {}
+
+
+@lru_cache(maxsize=4096)
+def _join_scopes(scopes: tuple[str, ...]) -> str:
+    """Join exporter scope segments into a module path.
+
+    Segments are either relative attribute names (``mlp``) or already-qualified paths
+    (``layer1.0`` under ``layer1``); both spell ``layer1.0.conv1`` in the end.
+    """
+    path = ""
+    for seg in scopes:
+        if not seg:
+            continue
+        if path and (seg == path or seg.startswith(path + ".")):
+            path = seg
+        else:
+            path = f"{path}.{seg}" if path else seg
+    return path
+
+
+def node_module(node: onnx.NodeProto) -> str | None:
+    """The PyTorch module path a node was exported from, when the exporter recorded it."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return None
+            if isinstance(scopes, (list, tuple)) and len(scopes) >= 2:
+                # the last entry names the aten op itself, not a module
+                return _join_scopes(tuple(str(s) for s in scopes[:-1]))
+            return None
+    name = node.name
+    if name.startswith("/") and name.count("/") >= 2:
+        return _join_scopes(tuple(name.split("/")[1:-1]))
+    return None
+
+
+class Selector:
+    """Resolves user names against one :class:`GraphIndex` (build once, resolve many)."""
+
+    def __init__(self, index: GraphIndex) -> None:
+        self.index = index
+        self._map: dict[str, str] | None = None
+        self._modules: dict[str, list[int]] | None = None
+
+    @property
+    def framework_map(self) -> dict[str, str]:
+        if self._map is None:
+            self._map = name_map(self.index.model)
+        return self._map
+
+    def _module_nodes(self) -> dict[str, list[int]]:
+        """Module path -> node indexes in that module or below it. O(nodes x depth)."""
+        if self._modules is None:
+            modules: dict[str, list[int]] = {}
+            for i, node in enumerate(self.index.graph.node):
+                path = node_module(node)
+                while path:
+                    modules.setdefault(path, []).append(i)
+                    path = path.rpartition(".")[0]
+            self._modules = modules
+        return self._modules
+
+    def module_outputs(self, path: str) -> list[str]:
+        """Tensors made inside module ``path`` and read outside it (or graph outputs)."""
+        nodes = self._module_nodes().get(path)
+        if not nodes:
+            return []
+        inside = set(nodes)
+        index = self.index
+        consumers = index.consumers
+        found: list[str] = []
+        for i in nodes:
+            for out in index.graph.node[i].output:
+                if not out:
+                    continue
+                if out in index.outputs or any(u.node not in inside for u in consumers.get(out, ())):
+                    found.append(out)
+        return found
+
+    def resolve(self, name: str) -> str:
+        """The ONNX tensor name for the user-given ``name`` (see the module docstring)."""
+        index = self.index
+        if index.is_tensor(name):
+            return name
+        fmap = self.framework_map
+        for key in (name, name + ":0", name[:-2] if name.endswith(":0") else None):
+            if key and key in fmap and index.is_tensor(fmap[key]):
+                return fmap[key]
+        if name.endswith(":0") and index.is_tensor(name[:-2]):
+            return name[:-2]
+        if not name.endswith(":0") and index.is_tensor(name + ":0"):
+            return name + ":0"
+        node_name = name.rsplit(":", 1)[0] if name.rsplit(":", 1)[-1].isdigit() else name
+        if node_name in index.node_names:
+            node = index.graph.node[index.node_names[node_name]]
+            outs = [o for o in node.output if o]
+            if ":" in name and name.rsplit(":", 1)[-1].isdigit():
+                k = int(name.rsplit(":", 1)[1])
+                if k < len(node.output) and node.output[k]:
+                    return node.output[k]
+            if len(outs) == 1:
+                return outs[0]
+            raise AmbiguousNameError(
+                f"node '{node_name}' has {len(outs)} outputs {outs[:8]}; name one of them "
+                f"(or '{node_name}:N')"
+            )
+        outs = self.module_outputs(name)
+        if len(outs) == 1:
+            return outs[0]
+        if len(outs) > 1:
+            raise AmbiguousNameError(
+                f"module '{name}' hands {len(outs)} tensors to the rest of the graph {outs[:8]}; "
+                "name one of them"
+            )
+        raise NotFoundError(f"tensor '{name}' not found; {self._suggest(name)}")
+
+    def resolve_many(self, names: Iterable[str]) -> list[str]:
+        return [self.resolve(n) for n in names]
+
+    def _suggest(self, name: str) -> str:
+        candidates = list(self.index.tensor_names())
+        candidates.extend(self.framework_map)
+        candidates.extend(self.index.node_names)
+        candidates.extend(self._module_nodes())
+        tail = name.rstrip(":0").rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower()
+        pool = [c for c in candidates if tail and tail in c.lower()] if len(candidates) > 5000 else candidates
+        if len(pool) > 5000:
+            pool = pool[:5000]
+        close = difflib.get_close_matches(name, pool, n=5, cutoff=0.4)
+        if not close and pool and len(pool) <= 5000:
+            close = [c for c in pool if tail and tail in c.lower()][:5]
+        if close:
+            return "did you mean " + ", ".join(f"'{c}'" for c in dict.fromkeys(close)) + "?"
+        return "run 'onnxsurgeon inspect MODEL' to list tensor names"
+
+
+def resolve(index: GraphIndex, name: str) -> str:
+    """Shorthand for ``Selector(index).resolve(name)``."""
+    return Selector(index).resolve(name)
