@@ -1,0 +1,385 @@
+"""The ``onnxsurgeon`` command line. Parses, calls one library function, prints.
+
+Exit codes: 0 success; 1 verification failed; 2 bad input or usage (one line on stderr naming the
+problem and the fix, no output file left behind); 3 internal error (a bug: please report it; set
+ONNXSURGEON_DEBUG=1 for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .errors import SurgeryError, UsageError
+
+EXIT_OK, EXIT_VERIFY_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) instead of usage dumps."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
+def _csv(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"empty name in list {value!r}; separate names with commas")
+    return items
+
+
+def _pair(value: str) -> tuple[str, str]:
+    left, sep, right = value.partition("=")
+    if not sep or not left or not right:
+        raise argparse.ArgumentTypeError(f"expected A=B, got {value!r}")
+    return left, right
+
+
+def _dim(value: str) -> tuple[str, int]:
+    name, right = _pair(value)
+    if not right.isdigit() or int(right) < 1:
+        raise argparse.ArgumentTypeError(f"dimension size must be a positive integer in {value!r}")
+    return name, int(right)
+
+
+def _add_model_io(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="input .onnx file (never modified)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
+
+
+def _add_verify_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verify", action="store_true",
+                   help="after writing, check this rewrite's invariant with onnxruntime (exit 1 if it fails)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="onnxsurgeon",
+        description="Cut, copy and splice ONNX models; prove the result with onnxruntime.",
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"onnxsurgeon {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
+    _add_model_io(p)
+    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]",
+                   help="tensors to extract (ONNX, TF ':0', node name or torch module path)")
+    p.add_argument("--inputs", type=_csv, default=[], metavar="T[,T...]",
+                   help="stop tensors that become graph inputs")
+    _add_verify_flag(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("copy", help="duplicate the closure of tensors inside the model")
+    _add_model_io(p)
+    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]")
+    p.add_argument("--weights", choices=["independent", "shared"], default="independent")
+    p.add_argument("--prefix", default="copy/", metavar="P", help="name prefix of the copy")
+    p.add_argument("--replace-input", type=_pair, action="append", default=[], metavar="A=B",
+                   help="the copy reads B wherever the original read A (repeatable)")
+    _add_verify_flag(p)
+    p.add_argument("--json", action="store_true", help="print the rename map")
+
+    p = sub.add_parser("insert", help="splice a processing block in at a tensor")
+    _add_model_io(p)
+    p.add_argument("--at", required=True, metavar="T")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--op", metavar="NAME[:k=v,...]",
+                       help="built-in block, e.g. l2_normalize:axis=-1, reduce_mean:axes=1|2,keepdims=0")
+    group.add_argument("--graph", metavar="FILE.onnx", help="any one-input one-output ONNX model")
+    group.add_argument("--func", metavar="FILE.py:NAME",
+                       help="a TensorFlow or PyTorch function (imports and runs FILE.py: your own code)")
+    p.add_argument("--framework", choices=["tf", "torch"], help="framework of --func")
+    p.add_argument("--as-output", action="store_true",
+                   help="reroute nothing; the processed tensor becomes a new graph output")
+    _add_verify_flag(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("reroute", help="consumers of A read B instead")
+    _add_model_io(p)
+    p.add_argument("--from", dest="source", required=True, metavar="A")
+    p.add_argument("--to", dest="target", required=True, metavar="B")
+    p.add_argument("--consumers", type=_csv, default=None, metavar="NODE[,NODE...]")
+    _add_verify_flag(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
+    p.add_argument("reference", metavar="REFERENCE")
+    p.add_argument("candidate", metavar="CANDIDATE")
+    p.add_argument("--pair", type=_pair, action="append", default=[], metavar="R=C")
+    p.add_argument("--inputs", metavar="FILE.npz|DIR", help="input arrays (.npz) or a folder of them")
+    p.add_argument("--rtol", type=float, default=None)
+    p.add_argument("--atol", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE",
+                   help="size of a symbolic dimension (default 1)")
+    p.add_argument("--samples", type=int, default=None, metavar="N", help="random input samples")
+    p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
+    p.add_argument("--rewrite-log", action="store_true",
+                   help="check the invariants of the rewrites recorded in CANDIDATE against REFERENCE")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("convert", help="TensorFlow or PyTorch to ONNX with a name map")
+    conv = p.add_subparsers(dest="framework", metavar="FRAMEWORK", parser_class=_Parser)
+    c = conv.add_parser("tf", help="Keras model/.keras, SavedModel dir, frozen .pb")
+    c.add_argument("source", metavar="SOURCE")
+    c.add_argument("-o", "--output", required=True, metavar="OUT")
+    c.add_argument("--inputs", type=_csv, default=None, metavar="NAME[:SHAPE],...")
+    c.add_argument("--outputs", type=_csv, default=None, metavar="NAME,...")
+    c.add_argument("--opset", type=int, default=None)
+    c = conv.add_parser("torch", help="a module returned by FACTORY in FILE.py (imports and runs your code)")
+    c.add_argument("source", metavar="FILE.py:FACTORY")
+    c.add_argument("-o", "--output", required=True, metavar="OUT")
+    c.add_argument("--input", action="append", required=True, metavar="NAME:SHAPE[:DTYPE]",
+                   help="e.g. x:1x3x32x32 or ids:1x8:int64 (repeatable)")
+    c.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
+    c.add_argument("--opset", type=int, default=None)
+
+    sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
+    return parser
+
+
+# ------------------------------------------------------------------------------ helpers
+def _out(text: str) -> None:
+    sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"onnxsurgeon: warning: {text}\n")
+
+
+def _check_paths(model: str, output: str) -> None:
+    src, dst = Path(model), Path(output)
+    if dst.exists() and src.exists() and os.path.samefile(src, dst):
+        raise UsageError(f"output '{output}' is the input model; choose another -o path")
+
+
+def _load(path: str) -> Any:
+    from .io import load
+
+    model = load(path)
+    for w in model.warnings:
+        _warn(w)
+    return model
+
+
+def _write(model: Any, output: str, source: str) -> None:
+    """Save atomically, then prove the file passes onnx.checker; a file that does not (while the
+    input does) is removed and reported as an internal error."""
+    import onnx
+
+    from .io import save
+
+    path = save(model, output)
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # noqa: BLE001
+        try:
+            onnx.checker.check_model(source, full_check=True)
+        except Exception:  # noqa: BLE001 - the input already fails: not our doing
+            _warn(f"the output fails onnx.checker as the input does ({str(exc).splitlines()[0][:160]})")
+            return
+        _remove_output(path)
+        raise RuntimeError(f"output failed onnx.checker: {str(exc).splitlines()[0][:300]}") from exc
+
+
+def _remove_output(path: Path) -> None:
+    for p in (path, path.with_name(path.name + ".data")):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def _verify_after(source: str, rewritten_path: str, as_json: bool) -> int:
+    from .io import load
+    from .verify import verify_log
+
+    report = verify_log(load(source), load(rewritten_path))
+    sys.stderr.write(report.to_text() + "\n") if as_json else _out(report.to_text())
+    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+
+
+# ------------------------------------------------------------------------------ commands
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspect import inspect_model
+
+    result = inspect_model(_load(args.model))
+    _out(json.dumps(result.to_json(), indent=2) if args.json else result.to_text())
+    return EXIT_OK
+
+
+def _cmd_extract(args: argparse.Namespace) -> int:
+    from .surgery import extract
+
+    _check_paths(args.model, args.output)
+    model = _load(args.model)
+    result = extract(model, args.outputs, inputs=args.inputs)
+    _write(model, args.output, args.model)
+    summary = {"outputs": list(result.outputs), "inputs": list(result.inputs),
+               "nodes": result.nodes, "initializers": result.initializers}
+    if args.json:
+        _out(json.dumps(summary, indent=2))
+    else:
+        _out(f"extracted {result.nodes} nodes, {result.initializers} initializers -> {args.output}")
+    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from .surgery import Weights, copy
+
+    _check_paths(args.model, args.output)
+    model = _load(args.model)
+    result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
+                  replace_inputs=dict(args.replace_input) or None)
+    _write(model, args.output, args.model)
+    if args.json:
+        _out(json.dumps({"outputs": result.outputs, "initializers": result.initializers,
+                         "nodes": result.nodes}, indent=2))
+    else:
+        pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
+        _out(f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
+             f"({args.weights} weights): {pairs} -> {args.output}")
+    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+
+
+def _cmd_insert(args: argparse.Namespace) -> int:
+    from .surgery import insert
+
+    _check_paths(args.model, args.output)
+    if args.func and not args.framework:
+        raise UsageError("--func needs --framework tf|torch")
+    if args.framework and not args.func:
+        raise UsageError("--framework goes with --func")
+    model = _load(args.model)
+    if args.func:
+        from .converters import insert_function, load_callable
+
+        func = load_callable(args.func)
+        result = insert_function(model, args.at, func, args.framework, as_output=args.as_output)
+    elif args.graph:
+        from .io import load
+
+        result = insert(model, args.at, graph=load(args.graph), as_output=args.as_output)
+    else:
+        from .processing import parse_op
+
+        name, params = parse_op(args.op)
+        result = insert(model, args.at, op=name, params=params, as_output=args.as_output)
+    _write(model, args.output, args.model)
+    if args.json:
+        _out(json.dumps({"processed": result.processed, "rerouted": list(result.rerouted)}, indent=2))
+    else:
+        where = "as a new output" if args.as_output else f"rerouted {len(result.rerouted)} consumers"
+        _out(f"inserted at {args.at}: {result.processed} ({where}) -> {args.output}")
+    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+
+
+def _cmd_reroute(args: argparse.Namespace) -> int:
+    from .surgery import reroute
+
+    _check_paths(args.model, args.output)
+    model = _load(args.model)
+    result = reroute(model, args.source, args.target, consumers=args.consumers)
+    _write(model, args.output, args.model)
+    if args.json:
+        _out(json.dumps({"rerouted": list(result.rerouted),
+                         "rerouted_outputs": list(result.rerouted_outputs)}, indent=2))
+    else:
+        _out(f"rerouted {len(result.rerouted)} consumers of {args.source} to {args.target} "
+             f"-> {args.output}")
+    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from . import verify
+
+    reference, candidate = _load(args.reference), _load(args.candidate)
+    if args.rewrite_log:
+        report = verify.verify_log(reference, candidate)
+    else:
+        report = verify.compare(
+            reference, candidate, pairs=dict(args.pair) or None, inputs=args.inputs,
+            rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
+            samples=args.samples, exact=args.exact,
+        )
+    _out(json.dumps(report.to_json(), indent=2) if args.json else report.to_text())
+    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    if args.framework is None:
+        raise UsageError("convert needs a framework: 'convert tf ...' or 'convert torch ...'")
+    from . import converters
+
+    if args.framework == "tf":
+        report = converters.cli_convert_tf(args.source, args.output, inputs=args.inputs,
+                                           outputs=args.outputs, opset=args.opset)
+    else:
+        report = converters.cli_convert_torch(args.source, args.output, inputs=args.input,
+                                              exporter=args.exporter, opset=args.opset)
+    _out(str(report))
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(_out)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "inspect": _cmd_inspect, "extract": _cmd_extract, "copy": _cmd_copy, "insert": _cmd_insert,
+    "reroute": _cmd_reroute, "verify": _cmd_verify, "convert": _cmd_convert, "demo": _cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return COMMANDS[args.command](args)
+    except SurgeryError as exc:
+        sys.stderr.write(f"onnxsurgeon: error: {_one_line(exc)}\n")
+        return EXIT_BAD_INPUT
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        sys.stderr.write(
+            f"onnxsurgeon: error: this command needs the package '{missing}'; install it "
+            "(pip install 'onnxsurgeon[tf]' or 'onnxsurgeon[torch]')\n"
+        )
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write("onnxsurgeon: interrupted; no output was written\n")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI never shows a traceback by default
+        if os.environ.get("ONNXSURGEON_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"onnxsurgeon: internal error: {type(exc).__name__}: {_one_line(exc)}; rerun with "
+            "ONNXSURGEON_DEBUG=1 for a traceback and report it\n"
+        )
+        return EXIT_INTERNAL
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:500] if text else type(exc).__name__
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

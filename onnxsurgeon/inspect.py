@@ -1,0 +1,167 @@
+"""``inspect``: a read-only summary of a model (never reads external weight bytes)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import onnx
+
+from .index import iter_graphs
+from .io import Model, as_model, is_external
+from .select import name_map
+from .types import dtype_name
+
+
+@dataclass(frozen=True)
+class TensorSummary:
+    name: str
+    dtype: str
+    shape: list[int | str | None] | None
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What ``onnxsurgeon inspect`` reports. ``to_json()`` is the ``--json`` form."""
+
+    ir_version: int
+    producer: str
+    opsets: dict[str, int]
+    inputs: list[TensorSummary]
+    outputs: list[TensorSummary]
+    nodes: int
+    nodes_nested: int
+    ops: dict[str, int]
+    initializers: int
+    weight_bytes_inline: int
+    weight_bytes_external: int
+    functions: list[str]
+    framework: dict[str, str]
+    name_map: dict[str, str]
+    warnings: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_text(self, *, max_ops: int = 30, max_names: int = 20) -> str:
+        lines = [
+            f"producer      {self.producer or '-'}   ir_version {self.ir_version}",
+            "opsets        " + ", ".join(f"{d or 'ai.onnx'}:{v}" for d, v in self.opsets.items()),
+            f"nodes         {self.nodes} in the main graph, {self.nodes_nested} in nested bodies",
+            f"initializers  {self.initializers}  ({_bytes(self.weight_bytes_inline)} inline, "
+            f"{_bytes(self.weight_bytes_external)} external)",
+        ]
+        if self.functions:
+            lines.append("functions     " + ", ".join(self.functions))
+        for key, value in self.framework.items():
+            lines.append(f"{key:<13} {value}")
+        lines.append("inputs")
+        lines += [f"  {t.name}  {t.dtype}{_shape(t.shape)}" for t in self.inputs]
+        lines.append("outputs")
+        lines += [f"  {t.name}  {t.dtype}{_shape(t.shape)}" for t in self.outputs]
+        lines.append("ops")
+        for op, n in list(self.ops.items())[:max_ops]:
+            lines.append(f"  {n:>7}  {op}")
+        if len(self.ops) > max_ops:
+            lines.append(f"  ... {len(self.ops) - max_ops} more op types (--json lists all)")
+        if self.name_map:
+            lines.append(f"name map      {len(self.name_map)} framework names, e.g.")
+            for k, v in list(self.name_map.items())[:max_names]:
+                lines.append(f"  {k} -> {v}")
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        return "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _shape(shape: list[int | str | None] | None) -> str:
+    if shape is None:
+        return " (shape unknown)"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _summary(vi: onnx.ValueInfoProto) -> TensorSummary:
+    t = vi.type
+    if t.HasField("tensor_type"):
+        tt = t.tensor_type
+        shape: list[int | str | None] | None = None
+        if tt.HasField("shape"):
+            shape = [
+                int(d.dim_value) if d.HasField("dim_value")
+                else (d.dim_param if d.HasField("dim_param") else None)
+                for d in tt.shape.dim
+            ]
+        return TensorSummary(vi.name, dtype_name(tt.elem_type), shape)
+    kind = t.WhichOneof("value") or "unknown"
+    return TensorSummary(vi.name, kind.replace("_type", ""), None)
+
+
+def _tensor_bytes(t: onnx.TensorProto) -> tuple[int, int]:
+    """(inline bytes, external bytes) of a tensor, from its fields only."""
+    if is_external(t):
+        for e in t.external_data:
+            if e.key == "length" and e.value.isdigit():
+                return 0, int(e.value)
+        return 0, 0
+    if t.HasField("raw_data"):
+        return len(t.raw_data), 0
+    return t.ByteSize(), 0
+
+
+def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
+    """Summarize ``model``: O(nodes) over every graph; no weight bytes are read."""
+    m = as_model(model)
+    proto = m.proto
+    graph = proto.graph
+    ops: Counter[str] = Counter()
+    nested = 0
+    inline = external = 0
+    inits = 0
+    for g in iter_graphs(graph):
+        if g is not graph:
+            nested += len(g.node)
+        for node in g.node:
+            ops[f"{node.domain}.{node.op_type}" if node.domain else node.op_type] += 1
+        for t in g.initializer:
+            a, b = _tensor_bytes(t)
+            inline += a
+            external += b
+        inits += len(g.initializer)
+    initializer_names = {t.name for t in graph.initializer}
+    inputs = [_summary(vi) for vi in graph.input if vi.name not in initializer_names]
+    framework = {
+        p.key.removeprefix("onnxsurgeon."): p.value
+        for p in proto.metadata_props
+        if p.key.startswith("onnxsurgeon.") and p.key not in ("onnxsurgeon.name_map", "onnxsurgeon.rewrites")
+    }
+    producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    return Inspection(
+        ir_version=int(proto.ir_version),
+        producer=producer,
+        opsets={o.domain: int(o.version) for o in proto.opset_import},
+        inputs=inputs,
+        outputs=[_summary(vi) for vi in graph.output],
+        nodes=len(graph.node),
+        nodes_nested=nested,
+        ops=dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+        initializers=inits,
+        weight_bytes_inline=inline,
+        weight_bytes_external=external,
+        functions=[f"{f.domain}.{f.name}" for f in proto.functions],
+        framework=framework,
+        name_map=name_map(proto),
+        warnings=list(m.warnings),
+    )
+
+
+def inspection_json(model: Model | onnx.ModelProto) -> str:
+    return json.dumps(inspect_model(model).to_json(), indent=2, sort_keys=False)
