@@ -228,11 +228,12 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     result = extract(model, args.outputs, inputs=args.inputs)
     _write(model, args.output, args.model)
     summary = {"outputs": list(result.outputs), "inputs": list(result.inputs),
-               "nodes": result.nodes, "initializers": result.initializers}
+               "nodes": result.kept_nodes,
+               "removed_initializers": len(result.removed_initializers)}
     if args.json:
         _out(json.dumps(summary, indent=2))
     else:
-        _out(f"extracted {result.nodes} nodes, {result.initializers} initializers -> {args.output}")
+        _out(f"extracted {result.kept_nodes} nodes (dropped {result.removed_nodes}) -> {args.output}")
     return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
 
 

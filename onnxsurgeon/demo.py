@@ -74,7 +74,8 @@ def run_demo(out: Callable[[str], None]) -> int:
         f"onnxsurgeon extract {src.name} -o logits.onnx --outputs logits:0 --verify",
         src, "logits.onnx",
         lambda m: extract(m, ["logits:0"]),
-        lambda r: f"kept {r.nodes} nodes and {r.initializers} initializers; outputs {list(r.outputs)}",
+        lambda r: f"kept {r.kept_nodes} nodes, dropped {r.removed_nodes} nodes and "
+                  f"{len(r.removed_initializers)} initializers; outputs {list(r.outputs)}",
     )
     steps.run(
         "Seed 1b: copy the logits layer and everything it depends on (independent weights)",

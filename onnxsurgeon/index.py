@@ -139,23 +139,39 @@ class GraphIndex:
         graph = model.graph
         self.graph = graph
         producer: dict[str, int] = {}
+        setdefault = producer.setdefault
+        # hot loop (upb): indexing a one-element repeated field is ~2x cheaper than iterating it
         for i, node in enumerate(graph.node):
-            for out in node.output:
-                if not out:
-                    continue
-                if out in producer:
-                    other = graph.node[producer[out]]
-                    raise InvalidModelError(
-                        f"tensor '{out}' is produced twice (nodes '{other.name}' and "
-                        f"'{node.name}'); rename one output so every tensor has one producer"
-                    )
-                producer[out] = i
+            outs = node.output
+            if len(outs) == 1:
+                out = outs[0]
+                if out and setdefault(out, i) != i:
+                    self._produced_twice(out, node)
+                continue
+            for out in outs:
+                if out:
+                    if out in producer:
+                        self._produced_twice(out, node)
+                    producer[out] = i
         self.producer = producer
         self.initializers = {t.name: i for i, t in enumerate(graph.initializer)}
         for st in graph.sparse_initializer:
             self.initializers.setdefault(st.values.name, -1)
         self.inputs = {vi.name: i for i, vi in enumerate(graph.input)}
         self.outputs = {vi.name: i for i, vi in enumerate(graph.output)}
+
+    def _produced_twice(self, out: str, node: onnx.NodeProto) -> None:
+        other = self.graph.node[self._first_producer(out)]
+        raise InvalidModelError(
+            f"tensor '{out}' is produced twice (nodes '{other.name}' and '{node.name}'); "
+            "rename one output so every tensor has one producer"
+        )
+
+    def _first_producer(self, out: str) -> int:
+        for i, node in enumerate(self.graph.node):
+            if out in node.output:
+                return i
+        return -1
 
     # ----------------------------------------------------------------- lazily built parts
     @cached_property

@@ -4,6 +4,14 @@ Weights stored as external data are never read at load time; :func:`save` copies
 the source file to the destination in chunks. The checks here do not rely on the installed onnx
 version's own (which has had several path bugs): every location is validated by us before any byte
 is read.
+
+Security model (see issue 5): a model file is data, never code. :func:`load` parses protobuf only:
+it never unpickles, never imports or loads custom-op libraries (it does not create an onnxruntime
+session at all), never follows a symlink or hard link out of the model's folder, and never
+allocates memory from a declared shape before checking that shape against the bytes present.
+External files are opened component by component relative to the model folder with
+``O_NOFOLLOW`` (where the OS has ``dir_fd``), and the opened file is checked again with ``fstat``
+so a path swapped between the check and the read is refused.
 """
 
 from __future__ import annotations
@@ -12,17 +20,33 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
-import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from .errors import InvalidModelError, SurgeryError, UnsafeModelError, UsageError
-from .index import iter_graphs
+from .errors import InvalidModelError, SurgeryError, UsageError
+from .external import (
+    ExternalRef,
+    check_inline_tensor,
+    element_count,
+    expected_nbytes,
+    is_external,
+    iter_tensors,
+    open_external,
+    read_tensor,
+    resolve_external,
+)
+from .validate import validate
+
+__all__ = [
+    "ExternalRef", "Model", "as_model", "check_inline_tensor", "element_count", "expected_nbytes",
+    "is_external", "iter_tensors", "load", "open_external", "parse_model", "read_tensor",
+    "resolve_external", "save", "validate_tensors",
+]
 
 PROTOBUF_LIMIT = 2**31 - 1
 """Largest serialized ModelProto protobuf allows."""
@@ -33,7 +57,7 @@ EXTERNALIZE_MIN_BYTES = 1024
 ALIGNMENT = 64
 """Byte alignment of every tensor in written external data files."""
 _CHUNK = 1 << 22
-_ALLOWED_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
+
 
 
 @dataclass
@@ -57,235 +81,42 @@ def as_model(model: Model | onnx.ModelProto) -> Model:
     return model if isinstance(model, Model) else Model(model)
 
 
-# ----------------------------------------------------------------------------- element sizes
-_ITEMSIZE = {
-    TensorProto.FLOAT: 4, TensorProto.UINT8: 1, TensorProto.INT8: 1, TensorProto.UINT16: 2,
-    TensorProto.INT16: 2, TensorProto.INT32: 4, TensorProto.INT64: 8, TensorProto.BOOL: 1,
-    TensorProto.FLOAT16: 2, TensorProto.DOUBLE: 8, TensorProto.UINT32: 4, TensorProto.UINT64: 8,
-    TensorProto.COMPLEX64: 8, TensorProto.COMPLEX128: 16, TensorProto.BFLOAT16: 2,
-}
-for _name, _size in (("FLOAT8E4M3FN", 1), ("FLOAT8E4M3FNUZ", 1), ("FLOAT8E5M2", 1),
-                     ("FLOAT8E5M2FNUZ", 1), ("FLOAT8E8M0", 1)):
-    if hasattr(TensorProto, _name):
-        _ITEMSIZE[getattr(TensorProto, _name)] = _size
-_NIBBLE_TYPES = {getattr(TensorProto, n) for n in ("UINT4", "INT4", "FLOAT4E2M1")
-                 if hasattr(TensorProto, n)}
-
-
-def expected_nbytes(tensor: TensorProto) -> int | None:
-    """Bytes the raw data of ``tensor`` must have according to dims and dtype (None: unknown
-    element size, e.g. strings). Refuses negative or absurd dims."""
-    count = 1
-    for d in tensor.dims:
-        if d < 0:
-            raise InvalidModelError(
-                f"tensor '{tensor.name}' has a negative dimension {d}; the file is corrupt, "
-                "re-export the model"
-            )
-        count *= d
-        if count > 1 << 50:
-            raise InvalidModelError(
-                f"tensor '{tensor.name}' declares {list(tensor.dims)} elements, more than any "
-                "file holds; the file is corrupt, re-export the model"
-            )
-    if tensor.data_type in _NIBBLE_TYPES:
-        return (count + 1) // 2
-    size = _ITEMSIZE.get(tensor.data_type)
-    return None if size is None else count * size
-
-
-def is_external(tensor: TensorProto) -> bool:
-    return tensor.data_location == TensorProto.EXTERNAL
-
-
-# ------------------------------------------------------------------------- external data refs
-@dataclass(frozen=True)
-class ExternalRef:
-    """A validated external-data reference: absolute file path, offset and length in bytes."""
-
-    path: Path
-    offset: int
-    length: int
-
-
-def _external_fields(tensor: TensorProto) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for entry in tensor.external_data:
-        if entry.key not in _ALLOWED_KEYS:
-            raise UnsafeModelError(
-                f"tensor '{tensor.name}' has unknown external_data key '{entry.key[:40]}'; "
-                f"only {sorted(_ALLOWED_KEYS)} are allowed, re-export the model"
-            )
-        if entry.key in fields:
-            raise UnsafeModelError(
-                f"tensor '{tensor.name}' repeats external_data key '{entry.key}'; re-export the model"
-            )
-        fields[entry.key] = entry.value
-    return fields
-
-
-def _safe_relative(location: str, tensor_name: str) -> Path:
-    bad = None
-    if not location:
-        bad = "is empty"
-    elif "\x00" in location:
-        bad = "contains a NUL byte"
-    elif location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
-        bad = "is absolute"
-    elif location.startswith("*/_ORT_MEM_ADDR_/*") or "_ORT_MEM_ADDR_" in location:
-        bad = "is an in-memory address, not a file"
-    else:
-        parts = location.replace("\\", "/").split("/")
-        if any(p == ".." for p in parts):
-            bad = "contains '..'"
-        elif any(p == "" for p in parts):
-            bad = "has an empty path component"
-    if bad:
-        raise UnsafeModelError(
-            f"external data location {location[:80]!r} of tensor '{tensor_name}' {bad}; "
-            "external data must be a plain file name inside the model's folder"
-        )
-    return Path(*location.replace("\\", "/").split("/"))
-
-
-def resolve_external(tensor: TensorProto, base_dir: Path | None) -> ExternalRef:
-    """Validate ``tensor``'s external-data reference and return where its bytes are.
-
-    Nothing outside ``base_dir`` is ever named: absolute paths, ``..``, drive letters, UNC and
-    in-memory forms, symlinks anywhere on the path, hard-linked files, and offsets or lengths that
-    do not fit the file or the declared shape are refused with :class:`UnsafeModelError`.
-    """
-    fields = _external_fields(tensor)
-    name = tensor.name
-    if base_dir is None:
-        raise UnsafeModelError(
-            f"tensor '{name}' uses external data but the model was not loaded from a file; "
-            "load it with onnxsurgeon.load(path)"
-        )
-    rel = _safe_relative(fields.get("location", ""), name)
-    base = Path(os.path.abspath(base_dir))
-    current = base
-    for part in rel.parts:
-        current = current / part
-        try:
-            st = os.lstat(current)
-        except OSError:
-            raise UnsafeModelError(
-                f"external data file '{rel}' of tensor '{name}' does not exist next to the "
-                "model; copy the data file beside the .onnx file"
-            ) from None
-        if stat.S_ISLNK(st.st_mode):
-            raise UnsafeModelError(
-                f"external data path '{rel}' of tensor '{name}' goes through a symbolic link; "
-                "replace the link with the real file"
-            )
-    if not stat.S_ISREG(st.st_mode):
-        raise UnsafeModelError(
-            f"external data '{rel}' of tensor '{name}' is not a regular file; point it at the data file"
-        )
-    if st.st_nlink > 1:
-        raise UnsafeModelError(
-            f"external data file '{rel}' of tensor '{name}' has {st.st_nlink} hard links; "
-            "copy it to a file of its own"
-        )
-    offset = _int_field(fields, "offset", name, default=0)
-    if "length" not in fields:
-        raise UnsafeModelError(
-            f"tensor '{name}' has external data without a 'length'; re-export the model with "
-            "explicit lengths"
-        )
-    length = _int_field(fields, "length", name, default=0)
-    if offset + length > st.st_size:
-        raise UnsafeModelError(
-            f"tensor '{name}' reads bytes {offset}..{offset + length} of '{rel}', which has only "
-            f"{st.st_size}; the data file is truncated or belongs to another model"
-        )
-    want = expected_nbytes(tensor)
-    if want is not None and want != length:
-        raise InvalidModelError(
-            f"tensor '{name}' declares shape {list(tensor.dims)} ({want} bytes) but its external "
-            f"data has {length}; the data file belongs to another model"
-        )
-    return ExternalRef(current, offset, length)
-
-
-def _int_field(fields: dict[str, str], key: str, tensor: str, *, default: int) -> int:
-    raw = fields.get(key)
-    if raw is None:
-        return default
-    if not raw.isdigit():
-        raise UnsafeModelError(
-            f"external data {key} {raw[:30]!r} of tensor '{tensor}' is not a non-negative "
-            "integer; re-export the model"
-        )
-    return int(raw)
-
-
-def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
-    """Initializers of every graph and tensors held in node attributes (Constant values ...)."""
-    graphs = list(iter_graphs(model.graph))
-    for fn in model.functions:
-        for node in fn.node:
-            yield from _attr_tensors(node)
-    for g in graphs:
-        yield from g.initializer
-        for st in g.sparse_initializer:
-            yield st.values
-            yield st.indices
-        for node in g.node:
-            yield from _attr_tensors(node)
-
-
-def _attr_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.TENSOR:
-            yield attr.t
-        elif attr.type == onnx.AttributeProto.TENSORS:
-            yield from attr.tensors
-
-
-def check_inline_tensor(tensor: TensorProto) -> None:
-    """Refuse inline data that disagrees with the declared shape (before anything allocates)."""
-    if is_external(tensor):
-        return
-    if tensor.data_type == TensorProto.STRING:
-        if tensor.raw_data:
-            raise InvalidModelError(
-                f"string tensor '{tensor.name}' stores raw_data, which strings cannot use; "
-                "re-export the model"
-            )
-        return
-    want = expected_nbytes(tensor)
-    if tensor.HasField("raw_data"):
-        if want is not None and len(tensor.raw_data) != want:
-            raise InvalidModelError(
-                f"tensor '{tensor.name}' declares shape {list(tensor.dims)} ({want} bytes) but "
-                f"holds {len(tensor.raw_data)} bytes; the file is corrupt, re-export the model"
-            )
-
-
-def read_tensor(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
-    """The values of ``tensor`` as numpy, reading external bytes only for this tensor."""
-    from onnx import numpy_helper
-
-    if not is_external(tensor):
-        check_inline_tensor(tensor)
-        return numpy_helper.to_array(tensor)
-    ref = resolve_external(tensor, base_dir)
-    with open(ref.path, "rb") as f:
-        f.seek(ref.offset)
-        data = f.read(ref.length)
-    inline = TensorProto()
-    inline.CopyFrom(tensor)
-    del inline.external_data[:]
-    inline.data_location = TensorProto.DEFAULT
-    inline.raw_data = data
-    return numpy_helper.to_array(inline)
-
-
 # ------------------------------------------------------------------------------------ load
+def parse_model(data: bytes, label: str) -> onnx.ModelProto:
+    """Parse serialized bytes into a ``ModelProto`` (no validation). Only protobuf decoding runs:
+    nothing is unpickled, imported or executed."""
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError, RecursionError, MemoryError) as exc:
+        if "depth" in str(exc).lower() or isinstance(exc, RecursionError):
+            raise InvalidModelError(
+                f"'{label}' nests messages deeper than protobuf parses (about 31 levels of "
+                "If/Loop/Scan bodies); flatten the control flow or split the model"
+            ) from None
+        raise InvalidModelError(
+            f"'{label}' is not an ONNX model (protobuf parse failed: truncated "
+            "or another format); give a complete .onnx file"
+        ) from None
+    if not proto.HasField("graph") or (len(proto.graph.node) == 0 and len(proto.graph.output) == 0):
+        raise InvalidModelError(
+            f"'{label}' holds no ONNX graph (not a model file, or an empty one); give a .onnx model"
+        )
+    if len(proto.opset_import) == 0:
+        raise InvalidModelError(
+            f"'{label}' declares no opset_import; it is not a valid ONNX model, re-export it"
+        )
+    return proto
+
+
 def load(path: str | os.PathLike[str]) -> Model:
-    """Load an ONNX file without reading external weights; validate every external reference.
+    """Load an ONNX file without reading external weights; validate it fully.
+
+    Checks every external reference (paths, links, offsets, lengths), every inline tensor against
+    its shape, and the graph structure (:func:`onnxsurgeon.validate.validate`: DAG, SSA,
+    nesting, recursive functions). Nodes out of topological order are sorted stably and a line
+    is added to ``Model.warnings``. O(file size + nodes + edges). External data is looked up in
+    the folder of ``path`` as given (a symlinked model file does not move that folder).
 
     Raises:
         NotFoundError / InvalidModelError / UnsafeModelError: one line naming the problem and fix.
@@ -301,30 +132,22 @@ def load(path: str | os.PathLike[str]) -> Model:
         raise InvalidModelError(f"'{p}' is not a file; give the path of a .onnx file")
     if st.st_size == 0:
         raise InvalidModelError(f"'{p}' is empty; give a complete .onnx file")
+    if st.st_size > PROTOBUF_LIMIT:
+        raise InvalidModelError(
+            f"'{p}' is {st.st_size} bytes, over protobuf's 2 GB limit; a valid .onnx file keeps "
+            "large weights in external data, re-export it that way"
+        )
     try:
         with open(p, "rb") as f:
             data = f.read()
     except OSError as exc:
         raise InvalidModelError(f"cannot read '{p}': {exc.strerror}; check permissions") from None
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError):
-        raise InvalidModelError(
-            f"'{p}' is not an ONNX model (protobuf parse failed: truncated or another format); "
-            "give a complete .onnx file"
-        ) from None
+    proto = parse_model(data, str(p))
     del data
-    if not proto.HasField("graph") or (len(proto.graph.node) == 0 and len(proto.graph.output) == 0):
-        raise InvalidModelError(
-            f"'{p}' holds no ONNX graph (not a model file, or an empty one); give a .onnx model"
-        )
-    if len(proto.opset_import) == 0:
-        raise InvalidModelError(
-            f"'{p}' declares no opset_import; it is not a valid ONNX model, re-export it"
-        )
-    model = Model(proto, base_dir=p.resolve().parent, source=p.resolve())
+    source = Path(os.path.abspath(p))
+    model = Model(proto, base_dir=source.parent, source=source)
     validate_tensors(model)
+    model.warnings.extend(validate(proto))
     return model
 
 
@@ -345,18 +168,99 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def _tmpfile_works(folder: Path) -> bool:
+    """Whether ``folder``'s filesystem supports O_TMPFILE files that can be linked in later
+    (overlayfs, for one, refuses the link). Probed once per device."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):
+        return False
+    try:
+        dev = os.stat(folder).st_dev
+    except OSError:
+        return False
+    if dev not in _TMPFILE_OK:
+        ok = False
+        with contextlib.suppress(OSError):
+            fd = os.open(folder, flag | os.O_WRONLY, 0o600)
+            try:
+                probe = tempfile.mktemp(prefix=".onnxsurgeon-probe.", suffix=".tmp", dir=folder)
+                os.link(f"/proc/self/fd/{fd}", probe, follow_symlinks=True)
+                os.unlink(probe)
+                ok = True
+            finally:
+                os.close(fd)
+        _TMPFILE_OK[dev] = ok
+    return _TMPFILE_OK[dev]
+
+
+_TMPFILE_OK: dict[int, bool] = {}
+
+
+class _AtomicFile:
+    """A file written invisibly in ``folder`` and published under ``dest`` by :meth:`commit`.
+
+    On Linux it is an ``O_TMPFILE`` (no directory entry at all until committed: a killed process
+    leaves nothing behind); elsewhere a hidden ``.<name>.*.tmp`` file removed on failure. Never
+    opens an existing file, so nothing is appended to or written through a link.
+    """
+
+    def __init__(self, folder: Path, dest_name: str) -> None:
+        self.folder = folder
+        self.dest_name = dest_name
+        self.tmp_path: str | None = None
+        self.fd = -1
+        if _tmpfile_works(folder):
+            with contextlib.suppress(OSError):
+                self.fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        if self.fd < 0:
+            self.fd, self.tmp_path = tempfile.mkstemp(
+                prefix=f".{dest_name}.", suffix=".tmp", dir=folder
+            )
+        self.file = os.fdopen(self.fd, "wb", buffering=_CHUNK)
+
+    def finish(self) -> None:
+        """Flush and fsync the content (before publishing anything)."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def commit(self) -> None:
+        """Publish the file under its destination name (atomic replace)."""
+        dest = self.folder / self.dest_name
+        if self.tmp_path is None:  # O_TMPFILE: give it a hidden name, then rename over dest
+            tmp = tempfile.mktemp(prefix=f".{self.dest_name}.", suffix=".tmp", dir=self.folder)
+            os.link(f"/proc/self/fd/{self.file.fileno()}", tmp, follow_symlinks=True)
+            self.tmp_path = tmp
+        os.replace(self.tmp_path, dest)
+        self.tmp_path = None
+        self.close()
+
+    def close(self) -> None:
+        """Close and remove whatever was not committed."""
+        with contextlib.suppress(OSError):
+            self.file.close()
+        if self.tmp_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp_path)
+            self.tmp_path = None
+
+
 def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
          external: bool | None = None) -> Path:
     """Write ``model`` to ``path`` atomically and deterministically.
 
     External tensors stay external: their bytes are streamed from the source data file into one
-    fresh data file named ``<output file name>.data`` beside the output. With ``external=None``
-    the save switches inline tensors to external data by itself when the proto would pass 2 GB.
-    The input file and its data files are never written. Temporary files live in the destination
-    folder and are renamed into place only when complete.
+    fresh data file named ``<output file name>.data`` beside the output (the input's location
+    names are never reused). With ``external=None`` the save switches inline tensors to external
+    data by itself when the proto would pass 2 GB. The input file and its data files are never
+    written. Files are written invisibly and renamed into place only when complete, so an
+    interrupted save leaves no partial output. Peak memory: the serialized proto plus one chunk.
 
     Returns:
         The path written.
+
+    Raises:
+        UsageError: output is the input or one of its data files, a folder, a link, unwritable.
+        InvalidModelError / UnsafeModelError: an external reference fails its checks.
     """
     m = as_model(model)
     out = Path(path)
@@ -369,10 +273,18 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
         raise UsageError(f"output path '{out}' is a folder; give a file name ending in .onnx")
     data_name = out.name + ".data"
     data_path = folder / data_name
-    if m.source is not None and (_same_file(out, m.source) or out.resolve() == m.source):
-        raise UsageError(
-            f"output '{out}' is the input model; write to another file (the input is never modified)"
-        )
+    if m.source is not None:
+        src = Path(m.source)
+        if _same_file(out, src) or Path(os.path.abspath(out)) == Path(os.path.abspath(src)):
+            raise UsageError(
+                f"output '{out}' is the input model; write to another file (the input is never "
+                "modified)"
+            )
+        if _same_file(data_path, src):
+            raise UsageError(
+                f"output data file '{data_path}' would overwrite the input model; choose "
+                "another output name"
+            )
     proto = m.proto
     tensors = list(iter_tensors(proto))
     external_tensors = [t for t in tensors if is_external(t)]
@@ -393,70 +305,69 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             and len(t.raw_data) >= EXTERNALIZE_MIN_BYTES
         ]
     to_write = external_tensors + move_inline
-    saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], int]] = []
-    tmp_model = tmp_data = None
+    if to_write and data_path.is_symlink():
+        raise UsageError(
+            f"data file path '{data_path}' is a symbolic link; remove it or choose another "
+            "output name"
+        )
+    if to_write and data_path.exists() and not data_path.is_file():
+        raise UsageError(f"data file path '{data_path}' is not a file; choose another output name")
+    saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]] = []
+    data_file: _AtomicFile | None = None
+    model_file: _AtomicFile | None = None
     try:
         if to_write:
-            if data_path.is_symlink():
-                raise UsageError(
-                    f"data file path '{data_path}' is a symbolic link; remove it or choose "
-                    "another output name"
-                )
-            fd, tmp_data = tempfile.mkstemp(prefix=f".{data_name}.", suffix=".tmp", dir=folder)
-            with os.fdopen(fd, "wb") as f:
-                offset = 0
-                for t in to_write:
-                    pad = (-offset) % ALIGNMENT
-                    if pad:
-                        f.write(b"\0" * pad)
-                        offset += pad
-                    start = offset
-                    if is_external(t):
-                        ref = refs[id(t)]
-                        offset += _stream(ref, f)
-                    else:
-                        f.write(t.raw_data)
-                        offset += len(t.raw_data)
-                    saved_state.append((
-                        t,
-                        t.raw_data if not is_external(t) else None,
-                        [(e.key, e.value) for e in t.external_data],
-                        t.data_location,
-                    ))
-                    del t.external_data[:]
-                    t.ClearField("raw_data")
-                    t.data_location = TensorProto.EXTERNAL
-                    for key, value in (("location", data_name), ("offset", str(start)),
-                                       ("length", str(offset - start))):
-                        entry = t.external_data.add()
-                        entry.key, entry.value = key, value
-                f.flush()
-                os.fsync(f.fileno())
+            data_file = _AtomicFile(folder, data_name)
+            f = data_file.file
+            offset = 0
+            for t in to_write:
+                pad = (-offset) % ALIGNMENT
+                if pad:
+                    f.write(b"\0" * pad)
+                    offset += pad
+                start = offset
+                if is_external(t):
+                    offset += _stream(refs[id(t)], f, t.name)
+                else:
+                    f.write(t.raw_data)
+                    offset += len(t.raw_data)
+                saved_state.append((
+                    t,
+                    t.raw_data if not is_external(t) else None,
+                    [(e.key, e.value) for e in t.external_data],
+                    t.data_location,
+                ))
+                del t.external_data[:]
+                t.ClearField("raw_data")
+                t.data_location = TensorProto.EXTERNAL
+                for key, value in (("location", data_name), ("offset", str(start)),
+                                   ("length", str(offset - start))):
+                    entry = t.external_data.add()
+                    entry.key, entry.value = key, value
+            data_file.finish()
         payload = proto.SerializeToString(deterministic=True)
         if len(payload) > PROTOBUF_LIMIT:
             raise UsageError(
                 f"model is {len(payload)} bytes, over protobuf's 2 GB limit even with weights "
                 "external; save with external=True"
             )
-        fd, tmp_model = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        if tmp_data is not None:
-            os.replace(tmp_data, data_path)
-            tmp_data = None
-        os.replace(tmp_model, out)
-        tmp_model = None
+        model_file = _AtomicFile(folder, out.name)
+        model_file.file.write(payload)
+        del payload
+        model_file.finish()
+        if data_file is not None:
+            data_file.commit()
+        model_file.commit()
     except SurgeryError:
         raise
     except OSError as exc:
-        raise UsageError(f"cannot write '{out}': {exc.strerror}; check the folder and free space") from None
+        raise UsageError(
+            f"cannot write '{out}': {exc.strerror}; check the folder and free space"
+        ) from None
     finally:
-        for tmp in (tmp_model, tmp_data):
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        for pending in (model_file, data_file):
+            if pending is not None:
+                pending.close()
         for t, raw, entries, location in saved_state:
             del t.external_data[:]
             for key, value in entries:
@@ -468,11 +379,10 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     return out
 
 
-def _stream(ref: ExternalRef, dst: object) -> int:
+def _stream(ref: ExternalRef, dst: BinaryIO, tensor: str) -> int:
     """Copy ``ref``'s byte range into the open file ``dst`` in chunks; returns bytes copied."""
     remaining = ref.length
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(ref.path, flags)
+    fd = open_external(ref, tensor)
     with os.fdopen(fd, "rb") as src:
         src.seek(ref.offset)
         while remaining:
@@ -481,6 +391,6 @@ def _stream(ref: ExternalRef, dst: object) -> int:
                 raise InvalidModelError(
                     f"external data file '{ref.path.name}' ended early; it is truncated"
                 )
-            dst.write(chunk)  # type: ignore[attr-defined]
+            dst.write(chunk)
             remaining -= len(chunk)
     return ref.length

@@ -108,6 +108,8 @@ def _coerce(block: str, key: str, param: Param, value: ParamValue) -> Any:
                 return [int(p) for p in parts]
             if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
                 return [int(value)]
+            if isinstance(value, (bool, float)):
+                raise ValueError
             out = []
             for v in value:
                 if isinstance(v, bool) or int(v) != v:
@@ -344,7 +346,7 @@ def make_block(
     *,
     elem_type: int,
     opset: int,
-    rank: int | None = None,
+    shape: Sequence[int | str | None] | None = None,
 ) -> onnx.ModelProto:
     """Build built-in block ``name`` as a standalone model ``x -> y``.
 
@@ -353,10 +355,13 @@ def make_block(
         params: block parameters (Python values or the strings of ``parse_op``).
         elem_type: the activation's ``TensorProto`` element type (input and output dtype).
         opset: the default-domain opset to build for (the host model's).
-        rank: the activation's rank when known; axes are checked against it.
+        shape: the activation's shape when known (ints, symbolic names, None for unknown dims);
+            axes are checked against its rank and it becomes the input's declared shape.
+            Without it the input and output carry only their dtype: fine for splicing, but the
+            checker wants shapes on a main graph's inputs, so pass it for a standalone model.
 
     Returns:
-        A checker-valid ``ModelProto`` whose input ``x`` has no declared shape.
+        A ``ModelProto`` (checked with ``onnx.checker`` full check when ``shape`` is given).
 
     Raises:
         UsageError: unknown block or parameter, bad value.
@@ -384,18 +389,30 @@ def make_block(
         raise RewriteError(
             f"block '{name}' on bfloat16 needs opset >= 13; the model has opset {opset}"
         )
+    rank = None if shape is None else len(shape)
     b = _Builder(name, elem_type, opset)
     _BUILDERS[name](b, p, rank)
+    dims = None if shape is None else [d if isinstance(d, (int, str)) else "" for d in shape]
+    x = helper.make_tensor_value_info("x", elem_type, dims)
+    if dims is not None:
+        for d, raw in zip(x.type.tensor_type.shape.dim, shape or (), strict=True):
+            if raw is None:
+                d.Clear()
     graph = helper.make_graph(
-        b.nodes, name,
-        [helper.make_tensor_value_info("x", elem_type, None)],
-        [helper.make_tensor_value_info("y", elem_type, None)],
-        b.inits,
+        b.nodes, name, [x], [helper.make_tensor_value_info("y", elem_type, None)], b.inits,
     )
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="onnxsurgeon")
-    model.ir_version = helper.find_min_ir_version_for(opsets)
+    model.ir_version = max(helper.find_min_ir_version_for(opsets), 4)  # IR 4: initializers need not be inputs
+    if shape is None:
+        return model
     try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        y = inferred.graph.output[0]
+        if y.type.tensor_type.HasField("shape"):
+            model.graph.output[0].CopyFrom(y)
+        else:  # unknown output rank: the checker still wants a shape field
+            model.graph.output[0].type.tensor_type.shape.SetInParent()
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -45,6 +45,7 @@ def validate(model: onnx.ModelProto, /, *, sort: bool = True) -> list[str]:
             deep, or recursive local functions.
     """
     warnings: list[str] = []
+    _check_model_texts(model)
     _check_functions(model)
     stack: list[tuple[onnx.GraphProto, tuple[frozenset[str] | set[str], ...], int]] = [
         (model.graph, (), 0)
@@ -101,6 +102,8 @@ def _check_scope(
     was defined before it (or in an enclosing scope). Only when some read refers to a later
     producer is the stable topological sort run. O(nodes + edges).
     """
+    if not all(type(n) is str for n in (*inputs, *initializers, *outputs)):
+        raise _not_utf8(label)
     defined: set[str] = set()
     for name in inputs:
         if name in defined:
@@ -118,7 +121,7 @@ def _check_scope(
     defined |= init_seen
     if outer:
         for name in defined:
-            if _visible(name, outer):
+            if name and _visible(name, outer):
                 raise InvalidModelError(
                     f"{label} defines '{name}', which shadows a tensor of an enclosing graph; "
                     "rename the inner tensor"
@@ -127,11 +130,12 @@ def _check_scope(
     available.add("")  # an empty input name means "optional input omitted"
     has_sub = has_subgraphs
     sup = available.issuperset
+    upd = available.update
     late: list[int] = []  # nodes reading something not yet produced
+    suspects = False  # some node output did not add a new name
     nested: list[onnx.GraphProto] = []
     captures: dict[int, list[str]] = {}
-    producer: dict[str, int] = {}
-    for i, node in enumerate(nodes):
+    for i, node in enumerate(nodes):  # the hot loop: ~1.5 us per node on a 90k-node chain
         reads: Iterable[str] = node.input
         if node.attribute and has_sub(node):
             subs = list(subgraphs(node))
@@ -141,27 +145,19 @@ def _check_scope(
             reads = [*node.input, *cap]
         if not sup(reads):
             late.append(i)
-        for out in node.output:
-            if not out:
-                continue
-            if out in defined:
-                other = producer.get(out)
-                first = (
-                    f"node '{_node_label(nodes[other], other)}'" if other is not None
-                    else "a graph input or initializer"
-                )
-                raise InvalidModelError(
-                    f"tensor '{out}' in the {label} is produced twice ({first} and node "
-                    f"'{_node_label(node, i)}'); rename one so every tensor has one producer"
-                )
-            if outer and _visible(out, outer):
-                raise InvalidModelError(
-                    f"node '{_node_label(node, i)}' in {label} defines '{out}', which shadows a "
-                    "tensor of an enclosing graph; rename the inner tensor"
-                )
-            defined.add(out)
-            producer[out] = i
-        available.update(node.output)
+        outs = node.output
+        before = len(available)
+        upd(outs)
+        if len(available) - before != len(outs):
+            suspects = True
+    if not all(type(n) is str for n in available) or not _texts_ok(nodes):
+        raise _not_utf8(label)
+    producer: dict[str, int] = {}
+    if suspects or late or outer:
+        _find_duplicates(label, nodes, defined, producer, outer)
+    else:
+        defined = available
+        defined.discard("")
     seen_out: set[str] = set()
     for name in outputs:
         if name in seen_out:
@@ -202,7 +198,7 @@ def _check_scope(
             )
         reordered = [graph.node[j] for j in order]
         copies = [onnx.NodeProto() for _ in reordered]
-        for dst, src in zip(copies, reordered):
+        for dst, src in zip(copies, reordered, strict=True):
             dst.CopyFrom(src)
         del graph.node[:]
         graph.node.extend(copies)
@@ -212,6 +208,68 @@ def _check_scope(
             f"'{first_moved}'); sorted them stably, keeping the original order where possible"
         )
     return defined, nested
+
+
+def _texts_ok(nodes: Sequence[onnx.NodeProto]) -> bool:
+    """Names, op types and domains are text (protobuf hands invalid UTF-8 back as bytes)."""
+    return all(
+        type(n.name) is str and type(n.op_type) is str and type(n.domain) is str for n in nodes
+    )
+
+
+def _not_utf8(label: str) -> InvalidModelError:
+    return InvalidModelError(
+        f"the {label} has a name that is not valid UTF-8 text; the file is corrupt, re-export "
+        "the model"
+    )
+
+
+def _check_model_texts(model: onnx.ModelProto) -> None:
+    """Model-level strings, value_info names and function signatures are text."""
+    texts: list[object] = [model.producer_name, model.producer_version, model.domain,
+                           model.doc_string, model.graph.name]
+    for prop in model.metadata_props:
+        texts.extend((prop.key, prop.value))
+    for op in model.opset_import:
+        texts.append(op.domain)
+    for vi in model.graph.value_info:
+        texts.append(vi.name)
+    for fn in model.functions:
+        texts.extend((fn.name, fn.domain, *fn.input, *fn.output, *fn.attribute))
+    if not all(type(t) is str for t in texts):
+        raise _not_utf8("model header (names, metadata or functions)")
+
+
+def _find_duplicates(
+    label: str,
+    nodes: Sequence[onnx.NodeProto],
+    defined: set[str],
+    producer: dict[str, int],
+    outer: tuple[frozenset[str] | set[str], ...],
+) -> None:
+    """Slow path: add node outputs to ``defined``/``producer`` one by one, naming the first
+    name defined twice or shadowing an enclosing graph. O(nodes + outputs)."""
+    for i, node in enumerate(nodes):
+        for out in node.output:
+            if not out:
+                continue
+            if out in defined:
+                other = producer.get(out)
+                first = (
+                    f"node '{_node_label(nodes[other], other)}'" if other is not None
+                    else "a graph input or initializer"
+                )
+                raise InvalidModelError(
+                    f"tensor '{out}' in the {label} is produced twice ({first} and node "
+                    f"'{_node_label(node, i)}'); rename one so every tensor has one producer"
+                )
+            if outer and _visible(out, outer):
+                raise InvalidModelError(
+                    f"node '{_node_label(node, i)}' in the {label} defines '{out}', which "
+                    "shadows a tensor of an enclosing graph; rename the inner tensor"
+                )
+            defined.add(out)
+            producer[out] = i
 
 
 def _captures(subs: list[onnx.GraphProto]) -> list[str]:

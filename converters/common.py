@@ -1,0 +1,467 @@
+"""Shared machinery of the framework converters: the conversion report, the metadata written into
+converted models, value-based name maps, renames, the numeric check and the factory loader.
+
+Nothing here imports TensorFlow or PyTorch; :mod:`.tf` and :mod:`.torch` do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxsurgeon.errors import NotFoundError, SurgeryError, UsageError
+from onnxsurgeon.index import iter_graphs
+from onnxsurgeon.names import NameAllocator
+from onnxsurgeon.select import NAME_MAP_KEY
+from onnxsurgeon.types import infer_value_infos
+
+FRAMEWORK_KEY = "onnxsurgeon.source.framework"
+FRAMEWORK_VERSION_KEY = "onnxsurgeon.source.framework_version"
+EXPORTER_KEY = "onnxsurgeon.source.exporter"
+CHECK_KEY = "onnxsurgeon.conversion_check"
+RTOL = 1e-3
+"""Default relative tolerance of the conversion check (fp32)."""
+ATOL = 1e-5
+"""Default absolute tolerance of the conversion check (fp32)."""
+
+
+class ConversionError(SurgeryError):
+    """A framework model could not be converted (unsupported source, exporter failure, ...)."""
+
+
+class ConversionMismatchError(ConversionError):
+    """The converted ONNX model disagrees with the framework beyond the tolerance."""
+
+
+@dataclass(frozen=True)
+class ConversionReport:
+    """What a conversion produced and how well it matches the framework.
+
+    Attributes:
+        path: the ONNX file written.
+        framework: ``"tensorflow"`` or ``"pytorch"``.
+        framework_version: the framework's ``__version__``.
+        exporter: e.g. ``"tf2onnx 1.17.0"`` or ``"torch.onnx dynamo"``.
+        opset: default-domain opset of the written model.
+        inputs / outputs: ONNX graph input and output names.
+        name_map: framework name -> ONNX tensor name (only where they differ).
+        max_abs_diff: largest |onnx - framework| over all outputs (nan when unchecked).
+        max_excess: largest ``|d| - (atol + rtol*|ref|)``; <= 0 means within tolerance.
+        checked: whether the numeric check ran.
+        rtol / atol: tolerances used.
+    """
+
+    path: Path
+    framework: str
+    framework_version: str
+    exporter: str
+    opset: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    name_map: Mapping[str, str] = field(default_factory=dict)
+    max_abs_diff: float = float("nan")
+    max_excess: float = float("nan")
+    checked: bool = False
+    rtol: float = RTOL
+    atol: float = ATOL
+
+
+# ------------------------------------------------------------------------------ running onnx
+def ort_session(model: onnx.ModelProto) -> Any:
+    """An onnxruntime CPU session with graph optimizations disabled (exact, op-by-op)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def run_onnx(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Graph outputs of ``model`` on ``feeds``, by name."""
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+
+
+def run_all_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every typed main-graph node output of ``model`` on ``feeds`` (for value-based name maps).
+
+    Runs a copy whose outputs are all node outputs shape inference can type. O(activations) memory.
+    """
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    infos = infer_value_infos(probe)
+    g = probe.graph
+    have = {o.name for o in g.output}
+    for node in g.node:
+        for out in node.output:
+            if not out or out in have:
+                continue
+            vi = infos.get(out)
+            if vi is None or not vi.type.HasField("tensor_type") or vi.type.tensor_type.elem_type == 0:
+                continue
+            have.add(out)
+            g.output.append(onnx.helper.make_tensor_value_info(out, vi.type.tensor_type.elem_type, None))
+    return run_onnx(probe, feeds)
+
+
+def compare_outputs(
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], *, rtol: float, atol: float
+) -> tuple[float, float]:
+    """(largest absolute difference, largest excess over ``atol + rtol*|expected|``)."""
+    max_abs = 0.0
+    excess = -float("inf")
+    for a, e in zip(actual, expected, strict=True):
+        a = np.asarray(a)
+        e = np.asarray(e)
+        if a.shape != e.shape:
+            raise ConversionMismatchError(
+                f"converted output has shape {list(a.shape)} but the framework gives {list(e.shape)}; "
+                "check the input shapes given to the converter"
+            )
+        if a.size == 0:
+            continue
+        if a.dtype.kind in "fc" or e.dtype.kind in "fc":
+            d = np.abs(a.astype(np.float64) - e.astype(np.float64))
+            bad = np.isnan(a) != np.isnan(e)
+            d = np.where(np.isnan(d) & ~bad, 0.0, np.where(bad, np.inf, d))
+            ex = d - (atol + rtol * np.abs(np.nan_to_num(e.astype(np.float64))))
+        else:
+            d = np.abs(a.astype(np.int64) - e.astype(np.int64)).astype(np.float64)
+            ex = d
+        max_abs = max(max_abs, float(d.max()))
+        excess = max(excess, float(ex.max()))
+    return max_abs, (excess if excess != -float("inf") else 0.0)
+
+
+def check_or_raise(what: str, max_abs: float, excess: float, *, rtol: float, atol: float) -> None:
+    """Raise :class:`ConversionMismatchError` when ``excess`` > 0."""
+    if excess > 0 or np.isnan(excess):
+        raise ConversionMismatchError(
+            f"{what}: ONNX output differs from the framework by up to {max_abs:.3g} "
+            f"(tolerance rtol={rtol:g}, atol={atol:g}); report the op or pass check=False to keep it"
+        )
+
+
+# ---------------------------------------------------------------------------- value matching
+def _fingerprint(a: np.ndarray) -> tuple[float, float]:
+    x = a.astype(np.float64, copy=False)
+    return float(x.sum()), float(np.abs(x).sum())
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    return bool(np.allclose(a, b, rtol=1e-3, atol=1e-5 + 1e-4 * scale, equal_nan=True))
+
+
+def _informative(a: np.ndarray) -> bool:
+    """A tensor whose values can identify it (not empty, not constant)."""
+    if a.size < 2 or a.dtype.kind not in "fiu":
+        return False
+    return bool(np.ptp(a.reshape(-1)) > 0)
+
+
+class ValueIndex:
+    """ONNX tensor values bucketed by (dtype, shape) with fingerprints, for finding equal values."""
+
+    def __init__(self, values: Mapping[str, np.ndarray]) -> None:
+        self.values = values
+        self._buckets: dict[tuple[str, tuple[int, ...]], list[tuple[str, float, float]]] = {}
+        for name, v in values.items():
+            v = np.asarray(v)
+            if not _informative(v):
+                continue
+            s, sa = _fingerprint(v)
+            self._buckets.setdefault((v.dtype.str, v.shape), []).append((name, s, sa))
+
+    def matches(self, ref: np.ndarray) -> list[str]:
+        """Names whose value equals ``ref`` (fp tolerance), in model order."""
+        ref = np.asarray(ref)
+        if not _informative(ref):
+            return []
+        s, sa = _fingerprint(ref)
+        found = []
+        for name, s2, _ in self._buckets.get((ref.dtype.str, ref.shape), ()):
+            if abs(s - s2) <= 1e-3 * sa + 1e-4 * ref.size and _close(self.values[name], ref):
+                found.append(name)
+        return found
+
+    def same(self, name: str, ref: np.ndarray) -> bool:
+        v = self.values.get(name)
+        return v is not None and np.shape(v) == np.shape(ref) and _close(np.asarray(v), np.asarray(ref))
+
+
+def rename_tensors(model: onnx.ModelProto, renames: Mapping[str, str]) -> None:
+    """Rename tensors everywhere in ``model`` (all graphs, value_info, outputs). Mutates model.
+
+    Callers guarantee the new names are unused (they come from a :class:`NameAllocator`).
+    """
+    if not renames:
+        return
+    for g in iter_graphs(model.graph):
+        for node in g.node:
+            for i, n in enumerate(node.input):
+                if n in renames:
+                    node.input[i] = renames[n]
+            for i, n in enumerate(node.output):
+                if n in renames:
+                    node.output[i] = renames[n]
+        for vi in list(g.value_info) + list(g.output) + list(g.input):
+            if vi.name in renames:
+                vi.name = renames[vi.name]
+        for t in g.initializer:
+            if t.name in renames:
+                t.name = renames[t.name]
+
+
+def align_names(
+    model: onnx.ModelProto,
+    framework_values: Mapping[str, np.ndarray],
+    onnx_values: Mapping[str, np.ndarray],
+    *,
+    prefer: Callable[[str, str], Any] | None = None,
+    protect: Iterable[str] = (),
+) -> dict[str, str]:
+    """Make framework tensor names denote the framework's values. Mutates model.
+
+    For each framework name (in the given order): an ONNX tensor of that name holding a different
+    value (a transposed layout, say) is renamed away; then the ONNX tensor with the framework's value
+    takes the framework name when it has an internal name of its own, otherwise the returned name map
+    records framework name -> ONNX name. Graph inputs/outputs and ``protect`` are never renamed.
+
+    Returns:
+        The name map for names that could not be made exact.
+    """
+    vindex = ValueIndex(onnx_values)
+    io_names = {i.name for i in model.graph.input} | {o.name for o in model.graph.output}
+    keep = set(io_names) | set(protect) | {t.name for t in model.graph.initializer}
+    fw_names = set(framework_values)
+    alloc = NameAllocator.for_model(model)
+    for n in fw_names:
+        alloc.reserve(n)
+    away: dict[str, str] = {}
+    exact: set[str] = set()
+    pending: list[tuple[str, list[str]]] = []
+    for name, ref in framework_values.items():
+        if name in onnx_values:
+            if vindex.same(name, ref):
+                exact.add(name)
+                continue
+            if name not in keep:
+                stem, _, port = name.rpartition(":")
+                away[name] = alloc.fresh(f"{stem}/onnx:{port}" if port.isdigit() else f"{name}/onnx")
+        cands = vindex.matches(ref)
+        if cands:
+            pending.append((name, cands))
+    to_fw: dict[str, str] = {}
+    taken: set[str] = set()
+    result: dict[str, str] = {}
+    for name, cands in pending:
+        if prefer is not None:
+            cands = sorted(cands, key=lambda c, n=name: prefer(n, c))
+        best = cands[0]
+        can_take = best not in fw_names and best not in keep and best not in taken
+        name_free = name not in onnx_values or name in away
+        if can_take and name_free:
+            to_fw[best] = name
+            taken.add(best)
+        else:
+            result[name] = best
+    renames = dict(away)
+    renames.update(to_fw)
+    rename_tensors(model, renames)
+    # entries in result must point at final names
+    return {k: renames.get(v, v) for k, v in result.items() if k != renames.get(v, v)}
+
+
+def common_prefix_len(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+# ------------------------------------------------------------------------------ metadata
+def set_metadata(model: onnx.ModelProto, entries: Mapping[str, str]) -> None:
+    """Set (replace) ``metadata_props`` entries. Mutates model."""
+    for key, value in entries.items():
+        for prop in model.metadata_props:
+            if prop.key == key:
+                prop.value = value
+                break
+        else:
+            p = model.metadata_props.add()
+            p.key, p.value = key, value
+
+
+def write_conversion_metadata(
+    model: onnx.ModelProto,
+    *,
+    framework: str,
+    framework_version: str,
+    exporter: str,
+    name_map: Mapping[str, str],
+    check: Mapping[str, Any],
+) -> None:
+    """Record the source framework, exporter, name map and check result. Mutates model."""
+    set_metadata(model, {
+        FRAMEWORK_KEY: framework,
+        FRAMEWORK_VERSION_KEY: framework_version,
+        EXPORTER_KEY: exporter,
+        NAME_MAP_KEY: json.dumps(dict(name_map), sort_keys=True, separators=(",", ":")),
+        CHECK_KEY: json.dumps(dict(check), sort_keys=True, separators=(",", ":")),
+    })
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return int(op.version)
+    return 0
+
+
+def finish(
+    model: onnx.ModelProto,
+    path: str | os.PathLike[str],
+    *,
+    framework: str,
+    framework_version: str,
+    exporter: str,
+    name_map: Mapping[str, str],
+    max_abs: float,
+    excess: float,
+    checked: bool,
+    rtol: float,
+    atol: float,
+) -> ConversionReport:
+    """Write metadata, save atomically, build the report."""
+    write_conversion_metadata(
+        model, framework=framework, framework_version=framework_version, exporter=exporter,
+        name_map=name_map,
+        check={"checked": checked, "max_abs_diff": None if np.isnan(max_abs) else max_abs,
+               "rtol": rtol, "atol": atol},
+    )
+    out = save_model(model, path)
+    return ConversionReport(
+        path=Path(out), framework=framework, framework_version=framework_version,
+        exporter=exporter, opset=opset_of(model),
+        inputs=tuple(i.name for i in model.graph.input),
+        outputs=tuple(o.name for o in model.graph.output),
+        name_map=dict(name_map), max_abs_diff=max_abs, max_excess=excess, checked=checked,
+        rtol=rtol, atol=atol,
+    )
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
+    """Write ``model`` deterministically and atomically (temp file in the folder, then rename).
+
+    Converted models are self-contained (no external data), so a plain write suffices.
+    """
+    import tempfile
+
+    out = Path(path)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"output folder '{folder}' does not exist; create it first")
+    payload = model.SerializeToString(deterministic=True)
+    if len(payload) > 2**31 - 1:
+        raise ConversionError(
+            f"the converted model is {len(payload)} bytes, over protobuf's 2 GB limit; "
+            "convert a smaller model or save with onnxsurgeon.save(external=True)"
+        )
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return out
+
+
+# ------------------------------------------------------------------------------ user code
+def load_factory(spec: str) -> Any:
+    """Import ``FILE.py:NAME`` and return the attribute ``NAME``.
+
+    This executes the user's file as Python code, with the user's permissions: only pass files you
+    trust (the same as running ``python FILE.py``).
+    """
+    path_s, sep, attr = spec.rpartition(":")
+    if not sep or not path_s or not attr:
+        raise UsageError(f"'{spec}' is not FILE.py:NAME; write e.g. 'model.py:build'")
+    path = Path(path_s)
+    if not path.is_file():
+        raise NotFoundError(f"file '{path}' named in '{spec}' does not exist; check the path")
+    mod_name = f"_onnxsurgeon_user_{abs(hash(str(path.resolve()))):x}"
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise UsageError(f"cannot import '{path}'; give a .py file")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[mod_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - user code, report one line
+        sys.modules.pop(mod_name, None)
+        raise UsageError(f"importing '{path}' failed: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, attr):
+        names = [n for n in vars(module) if not n.startswith("_")]
+        raise NotFoundError(f"'{path}' defines no '{attr}'; it defines {names[:10]}")
+    return getattr(module, attr)
+
+
+def parse_shape_spec(spec: str) -> tuple[str, list[int | str] | None, str | None]:
+    """``NAME[:D0,D1,...][:DTYPE]`` -> (name, dims or None, dtype or None).
+
+    Dims are integers or symbols (``batch``); ``?`` or ``-1`` means unknown.
+    """
+    parts = spec.split(":")
+    name = parts[0]
+    if not name:
+        raise UsageError(f"input spec '{spec}' has no name; write NAME:1,3,224,224[:float32]")
+    dims: list[int | str] | None = None
+    dtype = None
+    if len(parts) >= 2 and parts[1]:
+        dims = []
+        for d in parts[1].replace("x", ",").split(","):
+            d = d.strip()
+            if not d:
+                continue
+            if d.lstrip("-").isdigit():
+                dims.append(int(d))
+            else:
+                dims.append(d)
+    if len(parts) >= 3 and parts[2]:
+        dtype = parts[2]
+    if len(parts) > 3:
+        raise UsageError(f"input spec '{spec}' has too many ':' parts; write NAME:SHAPE[:DTYPE]")
+    return name, dims, dtype
+
+
+def example_array(shape: Sequence[int | str | None], dtype: str | np.dtype, seed: int = 0,
+                  sym_size: int = 2) -> np.ndarray:
+    """Deterministic example data: normal floats, small non-negative integers, random bools."""
+    rng = np.random.default_rng(seed)
+    dims = [d if isinstance(d, int) and d >= 0 else sym_size for d in shape]
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.standard_normal(dims).astype(dt)
+    if dt.kind in "iu":
+        return rng.integers(0, 8, size=dims).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, size=dims).astype(bool)
+    raise UsageError(f"cannot make example data of dtype {dt}; give an example input")

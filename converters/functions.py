@@ -1,0 +1,204 @@
+"""Processing functions written in TensorFlow or PyTorch, exported as ONNX blocks and spliced
+into a model from any framework with :func:`onnxsurgeon.surgery.insert.insert`.
+
+Also the plain keyword functions the CLI calls (``convert tf``, ``convert torch``,
+``insert --func``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import onnx
+
+from onnxsurgeon.errors import RewriteError, UsageError
+from onnxsurgeon.index import GraphIndex
+from onnxsurgeon.io import Model, as_model
+from onnxsurgeon.select import Selector
+from onnxsurgeon.types import TypeOracle
+
+from .common import ConversionReport, load_factory, opset_of, parse_shape_spec
+
+FRAMEWORKS = ("tf", "torch")
+
+
+def export_function(
+    func: Any,
+    framework: str = "tf",
+    *,
+    elem_type: int,
+    shape: Sequence[int | str | None],
+    opset: int,
+    exporter: str | None = None,
+    check: bool = True,
+) -> onnx.ModelProto:
+    """Export a one-tensor-in, one-tensor-out framework function as an ONNX block.
+
+    Args:
+        func: a TF callable / ``tf.function`` (``framework="tf"``) or a PyTorch callable /
+            ``nn.Module`` (``framework="torch"``), or ``"FILE.py:NAME"`` (imports and runs that file).
+        framework: ``"tf"`` or ``"torch"``.
+        elem_type: ONNX element type of the input (``onnx.TensorProto.FLOAT``...).
+        shape: input dims; strings and None are symbolic and stay dynamic in the block.
+        opset: default-domain opset of the block (use the target model's).
+        exporter: torch only: ``"dynamo"`` or ``"torchscript"`` (default by opset).
+        check: compare the block with the framework function on example data.
+
+    Returns:
+        An ``onnx.ModelProto`` with one input ``x`` and one output ``y``.
+    """
+    if isinstance(func, str):
+        func = load_factory(func)
+    if not callable(func):
+        raise UsageError(f"the processing function must be callable, got {type(func).__name__}")
+    if framework == "tf":
+        from .tf import export_tf_function
+
+        return export_tf_function(func, elem_type=elem_type, shape=shape, opset=opset, check=check)
+    if framework == "torch":
+        from .torch import export_torch_function
+
+        return export_torch_function(func, elem_type=elem_type, shape=shape, opset=opset,
+                                     exporter=exporter, check=check)
+    raise UsageError(f"framework '{framework}' is unknown; use one of {list(FRAMEWORKS)}")
+
+
+def activation_type(model: Model | onnx.ModelProto, at: str) -> tuple[str, int, list[int | str | None]]:
+    """(ONNX tensor name, elem_type, shape with symbolic dims named) of the tensor ``at``."""
+    m = as_model(model)
+    index = GraphIndex(m.proto)
+    name = Selector(index).resolve(at)
+    oracle = TypeOracle(index)
+    elem = oracle.elem_type(name)
+    shape = oracle.shape(name)
+    if elem == 0 or shape is None:
+        raise RewriteError(
+            f"dtype/shape of tensor '{name}' is unknown, so the function cannot be exported for it; "
+            "add value_info for it (e.g. onnx.shape_inference) and retry"
+        )
+    dims: list[int | str | None] = [
+        d if d is not None else f"unk_{i}" for i, d in enumerate(shape)
+    ]
+    return name, elem, dims
+
+
+def insert_function(
+    model: Model | onnx.ModelProto,
+    at: str,
+    func: Any,
+    framework: str = "tf",
+    /,
+    *,
+    as_output: bool = False,
+    exporter: str | None = None,
+    opset: int | None = None,
+    check: bool = True,
+) -> Any:
+    """Insert a framework-written function at tensor ``at``. Mutates model.
+
+    Reads the activation's dtype and shape, exports ``func`` for them (symbolic dims kept) and
+    splices it in with ``insert(model, at, graph=block, as_output=as_output)``.
+
+    Before:  p -> at -> {consumers}
+    After:   p -> at -> func -> v -> {consumers}     (as_output: at -> func -> v -> <output>)
+
+    Args:
+        model: the model (``Model`` or ``ModelProto``).
+        at: a tensor name as the user knows it (ONNX, TF ``:0`` name, torch module path...).
+        func: callable or ``"FILE.py:NAME"`` (this imports and runs the user's file).
+        framework: ``"tf"`` or ``"torch"``.
+        as_output: expose the result as a new graph output instead of rerouting consumers.
+        exporter: torch exporter (``"dynamo"``/``"torchscript"``), default by opset.
+        opset: block opset (the model's default-domain opset when None).
+        check: compare the exported block with the framework on example data first.
+
+    Returns:
+        The ``InsertResult`` of :func:`onnxsurgeon.surgery.insert.insert`.
+    """
+    from onnxsurgeon.surgery.insert import insert
+
+    m = as_model(model)
+    _, elem, shape = activation_type(m, at)
+    block = export_function(func, framework, elem_type=elem, shape=shape,
+                            opset=opset or opset_of(m.proto), exporter=exporter, check=check)
+    return insert(model, at, graph=block, as_output=as_output)
+
+
+# ---------------------------------------------------------------------------------- CLI entry
+def cli_convert_tf(
+    source: str,
+    output: str | os.PathLike[str],
+    *,
+    inputs: Sequence[str] | None = None,
+    outputs: Sequence[str] | None = None,
+    opset: int | None = None,
+    check: bool = True,
+) -> ConversionReport:
+    """``onnxsurgeon convert tf SOURCE -o OUT [--inputs ...] [--outputs ...] [--opset N]``.
+
+    ``source`` is a ``.keras`` file, SavedModel folder or frozen ``.pb``; ``inputs`` entries are
+    ``NAME[:PORT][:SHAPE[:DTYPE]]`` (``input:0:1,8,8,3``), ``outputs`` TF tensor names.
+    """
+    from .tf import from_tf
+
+    return from_tf(source, output, inputs=list(inputs) if inputs else None,
+                   outputs=list(outputs) if outputs else None, opset=opset, check=check)
+
+
+def cli_convert_torch(
+    factory: str,
+    output: str | os.PathLike[str],
+    *,
+    inputs: Sequence[str],
+    exporter: str = "dynamo",
+    opset: int | None = None,
+    check: bool = True,
+) -> ConversionReport:
+    """``onnxsurgeon convert torch FILE.py:FACTORY -o OUT --input NAME:SHAPE[:DTYPE] ...``.
+
+    Imports and runs ``FILE.py`` (the user's own code) and calls ``FACTORY()`` for the module.
+    Symbolic dims in a shape (``x:batch,3,224,224``) become dynamic axes (example size 2).
+    """
+    import torch
+
+    from .common import example_array
+    from .torch import from_torch
+
+    if not inputs:
+        raise UsageError("convert torch needs --input NAME:SHAPE[:DTYPE] for every input")
+    make = load_factory(factory)
+    module = make() if callable(make) and not isinstance(make, torch.nn.Module) else make
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError(f"'{factory}' returned a {type(module).__name__}, not a torch.nn.Module")
+    names, tensors = [], []
+    dynamic: dict[str, dict[int, str]] = {}
+    for i, spec in enumerate(inputs):
+        name, dims, dtype = parse_shape_spec(spec)
+        if dims is None:
+            raise UsageError(f"input '{name}' needs a shape: {name}:1,3,224,224[:float32]")
+        names.append(name)
+        tensors.append(torch.from_numpy(example_array(dims, dtype or "float32", seed=i)))
+        sym = {j: str(d) for j, d in enumerate(dims) if isinstance(d, str) or d < 0}
+        if sym:
+            dynamic[name] = sym
+    return from_torch(module, tuple(tensors), output, exporter=exporter, opset=opset,
+                      input_names=names, dynamic_axes=dynamic or None, check=check)
+
+
+def cli_insert_function(
+    model: Model | onnx.ModelProto,
+    at: str,
+    *,
+    func: str,
+    framework: str,
+    as_output: bool = False,
+    exporter: str | None = None,
+) -> Any:
+    """``onnxsurgeon insert MODEL --at T --func FILE.py:NAME --framework tf|torch``. Mutates model.
+
+    Imports and runs ``FILE.py`` (the user's own code).
+    """
+    return insert_function(model, at, func, framework, as_output=as_output, exporter=exporter)
+

@@ -1,0 +1,603 @@
+"""TensorFlow -> ONNX with tf2onnx, keeping the names TensorFlow users know.
+
+Sources: a Keras 3 model or ``.keras`` file (loaded with ``safe_mode=True``), a ``tf.function`` or
+concrete function with an input signature, a SavedModel directory (its ``serving_default``
+signature), a TF1 frozen GraphDef (``.pb``), a ``tf.compat.v1.Graph`` without variables, or a
+``tf.compat.v1.Session`` (its variables are frozen). Every source is frozen to a constant GraphDef
+first, so the ONNX model has only the model's real inputs (no captured variables).
+
+Names: tf2onnx keeps TF op names but lays convolutions out as NCHW, so an ONNX tensor called
+``network/layer_conv5/Relu:0`` may hold the transposed value. After conversion every TF tensor is
+evaluated and matched by value: a TF name then denotes the tensor with TensorFlow's value (NHWC) —
+the ONNX tensor of that name is renamed when it differs, the matching tensor takes the TF name when
+it has an internal one, and the name map (``metadata_props['onnxsurgeon.name_map']``) records the
+rest, including fused ops (``Conv2D:0`` -> the fused ``Conv`` result) and Keras layer names
+(``conv5`` -> the layer's output tensor).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxsurgeon.errors import NotFoundError, UsageError
+
+from .common import (
+    ATOL,
+    RTOL,
+    ConversionError,
+    ConversionMismatchError,
+    ConversionReport,
+    align_names,
+    check_or_raise,
+    common_prefix_len,
+    compare_outputs,
+    example_array,
+    finish,
+    parse_shape_spec,
+    run_all_tensors,
+    run_onnx,
+)
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+_SKIP_OPS = frozenset({"Const", "Placeholder", "NoOp", "VarHandleOp", "ReadVariableOp",
+                       "VariableV2", "Assert", "PlaceholderWithDefault"})
+
+
+@dataclass
+class _Frozen:
+    """A source reduced to a constant GraphDef plus a way to run the original."""
+
+    graph_def: Any
+    inputs: list[str]                      # TF tensor names, e.g. "image:0"
+    outputs: list[str]
+    specs: list[tuple[list[int | None], Any]]   # shape, tf dtype per input
+    run_reference: Callable[[list[np.ndarray]], list[np.ndarray]]
+    rename: dict[str, str] = field(default_factory=dict)   # TF input/output -> ONNX io name
+    keras_model: Any = None
+
+
+def _tensor_name(name: str) -> str:
+    return name if ":" in name else name + ":0"
+
+
+def _frozen_from_concrete(cf: Any, *, call: Callable[..., Any] | None = None,
+                          out_names: Sequence[str] | None = None) -> _Frozen:
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    frozen = convert_variables_to_constants_v2(cf)
+    gd = frozen.graph.as_graph_def()
+    ins = [t for t in frozen.inputs if t.dtype != tf.resource]
+    outs = [t for t in frozen.outputs if t.dtype != tf.resource]
+    struct = cf.structured_input_signature
+    flat_specs = tf.nest.flatten(struct)
+    if len(flat_specs) != len(ins):
+        raise ConversionError(
+            f"concrete function '{cf.name}' has {len(ins)} tensor inputs but a signature of "
+            f"{len(flat_specs)}; give a function whose inputs are tensors"
+        )
+    target = call or cf
+
+    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        args, kwargs = tf.nest.pack_sequence_as(struct, [tf.constant(a) for a in arrays])
+        result = target(*args, **kwargs)
+        return [np.asarray(r) for r in tf.nest.flatten(result)]
+
+    rename: dict[str, str] = {}
+    for t, spec in zip(ins, flat_specs, strict=True):
+        base = t.name.rsplit(":", 1)[0]
+        if getattr(spec, "name", None):
+            rename[t.name] = spec.name
+        else:
+            rename[t.name] = base
+    flat_out_names = list(out_names) if out_names else _structured_output_names(cf)
+    if flat_out_names and len(flat_out_names) == len(outs):
+        for t, n in zip(outs, flat_out_names, strict=True):
+            rename[t.name] = n
+    return _Frozen(
+        graph_def=gd, inputs=[t.name for t in ins], outputs=[t.name for t in outs],
+        specs=[(t.shape.as_list() if t.shape.rank is not None else [], t.dtype) for t in ins],
+        run_reference=run, rename=rename,
+    )
+
+
+def _structured_output_names(cf: Any) -> list[str]:
+    so = cf.structured_outputs
+    if isinstance(so, Mapping):
+        return [str(k) for k in sorted(so)]
+    flat = tf.nest.flatten(so)
+    if len(flat) == 1:
+        return ["output"]
+    return [f"output_{i}" for i in range(len(flat))]
+
+
+def _from_keras(model: Any) -> _Frozen:
+    import keras
+
+    if not model.inputs:
+        raise UsageError(
+            f"Keras model '{model.name}' has no known inputs; build it (call it once or use "
+            "keras.Input) before converting"
+        )
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=t.name) for t in model.inputs]
+    single = len(specs) == 1
+
+    def fn(*xs: Any) -> Any:
+        return model(xs[0] if single else list(xs), training=False)
+
+    func = tf.function(fn, input_signature=specs, autograph=False)
+    cf = func.get_concrete_function()
+    out_names = list(getattr(model, "output_names", None) or [])
+    fr = _frozen_from_concrete(cf, call=fn, out_names=out_names)
+    fr.keras_model = model
+    del keras
+    return fr
+
+
+def _graph_specs(graph: Any, names: Sequence[str]) -> list[tuple[list[int | None], Any]]:
+    specs = []
+    for n in names:
+        try:
+            t = graph.get_tensor_by_name(n)
+        except (KeyError, ValueError):
+            raise NotFoundError(f"input tensor '{n}' not found in the TF graph; check --inputs") from None
+        specs.append((t.shape.as_list() if t.shape.rank is not None else [], t.dtype))
+    return specs
+
+
+def _from_graph_def(gd: Any, inputs: Sequence[str], outputs: Sequence[str],
+                    session: Any = None) -> _Frozen:
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.import_graph_def(gd, name="")
+    for n in outputs:
+        try:
+            graph.get_tensor_by_name(n)
+        except (KeyError, ValueError):
+            raise NotFoundError(f"output tensor '{n}' not found in the TF graph; check --outputs") from None
+    specs = _graph_specs(graph, inputs)
+
+    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        sess = session
+        own = sess is None
+        if own:
+            sess = tf.compat.v1.Session(graph=graph)
+        try:
+            return list(sess.run(list(outputs), dict(zip(inputs, arrays, strict=True))))
+        finally:
+            if own:
+                sess.close()
+
+    rename = {n: n.rsplit(":", 1)[0] for n in list(inputs) + list(outputs)}
+    return _Frozen(graph_def=gd, inputs=list(inputs), outputs=list(outputs), specs=specs,
+                   run_reference=run, rename=rename)
+
+
+def parse_tf_spec(spec: str) -> tuple[str, list[int | str] | None, str | None]:
+    """``NAME[:PORT][:SHAPE[:DTYPE]]`` -> (tensor name with port, dims, dtype).
+
+    A bare integer right after the name is the TF output port (``input:0``); shapes have commas or
+    brackets (``input:0:1,8,8,3``, ``input:[1,8,8,3]:float32``; a 1-D shape is written ``5,``).
+    """
+    name, sep, rest = spec.partition(":")
+    head, sep2, tail = rest.partition(":")
+    if sep and head.isdigit():
+        name, rest = f"{name}:{head}", tail if sep2 else ""
+    else:
+        name = _tensor_name(name)
+    if not rest:
+        return name, None, None
+    _, dims, dtype = parse_shape_spec("n:" + rest.replace("[", "").replace("]", ""))
+    return name, dims, dtype
+
+
+def _io_names(items: Any, what: str) -> list[str]:
+    if not items:
+        raise UsageError(f"a TF1 graph needs named {what} tensors; pass {what}=['name:0', ...]")
+    return [parse_tf_spec(i)[0] for i in items]
+
+
+def _normalize(source: Any, inputs: Any, outputs: Any) -> _Frozen:
+    import keras
+
+    if isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        if not p.exists():
+            raise NotFoundError(f"TF source '{p}' does not exist; check the path")
+        if p.is_file() and p.suffix == ".keras":
+            return _from_keras(keras.saving.load_model(p, safe_mode=True))
+        if p.is_dir() and (p / "saved_model.pb").exists():
+            loaded = tf.saved_model.load(str(p))
+            sigs = getattr(loaded, "signatures", {})
+            if "serving_default" not in sigs:
+                raise UsageError(f"SavedModel '{p}' has no 'serving_default' signature; re-save it with one")
+            fr = _frozen_from_concrete(sigs["serving_default"])
+            fr.keras_model = None
+            return fr
+        if p.is_file() and p.suffix == ".pb":
+            gd = tf.compat.v1.GraphDef()
+            try:
+                gd.ParseFromString(p.read_bytes())
+            except Exception:  # noqa: BLE001 - protobuf raises several types
+                raise UsageError(f"'{p}' is not a frozen TF GraphDef; give a .pb GraphDef") from None
+            return _from_graph_def(gd, _io_names(inputs, "inputs"), _io_names(outputs, "outputs"))
+        raise UsageError(
+            f"'{p}' is neither a .keras file, a SavedModel folder nor a frozen .pb GraphDef"
+        )
+    if isinstance(source, keras.Model):
+        return _from_keras(source)
+    if isinstance(source, tf.compat.v1.Session):
+        ins, outs = _io_names(inputs, "inputs"), _io_names(outputs, "outputs")
+        _graph_specs(source.graph, ins)
+        for n in outs:
+            try:
+                source.graph.get_tensor_by_name(n)
+            except (KeyError, ValueError):
+                raise NotFoundError(f"output tensor '{n}' not found in the TF graph; check --outputs") from None
+        gd = tf.compat.v1.graph_util.convert_variables_to_constants(
+            source, source.graph.as_graph_def(), sorted({o.rsplit(":", 1)[0] for o in outs}))
+        return _from_graph_def(gd, ins, outs, session=source)
+    if isinstance(source, tf.Graph):
+        gd = source.as_graph_def()
+        if any(n.op in ("VariableV2", "VarHandleOp", "Variable") for n in gd.node):
+            raise UsageError(
+                "the tf.compat.v1 graph holds variables; pass the Session that initialized them "
+                "(its values get frozen) or a frozen GraphDef"
+            )
+        return _from_graph_def(gd, _io_names(inputs, "inputs"), _io_names(outputs, "outputs"))
+    if hasattr(source, "get_concrete_function"):
+        if getattr(source, "input_signature", None) is not None:
+            cf = source.get_concrete_function()
+        elif inputs:
+            specs = []
+            for spec in inputs:
+                name, dims, dtype = parse_tf_spec(spec)
+                name = name.rsplit(":", 1)[0]
+                if dims is None:
+                    raise UsageError(f"input '{name}' needs a shape, e.g. {name}:1,8,8,3")
+                specs.append(tf.TensorSpec([d if isinstance(d, int) and d >= 0 else None for d in dims],
+                                           tf.as_dtype(dtype or "float32"), name=name))
+            cf = source.get_concrete_function(*specs)
+        else:
+            raise UsageError("the tf.function has no input_signature; pass inputs=['x:1,8,8,3', ...]")
+        return _frozen_from_concrete(cf, call=source)
+    if hasattr(source, "structured_input_signature") and hasattr(source, "graph"):
+        return _frozen_from_concrete(source)
+    raise UsageError(
+        f"cannot convert a {type(source).__name__} from TensorFlow; give a Keras model, .keras file, "
+        "tf.function, concrete function, SavedModel folder, .pb GraphDef, Graph or Session"
+    )
+
+
+def _override_shapes(fr: _Frozen, inputs: Any) -> None:
+    if not inputs:
+        return
+    by_name = {}
+    for spec in inputs:
+        name, dims, _ = parse_tf_spec(spec)
+        if dims is not None:
+            by_name[name] = dims
+            by_name[name.rsplit(":", 1)[0]] = dims
+    for i, n in enumerate(fr.inputs):
+        dims = by_name.get(n, by_name.get(fr.rename.get(n, "")))
+        if dims is not None:
+            fr.specs[i] = ([d if isinstance(d, int) and d >= 0 else None for d in dims], fr.specs[i][1])
+
+
+def _examples(fr: _Frozen, given: Mapping[str, np.ndarray] | None) -> list[np.ndarray]:
+    arrays = []
+    for i, (n, (shape, dtype)) in enumerate(zip(fr.inputs, fr.specs, strict=True)):
+        friendly = fr.rename.get(n, n)
+        if given and (n in given or friendly in given):
+            arrays.append(np.asarray(given[n] if n in given else given[friendly]))
+        else:
+            dims = [d if d is not None else (1 if j == 0 else 8) for j, d in enumerate(shape)]
+            arrays.append(example_array(dims, dtype.as_numpy_dtype, seed=i))
+    return arrays
+
+
+def _tf_values(gd: Any, inputs: Sequence[str], arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Every numeric op output of ``gd`` evaluated on ``arrays`` (graph order)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.import_graph_def(gd, name="")
+    fetch = [t for op in graph.get_operations() if op.type not in _SKIP_OPS for t in op.outputs
+             if t.dtype.is_floating or t.dtype.is_integer]
+    feed = dict(zip(inputs, arrays, strict=True))
+    values: dict[str, np.ndarray] = {}
+    with tf.compat.v1.Session(graph=graph) as sess:
+        try:
+            got = sess.run(fetch, feed)
+            values = {t.name: np.asarray(v) for t, v in zip(fetch, got, strict=True)}
+        except Exception:  # noqa: BLE001 - some tensors (loop frames) are not fetchable
+            for t in fetch:
+                try:
+                    values[t.name] = np.asarray(sess.run(t, feed))
+                except Exception:  # noqa: BLE001
+                    continue
+    return values
+
+
+def _constant_ops(gd: Any) -> set[str]:
+    """Names of ops whose value does not depend on any input (Const and ops on constants only)."""
+    const: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in gd.node:
+            if node.name in const:
+                continue
+            data = [i.split(":")[0] for i in node.input if not i.startswith("^")]
+            if node.op == "Const" or (data and node.op not in ("Placeholder",)
+                                      and all(d in const for d in data)):
+                const.add(node.name)
+                changed = True
+    return const
+
+
+def _constant_map(gd: Any, model: onnx.ModelProto, const: set[str]) -> dict[str, str]:
+    """TF variable/constant name -> ONNX initializer holding exactly the same values."""
+    from onnx import numpy_helper
+
+    by_shape: dict[tuple[int, ...], list[onnx.TensorProto]] = {}
+    for t in model.graph.initializer:
+        by_shape.setdefault(tuple(t.dims), []).append(t)
+    found: dict[str, str] = {}
+    for node in gd.node:
+        if node.op != "Const" or node.name not in const:
+            continue
+        value = tf.make_ndarray(node.attr["value"].tensor)
+        if value.size < 2:
+            continue
+        for t in by_shape.get(tuple(value.shape), ()):
+            if t.name != node.name + ":0" and np.array_equal(numpy_helper.to_array(t), value):
+                found[node.name + ":0"] = t.name
+                break
+    return found
+
+
+def _consumers(gd: Any) -> dict[str, list[str]]:
+    """TF tensor name -> names of the first outputs of ops reading it."""
+    cons: dict[str, list[str]] = {}
+    for node in gd.node:
+        for inp in node.input:
+            if inp.startswith("^"):
+                continue
+            cons.setdefault(_tensor_name(inp), []).append(node.name + ":0")
+    return cons
+
+
+def _tf2onnx(fr: _Frozen, opset: int | None, optimize_layout: bool) -> onnx.ModelProto:
+    import tf2onnx
+    import tf2onnx.utils
+    from tf2onnx import optimizer, tf_loader
+    from tf2onnx.convert import _convert_common
+
+    # tf2onnx numbers its generated names with a process-wide counter; restart it so the same
+    # conversion gives the same names (and bytes) whatever ran before in this process
+    tf2onnx.utils.INTERNAL_NAME = 1
+    opts = dict(optimizer._get_optimizers())
+    if not optimize_layout:
+        opts.pop("optimize_transpose", None)
+    with tf.device("/cpu:0"):
+        with tf.Graph().as_default():
+            gd = tf_loader.tf_optimize(fr.inputs, fr.outputs, fr.graph_def)
+        try:
+            model, _ = _convert_common(
+                gd, name="onnxsurgeon", continue_on_error=False, opset=opset,
+                input_names=fr.inputs, output_names=fr.outputs, optimizers=opts,
+                tensors_to_rename=dict(fr.rename),
+            )
+        except Exception as exc:  # noqa: BLE001 - tf2onnx raises anything
+            raise ConversionError(
+                f"tf2onnx {tf2onnx.__version__} could not convert the graph: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+                "try another opset or simplify the unsupported op"
+            ) from exc
+    return model
+
+
+def _keras_layer_map(model: Any, arrays: Sequence[np.ndarray], onnx_values: Mapping[str, np.ndarray],
+                     order: Mapping[str, int]) -> dict[str, str]:
+    """Keras layer name -> ONNX tensor holding the layer's output (by value)."""
+    import keras
+
+    from .common import ValueIndex
+
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    outs, names = [], []
+    for layer in layers:
+        try:
+            out = layer.output
+        except (AttributeError, ValueError):
+            continue
+        if isinstance(out, (list, tuple, dict)):
+            continue
+        outs.append(out)
+        names.append(layer.name)
+    if not outs:
+        return {}
+    try:
+        probe = keras.Model(model.inputs, outs)
+        got = probe(list(arrays), training=False)
+    except Exception:  # noqa: BLE001 - subclassed models have no symbolic layer outputs
+        return {}
+    got = got if isinstance(got, (list, tuple)) else [got]
+    vindex = ValueIndex(onnx_values)
+    result: dict[str, str] = {}
+    for name, value in zip(names, got, strict=True):
+        value = np.asarray(value)
+        if name in onnx_values and vindex.same(name, value):
+            continue
+        cands = vindex.matches(value)
+        if not cands:
+            continue
+        scope = f"/{name}"
+
+        def key(c: str, scope: str = scope) -> tuple[int, int]:
+            return (0 if (scope + "/" in c or scope + "_" in c) else 1, -order.get(c, -1))
+
+        result[name] = min(cands, key=key)
+    return result
+
+
+def convert_frozen(fr: _Frozen, path: str | os.PathLike[str], *, opset: int | None, check: bool,
+                   rtol: float, atol: float, example_inputs: Mapping[str, np.ndarray] | None,
+                   optimize_layout: bool) -> ConversionReport:
+    import tf2onnx
+
+    model = _tf2onnx(fr, opset, optimize_layout)
+    arrays = _examples(fr, example_inputs)
+    feeds = {fr.rename.get(n, n): a for n, a in zip(fr.inputs, arrays, strict=True)}
+    onnx_names = [i.name for i in model.graph.input]
+    if sorted(onnx_names) != sorted(feeds):
+        raise ConversionError(
+            f"the ONNX model has inputs {onnx_names} but the TF source has {sorted(feeds)}; "
+            "captured state was not frozen, report this model"
+        )
+    max_abs = excess = float("nan")
+    if check:
+        ref = fr.run_reference(arrays)
+        got = run_onnx(model, feeds)
+        got_list = [got[fr.rename.get(n, n)] for n in fr.outputs]
+        max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
+        check_or_raise("TF -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
+    # name alignment by value
+    const = _constant_ops(fr.graph_def)
+    tf_vals = {k: v for k, v in _tf_values(fr.graph_def, fr.inputs, arrays).items()
+               if k.rsplit(":", 1)[0] not in const}
+    for n in fr.outputs:   # graph outputs were renamed by tf2onnx
+        tf_vals.pop(n, None)
+    onnx_vals = run_all_tensors(model, feeds)
+    order = {o: i for i, node in enumerate(model.graph.node) for o in node.output}
+
+    def prefer(fw: str, cand: str) -> tuple[int, int]:
+        return (-common_prefix_len(fw, cand), order.get(cand, 0))
+
+    name_map = align_names(model, tf_vals, onnx_vals, prefer=prefer)
+    for tf_name, onnx_name in fr.rename.items():
+        if tf_name != onnx_name:
+            name_map[tf_name] = onnx_name
+    onnx_tensors = {o for node in model.graph.node for o in node.output} | {
+        i.name for i in model.graph.input}
+    # fused / dropped ops: follow single-consumer chains to a resolved tensor
+    cons = _consumers(fr.graph_def)
+    resolved = lambda n: name_map.get(n) or (n if n in onnx_tensors else None)  # noqa: E731
+    for node in reversed(fr.graph_def.node):
+        if node.op in _SKIP_OPS:
+            continue
+        t = node.name + ":0"
+        if resolved(t) or t not in tf_vals:
+            continue
+        nxt = t
+        for _ in range(8):
+            users = cons.get(nxt, [])
+            if len(users) != 1:
+                break
+            nxt = users[0]
+            if resolved(nxt):
+                name_map[t] = resolved(nxt)  # type: ignore[assignment]
+                break
+    for k, v in _constant_map(fr.graph_def, model, const).items():
+        name_map.setdefault(k, v)
+    if fr.keras_model is not None:
+        final_vals = run_all_tensors(model, feeds)
+        order = {o: i for i, node in enumerate(model.graph.node) for o in node.output}
+        for k, v in _keras_layer_map(fr.keras_model, arrays, final_vals, order).items():
+            name_map.setdefault(k, v)
+    return finish(
+        model, path, framework="tensorflow", framework_version=tf.__version__,
+        exporter=f"tf2onnx {tf2onnx.__version__}", name_map=dict(sorted(name_map.items())),
+        max_abs=max_abs, excess=excess, checked=check, rtol=rtol, atol=atol,
+    )
+
+
+def from_tf(
+    source: Any,
+    path: str | os.PathLike[str],
+    *,
+    inputs: Sequence[str] | None = None,
+    outputs: Sequence[str] | None = None,
+    opset: int | None = None,
+    check: bool = True,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+    example_inputs: Mapping[str, np.ndarray] | None = None,
+    optimize_layout: bool = False,
+) -> ConversionReport:
+    """Convert a TensorFlow model to ONNX at ``path``, with a name map and a numeric check.
+
+    Args:
+        source: Keras 3 model or ``.keras`` file, ``tf.function`` / concrete function, SavedModel
+            folder, frozen ``.pb`` GraphDef, ``tf.compat.v1.Graph`` or ``tf.compat.v1.Session``.
+        path: the ``.onnx`` file to write.
+        inputs: ``NAME[:SHAPE[:DTYPE]]`` per input; required (names) for GraphDefs, graphs and
+            sessions and for a ``tf.function`` without signature; otherwise overrides shapes.
+        outputs: output tensor names; required for GraphDefs, graphs and sessions.
+        opset: ONNX opset (tf2onnx's default when None).
+        check: run onnxruntime against TensorFlow on example inputs and raise
+            :class:`ConversionMismatchError` when outputs differ beyond ``rtol``/``atol``.
+        example_inputs: input name -> array for the check (seeded random data otherwise).
+        optimize_layout: let tf2onnx's transpose optimizer remove layout transposes (a leaner
+            graph, but TF names of activations kept only in NCHW layout are then missing from
+            the name map).
+
+    Returns:
+        A :class:`ConversionReport`.
+    """
+    fr = _normalize(source, inputs, outputs)
+    _override_shapes(fr, inputs)
+    return convert_frozen(fr, path, opset=opset, check=check, rtol=rtol, atol=atol,
+                          example_inputs=example_inputs, optimize_layout=optimize_layout)
+
+
+def export_tf_function(func: Any, *, elem_type: int, shape: Sequence[int | str | None],
+                       opset: int, check: bool = True) -> onnx.ModelProto:
+    """A TF callable on one tensor as an ONNX model with input ``x`` and output ``y``.
+
+    Symbolic dims of ``shape`` stay symbolic (same dim_param names in the block's input).
+    """
+    from onnx import helper
+
+    np_dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    spec = tf.TensorSpec([d if isinstance(d, int) and d >= 0 else None for d in shape],
+                         tf.as_dtype(np_dtype), name="x")
+    f = func if hasattr(func, "get_concrete_function") else tf.function(func, autograph=False)
+    cf = f.get_concrete_function(spec)
+    fr = _frozen_from_concrete(cf, call=f, out_names=["y"])
+    if len(fr.outputs) != 1:
+        raise UsageError(f"the TF function returns {len(fr.outputs)} tensors; return exactly one")
+    fr.rename[fr.inputs[0]] = "x"
+    model = _tf2onnx(fr, opset, optimize_layout=True)
+    _set_dim_params(model.graph.input[0], shape)
+    if check:
+        x = example_array(shape, np_dtype, seed=0, sym_size=3)
+        want = fr.run_reference([x])
+        got = run_onnx(model, {"x": x})["y"]
+        max_abs, excess = compare_outputs([got], want, rtol=RTOL, atol=ATOL)
+        check_or_raise("TF function -> ONNX block", max_abs, excess, rtol=RTOL, atol=ATOL)
+    return model
+
+
+def _set_dim_params(vi: onnx.ValueInfoProto, shape: Sequence[int | str | None]) -> None:
+    dims = vi.type.tensor_type.shape.dim
+    if len(dims) != len(shape):
+        return
+    for d, want in zip(dims, shape, strict=True):
+        if isinstance(want, str):
+            d.ClearField("dim_value")
+            d.dim_param = want
+
+
+__all__ = ["ConversionMismatchError", "export_tf_function", "from_tf"]

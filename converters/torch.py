@@ -1,0 +1,317 @@
+"""PyTorch -> ONNX with ``torch.onnx`` (dynamo or TorchScript exporter), keeping module paths.
+
+The name map (``metadata_props['onnxsurgeon.name_map']``) records, for every submodule whose
+forward returns one tensor, the ONNX tensor holding that output (``conv5`` -> ``conv2d``,
+``layer4.1`` -> ``/layer4/layer4.1/relu_1/Relu_output_0``). It is found by value: the module's
+output captured with a forward hook on the example inputs is matched against every ONNX tensor,
+preferring tensors the exporter attributes to that module. Modules the exporter dropped (Dropout,
+Identity) map to the tensor carrying their value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+import torch
+from onnxsurgeon.errors import UsageError
+from onnxsurgeon.index import GraphIndex
+from onnxsurgeon.select import Selector, node_module
+
+from .common import (
+    ATOL,
+    RTOL,
+    ConversionError,
+    ConversionReport,
+    ValueIndex,
+    check_or_raise,
+    compare_outputs,
+    example_array,
+    finish,
+    run_all_tensors,
+    run_onnx,
+)
+
+EXPORTERS = ("dynamo", "torchscript")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence exporter warnings and progress text for the duration of an export."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    was = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was)
+
+
+def _flatten(obj: Any) -> list[torch.Tensor]:
+    """Tensors of a (nested) forward result in the exporters' output order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, Mapping):
+        return [t for v in obj.values() for t in _flatten(v)]
+    if hasattr(obj, "to_tuple"):
+        return [t for v in obj.to_tuple() for t in _flatten(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _flatten(v)]
+    return []
+
+
+def _as_args(example_inputs: Any) -> tuple[Any, ...]:
+    if isinstance(example_inputs, tuple):
+        return example_inputs
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs)
+    return (example_inputs,)
+
+
+def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, opset: int | None,
+            input_names: Sequence[str] | None, output_names: Sequence[str] | None,
+            dynamic_axes: Mapping[str, Any] | None) -> onnx.ModelProto:
+    if exporter not in EXPORTERS:
+        raise UsageError(f"exporter '{exporter}' is unknown; use one of {list(EXPORTERS)}")
+    names = list(input_names) if input_names else None
+    if names is None and exporter == "torchscript":
+        params = [p for p in inspect.signature(module.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = [p.name for p in params[: len(args)]] or None
+    try:
+        with _quiet(), torch.no_grad():
+            if exporter == "dynamo":
+                prog = torch.onnx.export(
+                    module, args, dynamo=True, opset_version=opset or 18, input_names=names,
+                    output_names=list(output_names) if output_names else None,
+                    dynamic_axes=dict(dynamic_axes) if dynamic_axes else None, verbose=False,
+                )
+                return prog.model_proto
+            buf = io.BytesIO()
+            torch.onnx.export(
+                module, args, buf, dynamo=False, opset_version=opset or 17, input_names=names,
+                output_names=list(output_names) if output_names else None,
+                dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
+            )
+            return onnx.load_from_string(buf.getvalue())
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - exporters raise anything
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConversionError(
+            f"torch.onnx ({exporter}) could not export {type(module).__name__}: "
+            f"{type(exc).__name__}: {first[:300]}; try the other exporter or another opset"
+        ) from exc
+
+
+def _module_values(
+    module: torch.nn.Module, args: tuple[Any, ...]
+) -> tuple[list[np.ndarray], dict[str, np.ndarray], dict[str, list[str]]]:
+    """The module's flat outputs, every submodule's single-tensor output (forward hooks), and for
+    each submodule the submodules that read its output (in call order)."""
+    captured: dict[str, np.ndarray] = {}
+    outputs: dict[str, torch.Tensor] = {}
+    inputs: dict[str, list[torch.Tensor]] = {}
+    order: list[str] = []
+    handles = []
+
+    def hook_for(path: str) -> Callable[..., None]:
+        def hook(_mod: Any, inp: Any, out: Any) -> None:
+            inputs[path] = _flatten(inp)
+            if path not in order:
+                order.append(path)
+            if isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
+                outputs[path] = out
+                captured[path] = out.detach().cpu().numpy().copy()
+        return hook
+
+    for path, sub in module.named_modules():
+        if path:
+            handles.append(sub.register_forward_hook(hook_for(path)))
+    try:
+        with torch.no_grad():
+            result = module(*args)
+    finally:
+        for h in handles:
+            h.remove()
+    readers: dict[str, list[str]] = {}
+    for path, out in outputs.items():
+        readers[path] = [p for p in order if p != path and not path.startswith(p + ".")
+                         and any(t is out for t in inputs.get(p, ()))]
+    return [t.detach().cpu().numpy() for t in _flatten(result)], captured, readers
+
+
+def module_name_map(model: onnx.ModelProto, values: Mapping[str, np.ndarray],
+                    onnx_values: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Module path -> ONNX tensor with the module's output value (see the module docstring)."""
+    index = GraphIndex(model)
+    sel = Selector(index)
+    order = {o: i for i, node in enumerate(model.graph.node) for o in node.output}
+    producer_module = {o: node_module(node) or "" for node in model.graph.node for o in node.output}
+    vindex = ValueIndex(onnx_values)
+    result: dict[str, str] = {}
+    for path, value in values.items():
+        cands = vindex.matches(value)
+        if not cands:
+            continue
+        outs = set(sel.module_outputs(path))
+
+        def key(c: str, path: str = path, outs: set[str] = outs) -> tuple[int, int, int]:
+            pm = producer_module.get(c, "")
+            inside = pm == path or pm.startswith(path + ".")
+            return (0 if c in outs else 1, 0 if inside else 1, -order.get(c, -1))
+
+        best = min(cands, key=key)
+        if best != path:
+            result[path] = best
+    return dict(sorted(result.items()))
+
+
+def from_torch(
+    module: torch.nn.Module,
+    example_inputs: Any,
+    path: str | os.PathLike[str],
+    *,
+    exporter: str = "dynamo",
+    dynamic_axes: Mapping[str, Any] | None = None,
+    opset: int | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    check: bool = True,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> ConversionReport:
+    """Export ``module`` to ONNX at ``path`` with a module-path name map and a numeric check.
+
+    The module runs in eval mode during export and checks (its mode is restored afterwards).
+
+    Args:
+        module: the ``torch.nn.Module``.
+        example_inputs: a tensor or a tuple of positional tensors.
+        path: the ``.onnx`` file to write.
+        exporter: ``"dynamo"`` (torch.export based; opset >= 18) or ``"torchscript"``.
+        dynamic_axes: ``{input_name: {axis: "symbol"}}`` for dims that vary.
+        opset: ONNX opset (18 for dynamo, 17 for torchscript when None).
+        input_names / output_names: ONNX names of graph inputs / outputs.
+        check: run onnxruntime against PyTorch on ``example_inputs`` and raise
+            :class:`ConversionMismatchError` beyond ``rtol``/``atol``.
+
+    Returns:
+        A :class:`ConversionReport`.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
+    args = _as_args(example_inputs)
+    with _eval_mode(module):
+        model = _export(module, args, exporter=exporter, opset=opset, input_names=input_names,
+                        output_names=output_names, dynamic_axes=dynamic_axes)
+        ref, values, readers = _module_values(module, args)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    graph_inputs = [i.name for i in model.graph.input]
+    if len(graph_inputs) != len(tensors):
+        raise ConversionError(
+            f"the ONNX model has inputs {graph_inputs} for {len(tensors)} example tensors; "
+            "pass only tensor inputs (wrap other arguments in the module)"
+        )
+    feeds = {n: t.detach().cpu().numpy() for n, t in zip(graph_inputs, tensors, strict=True)}
+    max_abs = excess = float("nan")
+    if check:
+        got = run_onnx(model, feeds)
+        got_list = [got[o.name] for o in model.graph.output]
+        if len(got_list) != len(ref):
+            raise ConversionError(
+                f"the ONNX model has {len(got_list)} outputs but the module returns {len(ref)} "
+                "tensors; return tensors only"
+            )
+        max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
+        check_or_raise("PyTorch -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
+    name_map = module_name_map(model, values, run_all_tensors(model, feeds))
+    _map_fused(name_map, values, readers)
+    return finish(
+        model, path, framework="pytorch", framework_version=torch.__version__.split("+")[0],
+        exporter=f"torch.onnx {exporter}", name_map=name_map, max_abs=max_abs, excess=excess,
+        checked=check, rtol=rtol, atol=atol,
+    )
+
+
+def _map_fused(name_map: dict[str, str], values: Mapping[str, np.ndarray],
+               readers: Mapping[str, list[str]]) -> None:
+    """Modules whose output exists nowhere in ONNX (``conv`` fused with the ``bn`` after it) map
+    to the tensor of the single module reading it, following up to 8 such steps. Mutates map."""
+    for path in values:
+        if path in name_map:
+            continue
+        nxt = path
+        for _ in range(8):
+            users = [u for u in readers.get(nxt, []) if not u.startswith(nxt + ".")]
+            outer = [u for u in users if not any(u.startswith(v + ".") for v in users)]
+            if len(outer) != 1:
+                break
+            nxt = outer[0]
+            if nxt in name_map:
+                name_map[path] = name_map[nxt]
+                break
+    for key in sorted(name_map):
+        name_map[key] = name_map.pop(key)
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def export_torch_function(func: Any, *, elem_type: int, shape: Sequence[int | str | None],
+                          opset: int, exporter: str | None = None,
+                          check: bool = True) -> onnx.ModelProto:
+    """A PyTorch callable on one tensor as an ONNX model with input ``x`` and output ``y``.
+
+    Symbolic dims of ``shape`` stay symbolic. ``exporter`` defaults to dynamo for opset >= 18 and
+    TorchScript below (dynamo cannot write older opsets).
+    """
+    from onnx import helper
+
+    exporter = exporter or ("dynamo" if opset >= 18 else "torchscript")
+    module = func if isinstance(func, torch.nn.Module) else _Wrap(func)
+    np_dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    x = torch.from_numpy(example_array(shape, np_dtype, seed=0, sym_size=3))
+    dyn = {i: (d if isinstance(d, str) else f"d{i}") for i, d in enumerate(shape)
+           if not (isinstance(d, int) and d >= 0)}
+    with _eval_mode(module):
+        model = _export(module, (x,), exporter=exporter, opset=opset, input_names=["x"],
+                        output_names=["y"], dynamic_axes={"x": dyn} if dyn else None)
+        with torch.no_grad():
+            want = _flatten(module(x))
+    if len(model.graph.output) != 1 or len(want) != 1:
+        raise UsageError(f"the torch function returns {len(want)} tensors; return exactly one")
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for i, d in enumerate(shape):
+        if isinstance(d, str) and i < len(dims):
+            dims[i].ClearField("dim_value")
+            dims[i].dim_param = d
+    if check:
+        got = run_onnx(model, {"x": x.numpy()})["y"]
+        max_abs, excess = compare_outputs([got], [want[0].numpy()], rtol=RTOL, atol=ATOL)
+        check_or_raise("torch function -> ONNX block", max_abs, excess, rtol=RTOL, atol=ATOL)
+    return model
+
+
+__all__ = ["EXPORTERS", "export_torch_function", "from_torch", "module_name_map"]

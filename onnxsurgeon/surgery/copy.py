@@ -1,0 +1,296 @@
+"""copy: duplicate the closure of some tensors inside the same model, with new names.
+
+Sharing is decided once, in one rename map, before anything is copied (the torch.fx
+``graph_copy(val_map)`` idea): a name that maps to itself is shared, every other name is copied.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import onnx
+
+from .. import record
+from ..closure import closure
+from ..errors import RewriteError, UsageError
+from ..index import GraphIndex, has_subgraphs, subgraphs
+from ..io import Model, as_model
+from ..names import NameAllocator
+from ..select import Selector
+from ..types import TypeOracle, dtype_name, renamed_value_info
+from ._proto import is_complete, known_value_info
+
+
+class Weights(str, Enum):
+    """How a copy treats the weights (initializers and Constant nodes) of its closure."""
+
+    INDEPENDENT = "independent"
+    """Every weight gets one new copy (tied weights stay tied within the copy)."""
+    SHARED = "shared"
+    """The copy reads the original weights; nothing is added."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """Rename maps of :func:`copy` (original name -> copy name).
+
+    Attributes:
+        outputs: each requested tensor -> its copy (a new graph output).
+        initializers: each copied initializer -> its copy (empty under ``Weights.SHARED``).
+        nodes: each copied main-graph node name -> the copy's node name.
+        tensors: every renamed main-graph tensor (node outputs and initializers) -> its copy.
+    """
+
+    outputs: dict[str, str]
+    initializers: dict[str, str]
+    nodes: dict[str, str]
+    tensors: dict[str, str]
+
+
+def _is_constant(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _rename_bodies(
+    node: onnx.NodeProto, outer: Mapping[str, str], names: NameAllocator, prefix: str
+) -> None:
+    """Give every name defined inside ``node``'s bodies a fresh prefixed name and map captured
+    outer names through ``outer``. Mutates ``node`` (a fresh copy). Iterative, O(body size)."""
+    stack: list[tuple[onnx.GraphProto, Mapping[str, str]]] = [
+        (g, outer) for g in reversed(list(subgraphs(node)))
+    ]
+    while stack:
+        g, parent = stack.pop()
+        local: dict[str, str] = {}
+        for vi in g.input:
+            local[vi.name] = names.fresh(prefix + vi.name)
+        for t in g.initializer:
+            local[t.name] = names.fresh(prefix + t.name)
+        for st in g.sparse_initializer:
+            local[st.values.name] = names.fresh(prefix + st.values.name)
+        for inner in g.node:
+            if inner.name:
+                inner.name = names.fresh(prefix + inner.name)
+            for k, out in enumerate(inner.output):
+                if out:
+                    fresh = names.fresh(prefix + out)
+                    local[out] = fresh
+                    inner.output[k] = fresh
+        scope: Mapping[str, str] = ChainMap(local, parent)  # type: ignore[arg-type]
+        for vi in g.input:
+            vi.name = local[vi.name]
+        for t in g.initializer:
+            t.name = local[t.name]
+        for st in g.sparse_initializer:
+            st.values.name = local[st.values.name]
+        nested: list[tuple[onnx.GraphProto, Mapping[str, str]]] = []
+        for inner in g.node:
+            for k, name in enumerate(inner.input):
+                if name and name in scope:
+                    inner.input[k] = scope[name]
+            nested.extend((sub, scope) for sub in subgraphs(inner))
+        for vi in g.output:
+            vi.name = scope.get(vi.name, vi.name)
+        for vi in g.value_info:
+            vi.name = scope.get(vi.name, vi.name)
+        stack.extend(reversed(nested))
+
+
+def copy(
+    model: Model | onnx.ModelProto,
+    outputs: Sequence[str],
+    /,
+    *,
+    weights: Weights | str = Weights.INDEPENDENT,
+    prefix: str = "copy/",
+    replace_inputs: Mapping[str, str] | None = None,
+) -> CopyResult:
+    """Duplicate the closure of ``outputs`` inside ``model``; each copy becomes a graph output.
+    Mutates model.
+
+    New names are ``prefix`` + the original name (made unique by :class:`NameAllocator`). Graph
+    inputs are shared. ``weights`` chooses whether initializers and Constant nodes are copied
+    (external-data initializers are copied as references: same file, offset and length) or
+    shared. ``replace_inputs`` ``{A: B}`` makes the copy read B wherever the original reads A (A
+    and its upstream are not copied). Names inside nested If/Loop/Scan bodies are renamed
+    consistently; local functions are shared.
+
+    Before:  x -> conv -> act -> fc -> logits
+    After:   x -> conv -> act -> fc -> logits
+             x -> copy/conv -> copy/act -> copy/fc -> copy/logits   (new graph output)
+
+    O(nodes + edges) of the closure plus one pass over all names for the name allocator.
+
+    Args:
+        model: the model (a :class:`Model` or a bare ``ModelProto``).
+        outputs: the tensors to copy (user names, resolved with :class:`Selector`).
+        weights: ``Weights.INDEPENDENT`` (default) or ``Weights.SHARED`` (or their values).
+        prefix: prefix of every new name.
+        replace_inputs: tensor A -> tensor B read by the copy instead of A.
+
+    Returns:
+        A :class:`CopyResult` with the rename maps.
+
+    Raises:
+        NotFoundError / AmbiguousNameError: a name does not resolve.
+        UsageError: bad option, nothing to copy, a replaced tensor not on the path.
+        RewriteError: a replacement with another dtype, an output of unknown type.
+    """
+    proto = as_model(model).proto
+    try:
+        mode = Weights(weights)
+    except ValueError:
+        raise UsageError(
+            f"weights={weights!r} is not a weights mode; use one of {[w.value for w in Weights]}"
+        ) from None
+    if not outputs:
+        raise UsageError("copy needs at least one output tensor; pass outputs=[...]")
+    index = GraphIndex(proto)
+    selector = Selector(index)
+    outs = list(dict.fromkeys(selector.resolve(n) for n in outputs))
+    repl: dict[str, str] = {}
+    for a, b in (replace_inputs or {}).items():
+        repl[selector.resolve(a)] = selector.resolve(b)
+    graph = proto.graph
+    shared_mode = mode is Weights.SHARED
+    oracle: TypeOracle | None = None
+    for a, b in repl.items():
+        ea, eb = index.elem_type(a), index.elem_type(b)
+        if not ea or not eb:
+            oracle = oracle or TypeOracle(index)
+            ea, eb = ea or oracle.elem_type(a), eb or oracle.elem_type(b)
+        if ea and eb and ea != eb:
+            raise RewriteError(
+                f"replace_inputs '{a}' -> '{b}': '{a}' is {dtype_name(ea)} but '{b}' is "
+                f"{dtype_name(eb)}; replace it with a tensor of the same dtype"
+            )
+    for o in outs:
+        why = None
+        if o in repl:
+            why = "is replaced by replace_inputs"
+        elif o in index.inputs and o not in index.initializers:
+            why = "is a graph input (graph inputs are shared)"
+        elif shared_mode and o in index.initializers:
+            why = "is an initializer and weights are shared"
+        elif shared_mode and o in index.producer and _is_constant(graph.node[index.producer[o]]):
+            why = "is a Constant and weights are shared"
+        if why:
+            raise UsageError(f"tensor '{o}' {why}, so there is nothing to copy; copy a computed tensor")
+    cl = closure(index, outs, stop_at=list(repl))
+    missing = [a for a in repl if a not in cl.stops]
+    if missing:
+        raise UsageError(
+            f"replace_inputs key '{missing[0]}' is not on the path to outputs {outs}; drop it"
+        )
+
+    out_infos: dict[str, onnx.ValueInfoProto] = {}
+    for o in outs:
+        vi = known_value_info(index, o)
+        if vi is None:
+            oracle = oracle or TypeOracle(index)
+            vi = oracle.value_info(o)
+        if not is_complete(vi):
+            raise RewriteError(
+                f"type of tensor '{o}' is unknown (no value_info, shape inference cannot tell); "
+                "add value_info for it"
+            )
+        assert vi is not None
+        out_infos[o] = vi
+
+    # ---- the rename map, decided before anything is copied
+    names = NameAllocator.for_model(proto)
+    mapping: dict[str, str] = dict(repl)
+    init_map: dict[str, str] = {}
+    if not shared_mode:
+        for name in cl.initializers:
+            init_map[name] = names.fresh(prefix + name)
+    mapping.update(init_map)
+    copy_nodes: list[int] = []
+    named: dict[int, str] = {}
+    node_map: dict[str, str] = {}
+    tensor_map: dict[str, str] = dict(init_map)
+    for i in cl.nodes:
+        node = graph.node[i]
+        if shared_mode and _is_constant(node):
+            continue
+        copy_nodes.append(i)
+        orig_name = node.name
+        if not orig_name:
+            orig_name = names.fresh(f"{node.op_type}_{i}")
+            named[i] = orig_name
+        node_map[orig_name] = names.fresh(prefix + orig_name)
+        for out in node.output:
+            if out:
+                tensor_map[out] = names.fresh(prefix + out)
+    mapping.update(tensor_map)
+
+    new_nodes: list[onnx.NodeProto] = []
+    for i in copy_nodes:
+        n = onnx.NodeProto()
+        n.CopyFrom(graph.node[i])
+        n.name = node_map[named.get(i, n.name)]
+        for k, name in enumerate(n.input):
+            if name in mapping:
+                n.input[k] = mapping[name]
+        for k, name in enumerate(n.output):
+            if name:
+                n.output[k] = mapping[name]
+        if has_subgraphs(n):
+            _rename_bodies(n, mapping, names, prefix)
+        new_nodes.append(n)
+    new_inits: list[onnx.TensorProto] = []
+    new_sparse: list[onnx.SparseTensorProto] = []
+    new_inputs: list[onnx.ValueInfoProto] = []
+    sparse_pos = {st.values.name: k for k, st in enumerate(graph.sparse_initializer)}
+    for name, fresh in init_map.items():
+        pos = index.initializers[name]
+        if pos >= 0:
+            t = onnx.TensorProto()
+            t.CopyFrom(graph.initializer[pos])
+            t.name = fresh
+            new_inits.append(t)
+        else:
+            st = onnx.SparseTensorProto()
+            st.CopyFrom(graph.sparse_initializer[sparse_pos[name]])
+            st.values.name = fresh
+            new_sparse.append(st)
+        if name in index.inputs:  # IR < 4 lists initializers as inputs: so does the copy
+            new_inputs.append(renamed_value_info(graph.input[index.inputs[name]], fresh))
+    new_outputs = [renamed_value_info(out_infos[o], mapping[o]) for o in outs]
+    out_set = set(outs)
+    new_vi: list[onnx.ValueInfoProto] = []
+    for vi in graph.value_info:
+        if vi.name in tensor_map and vi.name not in out_set and vi.name not in init_map:
+            new_vi.append(renamed_value_info(vi, tensor_map[vi.name]))
+    have_vi = {vi.name for vi in graph.value_info}
+    for vi in graph.output:
+        if (vi.name in tensor_map and vi.name not in out_set and vi.name not in have_vi
+                and vi.name not in init_map and is_complete(vi)):
+            new_vi.append(renamed_value_info(vi, tensor_map[vi.name]))
+
+    # ---- mutate
+    for i, name in named.items():
+        graph.node[i].name = name
+    graph.node.extend(new_nodes)
+    graph.initializer.extend(new_inits)
+    graph.sparse_initializer.extend(new_sparse)
+    graph.input.extend(new_inputs)
+    graph.value_info.extend(new_vi)
+    graph.output.extend(new_outputs)
+    result = CopyResult(
+        outputs={o: mapping[o] for o in outs},
+        initializers=init_map,
+        nodes=node_map,
+        tensors=tensor_map,
+    )
+    record.add_rewrite(proto, {
+        "op": "copy", "outputs": result.outputs, "initializers": init_map, "nodes": node_map,
+        "weights": mode.value, "replace_inputs": repl,
+    })
+    return result

@@ -1,0 +1,154 @@
+"""``reroute``: consumers of one tensor read another instead (graph_editor's ``reroute_ts``)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import onnx
+
+from ..closure import closure
+from ..errors import NotFoundError, RewriteError, UsageError
+from ..index import GraphIndex, Use
+from ..io import Model, as_model
+from ..record import add_rewrite
+from ..select import Selector
+from ..types import TypeOracle
+from ._edges import check_types, rewire
+
+
+@dataclass(frozen=True)
+class RerouteResult:
+    """What ``reroute`` did.
+
+    Attributes:
+        rerouted: main-graph nodes that now read the target (nodes whose nested bodies read it
+            count), in node order.
+        rerouted_outputs: graph outputs that were the source and are now the target.
+    """
+
+    rerouted: list[str]
+    rerouted_outputs: list[str]
+
+
+def _selected_nodes(index: GraphIndex, source: str, uses: list[Use],
+                    consumers: Sequence[str]) -> set[int]:
+    """Main-graph node indexes named by ``consumers``; each must read ``source``."""
+    reading = {u.node for u in uses}
+    labels = [index.node_label(i) for i in sorted(reading)]
+    chosen: set[int] = set()
+    for name in consumers:
+        i = index.node_names.get(name)
+        if i is None:
+            close = difflib.get_close_matches(name, list(index.node_names), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+            raise NotFoundError(
+                f"node '{name}' not found in the main graph; {hint}consumers of '{source}': {labels}"
+            )
+        if i not in reading:
+            raise UsageError(
+                f"node '{name}' does not read '{source}'; its consumers are {labels}"
+            )
+        chosen.add(i)
+    return chosen
+
+
+def _reorder(graph: onnx.GraphProto, movers: list[int], before: int) -> None:
+    """Move nodes ``movers`` (ascending indexes, all > ``before``) to just before node
+    ``before``, keeping their relative order. O(nodes) per moved node."""
+    for k, i in enumerate(movers):
+        node = onnx.NodeProto()
+        node.CopyFrom(graph.node[i])
+        del graph.node[i]
+        graph.node.insert(before + k, node)
+
+
+def reroute(
+    model: Model | onnx.ModelProto,
+    source: str,
+    target: str,
+    /,
+    *,
+    consumers: Sequence[str] | None = None,
+) -> RerouteResult:
+    """Consumers of ``source`` read ``target`` instead. Mutates model.
+
+    With ``consumers`` only those main-graph nodes (node names) are rerouted, including reads
+    inside their nested bodies; without it every reader is: main-graph nodes, nodes in nested
+    If/Loop/Scan bodies, and graph outputs named ``source`` (renamed to ``target``). When the
+    target is produced after a rerouted consumer, the target's producers that come too late are
+    moved (stably, nothing else) to just before the first rerouted consumer. Nodes left without
+    readers are kept; ``extract`` prunes them.
+
+    Before:  a -> {f, g};   b -> h
+    After (consumers=["f"]):  a -> g;   b -> {h, f}
+
+    O(nodes + edges); the target's backward closure is walked only when it is produced after a
+    rerouted consumer.
+
+    Raises:
+        NotFoundError / AmbiguousNameError: a tensor or node name does not resolve.
+        UsageError: source equals target, nothing reads source, or a named node does not read it.
+        RewriteError: a cycle (the target depends on a rerouted consumer; the nodes are named),
+            different dtypes, or incompatible known shapes.
+    """
+    m = as_model(model)
+    proto = m.proto
+    index = GraphIndex(proto)
+    selector = Selector(index)
+    src = selector.resolve(source)
+    tgt = selector.resolve(target)
+    if src == tgt:
+        raise UsageError(f"source and target are both '{src}'; name two different tensors")
+    uses = list(index.consumers.get(src, ()))
+    if consumers is None:
+        chosen = {u.node for u in uses}
+        out_positions = [k for k, vi in enumerate(proto.graph.output) if vi.name == src]
+    else:
+        if not consumers:
+            raise UsageError("consumers is empty; name at least one node, or pass None for all")
+        chosen = _selected_nodes(index, src, uses, consumers)
+        out_positions = []
+    if not chosen and not out_positions:
+        raise UsageError(f"nothing reads '{src}'; there is nothing to reroute")
+    oracle = TypeOracle(index)
+    check_types(f"cannot reroute '{src}' to '{tgt}'", src, tgt, oracle.elem_type(src),
+                oracle.elem_type(tgt), oracle.shape(src), oracle.shape(tgt))
+    # Nodes are topologically sorted (ONNX requires it): when the target's producer comes before
+    # every rerouted consumer, none of them can be among its ancestors and nothing has to move.
+    first = min(chosen) if chosen else None
+    late = first is not None and index.producer.get(tgt, -1) >= first
+    needed = closure(index, [tgt]).nodes if late else ()
+    cyclic = sorted(set(needed) & chosen)
+    if cyclic:
+        raise RewriteError(
+            f"rerouting '{src}' to '{tgt}' would make a cycle: '{tgt}' is computed from "
+            f"{[index.node_label(i) for i in cyclic]}, which would then read it; reroute other "
+            "consumers or pick another target"
+        )
+    if out_positions and tgt in index.outputs:
+        raise RewriteError(
+            f"graph output '{src}' would become '{tgt}', which is already a graph output; "
+            "reroute named consumers only (consumers=[...]) or remove one output first"
+        )
+    selected = [u for u in uses if u.node in chosen]
+    movers = [i for i in needed if first is not None and i > first]
+    tgt_vi = oracle.value_info(tgt) if out_positions else None
+
+    # ------------------------------------------------------------------ mutate (all checked)
+    rerouted = rewire(index, selected, tgt)
+    rerouted_outputs: list[str] = []
+    for k in out_positions:
+        out = proto.graph.output[k]
+        if tgt_vi is not None and tgt_vi.type.WhichOneof("value") is not None:
+            out.type.CopyFrom(tgt_vi.type)
+        out.name = tgt
+        rerouted_outputs.append(src)
+    if movers and first is not None:
+        _reorder(proto.graph, movers, first)
+    add_rewrite(proto, {
+        "op": "reroute", "from": src, "to": tgt, "rerouted": rerouted,
+        "rerouted_outputs": rerouted_outputs,
+    })
+    return RerouteResult(rerouted, rerouted_outputs)

@@ -1,0 +1,53 @@
+"""Verification engine: run models in onnxruntime and prove rewrites numerically.
+
+The only part of the core that imports onnxruntime. Each CLI command is one call here and returns
+a frozen :class:`VerifyReport` whose ``to_json()`` matches the CLI contract:
+
+* :func:`compare` -- two models on the same (random or user) inputs, per-pair statistics, and the
+  first tensor where they part when they differ;
+* :func:`verify_rewrite` / :func:`verify_log` -- the invariant a recorded rewrite implies
+  (extract, copy, insert, reroute), compared exactly with graph optimizations off;
+* :func:`verify_against` -- a model against reference outputs from any callable (the hook for
+  TensorFlow / PyTorch, which the core never imports);
+* :func:`run_model` -- values of any tensors of one model for one feed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .compare import compare, default_samples, verify_against
+from .inputs import InputSpec, input_specs, random_samples, user_samples
+from .locate import locate
+from .report import (
+    TOLERANCES,
+    Divergence,
+    PairReport,
+    VerifyReport,
+    compare_arrays,
+    default_tolerance,
+    format_report,
+)
+from .rewrite import verify_log, verify_rewrite
+from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
+
+
+def run_model(model: ModelLike, feeds: Mapping[str, np.ndarray], *,
+              outputs: Sequence[str] | None = None, batch: int = DEFAULT_BATCH,
+              threads: int = 0) -> dict[str, np.ndarray]:
+    """Values of ``outputs`` (default: the graph outputs; any main-graph tensors, exposed in
+    batches of ``batch`` per session) for one feed. Optimizations off, CPU provider."""
+    m = to_model(model)
+    with Workspace() as ws:
+        staged = Staged(m, ws, "model", threads=threads)
+        return staged.run(feeds, outputs, batch=batch)
+
+
+__all__ = [
+    "DEFAULT_BATCH", "TOLERANCES", "Divergence", "InputSpec", "ModelLike", "ModelRunError",
+    "PairReport", "VerifyReport", "compare", "compare_arrays", "default_samples",
+    "default_tolerance", "format_report", "input_specs", "locate", "random_samples", "run_model",
+    "user_samples", "verify_against", "verify_log", "verify_rewrite",
+]

@@ -1,0 +1,255 @@
+"""Input samples for verification: seeded random arrays that respect each input's dtype and shape,
+or user data from an ``.npz`` file or a folder of them.
+
+Random samples come in sign pairs: sample ``2k + 1`` is the negation of sample ``2k`` for floating
+inputs and the complement for bool inputs, so a branch condition that depends on the sign of an
+input (``ReduceSum(x) > 0``) takes both branches with two samples. Integer inputs that index a
+table (``Gather`` / embedding) are drawn inside the table, whose size is read from the graph.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..errors import NotFoundError, UsageError
+from ..index import GraphIndex, iter_graphs
+from ..types import TypeOracle, dtype_name
+
+DEFAULT_INT_HIGH = 8
+"""Integer inputs that index no table are drawn from ``[0, DEFAULT_INT_HIGH)``."""
+
+_PASS_THROUGH = {"Cast": 0, "Reshape": 0, "Unsqueeze": 0, "Squeeze": 0, "Flatten": 0,
+                 "Identity": 0, "Expand": 0, "Transpose": 0, "Tile": 0}
+"""Ops that keep an index's values (op -> input slot that carries them)."""
+
+_INT_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+              TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
+
+Sample = dict[str, np.ndarray]
+InputsLike = str | os.PathLike | Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]
+"""User inputs: an .npz path, a folder of .npz files, one feed dict, or a list of feed dicts."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input to feed: name, ONNX element type, shape (ints, symbols or None)."""
+
+    name: str
+    elem_type: int
+    shape: tuple[int | str | None, ...] | None
+    """Dims: ints, symbolic names or None (unknown); None when even the rank is unknown."""
+    high: int | None = None
+    """Exclusive upper bound of an integer input that indexes a table (None: not an index)."""
+
+
+def has_if(model: onnx.ModelProto) -> bool:
+    """True when any graph of ``model`` holds an If node."""
+    return any(n.op_type == "If" for g in iter_graphs(model.graph) for n in g.node)
+
+
+def index_bounds(index: GraphIndex, oracle: TypeOracle) -> dict[str, int]:
+    """Graph input -> exclusive bound for integer inputs that reach a ``Gather``/``GatherElements``
+    index slot through value-preserving ops (Cast, Reshape, Unsqueeze, ...). The bound is the
+    table's size along the gather axis (the smallest one when several tables are read).
+    O(nodes + edges) of the forward walk."""
+    bounds: dict[str, int] = {}
+    consumers = index.consumers
+    for name in index.inputs:
+        if name in index.initializers:
+            continue
+        seen: set[str] = set()
+        stack = [name]
+        best: int | None = None
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            for use in consumers.get(t, ()):
+                if use.slot < 0:
+                    continue
+                node = index.graph.node[use.node]
+                if node.op_type in ("Gather", "GatherElements") and use.slot == 1:
+                    axis = next((helper.get_attribute_value(a) for a in node.attribute
+                                 if a.name == "axis"), 0)
+                    shape = oracle.shape(node.input[0])
+                    if shape:
+                        dim = shape[axis] if -len(shape) <= axis < len(shape) else None
+                        if isinstance(dim, int) and dim > 0:
+                            best = dim if best is None else min(best, dim)
+                elif _PASS_THROUGH.get(node.op_type) == use.slot:
+                    stack.extend(o for o in node.output if o)
+        if best is not None:
+            bounds[name] = best
+    return bounds
+
+
+def input_specs(index: GraphIndex, oracle: TypeOracle | None = None) -> list[InputSpec]:
+    """The inputs a run must feed (initializers listed as inputs keep their stored value)."""
+    oracle = oracle or TypeOracle(index)
+    bounds = index_bounds(index, oracle)
+    specs = []
+    for vi in index.graph.input:
+        if vi.name in index.initializers:
+            continue
+        shape = oracle.shape(vi.name)
+        specs.append(InputSpec(vi.name, oracle.elem_type(vi.name),
+                               None if shape is None else tuple(shape), bounds.get(vi.name)))
+    return specs
+
+
+def _numpy_dtype(elem_type: int, name: str) -> np.dtype:
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype is None or elem_type not in _FLOAT_TYPES | _INT_TYPES | {TensorProto.BOOL}:
+        raise UsageError(
+            f"input '{name}' has type {dtype_name(elem_type)}, for which no random values are "
+            "drawn; give the inputs in an .npz file (--inputs)"
+        )
+    return dtype
+
+
+def _concrete_shape(spec: InputSpec, dims: Mapping[str, int]) -> tuple[int, ...]:
+    if spec.shape is None:
+        raise UsageError(
+            f"input '{spec.name}' has no known shape, so no random values can be drawn; give "
+            "the inputs in an .npz file (--inputs)"
+        )
+    out = []
+    for d in spec.shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, str):
+            out.append(int(dims.get(d, 1)))
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def random_samples(specs: Sequence[InputSpec], *, seed: int = 0, samples: int = 1,
+                   dims: Mapping[str, int] | None = None) -> list[Sample]:
+    """``samples`` feed dicts of seeded random values. Deterministic in (specs, seed, dims).
+
+    Floats are standard normal, bools fair coins, integers uniform in ``[0, high)`` (the table size
+    for index inputs). Odd samples negate floats and complement bools of the sample before them.
+    """
+    dims = dict(dims or {})
+    for key, value in dims.items():
+        if not isinstance(value, int) or value < 0:
+            raise UsageError(f"dimension {key}={value!r} must be a non-negative integer")
+    out: list[Sample] = []
+    for k in range(max(1, samples)):
+        pair, odd = divmod(k, 2)
+        feed: Sample = {}
+        for j, spec in enumerate(specs):
+            dtype = _numpy_dtype(spec.elem_type, spec.name)
+            shape = _concrete_shape(spec, dims)
+            rng = np.random.default_rng([seed, pair, j])
+            if spec.elem_type in _FLOAT_TYPES:
+                normal = rng.standard_normal(shape)
+                feed[spec.name] = (-normal if odd else normal).astype(dtype)
+            elif spec.elem_type == TensorProto.BOOL:
+                coin = rng.random(shape) < 0.5
+                feed[spec.name] = ~coin if odd else coin
+            else:
+                high = spec.high or DEFAULT_INT_HIGH
+                info = np.iinfo(dtype)
+                high = min(high, int(info.max) + 1)
+                if odd:
+                    rng = np.random.default_rng([seed, pair, j, 1])
+                feed[spec.name] = rng.integers(0, high, size=shape).astype(dtype)
+        out.append(feed)
+    return out
+
+
+def _check_sample(sample: Mapping[str, np.ndarray], specs: Sequence[InputSpec], where: str) -> Sample:
+    by_name = {s.name: s for s in specs}
+    unknown = sorted(set(sample) - set(by_name))
+    if unknown:
+        raise UsageError(
+            f"{where} has array(s) {unknown[:8]} that are not inputs of the model (inputs: "
+            f"{sorted(by_name)[:8]}); rename or remove them"
+        )
+    missing = sorted(set(by_name) - set(sample))
+    if missing:
+        raise UsageError(f"{where} lacks input(s) {missing[:8]}; add them to the file")
+    feed: Sample = {}
+    for name, spec in by_name.items():
+        arr = np.asarray(sample[name])
+        want = _numpy_dtype(spec.elem_type, name) if spec.elem_type else arr.dtype
+        if arr.dtype != want:
+            if np.can_cast(arr.dtype, want, casting="same_kind"):
+                arr = arr.astype(want)
+            else:
+                raise UsageError(
+                    f"{where}: input '{name}' is {arr.dtype} but the model wants {want}; save "
+                    f"it as {want}"
+                )
+        if spec.shape is not None and (len(spec.shape) != arr.ndim or any(
+                isinstance(d, int) and d != s for d, s in zip(spec.shape, arr.shape, strict=True))):
+            raise UsageError(
+                f"{where}: input '{name}' has shape {list(arr.shape)} but the model wants "
+                f"{list(spec.shape)}; fix the array's shape"
+            )
+        feed[name] = arr
+    return feed
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read inputs file '{path}': {exc}; give a numpy .npz file") from None
+
+
+def npz_files(path: str | os.PathLike) -> list[Path]:
+    """The .npz files ``path`` names: itself, or the .npz files of a folder in name order."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.suffix == ".npz" and f.is_file())
+        if not files:
+            raise UsageError(f"folder '{p}' holds no .npz files; put one file per sample in it")
+        return files
+    if not p.is_file():
+        raise NotFoundError(f"inputs file '{p}' does not exist; check the path")
+    return [p]
+
+
+def user_samples(inputs: InputsLike, specs: Sequence[InputSpec], *,
+                 progress: Callable[[int, int], None] | None = None) -> list[Sample]:
+    """Feed dicts from user data, checked against ``specs`` (names, dtypes, fixed dims)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        files = npz_files(inputs)
+        out = []
+        for i, f in enumerate(files):
+            out.append(_check_sample(_read_npz(f), specs, f"inputs file '{f.name}'"))
+            if progress is not None:
+                progress(i + 1, len(files))
+        return out
+    if isinstance(inputs, Mapping):
+        return [_check_sample(inputs, specs, "the inputs")]
+    return [_check_sample(s, specs, f"input sample {i}") for i, s in enumerate(inputs)]
+
+
+def merge_specs(*groups: Sequence[InputSpec]) -> list[InputSpec]:
+    """Inputs of several models, first occurrence first; the tightest index bound wins."""
+    merged: dict[str, InputSpec] = {}
+    for group in groups:
+        for spec in group:
+            have = merged.get(spec.name)
+            if have is None:
+                merged[spec.name] = spec
+            elif spec.high is not None and (have.high is None or spec.high < have.high):
+                merged[spec.name] = InputSpec(have.name, have.elem_type, have.shape, spec.high)
+    return list(merged.values())

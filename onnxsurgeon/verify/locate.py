@@ -1,0 +1,229 @@
+"""Where do two models part? Find the first tensor that differs while its inputs agree.
+
+The search runs on the reference's topological order, restricted to the ancestors of a differing
+tensor, and only over tensors both models have (names matched directly or through a mapping).
+Each round exposes at most ``batch`` tensors per model (one session per model, one at a time):
+
+1. probe ``batch`` evenly spaced tensors of the window; the window shrinks to the span between the
+   last agreeing probe and the first differing one (bisection with ``batch``-way splits);
+2. once the window fits in a batch, every tensor of it is compared and the first differing one
+   is the candidate;
+3. its direct inputs are compared; if one differs (a parallel branch the order hid), the search
+   restarts on that input's ancestors. The closure shrinks each time, so it terminates.
+
+The result differs and every comparable input of its node agrees: the node where they part.
+Cost: O(log_batch(n)) rounds of two sessions plus one round per restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..closure import closure
+from ..index import GraphIndex
+from ..io import read_tensor
+from ..select import name_map, node_module
+from .report import Divergence, PairAccumulator
+from .run import DEFAULT_BATCH, Staged
+
+
+@dataclass
+class Side:
+    """One model of a comparison with the feeds of the sample being searched."""
+
+    staged: Staged
+    feeds: Mapping[str, np.ndarray]
+
+
+def numpy_dtype_name(elem_type: int) -> str:
+    """The numpy name of an ONNX element type ('' when unknown)."""
+    if not elem_type:
+        return ""
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name)
+    except (KeyError, TypeError, ValueError):
+        return ""
+
+
+class _Prober:
+    def __init__(self, ref: Side, cand: Side, mapping: Mapping[str, str], *, rtol: float | None,
+                 atol: float | None, exact: bool, batch: int) -> None:
+        self.ref, self.cand, self.mapping = ref, cand, mapping
+        self.rtol, self.atol, self.exact, self.batch = rtol, atol, exact, batch
+        self.known: dict[str, tuple[bool, float | None]] = {}
+        self.sessions = 0
+
+    def m(self, name: str) -> str:
+        return self.mapping.get(name, name)
+
+    def differs(self, names: list[str]) -> dict[str, bool]:
+        todo = [n for n in dict.fromkeys(names) if n not in self.known]
+        for start in range(0, len(todo), self.batch):
+            chunk = todo[start:start + self.batch]
+            ref_vals = self.ref.staged.run(self.ref.feeds, chunk, batch=self.batch)
+            cand_vals = self.cand.staged.run(self.cand.feeds, [self.m(n) for n in chunk],
+                                             batch=self.batch)
+            self.sessions += 2
+            for n in chunk:
+                a, b = ref_vals[n], cand_vals[self.m(n)]
+                if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+                    self.known[n] = (False, None)
+                    continue
+                acc = PairAccumulator(n, self.m(n), rtol=self.rtol, atol=self.atol,
+                                      exact=self.exact,
+                                      dtype=numpy_dtype_name(self.ref.staged.elem_type(n)))
+                same = acc.add(a, b)
+                self.known[n] = (not same, acc.result().max_abs_diff)
+        return {n: self.known[n][0] for n in names}
+
+
+def _comparable(ref: GraphIndex, cand: GraphIndex, mapping: Mapping[str, str],
+                strict: bool) -> set[str]:
+    """Reference node outputs whose counterpart the candidate computes (not a graph input)."""
+    out = set()
+    for name in ref.producer:
+        if strict and name not in mapping:
+            continue
+        other = mapping.get(name, name)
+        if other in cand.producer:
+            out.add(name)
+    return out
+
+
+def _ordered_ancestors(index: GraphIndex, target: str, comparable: set[str]) -> list[str]:
+    """Comparable tensors computed on the way to ``target``, in topological order, target last."""
+    nodes = closure(index, [target]).nodes
+    order: list[str] = []
+    for i in nodes:
+        order.extend(o for o in index.graph.node[i].output if o in comparable)
+    if target in order:
+        order.remove(target)
+    order.append(target)
+    return order
+
+
+def _node_reads(index: GraphIndex, i: int) -> list[str]:
+    names = [n for n in index.graph.node[i].input if n]
+    names.extend(name for name, _ in index.captures.get(i, ()))
+    return names
+
+
+def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | None = None,
+           rtol: float | None = None, atol: float | None = None, exact: bool = False,
+           batch: int = DEFAULT_BATCH, strict_mapping: bool = False,
+           max_restarts: int = 64) -> Divergence | None:
+    """The first tensor on the way to the differing reference tensor ``start`` where ``cand``
+    parts from ``ref`` (see the module docstring). None when ``start`` agrees after all.
+
+    Args:
+        ref, cand: the two models and the feeds of one sample where they differ.
+        start: a reference tensor known (or suspected) to differ.
+        mapping: reference tensor name -> candidate tensor name (identity when absent).
+        batch: most tensors exposed per session (at least 2).
+        strict_mapping: compare only tensors ``mapping`` names (e.g. a copy inside one model).
+    """
+    mapping = dict(mapping or {})
+    batch = max(2, batch)
+    rindex, cindex = ref.staged.index, cand.staged.index
+    comparable = _comparable(rindex, cindex, mapping, strict_mapping)
+    if start not in comparable:
+        return None
+    prober = _Prober(ref, cand, mapping, rtol=rtol, atol=atol, exact=exact, batch=batch)
+    if not prober.differs([start])[start]:
+        return None
+    target = start
+    found = start
+    for _ in range(max_restarts):
+        window = _ordered_ancestors(rindex, target, comparable)
+        while len(window) > batch:
+            step = len(window) / batch
+            probes = sorted({min(len(window) - 1, int((k + 1) * step) - 1) for k in range(batch)})
+            if probes[-1] != len(window) - 1:
+                probes.append(len(window) - 1)
+            verdict = prober.differs([window[p] for p in probes])
+            lo = 0
+            hi = len(window) - 1
+            for p in probes:
+                if verdict[window[p]]:
+                    hi = p
+                    break
+                lo = p + 1
+            window = window[lo:hi + 1]
+        verdict = prober.differs(window)
+        found = next((n for n in window if verdict[n]), target)
+        producer = rindex.producer[found]
+        reads = [n for n in _node_reads(rindex, producer) if n in comparable]
+        read_verdict = prober.differs(reads)
+        bad = [n for n in reads if read_verdict[n]]
+        if not bad:
+            break
+        target = min(bad, key=lambda n: rindex.producer[n])
+    return _describe(ref, cand, found, prober, mapping)
+
+
+def _describe(ref: Side, cand: Side, tensor: str, prober: _Prober,
+              mapping: Mapping[str, str]) -> Divergence:
+    rindex, cindex = ref.staged.index, cand.staged.index
+    other = mapping.get(tensor, tensor)
+    cnode = cindex.graph.node[cindex.producer[other]]
+    rnode = rindex.graph.node[rindex.producer[tensor]]
+    framework = None
+    for model in (cand.staged.model.proto, ref.staged.model.proto):
+        inverse: dict[str, str] = {}
+        for key, value in name_map(model).items():
+            inverse.setdefault(value, key)
+        framework = inverse.get(other) or inverse.get(tensor)
+        if framework:
+            break
+    weights = []
+    for name in rnode.input:
+        cname = mapping.get(name, name)
+        if (rindex.initializers.get(name, -1) >= 0 and cindex.initializers.get(cname, -1) >= 0
+                and not _same_initializer(ref.staged, cand.staged, name, cname)):
+            weights.append(name)
+    r_inputs = tuple(mapping.get(n, n) for n in rnode.input)
+    c_inputs = tuple(cnode.input)
+    differ = r_inputs != c_inputs
+    return Divergence(
+        tensor=tensor, candidate_tensor=other,
+        node=cnode.name or f"{cnode.op_type}#{cindex.producer[other]}", op_type=cnode.op_type,
+        framework_name=framework, module=node_module(cnode) or node_module(rnode),
+        max_abs_diff=prober.known.get(tensor, (True, None))[1],
+        differing_weights=tuple(weights),
+        reference_inputs=tuple(rnode.input) if differ else None,
+        candidate_inputs=c_inputs if differ else None,
+        attribute_changes=_attribute_changes(rnode, cnode),
+        sessions=prober.sessions,
+    )
+
+
+def _same_initializer(ref: Staged, cand: Staged, rname: str, cname: str) -> bool:
+    rt = ref.model.proto.graph.initializer[ref.index.initializers[rname]]
+    ct = cand.model.proto.graph.initializer[cand.index.initializers[cname]]
+    if rt.data_type != ct.data_type or list(rt.dims) != list(ct.dims):
+        return False
+    a = read_tensor(rt, ref.model.base_dir)
+    b = read_tensor(ct, cand.model.base_dir)
+    if a.dtype.kind == "O":
+        return bool(np.array_equal(a, b))
+    return a.tobytes() == b.tobytes()
+
+
+def _attribute_changes(a: onnx.NodeProto, b: onnx.NodeProto) -> tuple[str, ...]:
+    """``name: a-value -> b-value`` for plain attributes that differ (same op type only)."""
+    if a.op_type != b.op_type:
+        return ()
+    plain = (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
+             onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRINGS)
+    va = {x.name: helper.get_attribute_value(x) for x in a.attribute if x.type in plain}
+    vb = {x.name: helper.get_attribute_value(x) for x in b.attribute if x.type in plain}
+    out = []
+    for name in sorted(set(va) | set(vb)):
+        if va.get(name) != vb.get(name):
+            out.append(f"{name}: {va.get(name, '-')} -> {vb.get(name, '-')}")
+    return tuple(out)

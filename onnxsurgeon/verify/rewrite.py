@@ -1,0 +1,484 @@
+"""Rewrite-aware verification: check the invariant each rewrite record implies.
+
+With graph optimizations off, everything a rewrite should leave exact is compared bit for bit:
+
+* extract -- each output of the extracted model equals the same tensor of the original (fed the
+  original's values at the stop tensors);
+* copy -- each copy equals its original in ONE session of the rewritten model (both are
+  outputs); with input replacements, the copy equals the original closure fed the replacement's
+  values; outputs the original had are bit-identical to the original's;
+* insert -- the block's output equals the block evaluated alone on the original activation (a
+  fresh built-in block from the record's parameters, else the block isolated from the rewritten
+  model), compared with dtype tolerances; the downstream equals the original graph whose
+  rerouted consumers read a new input fed the processed values; untouched outputs are
+  bit-identical;
+* reroute -- the rewritten model equals the original whose rerouted consumers read a new input
+  fed the target's values; untouched outputs are bit-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..closure import closure, downstream_nodes
+from ..errors import SurgeryError, UsageError
+from ..index import GraphIndex, graph_defined_names, subgraphs
+from ..io import Model
+from ..names import NameAllocator
+from ..record import rewrites
+from ..select import Selector
+from .compare import make_samples
+from .inputs import InputsLike, Sample
+from .locate import Side, locate, numpy_dtype_name
+from .report import Divergence, PairAccumulator, PairReport, VerifyReport, make_report
+from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
+
+Values = list[dict[str, np.ndarray]]
+
+
+@dataclass
+class _Entry:
+    acc: PairAccumulator
+    ref_name: str
+    sides: Callable[[int], tuple[Side, Side]] | None
+    mapping: dict[str, str]
+    strict: bool
+
+
+class _Check:
+    """Accumulates the pairs of one rewrite verification and locates the first failure."""
+
+    def __init__(self, batch: int) -> None:
+        self.entries: list[_Entry] = []
+        self.notes: list[str] = []
+        self.batch = batch
+
+    def compare(self, check: str, ref_name: str, cand_name: str, ref_vals: Values,
+                cand_vals: Values, *, dtype: str, exact: bool,
+                sides: Callable[[int], tuple[Side, Side]] | None = None,
+                mapping: Mapping[str, str] | None = None, strict: bool = False,
+                display: str | None = None) -> None:
+        acc = PairAccumulator(display or ref_name, cand_name, dtype=dtype, exact=exact,
+                              check=check)
+        for k, (r, c) in enumerate(zip(ref_vals, cand_vals, strict=True)):
+            if ref_name not in r:
+                acc.fail(f"'{ref_name}' is not computed by the reference")
+                break
+            if cand_name not in c:
+                acc.fail(f"'{cand_name}' is not computed by the rewritten model")
+                break
+            acc.add(r[ref_name], c[cand_name], k)
+        self.entries.append(_Entry(acc, ref_name, sides, dict(mapping or {}), strict))
+
+    def missing(self, check: str, ref_name: str, reason: str) -> None:
+        acc = PairAccumulator(ref_name, "-", check=check)
+        acc.fail(reason)
+        self.entries.append(_Entry(acc, ref_name, None, {}, False))
+
+    def report(self, kind: str, samples: int, *, locate_divergence: bool) -> VerifyReport:
+        results: list[PairReport] = [e.acc.result() for e in self.entries]
+        divergence: Divergence | None = None
+        if locate_divergence:
+            for result, entry in zip(results, self.entries, strict=True):
+                if result.ok or entry.sides is None:
+                    continue
+                ref, cand = entry.sides(result.worst_sample or 0)
+                full = {**entry.mapping, entry.ref_name: result.candidate}
+                try:
+                    divergence = locate(ref, cand, entry.ref_name, mapping=full,
+                                        exact=entry.acc.exact, batch=self.batch,
+                                        strict_mapping=entry.strict)
+                except SurgeryError as exc:
+                    self.notes.append(f"could not locate the first difference: {exc}")
+                break
+        return make_report(results, samples=samples, kind=kind, notes=self.notes,
+                           divergence=divergence)
+
+
+def _run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Values:
+    """Values of ``names`` for every sample, in one session."""
+    wanted = [n for n in dict.fromkeys(names) if staged.is_tensor(n)]
+    with staged.session(wanted) as runner:
+        return [runner.run(feed) for feed in feeds]
+
+
+def _dtype(staged: Staged, name: str) -> str:
+    return numpy_dtype_name(staged.elem_type(name))
+
+
+def _resolve(staged: Staged, name: str) -> str:
+    return Selector(staged.index).resolve(name)
+
+
+# ------------------------------------------------------------------------------ cut models
+def _rename_reads(node: onnx.NodeProto, old: str, new: str) -> None:
+    """``node`` (and the bodies it holds) read ``new`` wherever they read the outer ``old``."""
+    for k, name in enumerate(node.input):
+        if name == old:
+            node.input[k] = new
+    stack = [g for g in subgraphs(node)]
+    while stack:
+        g = stack.pop()
+        if old in graph_defined_names(g):
+            continue
+        for inner in g.node:
+            for k, name in enumerate(inner.input):
+                if name == old:
+                    inner.input[k] = new
+            stack.extend(subgraphs(inner))
+        for out in g.output:
+            if out.name == old:
+                out.name = new
+
+
+def _node_position(index: GraphIndex, label: str) -> int | None:
+    """Node position for a label from a rewrite record: a node name, or ``OpType#i``."""
+    if label in index.node_names:
+        return index.node_names[label]
+    op, sep, pos = label.rpartition("#")
+    if sep and pos.isdigit() and int(pos) < len(index.graph.node):
+        node = index.graph.node[int(pos)]
+        if node.op_type == op and not node.name:
+            return int(pos)
+    return None
+
+
+def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequence[str | int],
+              outputs: Sequence[str]) -> tuple[Model, str]:
+    """A copy of ``original`` where the main-graph ``nodes`` (names or positions; their bodies
+    included) and the
+    graph ``outputs`` read a new graph input instead of ``source``. Returns it and the input name.
+
+    Raises:
+        UsageError: a node the record names is not in the original.
+    """
+    proto = onnx.ModelProto()
+    proto.CopyFrom(original.proto)
+    index = GraphIndex(proto)
+    fresh = NameAllocator.for_model(proto).fresh(f"{source}__fed")
+    for name in nodes:
+        i = name if isinstance(name, int) else _node_position(index, name)
+        if i is None:
+            raise UsageError(
+                f"the rewrite record names node '{name}', which the original model does not "
+                "have; give the model the rewrite started from"
+            )
+        _rename_reads(proto.graph.node[i], source, fresh)
+    for out in proto.graph.output:
+        if out.name in outputs:
+            out.name = fresh
+    vi = oracle_index.oracle.value_info(source)
+    elem = oracle_index.elem_type(source)
+    if vi is not None and vi.type.HasField("tensor_type"):
+        new_vi = onnx.ValueInfoProto()
+        new_vi.CopyFrom(vi)
+        new_vi.name = fresh
+    else:
+        new_vi = helper.make_tensor_value_info(fresh, elem, None)
+    proto.graph.input.append(new_vi)
+    return Model(proto, base_dir=original.base_dir, source=None), fresh
+
+
+def _isolate_block(rewritten: Staged, at: str, processed: str) -> Model:
+    """The block between ``at`` and ``processed`` of the rewritten model as a standalone model."""
+    index = rewritten.index
+    clo = closure(index, [processed], stop_at=[at])
+    graph = index.graph
+    nodes = [graph.node[i] for i in clo.nodes]
+    inits = [graph.initializer[index.initializers[n]] for n in clo.initializers
+             if index.initializers[n] >= 0]
+    inputs = [helper.make_tensor_value_info(at, rewritten.elem_type(at), None)]
+    inputs += [helper.make_tensor_value_info(n, rewritten.elem_type(n), None) for n in clo.inputs
+               if n != at]
+    g = helper.make_graph(nodes, "isolated_block", inputs,
+                          [helper.make_tensor_value_info(processed, rewritten.elem_type(processed),
+                                                         None)], inits)
+    proto = helper.make_model(g, opset_imports=list(rewritten.model.proto.opset_import),
+                              functions=list(rewritten.model.proto.functions))
+    proto.ir_version = rewritten.model.proto.ir_version
+    return Model(proto, base_dir=rewritten.model.base_dir)
+
+
+def _fresh_block(record: Mapping[str, Any], elem_type: int, opset: int,
+                 shape: Sequence[int | str | None] | None) -> onnx.ModelProto | None:
+    block = record.get("block")
+    if not block or block == "graph":
+        return None
+    try:
+        from ..processing import make_block
+    except ImportError:
+        return None
+    params = record.get("params") or {}
+    return make_block(str(block), dict(params), elem_type=elem_type, opset=opset, shape=shape)
+
+
+def _default_opset(proto: onnx.ModelProto) -> int:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+
+
+# ------------------------------------------------------------------------- the verifiers
+class _Context:
+    def __init__(self, original: Model, rewritten: Model, ws: Workspace, *, threads: int,
+                 inputs: InputsLike | None, seed: int, dims: Mapping[str, int] | None,
+                 samples: int | None) -> None:
+        self.ws = ws
+        self.threads = threads
+        self.orig = Staged(original, ws, "original", threads=threads)
+        self.new = Staged(rewritten, ws, "rewritten", threads=threads)
+        if samples is None and inputs is None:
+            from .compare import default_samples
+
+            samples = default_samples(original.proto, rewritten.proto)
+        self.feeds = make_samples([self.orig], inputs=inputs, seed=seed, dims=dims, samples=samples)
+
+    def stage(self, model: Model, label: str) -> Staged:
+        return Staged(model, self.ws, label, threads=self.threads)
+
+
+def _check_extract(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    outs = list(new.output_names)
+    stops = [s for s in record.get("inputs", []) if s in new.index.inputs]
+    known = [n for n in outs + stops if orig.is_tensor(n)]
+    for n in outs:
+        if not orig.is_tensor(n):
+            check.missing("extract", n, f"'{n}' is not a tensor of the original model")
+    orig_vals = _run_all(orig, feeds, known)
+    new_feeds = [{**{k: v for k, v in f.items() if k in new.index.inputs},
+                  **{s: ov[s] for s in stops if s in ov}} for f, ov in zip(feeds, orig_vals,
+                                                                        strict=True)]
+    new_vals = _run_all(new, new_feeds, outs)
+
+    def sides(k: int) -> tuple[Side, Side]:
+        return Side(orig, feeds[k]), Side(new, new_feeds[k])
+
+    for n in outs:
+        if orig.is_tensor(n):
+            check.compare("extract", n, n, orig_vals, new_vals, dtype=_dtype(orig, n), exact=True,
+                          sides=sides)
+
+
+def _untouched(check: _Check, orig: Staged, new: Staged, orig_vals: Values, new_vals: Values,
+               names: Sequence[str], sides: Callable[[int], tuple[Side, Side]]) -> None:
+    for n in names:
+        check.compare("untouched", n, n, orig_vals, new_vals, dtype=_dtype(orig, n), exact=True,
+                      sides=sides)
+
+
+def _check_copy(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    pairs = {_resolve(new, k): v for k, v in dict(record.get("outputs", {})).items()}
+    replace = {_resolve(orig, a): _resolve(new, b)
+               for a, b in dict(record.get("replace_inputs") or {}).items()}
+    node_map = dict(record.get("nodes", {}))
+    tensor_map: dict[str, str] = {str(k): str(v) for k, v in
+                                  dict(record.get("initializers", {})).items()}
+    for src, dst in node_map.items():
+        i, j = new.index.node_names.get(src), new.index.node_names.get(dst)
+        if i is not None and j is not None:
+            tensor_map.update(zip(new.index.graph.node[i].output, new.index.graph.node[j].output,
+                                  strict=False))
+    kept = [n for n in orig.output_names if n in new.index.outputs]
+    new_vals = _run_all(new, feeds, list(pairs) + list(pairs.values()) + kept + list(replace.values()))
+    if not replace:
+        def same(k: int) -> tuple[Side, Side]:
+            return Side(new, feeds[k]), Side(new, feeds[k])
+
+        for o, c in pairs.items():
+            check.compare("copy", o, c, new_vals, new_vals, dtype=_dtype(new, o), exact=True,
+                          sides=same, mapping=tensor_map, strict=True)
+    else:
+        cut_proto: Model = orig.model
+        fed: dict[str, str] = {}
+        cut_staged = orig
+        for a, b in replace.items():
+            users = sorted({u.node for u in cut_staged.index.consumers.get(a, ())})
+            cut_proto, n_in = cut_model(cut_proto, cut_staged, a, list(users), [])
+            cut_staged = ctx.stage(cut_proto, "cut")
+            fed[n_in] = b
+        cut_feeds = [{**f, **{n: nv[b] for n, b in fed.items()}}
+                     for f, nv in zip(feeds, new_vals, strict=True)]
+        cut_vals = _run_all(cut_staged, cut_feeds, list(pairs))
+
+        def cut_sides(k: int) -> tuple[Side, Side]:
+            return Side(cut_staged, cut_feeds[k]), Side(new, feeds[k])
+
+        for o, c in pairs.items():
+            check.compare("copy", o, c, cut_vals, new_vals, dtype=_dtype(new, o), exact=True,
+                          sides=cut_sides, mapping=tensor_map, strict=True)
+    orig_vals = _run_all(orig, feeds, kept)
+    _untouched(check, orig, new, orig_vals, new_vals, kept,
+               lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
+
+
+def _pair_outputs(orig: Staged, new: Staged, rerouted_outputs: Sequence[str], fed_name: str,
+                  replacement: str, extra: int) -> list[tuple[str, str | None]]:
+    """(cut-original output, rewritten output) pairs: by position when the lists line up."""
+    orig_outs = list(orig.output_names)
+    cut_outs = [fed_name if o in rerouted_outputs else o for o in orig_outs]
+    new_outs = list(new.output_names)
+    if len(new_outs) == len(orig_outs) + extra:
+        return list(zip(cut_outs, new_outs[:len(orig_outs)], strict=True))
+    pairs: list[tuple[str, str | None]] = []
+    for o, c in zip(orig_outs, cut_outs, strict=True):
+        if o in rerouted_outputs:
+            pairs.append((c, replacement if replacement in new_outs else None))
+        else:
+            pairs.append((c, o if o in new_outs else None))
+    return pairs
+
+
+def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Sequence[str],
+                      rerouted_outputs: Sequence[str], values: Callable[[int], np.ndarray],
+                      replacement: str, extra: int, orig_vals: Values, new_vals: Values) -> None:
+    """The rewritten outputs equal the original whose rerouted readers read a fed input."""
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    if not rerouted and not rerouted_outputs:
+        _untouched(check, orig, new, orig_vals, new_vals,
+                   [n for n in orig.output_names if n in new.index.outputs],
+                   lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
+        return
+    cut, fed = cut_model(orig.model, orig, source, rerouted, rerouted_outputs)
+    cut_staged = ctx.stage(cut, "cut")
+    cut_feeds = [{**f, fed: values(k)} for k, f in enumerate(feeds)]
+    pairs = _pair_outputs(orig, new, rerouted_outputs, fed, replacement, extra)
+    shown = dict(zip([fed if o in rerouted_outputs else o for o in orig.output_names],
+                     orig.output_names, strict=True))
+    affected_nodes = downstream_nodes(cut_staged.index, [fed])
+    affected = {fed} | {o for i in affected_nodes for o in cut_staged.index.graph.node[i].output}
+    cut_vals = _run_all(cut_staged, cut_feeds, [c for c, _ in pairs])
+
+    def cut_sides(k: int) -> tuple[Side, Side]:
+        return Side(cut_staged, cut_feeds[k]), Side(new, feeds[k])
+
+    for c, n in pairs:
+        if n is None:
+            check.missing("downstream", c, f"the rewritten model lost output '{c}'")
+        elif c in affected:
+            check.compare("downstream", c, n, cut_vals, new_vals, dtype=_dtype(cut_staged, c),
+                          exact=True, sides=cut_sides, mapping={fed: replacement},
+                          display=shown.get(c, c))
+        else:
+            check.compare("untouched", c, n, orig_vals, new_vals, dtype=_dtype(orig, c),
+                          exact=True, sides=lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
+
+
+def _check_insert(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    at = _resolve(orig, str(record["at"]))
+    processed = _resolve(new, str(record["processed"]))
+    orig_vals = _run_all(orig, feeds, [at, *orig.output_names])
+    new_vals = _run_all(new, feeds, [at, processed, *new.output_names])
+
+    def plain(k: int) -> tuple[Side, Side]:
+        return Side(orig, feeds[k]), Side(new, feeds[k])
+
+    check.compare("at", at, at, orig_vals, new_vals, dtype=_dtype(orig, at), exact=True,
+                  sides=plain)
+    elem = orig.elem_type(at)
+    fresh = _fresh_block(record, elem, _default_opset(new.model.proto), orig.oracle.shape(at))
+    mapping: dict[str, str] = {}
+    if fresh is not None:
+        block = ctx.stage(Model(fresh), "block")
+        b_in, b_out = block.input_names[0], block.output_names[0]
+        block_nodes = [new.index.node_names.get(n) for n in record.get("block_nodes", [])]
+        ours = list(block.index.graph.node)
+        if len(block_nodes) == len(ours) and all(j is not None for j in block_nodes):
+            for mine, j in zip(ours, block_nodes, strict=True):
+                theirs = new.index.graph.node[int(j or 0)]
+                if mine.op_type == theirs.op_type:
+                    mapping.update(zip(mine.output, theirs.output, strict=False))
+        check.notes.append(f"block '{record.get('block')}' rebuilt from the record's parameters")
+    else:
+        block = ctx.stage(_isolate_block(new, at, processed), "block")
+        b_in, b_out = at, processed
+        check.notes.append("block isolated from the rewritten model (not a built-in block)")
+    block_feeds = [{**f, b_in: ov[at]} for f, ov in zip(feeds, orig_vals, strict=True)]
+    block_vals = _run_all(block, block_feeds, [b_out])
+    mapping[b_out] = processed
+    mapping[b_in] = at
+    check.compare("block", b_out, processed, block_vals, new_vals, dtype=_dtype(new, processed),
+                  exact=False, sides=lambda k: (Side(block, block_feeds[k]), Side(new, feeds[k])),
+                  mapping=mapping, strict=True)
+    as_output = bool(record.get("as_output"))
+    rerouted = [] if as_output else list(record.get("rerouted", []))
+    rerouted_outputs = [] if as_output else list(record.get("rerouted_outputs", []))
+    _check_downstream(ctx, check, at, rerouted, rerouted_outputs,
+                      lambda k: new_vals[k][processed], processed, 1 if as_output else 0,
+                      orig_vals, new_vals)
+
+
+def _check_reroute(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    source = _resolve(orig, str(record["from"]))
+    target = _resolve(orig, str(record["to"]))
+    orig_vals = _run_all(orig, feeds, [target, *orig.output_names])
+    new_vals = _run_all(new, feeds, new.output_names)
+    _check_downstream(ctx, check, source, list(record.get("rerouted", [])),
+                      list(record.get("rerouted_outputs", [])),
+                      lambda k: orig_vals[k][target], target, 0, orig_vals, new_vals)
+
+
+_CHECKS: dict[str, Callable[[_Context, Mapping[str, Any], _Check], None]] = {
+    "extract": _check_extract, "copy": _check_copy, "insert": _check_insert,
+    "reroute": _check_reroute,
+}
+
+
+def verify_rewrite(original: ModelLike, rewritten: ModelLike, record: Mapping[str, Any], *,
+                   inputs: InputsLike | None = None, seed: int = 0,
+                   dims: Mapping[str, int] | None = None, samples: int | None = None,
+                   batch: int = DEFAULT_BATCH, threads: int = 0,
+                   locate_divergence: bool = True) -> VerifyReport:
+    """Check the invariant ``record`` (one rewrite of ``original`` into ``rewritten``) implies.
+
+    See the module docstring for what each op must satisfy. Inputs are those of ``original``
+    (random unless ``inputs`` is given). When a check fails the first differing tensor is located.
+
+    Raises:
+        UsageError: an unknown op or a record that does not fit the models.
+    """
+    op = record.get("op")
+    if op not in _CHECKS:
+        raise UsageError(f"rewrite record op {op!r} is unknown; expected one of {sorted(_CHECKS)}")
+    orig_model, new_model = to_model(original), to_model(rewritten)
+    with Workspace() as ws:
+        ctx = _Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
+                       dims=dims, samples=samples)
+        check = _Check(batch)
+        _CHECKS[str(op)](ctx, record, check)
+        return check.report(f"rewrite:{op}", len(ctx.feeds), locate_divergence=locate_divergence)
+
+
+def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> VerifyReport:
+    """Verify the rewrite recorded in ``rewritten``'s log since ``original`` (one step).
+
+    Raises:
+        UsageError: the log does not extend the original's, or holds no or several new steps.
+    """
+    orig_model, new_model = to_model(original), to_model(rewritten)
+    before, after = rewrites(orig_model.proto), rewrites(new_model.proto)
+    if after[:len(before)] != before:
+        raise UsageError(
+            "the rewritten model's rewrite log does not continue the original's; give the model "
+            "the rewrite started from"
+        )
+    new = after[len(before):]
+    if not new:
+        raise UsageError(
+            "the rewritten model records no rewrite since the original; compare them with "
+            "'onnxsurgeon verify' instead"
+        )
+    if len(new) > 1:
+        raise UsageError(
+            f"the rewritten model records {len(new)} rewrites since the original "
+            f"({', '.join(str(r.get('op')) for r in new)}); verify after each step, from that "
+            "step's input model"
+        )
+    return verify_rewrite(orig_model, new_model, new[0], **options)

@@ -1,0 +1,224 @@
+"""The public CLI contract: commands, flags, --json shapes, exit codes, no traceback, no partial file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from tests import builders
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd or ROOT, timeout=300)
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _run(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture()
+def cnn(tmp_path: Path) -> Path:
+    return _save(builders.tiny_cnn(), tmp_path / "cnn.onnx")
+
+
+X = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+
+
+def test_inspect_text_and_json(cnn):
+    proc = cli("inspect", cnn)
+    assert proc.returncode == 0 and "Conv" in proc.stdout and "logits" in proc.stdout
+    data = json.loads(cli("inspect", cnn, "--json").stdout)
+    assert data["nodes"] == 6 and data["initializers"] == 4
+    assert data["inputs"] == [{"name": "x", "dtype": "float", "shape": [1, 3, 8, 8]}]
+    assert data["ops"]["Conv"] == 1 and data["opsets"] == {"": 17}
+    assert data["weight_bytes_inline"] > 0 and data["weight_bytes_external"] == 0
+
+
+def test_extract_cli_with_verify_is_exact(cnn, tmp_path):
+    out = tmp_path / "logits.onnx"
+    proc = cli("extract", cnn, "-o", out, "--outputs", "logits", "--verify")
+    assert proc.returncode == 0, proc.stderr
+    onnx.checker.check_model(str(out), full_check=True)
+    got = _run(out, X)
+    assert list(got) == ["logits"]
+    np.testing.assert_array_equal(got["logits"], _run(cnn, X)["logits"])
+
+
+def test_extract_cli_stop_input(cnn, tmp_path):
+    out = tmp_path / "head.onnx"
+    assert cli("extract", cnn, "-o", out, "--outputs", "logits", "--inputs", "act").returncode == 0
+    model = onnx.load(str(out))
+    assert [i.name for i in model.graph.input] == ["act"]
+
+
+def test_copy_cli_json_contract(cnn, tmp_path):
+    out = tmp_path / "twin.onnx"
+    proc = cli("copy", cnn, "-o", out, "--outputs", "logits", "--prefix", "twin/", "--json",
+               "--verify")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
+    assert set(data) == {"outputs", "initializers", "nodes"}
+    copy_name = data["outputs"]["logits"]
+    assert copy_name.startswith("twin/")
+    assert set(data["initializers"]) == {"conv5.weight", "conv5.bias", "fc.weight", "fc.bias"}
+    got = _run(out, X)
+    np.testing.assert_array_equal(got[copy_name], got["logits"])
+
+
+def test_copy_shared_adds_no_initializer(cnn, tmp_path):
+    out = tmp_path / "shared.onnx"
+    assert cli("copy", cnn, "-o", out, "--outputs", "logits", "--weights", "shared").returncode == 0
+    assert len(onnx.load(str(out)).graph.initializer) == 4
+
+
+def test_insert_cli_json_contract_and_verify(cnn, tmp_path):
+    out = tmp_path / "l2.onnx"
+    proc = cli("insert", cnn, "-o", out, "--at", "act", "--op", "l2_normalize:axis=1", "--json",
+               "--verify")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
+    assert set(data) == {"processed", "rerouted"}
+    assert set(data["rerouted"]) == {"pool", "side"}
+    model = onnx.load(str(out))
+    assert data["processed"] in [o.name for o in model.graph.output]
+
+
+def test_insert_as_output_keeps_the_rest(cnn, tmp_path):
+    out = tmp_path / "feat.onnx"
+    proc = cli("insert", cnn, "-o", out, "--at", "act", "--op", "reduce_mean:axes=2|3,keepdims=0",
+               "--as-output", "--json")
+    assert proc.returncode == 0, proc.stderr
+    processed = json.loads(proc.stdout)["processed"]
+    got, ref = _run(out, X), _run(cnn, X)
+    np.testing.assert_array_equal(got["logits"], ref["logits"])
+    np.testing.assert_allclose(got[processed], ref["act"].mean(axis=(2, 3)), rtol=1e-6, atol=1e-7)
+
+
+def test_reroute_cli(cnn, tmp_path):
+    out = tmp_path / "rr.onnx"
+    proc = cli("reroute", cnn, "-o", out, "--from", "act", "--to", "conv5_out",
+               "--consumers", "side", "--verify", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = _run(out, X)
+    conv = _run(cnn, X)
+    ref_side = 1 / (1 + np.exp(-_run(_save(_expose(builders.tiny_cnn(), "conv5_out"),
+                                                  out.parent / "exp.onnx"), X)["conv5_out"]))
+    np.testing.assert_allclose(got["side_out"], ref_side, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got["logits"], conv["logits"])
+
+
+def _expose(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    return model
+
+
+def test_verify_cli_pass_fail_and_json(cnn, tmp_path):
+    proc = cli("verify", cnn, cnn, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] is True and {p["reference"] for p in data["pairs"]} == {"logits", "act", "side_out"}
+    for key in ("candidate", "max_abs_diff", "max_rel_diff", "ok"):
+        assert key in data["pairs"][0]
+    bad = builders.tiny_cnn()
+    w = onnx.numpy_helper.to_array(bad.graph.initializer[2]) * (1 + 1e-3)
+    bad.graph.initializer[2].CopyFrom(onnx.numpy_helper.from_array(w.astype(np.float32), "fc.weight"))
+    other = _save(bad, tmp_path / "bad.onnx")
+    proc = cli("verify", cnn, other, "--json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["ok"] is False
+
+
+def test_verify_with_npz_inputs(cnn, tmp_path):
+    np.savez(tmp_path / "in.npz", **X)
+    proc = cli("verify", cnn, cnn, "--inputs", tmp_path / "in.npz", "--pair", "logits=logits")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["extract", "{m}", "-o", "{o}", "--outputs", "nope"], "not found"),
+        (["extract", "{d}/missing.onnx", "-o", "{o}", "--outputs", "y"], "does not exist"),
+        (["extract", "{junk}", "-o", "{o}", "--outputs", "y"], "not an ONNX model"),
+        (["insert", "{m}", "-o", "{o}", "--at", "act", "--op", "l3_normalize"], "l3_normalize"),
+        (["insert", "{m}", "-o", "{o}", "--at", "act", "--op", "clip:lo=1"], "lo"),
+        (["reroute", "{m}", "-o", "{o}", "--from", "act", "--to", "logits"], "cycle"),
+        (["copy", "{m}", "-o", "{o}", "--outputs", "logits", "--weights", "both"], "invalid choice"),
+        (["extract", "{m}", "-o", "{m}", "--outputs", "logits"], "input"),
+        (["extract", "{m}", "--outputs", "logits"], "required"),
+    ],
+    ids=["bad-name", "missing-file", "not-onnx", "bad-op", "bad-param", "cycle", "bad-choice",
+         "out-is-in", "no-output"],
+)
+def test_bad_input_is_one_line_exit_2_and_no_file(cnn, tmp_path, args, needle):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00\xffnot a model at all" * 10)
+    out = tmp_path / "out.onnx"
+    before = _sha(cnn)
+    argv = [a.format(m=cnn, o=out, d=tmp_path, junk=junk) for a in args]
+    proc = cli(*argv)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert _sha(cnn) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["cnn.onnx", "junk.onnx"])
+
+
+def test_same_command_gives_byte_identical_files(cnn, tmp_path):
+    outs = []
+    for k in range(2):
+        out = tmp_path / f"c{k}.onnx"
+        assert cli("copy", cnn, "-o", out, "--outputs", "logits").returncode == 0
+        outs.append(_sha(out))
+    assert outs[0] == outs[1]
+
+
+def test_verify_failure_exits_1(tmp_path):
+    # an insert whose rewrite record lies (claims identity) is caught by --rewrite-log
+    src = _save(builders.tiny_cnn(), tmp_path / "cnn.onnx")
+    out = tmp_path / "l2.onnx"
+    assert cli("insert", src, "-o", out, "--at", "act", "--op", "scale:factor=2").returncode == 0
+    model = onnx.load(str(out))
+    for node in model.graph.node:
+        if node.op_type == "Mul":
+            node.op_type = "Add"  # tamper: the block no longer computes what the record says
+    tampered = _save(model, tmp_path / "tampered.onnx")
+    proc = cli("verify", src, tampered, "--rewrite-log")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
+def test_no_command_prints_help_and_exits_2():
+    proc = cli()
+    assert proc.returncode == 2 and "extract" in proc.stdout
+
+
+def test_demo_runs_and_verifies_everything():
+    proc = cli("demo")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("onnxruntime check: ok") >= 5
+    assert "FAILED" not in proc.stdout

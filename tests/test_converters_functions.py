@@ -1,0 +1,102 @@
+"""Processing functions written in TensorFlow or PyTorch: exported blocks keep symbolic dims,
+equal the framework function, and splice into models from any framework."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+from tests import builders
+from tests.framework_helpers import assert_close, images, run
+
+tf = pytest.importorskip("tensorflow")
+torch = pytest.importorskip("torch")
+
+from onnxsurgeon.converters import (  # noqa: E402
+    activation_type,
+    cli_insert_function,
+    export_function,
+    insert_function,
+)
+from onnxsurgeon.errors import NotFoundError, UsageError  # noqa: E402
+from onnxsurgeon.record import rewrites  # noqa: E402
+
+
+def _tf_fn(a):
+    return tf.nn.l2_normalize(a, axis=1) * 2.0
+
+
+def _torch_fn(a):
+    return torch.nn.functional.normalize(a, dim=1) * 2.0
+
+
+@pytest.mark.parametrize("framework,func", [("tf", _tf_fn), ("torch", _torch_fn)])
+def test_export_function_keeps_symbolic_dims_and_equals_framework(framework, func):
+    block = export_function(func, framework, elem_type=TensorProto.FLOAT,
+                            shape=["batch", 4, "h", "w"], opset=17)
+    assert [i.name for i in block.graph.input] == ["x"] and [o.name for o in block.graph.output] == ["y"]
+    dims = block.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 4, "h", "w"]
+    for shape in [(1, 4, 2, 3), (5, 4, 7, 7)]:
+        x = images(shape, seed=sum(shape))
+        want = np.asarray(func(tf.constant(x)) if framework == "tf" else func(torch.from_numpy(x)))
+        assert_close(run(block, {"x": x})["y"], want)
+
+
+def test_torch_function_with_dynamo_at_opset_18():
+    block = export_function(torch.nn.Softmax(dim=-1), "torch", elem_type=TensorProto.FLOAT,
+                            shape=["n", 6], opset=18, exporter="dynamo")
+    x = images((3, 6), seed=1)
+    assert_close(run(block, {"x": x})["y"], torch.softmax(torch.from_numpy(x), -1).numpy())
+
+
+def test_export_function_rejects_unknown_framework_and_non_callables():
+    with pytest.raises(UsageError, match="framework 'jax'"):
+        export_function(_tf_fn, "jax", elem_type=TensorProto.FLOAT, shape=[2], opset=17)
+    with pytest.raises(UsageError, match="callable"):
+        export_function(3, "tf", elem_type=TensorProto.FLOAT, shape=[2], opset=17)
+
+
+@pytest.mark.parametrize("framework,func", [("tf", _tf_fn), ("torch", _torch_fn)])
+def test_insert_function_into_an_onnx_helper_model(framework, func):
+    """A function from either framework spliced into a model no framework made (tiny_cnn)."""
+    model = builders.tiny_cnn()
+    x = images((1, 3, 8, 8), seed=2)
+    before = run(model, {"x": x}, extra=["act"])
+    result = insert_function(model, "act", func, framework)
+    onnx.checker.check_model(model)
+    after = run(model, {"x": x})
+    act = before["act"]
+    v = np.asarray(func(tf.constant(act)) if framework == "tf" else func(torch.from_numpy(act)))
+    # consumers of act now read v: the side branch is sigmoid(v), the logits use pool(v)
+    assert_close(after["side_out"], 1 / (1 + np.exp(-v)))
+    assert not np.allclose(after["side_out"], before["side_out"])
+    assert result.processed in {o for n in model.graph.node for o in n.output}
+    assert rewrites(model)[-1]["op"] == "insert"
+
+
+def test_cli_insert_function_imports_the_users_file(tmp_path):
+    src = tmp_path / "proc.py"
+    src.write_text(textwrap.dedent("""
+        import tensorflow as tf
+        def half(a):
+            return a * 0.5
+    """))
+    model = builders.tiny_cnn()
+    x = images((1, 3, 8, 8), seed=3)
+    before = run(model, {"x": x}, extra=["act"])
+    cli_insert_function(model, "act", func=f"{src}:half", framework="tf")
+    assert_close(run(model, {"x": x})["side_out"], 1 / (1 + np.exp(-0.5 * before["act"])))
+    with pytest.raises(NotFoundError, match="defines no 'nope'"):
+        cli_insert_function(model, "act", func=f"{src}:nope", framework="tf")
+
+
+def test_activation_type_reads_dtype_and_shape():
+    model = builders.tiny_cnn()
+    assert activation_type(model, "act") == ("act", TensorProto.FLOAT, [1, 4, 8, 8])
+    with pytest.raises(NotFoundError):
+        activation_type(model, "no_such_tensor")

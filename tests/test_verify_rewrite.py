@@ -1,0 +1,271 @@
+"""Rewrite-aware verification: each recorded rewrite's invariant holds for the real verbs and is
+caught, and located, when a rewrite is broken by hand the way a buggy verb would break it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsurgeon.errors import UsageError
+from onnxsurgeon.io import Model, load, save
+from onnxsurgeon.record import add_rewrite, rewrites
+from onnxsurgeon.surgery import Weights, copy, extract, insert, reroute
+from onnxsurgeon.verify import verify_log, verify_rewrite
+
+from . import builders
+from .test_verify import clone, mlp, node
+
+F = TensorProto.FLOAT
+
+
+def rewritten(model: onnx.ModelProto, verb, *args, **kwargs) -> onnx.ModelProto:
+    out = clone(model)
+    verb(out, *args, **kwargs)
+    return out
+
+
+def checks(report) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for p in report.pairs:
+        out[p.check] = out.get(p.check, True) and p.ok
+    return out
+
+
+# ------------------------------------------------------------------------------ extract
+def test_extract_with_stop_tensor_verifies_exactly():
+    original = builders.tiny_cnn()
+    new = rewritten(original, extract, ["logits"], inputs=["act"])
+    report = verify_log(original, new)
+    assert report.ok and report.kind == "rewrite:extract"
+    assert checks(report) == {"extract": True}
+    assert all(p.exact for p in report.pairs)
+
+
+def test_extract_with_a_changed_weight_is_caught_and_located():
+    original = builders.tiny_cnn()
+    new = rewritten(original, extract, ["logits"])
+    fc = next(t for t in new.graph.initializer if t.name == "fc.weight")
+    fc.CopyFrom(numpy_helper.from_array(
+        (numpy_helper.to_array(fc) * np.float32(1 + 1e-3)).astype(np.float32), "fc.weight"))
+    report = verify_log(original, new)
+    assert not report.ok
+    assert report.divergence is not None
+    assert (report.divergence.tensor, report.divergence.node) == ("logits", "fc")
+    assert report.divergence.differing_weights == ("fc.weight",)
+
+
+# --------------------------------------------------------------------------------- copy
+@pytest.mark.parametrize("weights", list(Weights), ids=str)
+def test_copy_equals_original_in_one_session(weights):
+    original = builders.tiny_cnn()
+    new = rewritten(original, copy, ["logits"], weights=weights, prefix="twin/")
+    report = verify_log(original, new)
+    assert report.ok
+    assert checks(report) == {"copy": True, "untouched": True}
+    pair = next(p for p in report.pairs if p.check == "copy")
+    assert (pair.reference, pair.candidate, pair.exact) == ("logits", "twin/logits", True)
+
+
+def test_copy_with_input_replacement_equals_original_fed_the_replacement():
+    original = mlp()
+    new = rewritten(original, copy, ["y"], prefix="alt/", replace_inputs={"relu1": "relu0"})
+    report = verify_log(original, new)
+    assert report.ok, report.to_text()
+    assert checks(report)["copy"]
+
+
+def test_copy_with_a_perturbed_twin_weight_is_caught_and_located():
+    original = mlp()
+    new = rewritten(original, copy, ["y"], prefix="twin/")
+    record = rewrites(new)[-1]
+    twin_w = record["initializers"]["W3"]
+    t = next(t for t in new.graph.initializer if t.name == twin_w)
+    t.CopyFrom(numpy_helper.from_array(
+        (numpy_helper.to_array(t) * np.float32(1 + 1e-3)).astype(np.float32), twin_w))
+    report = verify_log(original, new)
+    assert not report.ok
+    assert checks(report) == {"copy": False, "untouched": True}
+    div = report.divergence
+    assert div is not None
+    assert div.tensor == "mm3" and div.node == record["nodes"]["MatMul_3"]
+    assert div.differing_weights == ("W3",)
+
+
+# ------------------------------------------------------------------------------- insert
+def test_insert_l2_normalize_verifies():
+    original = builders.tiny_cnn()
+    new = rewritten(original, insert, "act", op="l2_normalize", params={"axis": 1})
+    report = verify_log(original, new)
+    assert report.ok, report.to_text()
+    assert checks(report) == {"at": True, "block": True, "downstream": True}
+
+
+def test_insert_as_output_leaves_every_output_bit_identical():
+    original = builders.tiny_cnn()
+    new = rewritten(original, insert, "act", op="clip", params={"min": 0, "max": 1},
+                    as_output=True)
+    report = verify_log(original, new)
+    assert report.ok
+    assert checks(report) == {"at": True, "block": True, "untouched": True}
+
+
+def test_insert_a_user_graph_isolates_the_block():
+    original = builders.tiny_cnn()
+    block_graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["i"], ["o"])], "blk",
+        [helper.make_tensor_value_info("i", F, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("o", F, [1, 4, 8, 8])])
+    block = helper.make_model(block_graph, opset_imports=[helper.make_opsetid("", 17)])
+    block.ir_version = 8
+    new = rewritten(original, insert, "act", graph=block)
+    report = verify_log(original, new)
+    assert report.ok, report.to_text()
+    assert any("isolated" in n for n in report.notes)
+
+
+def test_insert_with_a_wrong_axis_is_caught_and_located():
+    original = builders.tiny_cnn()
+    new = rewritten(original, insert, "act", op="l2_normalize", params={"axis": 1})
+    reduce = next(n for n in new.graph.node if n.op_type == "ReduceSumSquare")
+    for attr in reduce.attribute:
+        if attr.name == "axes":
+            attr.ints[:] = [2]
+    report = verify_log(original, new)
+    assert not report.ok
+    assert checks(report)["block"] is False
+    div = report.divergence
+    assert div is not None and div.node == reduce.name and div.op_type == "ReduceSumSquare"
+    assert div.attribute_changes == ("axes: [1] -> [2]",)
+
+
+def test_insert_inside_if_capture_verifies_both_branches():
+    original = builders.if_capture()
+    new = rewritten(original, insert, "a", op="scale", params={"factor": 2.0})
+    report = verify_log(original, new)
+    assert report.ok and report.samples == 2
+    assert checks(report)["downstream"]
+
+
+def test_insert_whose_consumer_was_not_rerouted_is_caught():
+    original = mlp()
+    new = rewritten(original, insert, "relu1", op="scale", params={"factor": 0.5})
+    record = rewrites(new)[-1]
+    assert set(record["rerouted"]) == {"MatMul_2", "side_tanh"}
+    node(new, "side_tanh").input[0] = "relu1"  # the verb "forgot" one consumer
+    report = verify_log(original, new)
+    assert not report.ok
+    assert report.divergence is not None and report.divergence.tensor == "side"
+    assert report.divergence.node == "side_tanh"
+
+
+# ------------------------------------------------------------------------------ reroute
+def test_reroute_verifies():
+    original = mlp()
+    new = rewritten(original, reroute, "relu3", "relu2", consumers=["MatMul_4"])
+    report = verify_log(original, new)
+    assert report.ok, report.to_text()
+    assert checks(report) == {"downstream": True}
+
+
+def test_reroute_to_the_wrong_tensor_is_caught_and_located():
+    original = mlp()
+    new = rewritten(original, reroute, "relu3", "relu2", consumers=["MatMul_4"])
+    node(new, "MatMul_4").input[0] = "relu1"  # same shape [1, 8], wrong tensor
+    report = verify_log(original, new)
+    assert not report.ok
+    div = report.divergence
+    assert div is not None and (div.tensor, div.node) == ("mm4", "MatMul_4")
+    assert div.candidate_inputs == ("relu1", "W4")
+
+
+def test_reroute_of_a_graph_output_verifies():
+    original = builders.tiny_cnn()
+    new = rewritten(original, reroute, "act", "conv5_out")
+    report = verify_log(original, new)
+    assert report.ok, report.to_text()
+
+
+def test_untouched_output_that_changed_is_caught():
+    original = builders.tiny_cnn()
+    new = rewritten(original, insert, "act", op="l2_normalize", params={"axis": 1},
+                    as_output=True)
+    node(new, "side").op_type = "Tanh"  # an output the rewrite did not touch
+    report = verify_log(original, new)
+    assert not report.ok
+    assert checks(report)["untouched"] is False
+    assert report.divergence is not None and report.divergence.node == "side"
+
+
+# ----------------------------------------------------------------------- log handling
+def test_verify_log_needs_exactly_one_new_rewrite():
+    original = builders.tiny_cnn()
+    with pytest.raises(UsageError, match="no rewrite"):
+        verify_log(original, clone(original))
+    twice = rewritten(original, insert, "act", op="identity")
+    insert(twice, "logits", op="identity")
+    with pytest.raises(UsageError, match="2 rewrites"):
+        verify_log(original, twice)
+    once = rewritten(original, insert, "act", op="identity")
+    assert verify_log(once, twice).ok  # the second step from its own input
+    unrelated = clone(original)
+    add_rewrite(unrelated, {"op": "extract", "outputs": ["logits"], "inputs": []})
+    with pytest.raises(UsageError, match="does not continue"):
+        verify_log(unrelated, twice)
+
+
+def test_unknown_record_op_is_a_usage_error():
+    model = builders.tiny_cnn()
+    with pytest.raises(UsageError, match="unknown"):
+        verify_rewrite(model, model, {"op": "melt"})
+
+
+def test_record_naming_a_missing_node_is_a_usage_error():
+    original = mlp()
+    new = rewritten(original, reroute, "relu3", "relu2", consumers=["MatMul_4"])
+    record = dict(rewrites(new)[-1], rerouted=["no_such_node"])
+    with pytest.raises(UsageError, match="no_such_node"):
+        verify_rewrite(original, new, record)
+
+
+def test_rewrites_of_external_data_models_verify_from_paths(tmp_path):
+    save(Model(mlp(width=64)), tmp_path / "m.onnx", external=True)
+    model = load(tmp_path / "m.onnx")
+    copy(model, ["y"], prefix="twin/")
+    save(model, tmp_path / "twin.onnx")
+    assert (tmp_path / "twin.onnx.data").exists()
+    report = verify_log(tmp_path / "m.onnx", tmp_path / "twin.onnx")
+    assert report.ok, report.to_text()
+    assert checks(report) == {"copy": True, "untouched": True}
+
+
+BUILDERS = ["tiny_cnn", "tied_weights", "if_capture", "loop_capture", "local_function",
+            "init_as_input"]
+VERBS = {
+    "copy": lambda m, out: copy(m, [out], prefix="c/"),
+    "extract": lambda m, out: extract(m, [out]),
+    "insert": lambda m, out: insert(m, out, op="scale", params={"factor": 3.0}),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_every_verb_on_every_builder_verifies(builder, verb):
+    original = getattr(builders, builder)()
+    new = clone(original)
+    VERBS[verb](new, original.graph.output[0].name)
+    report = verify_log(original, new)
+    assert report.ok, report.to_text()
+    assert report.pairs and all(p.exact for p in report.pairs if p.check != "block")
+
+
+def test_a_bug_inside_a_loop_body_is_caught():
+    original = builders.loop_capture()
+    new = rewritten(original, copy, ["z"], prefix="c/")
+    loop_copy = next(n for n in new.graph.node if n.op_type == "Loop" and n.name != "loop")
+    body = loop_copy.attribute[0].g
+    next(n for n in body.node if n.op_type == "Mul").op_type = "Add"
+    report = verify_log(original, new)
+    assert not report.ok
+    assert report.divergence is not None and report.divergence.node == loop_copy.name
