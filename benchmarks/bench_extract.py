@@ -123,17 +123,13 @@ def importable(module: str) -> bool:
     return True
 
 
-def measure(fn: Callable[[Path, Path, str], None], src: Path, dst: Path, mid: str,
-            repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        if dst.exists():
-            dst.unlink()
-        gc.collect()
-        start = time.perf_counter()
-        fn(src, dst, mid)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def run_once(fn: Callable[[Path, Path, str], None], src: Path, dst: Path, mid: str) -> float:
+    if dst.exists():
+        dst.unlink()
+    gc.collect()
+    start = time.perf_counter()
+    fn(src, dst, mid)
+    return time.perf_counter() - start
 
 
 def check_output(dst: Path, expected_nodes: int) -> str:
@@ -179,14 +175,20 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 if importable("onnx_ir"):
                     contenders.append(("onnx-ir", onnx_ir_extract))
-            floor = None
+            # round-robin: every repeat runs every contender once, so load changes on the
+            # machine hit all of them alike
+            times: dict[str, list[float]] = {name: [] for name, _ in contenders}
+            outputs: dict[str, Path] = {}
+            for _ in range(args.repeat):
+                for k, (name, fn) in enumerate(contenders):
+                    outputs[name] = folder / f"out_{k}.onnx"
+                    times[name].append(run_once(fn, src, outputs[name], mid))
+            floor = statistics.median(times[contenders[0][0]])
             for name, fn in contenders:
-                dst = folder / f"out_{len(rows)}.onnx"
-                seconds = measure(fn, src, dst, mid, args.repeat)
-                floor = floor if floor is not None else seconds
-                status = "-" if fn is onnx_load_save else check_output(dst, kept)
+                seconds = statistics.median(times[name])
+                status = "-" if fn is onnx_load_save else check_output(outputs[name], kept)
                 rows.append((label, name, seconds, seconds / floor, status))
-                print(f"{label:20s} {name:36s} {seconds:8.3f} s  {seconds / floor:5.2f}x  {status}",
+                print(f"{label:20s} {name:46s} {seconds:8.3f} s  {seconds / floor:5.2f}x  {status}",
                       flush=True)
     for note in skipped:
         print(note)
@@ -202,7 +204,7 @@ def write_results(path: Path, rows, nodes: int, repeat: int, notes: list[str]) -
         "# extract benchmark",
         "",
         f"Extract the first half of a {nodes}-node MatMul/Add/Relu chain, whole operation from file",
-        f"to file, median of {repeat} runs in one process. Ratio: time / (onnx.load + onnx.save of the",
+        f"to file, median of {repeat} round-robin runs in one process. Ratio: time / (onnx.load + onnx.save of the",
         "same model, same run). `chain` carries no value_info (the cut tensor's type is inferred);",
         "`chain + value_info` types every tensor, as exporters usually do.",
         "",

@@ -122,6 +122,14 @@ def _structured_output_names(cf: Any) -> list[str]:
     return [f"output_{i}" for i in range(len(flat))]
 
 
+def _keras_input_name(t: Any) -> str:
+    """The InputLayer's name (``image``, ``input_layer``) rather than ``keras_tensor_N``."""
+    history = getattr(t, "_keras_history", None)
+    op = getattr(history, "operation", None) or (history[0] if history else None)
+    name = getattr(op, "name", None)
+    return str(name) if name else str(t.name)
+
+
 def _from_keras(model: Any) -> _Frozen:
     import keras
 
@@ -130,7 +138,7 @@ def _from_keras(model: Any) -> _Frozen:
             f"Keras model '{model.name}' has no known inputs; build it (call it once or use "
             "keras.Input) before converting"
         )
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=t.name) for t in model.inputs]
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=_keras_input_name(t)) for t in model.inputs]
     single = len(specs) == 1
 
     def fn(*xs: Any) -> Any:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 import onnx
-
 import torch
+
 from onnxsurgeon.errors import UsageError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.select import Selector, node_module
@@ -112,10 +112,14 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, op
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - exporters raise anything
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        root: BaseException = exc
+        while root.__cause__ is not None:
+            root = root.__cause__
+        lines = [ln for ln in str(root).strip().splitlines() if ln.strip()]
+        first = lines[0].strip() if lines else ""
         raise ConversionError(
             f"torch.onnx ({exporter}) could not export {type(module).__name__}: "
-            f"{type(exc).__name__}: {first[:300]}; try the other exporter or another opset"
+            f"{type(root).__name__}: {first[:300]}; try the other exporter or another opset"
         ) from exc
 
 

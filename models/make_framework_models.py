@@ -15,7 +15,6 @@ from pathlib import Path
 def main(out_dir: str | None = None) -> list[Path]:
     import numpy as np
     import torch
-
     from onnxsurgeon.converters import from_tf, from_torch
     from onnxsurgeon.converters import seed_models as sm
 

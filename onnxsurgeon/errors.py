@@ -3,9 +3,20 @@ object at fault and the fix; the CLI prints it as one line and exits 2."""
 
 from __future__ import annotations
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
+
 
 class SurgeryError(Exception):
-    """Base class of every error onnxsurgeon raises on purpose (bad input, refused rewrite)."""
+    """Base class of every error onnxsurgeon raises on purpose (bad input, refused rewrite).
+
+    The message is always one line: control characters coming from names inside an untrusted
+    model (newlines, escapes) are shown as ``\\xNN``.
+    """
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (args[0].translate(_CONTROL),)
+        super().__init__(*args)
 
 
 class InvalidModelError(SurgeryError):

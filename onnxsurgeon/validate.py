@@ -26,6 +26,8 @@ from .index import MAX_NESTING, graph_defined_names, has_subgraphs, subgraphs
 
 __all__ = ["validate"]
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}  # warnings stay one line
+
 
 def validate(model: onnx.ModelProto, /, *, sort: bool = True) -> list[str]:
     """Check that ``model`` is a well-formed DAG in SSA form; return warnings.
@@ -206,6 +208,7 @@ def _check_scope(
         warnings.append(
             f"{label}: {moved} nodes were out of topological order (first: "
             f"'{first_moved}'); sorted them stably, keeping the original order where possible"
+            .translate(_CONTROL)
         )
     return defined, nested
 

@@ -22,6 +22,7 @@ from onnxsurgeon.converters import (  # noqa: E402
     export_function,
     insert_function,
 )
+
 from onnxsurgeon.errors import NotFoundError, UsageError  # noqa: E402
 from onnxsurgeon.record import rewrites  # noqa: E402
 

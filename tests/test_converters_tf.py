@@ -20,6 +20,7 @@ from onnxsurgeon.converters import (  # noqa: E402
 )
 from onnxsurgeon.converters import seed_models as sm  # noqa: E402
 from onnxsurgeon.converters.common import NAME_MAP_KEY, compare_outputs  # noqa: E402
+
 from onnxsurgeon.errors import NotFoundError, UsageError  # noqa: E402
 from onnxsurgeon.index import GraphIndex  # noqa: E402
 from onnxsurgeon.select import Selector  # noqa: E402

@@ -285,3 +285,17 @@ def test_copy_of_output_also_consumed_inside():
     got = run(model, random_feeds(model))
     for orig, dup in result.outputs.items():
         np.testing.assert_array_equal(got[dup], got[orig])
+
+
+def test_replace_inputs_reaches_captures_inside_bodies():
+    model = builders.if_capture()
+    copy(model, ["z"], replace_inputs={"a": "x"})
+    (branch,) = [n for n in model.graph.node if n.name == "copy/branch"]
+    then_g = next(a.g for a in branch.attribute if a.name == "then_branch")
+    assert list(then_g.node[0].input) == ["x", "copy/W"]
+    onnx.checker.check_model(model, full_check=True)
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    got = run(model, {"x": x})
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}["copy/W"]
+    y = x * w if x.sum() > 0 else x - w
+    np.testing.assert_array_equal(got["copy/z"], y + x)

@@ -335,3 +335,23 @@ def test_external_data_round_trip(tmp_path):
     act = run_exposed(original, ["act", "logits"], feeds)
     got = session(str(out)).run(None, {"act": act["act"]})[0]
     np.testing.assert_array_equal(got, act["logits"])
+
+
+def test_output_that_is_a_graph_input():
+    model = builders.tied_weights()
+    result = extract(model, ["x", "h"])
+    assert result.inputs == ["x"] and result.outputs == ["x", "h"]
+    assert [n.name for n in model.graph.node] == ["mm1"]
+    check_extract_exact(builders.tied_weights(), model)
+
+
+@pytest.mark.parametrize("step", [2, 7, 150])  # many runs (rebuild) ... few runs (slice deletes)
+def test_keep_only_both_strategies(step):
+    from onnxsurgeon.surgery._proto import keep_only
+
+    model = builders.chain(100)
+    before = [n.SerializeToString() for n in model.graph.node]
+    keep = list(range(0, 300, step)) + [299]
+    keep = sorted(set(keep))
+    keep_only(model.graph.node, keep)
+    assert [n.SerializeToString() for n in model.graph.node] == [before[i] for i in keep]

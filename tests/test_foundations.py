@@ -214,3 +214,13 @@ def test_name_allocator_sees_nested_and_function_names():
     assert names.fresh("t") == "t__1"
     fnames = NameAllocator.for_model(builders.local_function())
     assert fnames.fresh("XW") == "XW__1"
+
+
+def test_every_subpackage_is_declared_for_plain_installs():
+    import tomllib
+
+    declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"onnxsurgeon." + p.parent.relative_to(ROOT / "onnxsurgeon").as_posix().replace("/", ".")
+             for p in (ROOT / "onnxsurgeon").rglob("__init__.py")}
+    found = {f.removesuffix(".") for f in found} | {"onnxsurgeon.converters"}
+    assert found == declared

@@ -25,6 +25,7 @@ pytest.importorskip("tf2onnx")
 
 from onnxsurgeon.converters import from_tf, from_torch, insert_function  # noqa: E402
 from onnxsurgeon.converters import seed_models as sm  # noqa: E402
+
 from onnxsurgeon.surgery.copy import Weights, copy  # noqa: E402
 from onnxsurgeon.surgery.insert import insert  # noqa: E402
 

@@ -154,6 +154,8 @@ def test_integers_and_bools_are_exact():
     assert not compare_arrays(np.array([1, 2], np.int64), np.array([1, 3], np.int64)).ok
     assert compare_arrays(np.array([True, False]), np.array([True, False])).ok
     assert not compare_arrays(np.array([True, False]), np.array([True, True])).ok
+    big = np.array([2**60], np.int64)
+    assert not compare_arrays(big, big + 1).ok  # beyond float64's integer precision
 
 
 def test_nan_and_inf_positions_must_match():
@@ -472,3 +474,23 @@ def test_real_exported_models_removed_relu_is_located(name):
     assert not report.ok
     div = report.divergence
     assert div is not None and div.node == first_reader.name
+
+
+def test_unchanged_external_model_runs_in_place_and_variants_stage_a_copy(tmp_path):
+    from onnxsurgeon.verify.run import Staged, Workspace
+
+    path = _external_model(tmp_path, mlp(width=64), "m.onnx")
+    feed = random_samples(input_specs(GraphIndex(mlp(width=64))))[0]
+    with Workspace() as ws:
+        staged = Staged(load(path), ws, "m")
+        assert staged.source_path == path.resolve()
+        base = staged.run(feed)
+        assert list(ws.dir.iterdir()) == []  # no weight copy to compute the outputs
+        inner = staged.run(feed, ["mm0", "y"])
+        assert any(p.name.endswith(".data") for p in ws.dir.iterdir())
+        assert np.array_equal(inner["y"], base["y"])
+    changed = load(path)
+    changed.proto.graph.node[0].name = "renamed"
+    with Workspace() as ws:
+        assert Staged(changed, ws, "m").source_path is None
+    assert not ws.dir.exists()

@@ -199,20 +199,63 @@ def test_untouched_output_that_changed_is_caught():
 
 
 # ----------------------------------------------------------------------- log handling
-def test_verify_log_needs_exactly_one_new_rewrite():
+def test_verify_log_needs_a_continued_log():
     original = builders.tiny_cnn()
     with pytest.raises(UsageError, match="no rewrite"):
         verify_log(original, clone(original))
     twice = rewritten(original, insert, "act", op="identity")
     insert(twice, "logits", op="identity")
-    with pytest.raises(UsageError, match="2 rewrites"):
-        verify_log(original, twice)
     once = rewritten(original, insert, "act", op="identity")
     assert verify_log(once, twice).ok  # the second step from its own input
     unrelated = clone(original)
     add_rewrite(unrelated, {"op": "extract", "outputs": ["logits"], "inputs": []})
     with pytest.raises(UsageError, match="does not continue"):
         verify_log(unrelated, twice)
+
+
+def _pipeline(original: onnx.ModelProto) -> onnx.ModelProto:
+    model = clone(original)
+    copy(model, ["y"], prefix="twin/")
+    insert(model, "relu2", op="l2_normalize", params={"axis": 1})
+    reroute(model, "relu4", "relu3", consumers=["MatMul_5"])
+    extract(model, ["y", "twin/y"])
+    return model
+
+
+def test_several_rewrites_are_replayed_and_verified_step_by_step():
+    original = mlp()
+    final = _pipeline(original)
+    report = verify_log(original, final)
+    assert report.ok, report.to_text()
+    assert report.kind == "rewrite:log"
+    steps = {p.check.split(":")[0] + ":" + p.check.split(":")[1] for p in report.pairs}
+    assert steps == {"1:copy", "2:insert", "3:reroute", "4:extract"}
+
+
+def test_a_broken_last_step_of_several_is_caught():
+    original = mlp()
+    model = clone(original)
+    copy(model, ["y"], prefix="twin/")
+    reroute(model, "relu4", "relu3", consumers=["MatMul_5"])
+    node(model, "MatMul_5").input[0] = "relu2"  # the reroute went to the wrong tensor
+    report = verify_log(original, model)
+    assert not report.ok
+    failing = {p.check for p in report.pairs if not p.ok}
+    assert failing and all(c.startswith("2:reroute:") for c in failing)
+    assert report.divergence is not None and report.divergence.node == "MatMul_5"
+
+
+def test_an_inserted_user_graph_before_the_last_step_cannot_be_replayed():
+    original = builders.tiny_cnn()
+    block = helper.make_model(helper.make_graph(
+        [helper.make_node("Sigmoid", ["i"], ["o"])], "blk",
+        [helper.make_tensor_value_info("i", F, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("o", F, [1, 4, 8, 8])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model = rewritten(original, insert, "act", graph=block)
+    insert(model, "logits", op="identity")
+    with pytest.raises(UsageError, match="cannot be replayed"):
+        verify_log(original, model)
 
 
 def test_unknown_record_op_is_a_usage_error():

@@ -21,6 +21,7 @@ import numpy as np
 from .compare import compare, default_samples, verify_against
 from .inputs import InputSpec, input_specs, random_samples, user_samples
 from .locate import locate
+from .log import verify_log
 from .report import (
     TOLERANCES,
     Divergence,
@@ -30,7 +31,7 @@ from .report import (
     default_tolerance,
     format_report,
 )
-from .rewrite import verify_log, verify_rewrite
+from .rewrite import verify_rewrite
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
 
 

@@ -110,6 +110,7 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                                 dtype=numpy_dtype_name(ref.elem_type(r)))
                 for r, c in pair_list]
         seen: dict[str, set[bool]] = {}
+        ran = True
         with ref.session(ref_names) as rrun, cand.session(cand_names) as crun:
             for k, feed in enumerate(feeds):
                 rvals = rrun.run(feed)
@@ -118,6 +119,7 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                 except ModelRunError as exc:
                     for acc in accs:
                         acc.fail(f"candidate failed to run: {exc}")
+                    ran = False
                     break
                 for acc, (r, c) in zip(accs, pair_list, strict=True):
                     acc.add(rvals[r], cvals[c], k)
@@ -131,7 +133,7 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         notes = _branch_notes(conds, seen, len(feeds))
         divergence = None
         failed = next((p for p in reports if not p.ok), None)
-        if failed is not None and locate_divergence:
+        if failed is not None and locate_divergence and ran:
             sample = feeds[failed.worst_sample or 0]
             try:
                 divergence = locate(Side(ref, sample), Side(cand, sample), failed.reference,

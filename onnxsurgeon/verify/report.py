@@ -316,9 +316,9 @@ class PairAccumulator:
             return self._add_exact(ref, cand, sample)
         r = _as_comparable(ref)
         c = _as_comparable(cand)
-        if r.dtype.kind == "b":
-            r, c = r.astype(np.int8), c.astype(np.int8)
-        if r.dtype.kind in "iu":
+        unequal_ints = None
+        if r.dtype.kind in "biu":
+            unequal_ints = r != c  # exact, even beyond float64's 2**53
             r, c = r.astype(np.float64), c.astype(np.float64)
         if r.dtype.kind == "c":
             finite = np.isfinite(r) & np.isfinite(c)
@@ -336,6 +336,8 @@ class PairAccumulator:
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.where(diff == 0, 0.0, diff / mag)
         bad = ((diff > atol) & (rel > rtol)) | bad_special
+        if unequal_ints is not None and rtol == 0.0 and atol == 0.0:
+            bad |= unequal_ints
         if bad_special.any():
             self.fail("NaN/Inf positions differ")
         count = int(bad.sum())
@@ -421,7 +423,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float | None:
         return 1.0
     if na == 0.0 or nb == 0.0 or not (math.isfinite(na) and math.isfinite(nb)):
         return None
-    return float(np.dot(a, b) / (na * nb))
+    return float(min(1.0, max(-1.0, float(np.dot(a, b)) / (na * nb))))
 
 
 def compare_arrays(ref: Any, cand: Any, *, rtol: float | None = None, atol: float | None = None,

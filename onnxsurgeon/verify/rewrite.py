@@ -31,7 +31,6 @@ from ..errors import SurgeryError, UsageError
 from ..index import GraphIndex, graph_defined_names, subgraphs
 from ..io import Model
 from ..names import NameAllocator
-from ..record import rewrites
 from ..select import Selector
 from .compare import make_samples
 from .inputs import InputsLike, Sample
@@ -454,31 +453,3 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike, record: Mapping[st
         check = _Check(batch)
         _CHECKS[str(op)](ctx, record, check)
         return check.report(f"rewrite:{op}", len(ctx.feeds), locate_divergence=locate_divergence)
-
-
-def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> VerifyReport:
-    """Verify the rewrite recorded in ``rewritten``'s log since ``original`` (one step).
-
-    Raises:
-        UsageError: the log does not extend the original's, or holds no or several new steps.
-    """
-    orig_model, new_model = to_model(original), to_model(rewritten)
-    before, after = rewrites(orig_model.proto), rewrites(new_model.proto)
-    if after[:len(before)] != before:
-        raise UsageError(
-            "the rewritten model's rewrite log does not continue the original's; give the model "
-            "the rewrite started from"
-        )
-    new = after[len(before):]
-    if not new:
-        raise UsageError(
-            "the rewritten model records no rewrite since the original; compare them with "
-            "'onnxsurgeon verify' instead"
-        )
-    if len(new) > 1:
-        raise UsageError(
-            f"the rewritten model records {len(new)} rewrites since the original "
-            f"({', '.join(str(r.get('op')) for r in new)}); verify after each step, from that "
-            "step's input model"
-        )
-    return verify_rewrite(orig_model, new_model, new[0], **options)

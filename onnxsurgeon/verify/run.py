@@ -30,7 +30,7 @@ from onnx import TensorProto, helper
 
 from ..errors import InvalidModelError
 from ..index import GraphIndex
-from ..io import Model, as_model, load, save
+from ..io import Model, as_model, is_external, iter_tensors, load, save
 from ..names import NameAllocator
 from ..types import TypeOracle
 
@@ -81,6 +81,18 @@ def _first_line(exc: BaseException) -> str:
     return (text[-1] if text else type(exc).__name__)[:300]
 
 
+def _unchanged_source(model: Model) -> Path | None:
+    """``model.source`` when the proto in memory equals that file and keeps weights external
+    (running it in place avoids copying the weights); None otherwise."""
+    if model.source is None or not any(is_external(t) for t in iter_tensors(model.proto)):
+        return None
+    try:
+        on_disk = onnx.load(str(model.source), load_external_data=False)
+    except Exception:  # noqa: BLE001 - any unreadable file just means "stage a copy"
+        return None
+    return Path(model.source) if on_disk == model.proto else None
+
+
 class Workspace:
     """A private temporary folder holding staged models; removed on :meth:`close` / ``with``."""
 
@@ -123,11 +135,24 @@ class Staged:
         self.workspace = workspace
         self.index = GraphIndex(model.proto)
         self.oracle = TypeOracle(self.index)
-        self.path = save(model, workspace.fresh_path(label))
+        self._path: Path | None = None
         self._proto: onnx.ModelProto | None = None
+        self.source_path = _unchanged_source(model)
         self.output_names = [o.name for o in model.proto.graph.output]
         self.input_names = [i.name for i in model.proto.graph.input
                             if i.name not in self.index.initializers]
+
+    @property
+    def path(self) -> Path:
+        """The staged copy (written on first use: variants need the weights beside them)."""
+        if self._path is None:
+            self._path = save(self.model, self.workspace.fresh_path(self.label))
+        return self._path
+
+    def base_path(self) -> Path:
+        """A file computing the graph outputs: the source file itself when the model in memory
+        is unchanged and keeps its weights external (no copy), else the staged copy."""
+        return self.source_path if self.source_path is not None else self.path
 
     def _staged_proto(self) -> onnx.ModelProto:
         if self._proto is None:
@@ -192,13 +217,13 @@ class Staged:
         if needs_variant:
             path, read_as = self.write_variant(wanted)
         else:
-            path, read_as = self.path, {n: n for n in wanted}
+            path, read_as = self.base_path(), {n: n for n in wanted}
         runner = Runner(new_session(path, threads=self.threads), read_as, self.label)
         try:
             yield runner
         finally:
             runner.close()
-            if path != self.path:
+            if path not in (self._path, self.source_path):
                 with contextlib.suppress(OSError):
                     path.unlink()
 

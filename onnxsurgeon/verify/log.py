@@ -1,0 +1,123 @@
+"""Verifying a rewrite log: every rewrite a model records since the model it came from.
+
+One new record is verified directly. Several are verified step by step: the earlier steps are
+replayed with the surgery verbs from their records (deterministic, and the replay must reproduce
+the record exactly), each step is checked against its own input, and the last step is checked on
+the actual rewritten model. A step that cannot be replayed (an inserted user graph is not stored
+in the record) is a usage error that says to verify after each step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import onnx
+
+from ..errors import SurgeryError, UsageError
+from ..io import Model
+from ..record import rewrites
+from .report import PairReport, VerifyReport, make_report
+from .rewrite import verify_rewrite
+from .run import ModelLike, to_model
+
+
+def _copy_prefix(record: Mapping[str, Any]) -> str:
+    for orig, new in dict(record.get("outputs", {})).items():
+        at = str(new).rfind(str(orig))
+        if at >= 0:
+            return str(new)[:at]
+    raise UsageError("the copy record names no output whose copy contains its name")
+
+
+def replay(model: Model, record: Mapping[str, Any]) -> None:
+    """Apply the rewrite ``record`` describes to ``model`` with the surgery verbs. Mutates model.
+
+    Raises:
+        UsageError: the record cannot be replayed (unknown op, inserted user graph, or the replay
+            records something else than ``record``).
+    """
+    from ..surgery import copy, extract, insert, reroute
+
+    op = record.get("op")
+    if op == "extract":
+        extract(model, list(record["outputs"]), inputs=list(record.get("inputs", [])))
+    elif op == "copy":
+        copy(model, list(dict(record["outputs"])), weights=str(record.get("weights", "independent")),
+             prefix=_copy_prefix(record), replace_inputs=dict(record.get("replace_inputs") or {}) or None)
+    elif op == "insert":
+        if record.get("block") in (None, "graph"):
+            raise UsageError("an inserted user graph is not stored in the rewrite log")
+        insert(model, str(record["at"]), op=str(record["block"]), params=dict(record.get("params") or {}),
+               as_output=bool(record.get("as_output")))
+    elif op == "reroute":
+        consumers = None if record.get("rerouted_outputs") else list(record.get("rerouted", []))
+        reroute(model, str(record["from"]), str(record["to"]), consumers=consumers or None)
+    else:
+        raise UsageError(f"rewrite record op {op!r} is unknown")
+    if rewrites(model.proto)[-1] != dict(record):
+        raise UsageError(f"replaying the {op} record does not reproduce it")
+
+
+def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> VerifyReport:
+    """Verify every rewrite ``rewritten`` records since ``original`` (see the module docstring).
+
+    Options are those of :func:`~onnxsurgeon.verify.verify_rewrite`. With several steps, pair
+    checks are labelled ``<step>:<op>:<check>``.
+
+    Raises:
+        UsageError: the log does not extend the original's, records nothing new, or a step
+            before the last cannot be replayed.
+    """
+    orig_model, new_model = to_model(original), to_model(rewritten)
+    before, after = rewrites(orig_model.proto), rewrites(new_model.proto)
+    if after[:len(before)] != before:
+        raise UsageError(
+            "the rewritten model's rewrite log does not continue the original's; give the model "
+            "the rewrite started from"
+        )
+    steps = after[len(before):]
+    if not steps:
+        raise UsageError(
+            "the rewritten model records no rewrite since the original; compare them with "
+            "'onnxsurgeon verify' instead"
+        )
+    if len(steps) == 1:
+        return verify_rewrite(orig_model, new_model, steps[0], **options)
+    reports: list[VerifyReport] = []
+    current = orig_model
+    for k, record in enumerate(steps):
+        if k == len(steps) - 1:
+            nxt = new_model
+        else:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(current.proto)
+            nxt = Model(proto, base_dir=current.base_dir)
+            try:
+                replay(nxt, record)
+            except SurgeryError as exc:
+                raise UsageError(
+                    f"rewrite {k + 1} of {len(steps)} ({record.get('op')}) cannot be replayed: "
+                    f"{exc}; verify after each step (--verify on each command)"
+                ) from None
+        reports.append(verify_rewrite(current, nxt, record, **options))
+        current = nxt
+    return merge_reports(reports, [str(r.get("op")) for r in steps])
+
+
+def merge_reports(reports: list[VerifyReport], ops: list[str]) -> VerifyReport:
+    """One report for several steps: pairs and notes labelled by step, first divergence kept."""
+    pairs: list[PairReport] = []
+    notes: list[str] = []
+    for k, (report, op) in enumerate(zip(reports, ops, strict=True)):
+        pairs.extend(replace(p, check=f"{k + 1}:{op}:{p.check}") for p in report.pairs)
+        notes.extend(f"step {k + 1} ({op}): {n}" for n in report.notes)
+        if report.reason:
+            notes.append(f"step {k + 1} ({op}): {report.reason}")
+    divergence = next((r.divergence for r in reports if r.divergence is not None), None)
+    merged = make_report(pairs, samples=min(r.samples for r in reports), kind="rewrite:log",
+                         notes=notes, divergence=divergence)
+    if merged.ok and not all(r.ok for r in reports):
+        merged = replace(merged, ok=False)
+    return merged

@@ -1,0 +1,384 @@
+"""The CLI gauntlet: every verb, with --verify and --json, on realistic models (tests/gauntlet_models).
+
+Tensors are picked from each model's node list (first / middle / last computed float tensors, a
+pair of same-type tensors for reroute), so the same checks run on any model. Each rewritten file
+must pass onnx.checker (full), load in onnxruntime, and keep its numeric invariants: a copy equals
+its original exactly, outputs a rewrite does not reach are bit-identical, extracted tensors equal
+the original's.
+
+The helper-built models run by default; the PyTorch / transformers exports are ``slow``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from tests import gauntlet_models as gm
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
+FAST_MODELS = list(gm.FAST)
+SLOW_MODELS = list(gm.SLOW)
+ALL_MODELS = [pytest.param(n, id=n) for n in FAST_MODELS] + [
+    pytest.param(n, id=n, marks=pytest.mark.slow) for n in SLOW_MODELS]
+
+
+# ------------------------------------------------------------------------------ helpers
+def cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.args[3:]}\n{proc.stderr[-2000:]}\n{proc.stdout[-1500:]}"
+    return proc
+
+
+def session(path: Path) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def run(path: Path, feeds: dict[str, np.ndarray], extra: list[str] = ()) -> dict[str, np.ndarray]:
+    """All graph outputs of `path` (plus main-graph tensors `extra`, exposed as outputs)."""
+    if extra:
+        m = onnx.load(str(path))
+        have = {o.name for o in m.graph.output}
+        m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in extra if n not in have)
+        tmp = path.with_name(path.stem + ".probe.onnx")
+        onnx.save_model(m, str(tmp))  # external data stays where it is (same folder)
+        path = tmp
+    sess = session(path)
+    names = [i.name for i in sess.get_inputs()]
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {k: feeds[k] for k in names})))
+    return out
+
+
+def checked(path: Path) -> onnx.ModelProto:
+    onnx.checker.check_model(str(path), full_check=True)
+    session(path)
+    return onnx.load(str(path), load_external_data=False)
+
+
+def exact(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+    assert np.array_equal(a, b, equal_nan=True), f"{what}: max diff {np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))}"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------ the plan
+@dataclass
+class Plan:
+    path: Path
+    feeds: dict[str, np.ndarray]
+    outputs: list[str]
+    candidates: list[str]  # computed float tensors of the main graph, in node order
+    rank: dict[str, int]
+    shape: dict[str, tuple]
+    dtype: dict[str, int]
+    downstream: dict[str, set[str]]  # tensor -> graph outputs it reaches
+    pair: tuple[str, str] | None  # (A, B): consumers of A may read B (B upstream, same type)
+
+    @property
+    def first(self) -> str:
+        return self.candidates[0]
+
+    @property
+    def middle(self) -> str:
+        return self.candidates[len(self.candidates) // 2]
+
+    @property
+    def last(self) -> str:
+        return self.outputs[0]
+
+    def channel_axis(self, name: str) -> int:
+        return 1 if self.rank.get(name, 0) == 4 else -1
+
+
+def _feeds(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    inits = {t.name for t in graph.initializer}
+    feeds = {}
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 2 for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            feeds[vi.name] = rng.integers(0, 8, shape).astype(dtype)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    reads: set[str] = set()
+    stack = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    stack += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    while stack:
+        g = stack.pop()
+        for n in g.node:
+            reads.update(n.input)
+            stack += [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+            stack += [x for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for x in a.graphs]
+    return reads
+
+
+def make_plan(path: Path) -> Plan:
+    model = onnx.load(str(path))
+    graph = model.graph
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - custom domains may refuse strict inference
+        inferred = graph
+    types = {vi.name: vi.type.tensor_type for vi in
+             [*inferred.value_info, *inferred.input, *inferred.output, *graph.value_info]}
+    inits = {t.name for t in graph.initializer}
+    feeds = _feeds(graph)
+    live = set(feeds)
+    order: list[str] = []
+    reads: dict[str, set[str]] = {}
+    for node in graph.node:
+        ins = set(node.input) | _subgraph_reads(node)
+        for o in node.output:
+            reads[o] = ins
+        if ins & live:
+            live.update(o for o in node.output if o)
+            order += [o for o in node.output if o]
+    outputs = [o.name for o in graph.output]
+    # tensor -> graph outputs reachable (reverse walk from each output)
+    downstream: dict[str, set[str]] = {}
+    for out in outputs:
+        stack, seen = [out], set()
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            downstream.setdefault(t, set()).add(out)
+            stack += [x for x in reads.get(t, ()) if x and x not in inits]
+    rank, shape, dtype = {}, {}, {}
+    for name, tt in types.items():
+        if tt.HasField("shape"):
+            rank[name] = len(tt.shape.dim)
+            shape[name] = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or None
+                                for d in tt.shape.dim)
+        dtype[name] = tt.elem_type
+    # what static inference cannot type (custom domains), onnxruntime can: run once, read arrays
+    unknown = [t for t in order if t not in rank or not dtype.get(t)]
+    if unknown:
+        for name, arr in run(path, feeds, unknown).items():
+            if name in unknown:
+                rank[name], shape[name] = arr.ndim, arr.shape
+                dtype[name] = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+    cands = [t for t in order if dtype.get(t) in FLOATS and rank.get(t, 0) >= 1 and t in downstream]
+    pair = None
+    for j in range(len(cands) - 1, 0, -1):
+        a = cands[j]
+        if a in outputs or None in shape.get(a, (None,)):
+            continue
+        match = [b for b in cands[:j] if shape.get(b) == shape[a] and dtype[b] == dtype[a]
+                 and b not in reads.get(a, ())]
+        if match and j >= len(cands) // 3:
+            pair = (a, match[0])
+            break
+    return Plan(path, feeds, outputs, cands, rank, shape, dtype, downstream, pair)
+
+
+@pytest.fixture(scope="session")
+def gauntlet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gauntlet_models")
+
+
+@cache
+def _built(name: str, folder: Path) -> Plan:
+    return make_plan(gm.build(name, folder))
+
+
+@pytest.fixture()
+def plan(request: pytest.FixtureRequest, gauntlet_dir: Path) -> Plan:
+    p = _built(request.param, gauntlet_dir)
+    assert len(p.candidates) >= 3, f"{request.param}: too few computed tensors to test"
+    return p
+
+
+@cache
+def _reference(path: Path, extra: tuple[str, ...]) -> dict[str, np.ndarray]:
+    return run(path, _built_feeds(path), list(extra))
+
+
+def _built_feeds(path: Path) -> dict[str, np.ndarray]:
+    return _feeds(onnx.load(str(path), load_external_data=False).graph)
+
+
+def reference(plan: Plan, extra: list[str] = ()) -> dict[str, np.ndarray]:
+    return _reference(plan.path, tuple(extra))
+
+
+def out_path(plan: Plan, tmp_path: Path, tag: str) -> Path:
+    return tmp_path / f"{plan.path.stem}.{tag}.onnx"
+
+
+def per_model(fn):
+    return pytest.mark.parametrize("plan", ALL_MODELS, indirect=True)(fn)
+
+
+# ------------------------------------------------------------------------------ inspect
+@per_model
+def test_inspect_text_and_json(plan):
+    text = ok(cli("inspect", plan.path)).stdout
+    assert plan.last in text
+    data = json.loads(ok(cli("inspect", plan.path, "--json")).stdout)
+    assert [o["name"] for o in data["outputs"]] == plan.outputs
+    assert data["nodes"] >= len(onnx.load(str(plan.path), load_external_data=False).graph.node)
+
+
+# ------------------------------------------------------------------------------ extract
+@per_model
+def test_extract_first_middle_last_and_stop(plan, tmp_path):
+    before = sha(plan.path)
+    targets = [plan.first, plan.middle, plan.last]
+    want = reference(plan, targets)
+    for i, t in enumerate(targets):
+        dst = out_path(plan, tmp_path, f"extract{i}")
+        summary = json.loads(ok(cli("extract", plan.path, "-o", dst, "--outputs", t, "--verify", "--json")).stdout)
+        assert summary["outputs"] == [t]
+        checked(dst)
+        got = run(dst, plan.feeds)
+        exact(got[t], want[t], f"extract {t}")
+    # stop at the middle tensor: the model's output from the middle value
+    dst = out_path(plan, tmp_path, "extract_stop")
+    ok(cli("extract", plan.path, "-o", dst, "--outputs", plan.last, "--inputs", plan.middle, "--verify", "--json"))
+    m = checked(dst)
+    assert plan.middle in [i.name for i in m.graph.input]
+    feeds = dict(plan.feeds, **{plan.middle: want[plan.middle]})
+    exact(run(dst, feeds)[plan.last], want[plan.last], "extract with stop")
+    assert sha(plan.path) == before
+
+
+# ------------------------------------------------------------------------------ copy
+@per_model
+@pytest.mark.parametrize("weights", ["independent", "shared"])
+def test_copy_output_and_intermediate(plan, tmp_path, weights):
+    want = reference(plan, [plan.middle])
+    dst = out_path(plan, tmp_path, f"copy_{weights}")
+    proc = ok(cli("copy", plan.path, "-o", dst, "--outputs", f"{plan.last},{plan.middle}",
+                  "--weights", weights, "--prefix", "twin/", "--verify", "--json"))
+    renames = json.loads(proc.stdout)
+    assert set(renames["outputs"]) == {plan.last, plan.middle}
+    checked(dst)
+    got = run(dst, plan.feeds)
+    for o in plan.outputs:
+        exact(got[o], want[o], f"original output {o}")
+    for orig, twin in renames["outputs"].items():
+        exact(got[twin], want[orig], f"copy {twin} of {orig}")
+    vproc = ok(cli("verify", plan.path, dst, "--json"))
+    assert json.loads(vproc.stdout)["ok"] is True
+
+
+# ------------------------------------------------------------------------------ insert
+def _l2(x: np.ndarray, axis: int) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt(np.maximum((x64 * x64).sum(axis=axis, keepdims=True), 1e-12))
+
+
+@per_model
+def test_insert_as_output_l2_scale_identity(plan, tmp_path):
+    at = plan.middle
+    want = reference(plan, [at])
+    axis = plan.channel_axis(at)
+    for op in (f"l2_normalize:axis={axis}", "scale:factor=2", "identity"):
+        dst = out_path(plan, tmp_path, "insert_" + op.split(":")[0])
+        res = json.loads(ok(cli("insert", plan.path, "-o", dst, "--at", at, "--op", op, "--as-output",
+                                "--verify", "--json")).stdout)
+        checked(dst)
+        got = run(dst, plan.feeds)
+        for o in plan.outputs:
+            exact(got[o], want[o], f"{op}: untouched output {o}")
+        v = got[res["processed"]]
+        if op.startswith("l2"):
+            np.testing.assert_allclose(v.astype(np.float64), _l2(want[at], axis), rtol=2e-2, atol=2e-3)
+        else:
+            exact(v, want[at] * np.asarray(2, want[at].dtype) if op.startswith("scale") else want[at], op)
+
+
+@per_model
+def test_insert_rerouted_identity_and_scale(plan, tmp_path):
+    at = plan.middle
+    want = reference(plan, [at])
+    dst = out_path(plan, tmp_path, "insert_id")
+    res = json.loads(ok(cli("insert", plan.path, "-o", dst, "--at", at, "--op", "identity",
+                            "--verify", "--json")).stdout)
+    assert res["rerouted"], "identity at a consumed tensor rerouted nothing"
+    checked(dst)
+    got = run(dst, plan.feeds)
+    for o in plan.outputs:
+        exact(got[o], want[o], f"identity insert: output {o}")
+    assert json.loads(ok(cli("verify", plan.path, dst, "--json")).stdout)["ok"] is True
+    dst = out_path(plan, tmp_path, "insert_scale")
+    ok(cli("insert", plan.path, "-o", dst, "--at", at, "--op", "scale:factor=0.5", "--verify", "--json"))
+    checked(dst)
+    got = run(dst, plan.feeds)
+    for o in plan.outputs:
+        if o not in plan.downstream.get(at, ()):
+            exact(got[o], want[o], f"scale insert: untouched output {o}")
+
+
+@per_model
+def test_insert_graph_block(plan, tmp_path):
+    at = plan.middle
+    dt = plan.dtype[at]
+    block = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [onnx.helper.make_node("Abs", ["x"], ["a"]), onnx.helper.make_node("Neg", ["a"], ["y"])],
+            "block", [onnx.helper.make_tensor_value_info("x", dt, None)],
+            [onnx.helper.make_tensor_value_info("y", dt, None)]),
+        opset_imports=[onnx.helper.make_opsetid("", 13)])
+    block.ir_version = 7
+    bpath = tmp_path / "block.onnx"
+    onnx.save_model(block, str(bpath))
+    want = reference(plan, [at])
+    dst = out_path(plan, tmp_path, "insert_graph")
+    res = json.loads(ok(cli("insert", plan.path, "-o", dst, "--at", at, "--graph", bpath,
+                            "--as-output", "--verify", "--json")).stdout)
+    checked(dst)
+    got = run(dst, plan.feeds)
+    exact(got[res["processed"]], -np.abs(want[at]), "graph block")
+    for o in plan.outputs:
+        exact(got[o], want[o], f"graph block: untouched output {o}")
+
+
+# ------------------------------------------------------------------------------ reroute
+@per_model
+def test_reroute_same_type(plan, tmp_path):
+    if plan.pair is None:
+        pytest.skip("no two tensors of the same static shape and dtype")
+    a, b = plan.pair
+    want = reference(plan, [a, b])
+    dst = out_path(plan, tmp_path, "reroute")
+    res = json.loads(ok(cli("reroute", plan.path, "-o", dst, "--from", a, "--to", b, "--verify", "--json")).stdout)
+    assert res["rerouted"] or res["rerouted_outputs"]
+    checked(dst)
+    got = run(dst, plan.feeds)
+    for o in plan.outputs:
+        if o not in plan.downstream.get(a, ()):
+            exact(got[o], want[o], f"reroute: untouched output {o}")
+    log = ok(cli("verify", plan.path, dst, "--rewrite-log", "--json"))
+    assert json.loads(log.stdout)["ok"] is True
