@@ -268,9 +268,8 @@ def align_names(
     taken: set[str] = set()
     result: dict[str, str] = {}
     for name, cands in pending:
-        if prefer is not None:
-            cands = sorted(cands, key=lambda c, n=name: prefer(n, c))
-        best = cands[0]
+        rank = prefer
+        best = min(cands, key=lambda c: rank(name, c)) if rank is not None else cands[0]
         can_take = best not in fw_names and best not in keep and best not in taken
         name_free = name not in onnx_values or name in away
         if can_take and name_free:

@@ -101,15 +101,17 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, op
                     output_names=list(output_names) if output_names else None,
                     dynamic_axes=dict(dynamic_axes) if dynamic_axes else None, verbose=False,
                 )
+                if prog is None:
+                    raise ConversionError(f"torch.onnx returned no program for {type(module).__name__}")
                 return prog.model_proto
             buf = io.BytesIO()
-            torch.onnx.export(
+            torch.onnx.export(  # type: ignore[arg-type]  # accepts file objects
                 module, args, buf, dynamo=False, opset_version=opset or 17, input_names=names,
                 output_names=list(output_names) if output_names else None,
                 dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
             )
             return onnx.load_from_string(buf.getvalue())
-    except UsageError:
+    except (UsageError, ConversionError):
         raise
     except Exception as exc:  # noqa: BLE001 - exporters raise anything
         root: BaseException = exc

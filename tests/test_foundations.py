@@ -220,7 +220,6 @@ def test_every_subpackage_is_declared_for_plain_installs():
     import tomllib
 
     declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {"onnxsurgeon." + p.parent.relative_to(ROOT / "onnxsurgeon").as_posix().replace("/", ".")
-             for p in (ROOT / "onnxsurgeon").rglob("__init__.py")}
-    found = {f.removesuffix(".") for f in found} | {"onnxsurgeon.converters"}
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for p in (ROOT / "onnxsurgeon").rglob("__init__.py")} | {"onnxsurgeon.converters"}
     assert found == declared
