@@ -59,6 +59,7 @@ class ConversionReport:
         max_excess: largest ``|d| - (atol + rtol*|ref|)``; <= 0 means within tolerance.
         checked: whether the numeric check ran.
         rtol / atol: tolerances used.
+        notes: things the caller should know (e.g. why the name map is partial).
     """
 
     path: Path
@@ -74,6 +75,7 @@ class ConversionReport:
     checked: bool = False
     rtol: float = RTOL
     atol: float = ATOL
+    notes: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------------ running onnx
@@ -345,6 +347,7 @@ def finish(
     checked: bool,
     rtol: float,
     atol: float,
+    notes: Sequence[str] = (),
 ) -> ConversionReport:
     """Write metadata, save atomically, build the report."""
     write_conversion_metadata(
@@ -360,7 +363,7 @@ def finish(
         inputs=tuple(i.name for i in model.graph.input),
         outputs=tuple(o.name for o in model.graph.output),
         name_map=dict(name_map), max_abs_diff=max_abs, max_excess=excess, checked=checked,
-        rtol=rtol, atol=atol,
+        rtol=rtol, atol=atol, notes=tuple(notes),
     )
 
 
@@ -436,7 +439,13 @@ def parse_shape_spec(spec: str) -> tuple[str, list[int | str] | None, str | None
     dtype = None
     if len(parts) >= 2 and parts[1]:
         dims = []
-        for d in parts[1].replace("x", ",").split(","):
+        text = parts[1].strip().strip("[]")
+        pieces = text.split(",")
+        if len(pieces) == 1:   # 1x3x224x224 (only when every piece is a number or '?')
+            by_x = text.split("x")
+            if len(by_x) > 1 and all(p.strip().lstrip("-").isdigit() or p.strip() == "?" for p in by_x):
+                pieces = by_x
+        for d in pieces:
             d = d.strip()
             if not d:
                 continue
@@ -449,6 +458,25 @@ def parse_shape_spec(spec: str) -> tuple[str, list[int | str] | None, str | None
     if len(parts) > 3:
         raise UsageError(f"input spec '{spec}' has too many ':' parts; write NAME:SHAPE[:DTYPE]")
     return name, dims, dtype
+
+
+def split_spec_list(text: str) -> list[str]:
+    """Split a comma-separated list of ``NAME[:SHAPE]`` specs whose shapes may hold commas.
+
+    ``"input:0:1,8,8,3,mask:1x8"`` -> ``["input:0:1,8,8,3", "mask:1x8"]``: a piece that is a bare
+    number (or ``?``) continues the previous shape; anything else starts a new spec. Symbolic dims
+    inside a comma list are therefore read as names; write such shapes with repeated options.
+    """
+    specs: list[str] = []
+    for piece in text.split(","):
+        p = piece.strip()
+        if not p:
+            continue
+        if specs and (p.lstrip("-").isdigit() or p == "?") and ":" in specs[-1]:
+            specs[-1] += "," + p
+        else:
+            specs.append(p)
+    return specs
 
 
 def example_array(shape: Sequence[int | str | None], dtype: str | np.dtype, seed: int = 0,

@@ -19,7 +19,7 @@ from onnxsurgeon.io import Model, as_model
 from onnxsurgeon.select import Selector
 from onnxsurgeon.types import TypeOracle
 
-from .common import ConversionReport, load_factory, opset_of, parse_shape_spec
+from .common import ConversionReport, load_factory, opset_of, parse_shape_spec, split_spec_list
 
 FRAMEWORKS = ("tf", "torch")
 
@@ -131,20 +131,23 @@ def cli_convert_tf(
     source: str,
     output: str | os.PathLike[str],
     *,
-    inputs: Sequence[str] | None = None,
-    outputs: Sequence[str] | None = None,
+    inputs: Sequence[str] | str | None = None,
+    outputs: Sequence[str] | str | None = None,
     opset: int | None = None,
     check: bool = True,
 ) -> ConversionReport:
     """``onnxsurgeon convert tf SOURCE -o OUT [--inputs ...] [--outputs ...] [--opset N]``.
 
     ``source`` is a ``.keras`` file, SavedModel folder or frozen ``.pb``; ``inputs`` entries are
-    ``NAME[:PORT][:SHAPE[:DTYPE]]`` (``input:0:1,8,8,3``), ``outputs`` TF tensor names.
+    ``NAME[:PORT][:SHAPE[:DTYPE]]`` (``input:0:1,8,8,3`` or ``input:0:1x8x8x3``), ``outputs`` TF
+    tensor names. Either may be one comma-separated string (split with :func:`split_spec_list`).
     """
     from .tf import from_tf
 
-    return from_tf(source, output, inputs=list(inputs) if inputs else None,
-                   outputs=list(outputs) if outputs else None, opset=opset, check=check)
+    ins = split_spec_list(inputs) if isinstance(inputs, str) else list(inputs or [])
+    outs = split_spec_list(outputs) if isinstance(outputs, str) else list(outputs or [])
+    return from_tf(source, output, inputs=ins or None, outputs=outs or None, opset=opset,
+                   check=check)
 
 
 def cli_convert_torch(

@@ -64,6 +64,7 @@ class _Frozen:
     run_reference: Callable[[list[np.ndarray]], list[np.ndarray]]
     rename: dict[str, str] = field(default_factory=dict)   # TF input/output -> ONNX io name
     keras_model: Any = None
+    shape_override: dict[str, list[int | None]] = field(default_factory=dict)
 
 
 def _tensor_name(name: str) -> str:
@@ -300,7 +301,9 @@ def _override_shapes(fr: _Frozen, inputs: Any) -> None:
     for i, n in enumerate(fr.inputs):
         dims = by_name.get(n, by_name.get(fr.rename.get(n, "")))
         if dims is not None:
-            fr.specs[i] = ([d if isinstance(d, int) and d >= 0 else None for d in dims], fr.specs[i][1])
+            shape = [d if isinstance(d, int) and d >= 0 else None for d in dims]
+            fr.specs[i] = (shape, fr.specs[i][1])
+            fr.shape_override[n] = shape
 
 
 def _examples(fr: _Frozen, given: Mapping[str, np.ndarray] | None) -> list[np.ndarray]:
@@ -362,6 +365,7 @@ def _constant_map(gd: Any, model: onnx.ModelProto, const: set[str]) -> dict[str,
     for t in model.graph.initializer:
         by_shape.setdefault(tuple(t.dims), []).append(t)
     found: dict[str, str] = {}
+    arrays: dict[str, np.ndarray] = {}
     for node in gd.node:
         if node.op != "Const" or node.name not in const:
             continue
@@ -369,7 +373,9 @@ def _constant_map(gd: Any, model: onnx.ModelProto, const: set[str]) -> dict[str,
         if value.size < 2:
             continue
         for t in by_shape.get(tuple(value.shape), ()):
-            if t.name != node.name + ":0" and np.array_equal(numpy_helper.to_array(t), value):
+            if t.name not in arrays:
+                arrays[t.name] = numpy_helper.to_array(t)
+            if t.name != node.name + ":0" and np.array_equal(arrays[t.name], value):
                 found[node.name + ":0"] = t.name
                 break
     return found
@@ -405,7 +411,7 @@ def _tf2onnx(fr: _Frozen, opset: int | None, optimize_layout: bool) -> onnx.Mode
             model, _ = _convert_common(
                 gd, name="onnxsurgeon", continue_on_error=False, opset=opset,
                 input_names=fr.inputs, output_names=fr.outputs, optimizers=opts,
-                tensors_to_rename=dict(fr.rename),
+                tensors_to_rename=dict(fr.rename), shape_override=fr.shape_override or None,
             )
         except Exception as exc:  # noqa: BLE001 - tf2onnx raises anything
             raise ConversionError(
@@ -460,28 +466,10 @@ def _keras_layer_map(model: Any, arrays: Sequence[np.ndarray], onnx_values: Mapp
     return result
 
 
-def convert_frozen(fr: _Frozen, path: str | os.PathLike[str], *, opset: int | None, check: bool,
-                   rtol: float, atol: float, example_inputs: Mapping[str, np.ndarray] | None,
-                   optimize_layout: bool) -> ConversionReport:
-    import tf2onnx
-
-    model = _tf2onnx(fr, opset, optimize_layout)
-    arrays = _examples(fr, example_inputs)
-    feeds = {fr.rename.get(n, n): a for n, a in zip(fr.inputs, arrays, strict=True)}
-    onnx_names = [i.name for i in model.graph.input]
-    if sorted(onnx_names) != sorted(feeds):
-        raise ConversionError(
-            f"the ONNX model has inputs {onnx_names} but the TF source has {sorted(feeds)}; "
-            "captured state was not frozen, report this model"
-        )
-    max_abs = excess = float("nan")
-    if check:
-        ref = fr.run_reference(arrays)
-        got = run_onnx(model, feeds)
-        got_list = [got[fr.rename.get(n, n)] for n in fr.outputs]
-        max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
-        check_or_raise("TF -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
-    # name alignment by value
+def _tf_name_map(fr: _Frozen, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                 arrays: Sequence[np.ndarray]) -> dict[str, str]:
+    """Align TF names with TF values and build the name map (see the module docstring).
+    Mutates model (renames tensors). O(tensors) framework and onnxruntime evaluations."""
     const = _constant_ops(fr.graph_def)
     tf_vals = {k: v for k, v in _tf_values(fr.graph_def, fr.inputs, arrays).items()
                if k.rsplit(":", 1)[0] not in const}
@@ -524,10 +512,40 @@ def convert_frozen(fr: _Frozen, path: str | os.PathLike[str], *, opset: int | No
         order = {o: i for i, node in enumerate(model.graph.node) for o in node.output}
         for k, v in _keras_layer_map(fr.keras_model, arrays, final_vals, order).items():
             name_map.setdefault(k, v)
+    return name_map
+
+
+def convert_frozen(fr: _Frozen, path: str | os.PathLike[str], *, opset: int | None, check: bool,
+                   rtol: float, atol: float, example_inputs: Mapping[str, np.ndarray] | None,
+                   optimize_layout: bool) -> ConversionReport:
+    import tf2onnx
+
+    model = _tf2onnx(fr, opset, optimize_layout)
+    arrays = _examples(fr, example_inputs)
+    feeds = {fr.rename.get(n, n): a for n, a in zip(fr.inputs, arrays, strict=True)}
+    onnx_names = [i.name for i in model.graph.input]
+    if sorted(onnx_names) != sorted(feeds):
+        raise ConversionError(
+            f"the ONNX model has inputs {onnx_names} but the TF source has {sorted(feeds)}; "
+            "captured state was not frozen, report this model"
+        )
+    max_abs = excess = float("nan")
+    if check:
+        ref = fr.run_reference(arrays)
+        got = run_onnx(model, feeds)
+        got_list = [got[fr.rename.get(n, n)] for n in fr.outputs]
+        max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
+        check_or_raise("TF -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
+    notes: list[str] = []
+    try:
+        name_map = _tf_name_map(fr, model, feeds, arrays)
+    except Exception as exc:  # noqa: BLE001 - the map is best effort; the model stays valid
+        name_map = {k: v for k, v in fr.rename.items() if k != v}
+        notes.append(f"name map limited to inputs/outputs: {type(exc).__name__}: {exc}"[:300])
     return finish(
         model, path, framework="tensorflow", framework_version=tf.__version__,
         exporter=f"tf2onnx {tf2onnx.__version__}", name_map=dict(sorted(name_map.items())),
-        max_abs=max_abs, excess=excess, checked=check, rtol=rtol, atol=atol,
+        max_abs=max_abs, excess=excess, checked=check, rtol=rtol, atol=atol, notes=notes,
     )
 
 

@@ -105,8 +105,9 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, op
                     raise ConversionError(f"torch.onnx returned no program for {type(module).__name__}")
                 return prog.model_proto
             buf = io.BytesIO()
-            torch.onnx.export(  # type: ignore[arg-type]  # accepts file objects
-                module, args, buf, dynamo=False, opset_version=opset or 17, input_names=names,
+            torch.onnx.export(
+                module, args, buf,  # type: ignore[arg-type]  # file objects work
+                dynamo=False, opset_version=opset or 17, input_names=names,
                 output_names=list(output_names) if output_names else None,
                 dynamic_axes=dict(dynamic_axes) if dynamic_axes else None,
             )
@@ -246,12 +247,17 @@ def from_torch(
             )
         max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
         check_or_raise("PyTorch -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
-    name_map = module_name_map(model, values, run_all_tensors(model, feeds))
-    _map_fused(name_map, values, readers)
+    notes: list[str] = []
+    try:
+        name_map = module_name_map(model, values, run_all_tensors(model, feeds))
+        _map_fused(name_map, values, readers)
+    except Exception as exc:  # noqa: BLE001 - the map is best effort; selectors still use metadata
+        name_map = {}
+        notes.append(f"no name map: {type(exc).__name__}: {exc}"[:300])
     return finish(
         model, path, framework="pytorch", framework_version=torch.__version__.split("+")[0],
         exporter=f"torch.onnx {exporter}", name_map=name_map, max_abs=max_abs, excess=excess,
-        checked=check, rtol=rtol, atol=atol,
+        checked=check, rtol=rtol, atol=atol, notes=notes,
     )
 
 

@@ -155,6 +155,26 @@ def _out(text: str) -> None:
     sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
 
 
+class _Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.enabled = sys.stderr.isatty()
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 1:
+            return
+        width = 30
+        filled = width * done // total
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        self.drawn = True
+        if done >= total:
+            sys.stderr.write("\n")
+            self.drawn = False
+
+
 def _warn(text: str) -> None:
     sys.stderr.write(f"onnxsurgeon: warning: {text}\n")
 
@@ -313,7 +333,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         report = verify.compare(
             reference, candidate, pairs=dict(args.pair) or None, inputs=args.inputs,
             rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
-            samples=args.samples, exact=args.exact,
+            samples=args.samples, exact=args.exact, progress=_Progress("verify"),
         )
     _out(json.dumps(report.to_json(), indent=2) if args.json else report.to_text())
     return EXIT_OK if report.ok else EXIT_VERIFY_FAILED

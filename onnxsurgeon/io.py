@@ -68,6 +68,8 @@ class Model:
         proto: the ``ModelProto`` (source of truth; external tensors keep their references).
         base_dir: the folder external-data locations are relative to (None: no external data).
         source: the file the model was loaded from, if any.
+        warnings: one-line notes about repairs made while loading (e.g. nodes re-sorted into
+            topological order); the CLI prints them on stderr, the library never does.
     """
 
     proto: onnx.ModelProto
@@ -196,6 +198,13 @@ def _tmpfile_works(folder: Path) -> bool:
 _TMPFILE_OK: dict[int, bool] = {}
 
 
+def _file_mode() -> int:
+    """0o666 minus the process umask: the mode a plain ``open(path, "w")`` would give."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 class _AtomicFile:
     """A file written invisibly in ``folder`` and published under ``dest`` by :meth:`commit`.
 
@@ -216,6 +225,8 @@ class _AtomicFile:
             self.fd, self.tmp_path = tempfile.mkstemp(
                 prefix=f".{dest_name}.", suffix=".tmp", dir=folder
             )
+        with contextlib.suppress(OSError, AttributeError):
+            os.fchmod(self.fd, _file_mode())  # mkstemp makes 0600; use what open() would
         self.file = os.fdopen(self.fd, "wb", buffering=_CHUNK)
 
     def finish(self) -> None:

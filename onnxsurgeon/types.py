@@ -69,12 +69,23 @@ def infer_value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     return infos
 
 
+def _typed(vi: onnx.ValueInfoProto | None) -> bool:
+    """True when ``vi`` gives an element type and a rank (or is a non-tensor type)."""
+    if vi is None or vi.type.WhichOneof("value") is None:
+        return False
+    if not vi.type.HasField("tensor_type"):
+        return True
+    return vi.type.tensor_type.elem_type != 0 and vi.type.tensor_type.HasField("shape")
+
+
 class TypeOracle:
-    """Answers "what type is tensor X" from the index first, shape inference second (run once)."""
+    """Answers "what type is tensor X" from the index first, shape inference second (run once),
+    onnxruntime's type inference third (run once, for tensors of contrib ops onnx cannot type)."""
 
     def __init__(self, index: GraphIndex) -> None:
         self.index = index
         self._inferred: dict[str, onnx.ValueInfoProto] | None = None
+        self._ort: dict[str, onnx.ValueInfoProto] | None = None
 
     def _known(self, name: str) -> onnx.ValueInfoProto | None:
         index = self.index
@@ -96,7 +107,16 @@ class TypeOracle:
             return vi
         if self._inferred is None:
             self._inferred = infer_value_infos(self.index.model)
-        return self._inferred.get(name)
+        vi = self._inferred.get(name)
+        if _typed(vi) or name not in self.index.producer:
+            return vi
+        if self._ort is None:  # contrib ops (com.microsoft ...): ask onnxruntime, once
+            from .ortinfer import ort_value_infos
+
+            model, inferred = self.index.model, self._inferred
+            self._ort = ort_value_infos(model, [o for node in model.graph.node for o in node.output
+                                                if o and not _typed(inferred.get(o))])
+        return self._ort.get(name, vi)
 
     def value_infos(self, names: Iterable[str]) -> dict[str, onnx.ValueInfoProto | None]:
         return {n: self.value_info(n) for n in names}

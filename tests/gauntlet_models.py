@@ -30,6 +30,7 @@ def _finish(graph: onnx.GraphProto, path: Path, *, opset: int = 17, ir: int = 8,
     opsets += [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="gauntlet")
     model.ir_version = ir
+    onnx.checker.check_model(model, full_check=True)
     if external:
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=path.name + ".data", size_threshold=0)
@@ -114,7 +115,7 @@ def embedding_gather(folder: Path) -> Path:
     g = helper.make_graph(
         nodes, "embedding", [helper.make_tensor_value_info("ids", I64, ["B", 8])],
         [helper.make_tensor_value_info("logits", F, ["B", 8, 50]),
-         helper.make_tensor_value_info("feat", F, None)], inits)
+         helper.make_tensor_value_info("feat", F, ["B", 8, 16])], inits)
     return _finish(g, folder / "embedding_gather.onnx")
 
 

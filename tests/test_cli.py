@@ -165,7 +165,7 @@ def test_verify_with_npz_inputs(cnn, tmp_path):
         (["extract", "{junk}", "-o", "{o}", "--outputs", "y"], "not an ONNX model"),
         (["insert", "{m}", "-o", "{o}", "--at", "act", "--op", "l3_normalize"], "l3_normalize"),
         (["insert", "{m}", "-o", "{o}", "--at", "act", "--op", "clip:lo=1"], "lo"),
-        (["reroute", "{m}", "-o", "{o}", "--from", "act", "--to", "logits"], "cycle"),
+        (["reroute", "{m}", "-o", "{o}", "--from", "act", "--to", "side_out"], "cycle"),
         (["copy", "{m}", "-o", "{o}", "--outputs", "logits", "--weights", "both"], "invalid choice"),
         (["extract", "{m}", "-o", "{m}", "--outputs", "logits"], "input"),
         (["extract", "{m}", "--outputs", "logits"], "required"),

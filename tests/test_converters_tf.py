@@ -233,3 +233,31 @@ def test_committed_tf1_seed_model_matches_the_generator(seed_onnx):
     model = onnx.load(committed)
     x = images((2, 8, 8, 3), seed=8)
     assert_close(run(model, {"input": x})["logits"], run(seed_onnx[1], {"input": x})["logits"])
+
+
+def test_committed_keras_model_matches_keras():
+    from pathlib import Path
+
+    model = onnx.load(Path(__file__).resolve().parent.parent / "models" / "keras_cnn.onnx")
+    km = sm.keras_cnn(seed=0)
+    x = images((2, 8, 8, 3), seed=11)
+    assert [i.name for i in model.graph.input] == ["image"]
+    assert_close(run(model, {"image": x})["logits"], np.asarray(km(x, training=False)))
+
+
+def test_cli_convert_tf_splits_spec_strings(seed_session, tmp_path):
+    from onnxsurgeon.converters import cli_convert_tf
+
+    gd = tf.compat.v1.graph_util.convert_variables_to_constants(
+        seed_session, seed_session.graph.as_graph_def(), ["logits"])
+    pb = tmp_path / "frozen.pb"
+    pb.write_bytes(gd.SerializeToString())
+    report = cli_convert_tf(str(pb), tmp_path / "c.onnx", inputs="input:0:4,8,8,3",
+                            outputs="logits:0", opset=16)
+    model = onnx.load(report.path)
+    assert report.opset == 16
+    assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [4, 8, 8, 3]
+    x = images((4, 8, 8, 3), seed=12)
+    assert_close(run(model, {"input": x})["logits"], _tf_run(seed_session, sm.TF1_OUTPUT, x))
+    with pytest.raises(UsageError, match="neither"):
+        cli_convert_tf(str(tmp_path / "c.onnx"), tmp_path / "d.onnx")

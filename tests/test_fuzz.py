@@ -162,7 +162,8 @@ def _save_checked(model, folder: Path, name: str, input_valid: bool) -> None:
         onnx.checker.check_model(str(out))
 
 
-def _exercise(model_path: Path, work: Path, input_valid: bool) -> None:
+def _exercise(model_path: Path, work: Path, input_valid: bool) -> list[str]:
+    """Run every stage; return what happened (for hypothesis statistics and assertions)."""
     from onnxsurgeon.inspect import inspect_model
     from onnxsurgeon.surgery.copy import copy
     from onnxsurgeon.surgery.extract import extract
@@ -172,9 +173,8 @@ def _exercise(model_path: Path, work: Path, input_valid: bool) -> None:
         model = load(model_path)
     except errors.SurgeryError as exc:
         assert "\n" not in str(exc)
-        event(f"load refused: {type(exc).__name__}")
-        return
-    event("load ok")
+        return [f"load refused: {type(exc).__name__}"]
+    happened = ["load ok"]
     proto = model.proto
     outputs = [o.name for o in proto.graph.output]
     index = GraphIndex(proto)
@@ -187,17 +187,12 @@ def _exercise(model_path: Path, work: Path, input_valid: bool) -> None:
         assert "\n" not in str(exc)
     _save_checked(model, work, "plain.onnx", input_valid)
     if not outputs:
-        return
+        return happened
     verbs = [
         ("extract", lambda m: extract(m, outputs[:1])),
         ("copy", lambda m: copy(m, outputs[:1], prefix="twin/")),
         ("insert", lambda m: insert(m, outputs[0], op="scale", params={"factor": 2.0})),
     ]
-    if proto.ir_version < 4:
-        # KNOWN BUG (insert.py, reported to the lead): on IR < 4 insert adds initializers without
-        # listing them as graph inputs, which the checker rejects. test_insert_on_old_ir_* below
-        # keeps it visible (strict xfail); remove this skip once it is fixed.
-        verbs = verbs[:2]
     for name, verb in verbs:
         fresh = load(model_path)  # a verb mutates: give each its own copy
         before = fresh.proto.SerializeToString()
@@ -206,10 +201,11 @@ def _exercise(model_path: Path, work: Path, input_valid: bool) -> None:
         except errors.SurgeryError as exc:
             assert "\n" not in str(exc)
             assert fresh.proto.SerializeToString() == before  # refused => unchanged
-            event(f"{name} refused")
+            happened.append(f"{name} refused")
             continue
-        event(f"{name} ok" + (" (valid input)" if input_valid else ""))
+        happened.append(f"{name} ok" + (" (valid input)" if input_valid else ""))
         _save_checked(fresh, work, f"{name}.onnx", input_valid)
+    return happened
 
 
 _EXAMPLES = int(os.environ.get("ONNXSURGEON_FUZZ_EXAMPLES", "150"))  # raise it for a long run
@@ -245,7 +241,8 @@ def test_fuzz_load_query_rewrite_save(base, ops, damage, external):
         input_valid = damage is None and _checker_ok(model) if not external else (
             damage is None and _checker_ok(model, path))
         src_before = {p.name: p.read_bytes() for p in src_dir.iterdir()}
-        _exercise(path, work, input_valid)
+        for outcome in _exercise(path, work, input_valid):
+            event(outcome)
         assert {p.name: p.read_bytes() for p in src_dir.iterdir()} == src_before
         leftovers = [n for n in os.listdir(work) if n.startswith(".")]
         assert leftovers == []
@@ -258,12 +255,14 @@ def test_unmutated_bases_pass_every_stage(base, tmp_path):
     onnx.save(BASES[base], path)
     work = tmp_path / "work"
     work.mkdir()
-    _exercise(path, work, input_valid=True)
-    assert "plain.onnx" in _visible(work)
+    happened = _exercise(path, work, input_valid=True)
+    assert happened[0] == "load ok"
+    assert {"extract ok (valid input)", "copy ok (valid input)"} <= set(happened), happened
+    assert {"plain.onnx", "extract.onnx", "copy.onnx"} <= set(_visible(work))
 
 
-@pytest.mark.xfail(strict=True, reason="insert on IR<4 leaves its initializers out of graph inputs")
-def test_insert_on_old_ir_gives_checker_valid_model(tmp_path):
+def test_insert_on_old_ir_gives_checker_valid_model():
+    """Found by this fuzzer: insert on IR < 4 once left its initializers out of graph inputs."""
     from onnxsurgeon.surgery.insert import insert
 
     model = onnx.ModelProto()

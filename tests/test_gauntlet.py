@@ -78,6 +78,15 @@ def exact(a: np.ndarray, b: np.ndarray, what: str) -> None:
     assert np.array_equal(a, b, equal_nan=True), f"{what}: max diff {np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))}"
 
 
+def across_cut(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    """Equal for a value computed across a cut or splice: bit-identical, except float16, which
+    onnxruntime's CPU provider computes in float32 and rounds differently at graph boundaries."""
+    if a.dtype == np.float16:
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-3, atol=2.5e-3, err_msg=what)
+    else:
+        exact(a, b, what)
+
+
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -269,7 +278,7 @@ def test_extract_first_middle_last_and_stop(plan, tmp_path):
     m = checked(dst)
     assert plan.middle in [i.name for i in m.graph.input]
     feeds = dict(plan.feeds, **{plan.middle: want[plan.middle]})
-    exact(run(dst, feeds)[plan.last], want[plan.last], "extract with stop")
+    across_cut(run(dst, feeds)[plan.last], want[plan.last], "extract with stop")
     assert sha(plan.path) == before
 
 
@@ -311,7 +320,7 @@ def test_insert_as_output_l2_scale_identity(plan, tmp_path):
         checked(dst)
         got = run(dst, plan.feeds)
         for o in plan.outputs:
-            exact(got[o], want[o], f"{op}: untouched output {o}")
+            across_cut(got[o], want[o], f"{op}: untouched output {o}")
         v = got[res["processed"]]
         if op.startswith("l2"):
             np.testing.assert_allclose(v.astype(np.float64), _l2(want[at], axis), rtol=2e-2, atol=2e-3)
@@ -330,7 +339,7 @@ def test_insert_rerouted_identity_and_scale(plan, tmp_path):
     checked(dst)
     got = run(dst, plan.feeds)
     for o in plan.outputs:
-        exact(got[o], want[o], f"identity insert: output {o}")
+        across_cut(got[o], want[o], f"identity insert: output {o}")
     assert json.loads(ok(cli("verify", plan.path, dst, "--json")).stdout)["ok"] is True
     dst = out_path(plan, tmp_path, "insert_scale")
     ok(cli("insert", plan.path, "-o", dst, "--at", at, "--op", "scale:factor=0.5", "--verify", "--json"))
@@ -338,18 +347,19 @@ def test_insert_rerouted_identity_and_scale(plan, tmp_path):
     got = run(dst, plan.feeds)
     for o in plan.outputs:
         if o not in plan.downstream.get(at, ()):
-            exact(got[o], want[o], f"scale insert: untouched output {o}")
+            across_cut(got[o], want[o], f"scale insert: untouched output {o}")
 
 
 @per_model
 def test_insert_graph_block(plan, tmp_path):
     at = plan.middle
     dt = plan.dtype[at]
+    dims = [f"d{i}" for i in range(plan.rank[at])]
     block = onnx.helper.make_model(
         onnx.helper.make_graph(
             [onnx.helper.make_node("Abs", ["x"], ["a"]), onnx.helper.make_node("Neg", ["a"], ["y"])],
-            "block", [onnx.helper.make_tensor_value_info("x", dt, None)],
-            [onnx.helper.make_tensor_value_info("y", dt, None)]),
+            "block", [onnx.helper.make_tensor_value_info("x", dt, dims)],
+            [onnx.helper.make_tensor_value_info("y", dt, dims)]),
         opset_imports=[onnx.helper.make_opsetid("", 13)])
     block.ir_version = 7
     bpath = tmp_path / "block.onnx"
@@ -362,7 +372,7 @@ def test_insert_graph_block(plan, tmp_path):
     got = run(dst, plan.feeds)
     exact(got[res["processed"]], -np.abs(want[at]), "graph block")
     for o in plan.outputs:
-        exact(got[o], want[o], f"graph block: untouched output {o}")
+        across_cut(got[o], want[o], f"graph block: untouched output {o}")
 
 
 # ------------------------------------------------------------------------------ reroute
@@ -379,6 +389,6 @@ def test_reroute_same_type(plan, tmp_path):
     got = run(dst, plan.feeds)
     for o in plan.outputs:
         if o not in plan.downstream.get(a, ()):
-            exact(got[o], want[o], f"reroute: untouched output {o}")
+            across_cut(got[o], want[o], f"reroute: untouched output {o}")
     log = ok(cli("verify", plan.path, dst, "--rewrite-log", "--json"))
     assert json.loads(log.stdout)["ok"] is True

@@ -213,6 +213,14 @@ def test_existing_data_file_is_replaced_never_appended_or_written_through(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx", "o.onnx.data", "other.bin"]
 
 
+def test_saved_files_get_the_usual_permissions(tmp_path):
+    mask = os.umask(0o022)
+    os.umask(mask)
+    save(builders.chain(1, width=32), tmp_path / "o.onnx", external=True)
+    for name in ("o.onnx", "o.onnx.data"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~mask
+
+
 def test_save_refuses_folder_and_missing_folder(tmp_path):
     with pytest.raises(errors.UsageError, match="folder"):
         save(builders.tiny_cnn(), tmp_path)

@@ -126,6 +126,11 @@ def _known(
     return None
 
 
+def _rank_zero(vi: onnx.ValueInfoProto) -> bool:
+    tt = vi.type.tensor_type
+    return vi.type.HasField("tensor_type") and tt.HasField("shape") and len(tt.shape.dim) == 0
+
+
 def _boundary(
     vi: onnx.ValueInfoProto | None, name: str, role: str, fix: str
 ) -> onnx.ValueInfoProto:
@@ -221,6 +226,15 @@ def extract(
     unknown = [o for o, vi in out_infos.items() if not is_complete(vi)]
     if unknown:
         out_infos.update(infer_subset(index, kept, reached, stop_infos, unknown))
+        for o in [o for o in unknown if not is_complete(out_infos.get(o))]:
+            # contrib-op outputs: onnx inference cannot type them; the oracle asks onnxruntime
+            oracle = oracle or TypeOracle(index)
+            prior, vi = out_infos.get(o), oracle.value_info(o)
+            if prior is not None and vi is not None and _rank_zero(vi):
+                # onnxruntime reports shape [] for an unknown rank too (Loop outputs...): when
+                # onnx inference already said "rank unknown", [] is not evidence of a scalar
+                vi = None
+            out_infos[o] = vi or prior
     new_outputs = [
         _boundary(out_infos[o], o, "output", "extract a typed tensor") for o in outs
     ]

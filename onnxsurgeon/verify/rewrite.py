@@ -39,6 +39,7 @@ from .report import Divergence, PairAccumulator, PairReport, VerifyReport, make_
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 Values = list[dict[str, np.ndarray]]
+_CPU_UPCAST = frozenset({"float16", "bfloat16"})
 
 
 @dataclass
@@ -63,6 +64,14 @@ class _Check:
                 sides: Callable[[int], tuple[Side, Side]] | None = None,
                 mapping: Mapping[str, str] | None = None, strict: bool = False,
                 display: str | None = None) -> None:
+        if exact and dtype in _CPU_UPCAST:
+            # onnxruntime's CPU provider computes float16/bfloat16 chains in float32 and drops the
+            # Cast pairs between them, so a tensor fed across a cut is rounded where the original's
+            # was not: the same graph is only equal within the dtype's tolerance (gauntlet bug 1).
+            exact = False
+            note = f"{dtype} tensors compared within tolerance (onnxruntime CPU computes them in float32)"
+            if note not in self.notes:
+                self.notes.append(note)
         acc = PairAccumulator(display or ref_name, cand_name, dtype=dtype, exact=exact,
                               check=check)
         for k, (r, c) in enumerate(zip(ref_vals, cand_vals, strict=True)):

@@ -1,0 +1,89 @@
+"""Types of tensors onnx shape inference cannot tell, from onnxruntime's own type inference.
+
+onnx knows no schema for contrib ops (``com.microsoft`` FusedMatMul, Attention,
+SkipLayerNormalization ... in every ORT-optimized model), so nothing downstream of them gets a
+type. onnxruntime does: a session over a weight-free copy of the graph (initializers become graph
+inputs, so no weight bytes are read or copied) reports the type and shape of any tensor exposed
+as an output. No node is ever run. Best effort: returns what onnxruntime could type.
+
+This is a last resort behind value_info and onnx shape inference (see
+:class:`onnxsurgeon.types.TypeOracle`); it costs one session creation per model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import onnx
+from onnx import TensorProto, helper
+
+_ORT_TYPES = {"float": TensorProto.FLOAT}
+
+
+def _elem_type(ort_type: str) -> int:
+    """'tensor(float16)' -> TensorProto.FLOAT16; 0 when not a tensor type onnx knows."""
+    if not ort_type.startswith("tensor(") or not ort_type.endswith(")"):
+        return 0
+    name = ort_type[len("tensor("):-1]
+    if name in _ORT_TYPES:
+        return _ORT_TYPES[name]
+    try:
+        return int(TensorProto.DataType.Value(name.upper()))
+    except ValueError:
+        return 0
+
+
+def _skeleton(model: onnx.ModelProto, outputs: list[str]) -> onnx.ModelProto:
+    """The graph of ``model`` with every initializer turned into a typed graph input and
+    ``outputs`` as its (untyped) outputs. Weight bytes are not copied."""
+    graph = model.graph
+    light = onnx.ModelProto()
+    light.ir_version = max(model.ir_version, 4)  # initializers need not be inputs from IR 4
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.name = graph.name
+    g.node.extend(graph.node)
+    g.value_info.extend(graph.value_info)
+    listed = {vi.name for vi in graph.input}
+    g.input.extend(graph.input)
+    for t in graph.initializer:
+        if t.name not in listed:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    for t in graph.sparse_initializer:
+        if t.values.name not in listed:
+            g.input.append(helper.make_tensor_value_info(t.values.name, t.values.data_type,
+                                                         list(t.dims)))
+    g.output.extend(onnx.ValueInfoProto(name=n) for n in outputs)
+    return light
+
+
+def ort_value_infos(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, onnx.ValueInfoProto]:
+    """Name -> ValueInfo (type and shape as onnxruntime infers them) for the main-graph node
+    outputs among ``names``. Never raises: an empty dict when onnxruntime cannot load the graph."""
+    produced = {o for node in model.graph.node for o in node.output if o}
+    wanted = [n for n in dict.fromkeys(names) if n in produced]
+    if not wanted:
+        return {}
+    try:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 4
+        sess = ort.InferenceSession(_skeleton(model, wanted).SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        outs = sess.get_outputs()
+    except Exception:  # noqa: BLE001 - best effort by design
+        return {}
+    found: dict[str, onnx.ValueInfoProto] = {}
+    for o in outs:
+        elem = _elem_type(o.type)
+        if not elem:
+            continue
+        shape = None if o.shape is None else [
+            d if isinstance(d, int) and d >= 0 else (d if isinstance(d, str) and d else None)
+            for d in o.shape
+        ]
+        found[o.name] = helper.make_tensor_value_info(o.name, elem, shape)
+    return found
