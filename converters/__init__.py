@@ -30,7 +30,10 @@ CLI entry points (plain keyword functions; the CLI calls exactly one of them):
 - ``cli_convert_torch(factory, output, *, inputs, exporter="dynamo", opset=None, check=True)``
 - ``cli_insert_function(model, at, *, func, framework, as_output=False, exporter=None)``
 
-``load_factory("FILE.py:NAME")`` (used by ``convert torch`` and ``--func``) imports and RUNS the
+``demo.run(out, folder, models_dir)``: the seed scenarios from the frameworks for
+``onnxsurgeon demo`` (committed converted models when the frameworks are missing).
+
+``load_factory("FILE.py:NAME")`` (alias ``load_callable``; used by ``convert torch`` and ``--func``) imports and RUNS the
 named Python file with the user's permissions: only give it files you trust.
 """
 
@@ -54,6 +57,9 @@ from .functions import (
     insert_function,
 )
 
+load_callable = load_factory
+"""Alias of :func:`load_factory` (``--func FILE.py:NAME``)."""
+
 
 def from_tf(*args: Any, **kwargs: Any) -> ConversionReport:
     """See :func:`onnxsurgeon.converters.tf.from_tf` (imports TensorFlow on first use)."""
@@ -72,5 +78,6 @@ def from_torch(*args: Any, **kwargs: Any) -> ConversionReport:
 __all__ = [
     "FRAMEWORKS", "ConversionError", "ConversionMismatchError", "ConversionReport",
     "activation_type", "cli_convert_tf", "cli_convert_torch", "cli_insert_function",
-    "export_function", "from_tf", "from_torch", "insert_function", "load_factory",
+    "export_function", "from_tf", "from_torch", "insert_function", "load_callable",
+    "load_factory",
 ]

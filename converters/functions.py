@@ -56,13 +56,24 @@ def export_function(
     if framework == "tf":
         from .tf import export_tf_function
 
-        return export_tf_function(func, elem_type=elem_type, shape=shape, opset=opset, check=check)
-    if framework == "torch":
+        block = export_tf_function(func, elem_type=elem_type, shape=shape, opset=opset, check=check)
+    elif framework == "torch":
         from .torch import export_torch_function
 
-        return export_torch_function(func, elem_type=elem_type, shape=shape, opset=opset,
-                                     exporter=exporter, check=check)
-    raise UsageError(f"framework '{framework}' is unknown; use one of {list(FRAMEWORKS)}")
+        block = export_torch_function(func, elem_type=elem_type, shape=shape, opset=opset,
+                                      exporter=exporter, check=check)
+    else:
+        raise UsageError(f"framework '{framework}' is unknown; use one of {list(FRAMEWORKS)}")
+    block.graph.name = _block_name(func, framework)
+    return block
+
+
+def _block_name(func: Any, framework: str) -> str:
+    """The function's own name (``l2``, ``normalize``) names the block; ``<lambda>`` does not."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if not name.isidentifier() or name in ("function", "Function"):
+        return f"{framework}_func"
+    return name
 
 
 def activation_type(model: Model | onnx.ModelProto, at: str) -> tuple[str, int, list[int | str | None]]:
@@ -140,12 +151,14 @@ def cli_convert_tf(
 
     ``source`` is a ``.keras`` file, SavedModel folder or frozen ``.pb``; ``inputs`` entries are
     ``NAME[:PORT][:SHAPE[:DTYPE]]`` (``input:0:1,8,8,3`` or ``input:0:1x8x8x3``), ``outputs`` TF
-    tensor names. Either may be one comma-separated string (split with :func:`split_spec_list`).
+    tensor names. Either may be one comma-separated string or a list, also one cut at every
+    comma (pieces are rejoined with :func:`split_spec_list`).
     """
     from .tf import from_tf
 
-    ins = split_spec_list(inputs) if isinstance(inputs, str) else list(inputs or [])
-    outs = split_spec_list(outputs) if isinstance(outputs, str) else list(outputs or [])
+    # rejoin shapes a comma-splitting caller cut apart ("input:0:1", "8", "8", "3")
+    ins = split_spec_list(inputs if isinstance(inputs, str) else ",".join(inputs or []))
+    outs = split_spec_list(outputs if isinstance(outputs, str) else ",".join(outputs or []))
     return from_tf(source, output, inputs=ins or None, outputs=outs or None, opset=opset,
                    check=check)
 

@@ -101,3 +101,52 @@ def test_activation_type_reads_dtype_and_shape():
     assert activation_type(model, "act") == ("act", TensorProto.FLOAT, [1, 4, 8, 8])
     with pytest.raises(NotFoundError):
         activation_type(model, "no_such_tensor")
+
+
+def test_cli_end_to_end_convert_torch_then_insert_func(tmp_path, capsys):
+    """`onnxsurgeon convert torch` then `onnxsurgeon insert --func --framework torch`, checked
+    against PyTorch with a forward hook."""
+    from onnxsurgeon.converters import seed_models as sm
+
+    from onnxsurgeon.cli import main
+
+    net = tmp_path / "net.py"
+    net.write_text("from onnxsurgeon.converters.seed_models import torch_cnn\n"
+                   "def build():\n    return torch_cnn(seed=4)\n")
+    proc = tmp_path / "proc.py"
+    proc.write_text("import torch\ndef normalize(a):\n    return torch.nn.functional.normalize(a, dim=1)\n")
+    converted, inserted = tmp_path / "c.onnx", tmp_path / "i.onnx"
+    assert main(["convert", "torch", f"{net}:build", "-o", str(converted), "--input", "x:2x3x8x8",
+                 "--exporter", "torchscript"]) == 0
+    assert main(["insert", str(converted), "-o", str(inserted), "--at", "conv5",
+                 "--func", f"{proc}:normalize", "--framework", "torch"]) == 0
+    module = sm.torch_cnn(seed=4)
+    module.conv5.register_forward_hook(
+        lambda _m, _i, out: torch.nn.functional.normalize(out, dim=1))
+    x = images((2, 3, 8, 8), seed=13)
+    model = onnx.load(inserted)
+    with torch.no_grad():
+        assert_close(run(model, {"x": x})[model.graph.output[0].name], module(torch.from_numpy(x)).numpy())
+    assert "conv5" in capsys.readouterr().out
+
+
+def test_cli_convert_tf_frozen_pb_with_comma_shapes(tmp_path):
+    from onnxsurgeon.converters import seed_models as sm
+
+    from onnxsurgeon.cli import main
+
+    sess = sm.tf1_seed_session(seed=0)
+    try:
+        gd = tf.compat.v1.graph_util.convert_variables_to_constants(
+            sess, sess.graph.as_graph_def(), ["logits"])
+        pb = tmp_path / "g.pb"
+        pb.write_bytes(gd.SerializeToString())
+        out = tmp_path / "g.onnx"
+        assert main(["convert", "tf", str(pb), "-o", str(out), "--inputs", "input:0:3,8,8,3",
+                     "--outputs", "logits:0"]) == 0
+        model = onnx.load(out)
+        assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [3, 8, 8, 3]
+        x = images((3, 8, 8, 3), seed=14)
+        assert_close(run(model, {"input": x})["logits"], sess.run("logits:0", {"input:0": x}))
+    finally:
+        sess.close()

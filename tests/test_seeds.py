@@ -207,3 +207,29 @@ def test_seed5_feature_extraction_torch_mean_of_conv5(tmp_path):
     out = run(model, {"x": x.numpy()})
     assert_close(out[result.processed], seen["a"].mean(dim=(2, 3)).numpy())
     np.testing.assert_array_equal(out["logits"], before)
+
+
+# ----------------------------------------------------------------------------- the demo
+def test_demo_committed_model_steps_check_against_numpy(tmp_path):
+    """The no-framework fallback of the demo runs on the committed files and passes."""
+    from pathlib import Path
+
+    from onnxsurgeon.converters import demo
+
+    lines: list[str] = []
+    check = demo._Check(lines.append)
+    demo._committed_steps(check, Path(__file__).resolve().parent.parent / "models")
+    assert check.failed == 0
+    assert sum("check vs numpy" in line and ": ok" in line for line in lines) == 2
+
+
+@pytest.mark.slow
+def test_demo_framework_steps_pass(tmp_path):
+    from pathlib import Path
+
+    from onnxsurgeon.converters import demo
+
+    lines: list[str] = []
+    failed = demo.run(lines.append, tmp_path, Path(__file__).resolve().parent.parent / "models")
+    assert failed == 0
+    assert sum(": ok (" in line for line in lines) == 5

@@ -89,9 +89,49 @@ def changed_ops(nodes: Iterator[onnx.NodeProto], a: int, b: int) -> list[str]:
         except onnx.defs.SchemaError:
             changed.add(op)
             continue
-        if sa != sb:
+        if sa != sb and not _types_only_change(op, a, b):
             changed.add(op)
     return sorted(changed)
+
+
+# ops whose semantics changed between versions with an identical signature (coerced-2D -> axis)
+_SEMANTIC_CHANGES = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
+
+
+def _signature(schema: onnx.defs.OpSchema) -> tuple[object, ...]:
+    attrs = tuple(sorted((n, a.type, a.required, a.default_value.SerializeToString())
+                         for n, a in schema.attributes.items()))
+    ios = tuple((f.name, f.type_str, f.option) for f in [*schema.inputs, *schema.outputs])
+    return attrs, ios, schema.min_input, schema.max_input, schema.min_output, schema.max_output
+
+
+def _types_only_change(op: str, a: int, b: int) -> bool:
+    """True when every version of ``op`` between opsets a and b differs from the others only by
+    types added to its type constraints (Abs-6 vs Abs-13 gained bfloat16): a node valid at one
+    opset means the same at the other, as long as its types exist in both (the checker of the
+    saved model still checks that). Gauntlet bug: an opset-13 block (Abs, Neg) was refused in an
+    opset-11 host because Abs/Neg/Add/MatMul all 'changed' at 13."""
+    if op in _SEMANTIC_CHANGES:
+        return False
+    lo, hi = min(a, b), max(a, b)
+    try:
+        versions = {onnx.defs.get_schema(op, v, "").since_version for v in range(lo, hi + 1)}
+        schemas = [onnx.defs.get_schema(op, v, "") for v in sorted(versions)]
+    except onnx.defs.SchemaError:
+        return False
+    if any(sc.deprecated for sc in schemas):
+        return False
+    first = _signature(schemas[0])
+    for older, newer in zip(schemas, schemas[1:]):
+        if _signature(newer) != first:
+            return False
+        old_types = {tc.type_param_str: set(tc.allowed_type_strs) for tc in older.type_constraints}
+        new_types = {tc.type_param_str: set(tc.allowed_type_strs) for tc in newer.type_constraints}
+        if old_types.keys() != new_types.keys():
+            return False
+        if any(not old_types[k] <= new_types[k] for k in old_types):
+            return False
+    return True
 
 
 def _convert(block: onnx.ModelProto, target: int) -> onnx.ModelProto | None:

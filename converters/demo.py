@@ -1,0 +1,187 @@
+"""Framework part of ``onnxsurgeon demo``: the seed scenarios from TensorFlow and PyTorch.
+
+Each step prints framework -> ONNX -> rewrite -> onnxruntime check, where the check compares the
+rewritten ONNX model with the framework computing the same thing itself. Without TensorFlow or
+PyTorch the steps run on the committed ``models/tf1_seed.onnx`` and ``models/torch_cnn.onnx``
+and check against numpy instead. Nothing is printed except through ``out``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .common import ATOL, RTOL, compare_outputs, run_onnx
+
+Out = Callable[[str], None]
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+class _Check:
+    def __init__(self, out: Out) -> None:
+        self.out = out
+        self.failed = 0
+
+    def step(self, title: str, lines: list[str], actual: np.ndarray, expected: np.ndarray,
+             against: str) -> None:
+        max_abs, excess = compare_outputs([actual], [expected], rtol=RTOL, atol=ATOL)
+        ok = excess <= 0
+        self.failed += 0 if ok else 1
+        self.out(f"\n== {title}")
+        for line in lines:
+            self.out(f"   {line}")
+        self.out(f"   onnxruntime check vs {against}: {'ok' if ok else 'FAILED'} "
+                 f"(max |diff| {max_abs:.2e}, rtol {RTOL:g}, atol {ATOL:g})")
+
+
+def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for n in names:
+        m.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
+    return m
+
+
+def _tf_steps(check: _Check, folder: Path) -> None:
+    import tensorflow as tf
+
+    from onnxsurgeon.surgery.insert import insert
+
+    from . import seed_models as sm
+    from .functions import insert_function
+    from .tf import from_tf
+
+    def l2(a: Any) -> Any:
+        return tf.nn.l2_normalize(a, axis=-1)
+
+    sess = sm.tf1_seed_session(seed=0)
+    ref_sess = sm.tf1_seed_session(func=l2, seed=0)
+    try:
+        path = folder / "tf1_seed.onnx"
+        report = from_tf(sess, path, inputs=[sm.TF1_INPUT], outputs=[sm.TF1_OUTPUT], opset=17)
+        conv = (f"TF1 graph (tf.compat.v1 Session) -> {path.name}: {report.exporter}, "
+                f"max |diff| vs TF {report.max_abs_diff:.2e}")
+        x = np.random.default_rng(0).standard_normal((2, 8, 8, 3)).astype(np.float32)
+        want = ref_sess.run(sm.TF1_OUTPUT, {sm.TF1_INPUT: x})
+        for title, how, rewrite in (
+            ("Seed 2 from TensorFlow: built-in l2_normalize at the TF tensor name",
+             f"onnxsurgeon insert {path.name} --at {sm.TF1_ACT} --op l2_normalize:axis=-1",
+             lambda m: insert(m, sm.TF1_ACT, op="l2_normalize", params={"axis": -1})),
+            ("Seed 2 from TensorFlow: the function written in TF (tf.nn.l2_normalize)",
+             f"onnxsurgeon insert {path.name} --at {sm.TF1_ACT} --func proc.py:l2 --framework tf",
+             lambda m: insert_function(m, sm.TF1_ACT, l2, "tf")),
+        ):
+            model = onnx.load(path)
+            result = rewrite(model)
+            got = run_onnx(model, {"input": x})["logits"]
+            check.step(title, [conv, f"$ {how}", f"processed tensor {result.processed}"], got, want,
+                       "TF graph with tf.nn.l2_normalize inline")
+    finally:
+        sess.close()
+        ref_sess.close()
+
+
+def _torch_steps(check: _Check, folder: Path) -> None:
+    import torch
+
+    from onnxsurgeon.surgery.copy import Weights, copy
+    from onnxsurgeon.surgery.insert import insert
+
+    from . import seed_models as sm
+    from .functions import insert_function
+    from .torch import from_torch
+
+    module = sm.torch_cnn(seed=0)
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32))
+    path = folder / "torch_cnn.onnx"
+    report = from_torch(module, (x,), path, exporter="torchscript", input_names=["x"],
+                        output_names=["logits"])
+    conv = (f"PyTorch CNN -> {path.name}: {report.exporter}, module conv5 -> "
+            f"{report.name_map.get('conv5')}, max |diff| vs torch {report.max_abs_diff:.2e}")
+
+    def normalize(a: Any) -> Any:
+        return torch.nn.functional.normalize(a, dim=1)
+
+    model = onnx.load(path)
+    result = insert_function(model, "conv5", normalize, "torch")
+    handle = module.conv5.register_forward_hook(lambda _m, _i, out: normalize(out))
+    try:
+        with torch.no_grad():
+            want = module(x).numpy()
+    finally:
+        handle.remove()
+    check.step("Seed 2 from PyTorch: F.normalize at module conv5 (function written in torch)",
+               [conv, f"$ onnxsurgeon insert {path.name} --at conv5 --func proc.py:normalize "
+                "--framework torch", f"processed tensor {result.processed}"],
+               run_onnx(model, {"x": x.numpy()})["logits"], want, "torch with a forward hook on conv5")
+
+    model = onnx.load(path)
+    twin = copy(model, ["logits"], weights=Weights.INDEPENDENT).outputs["logits"]
+    outs = run_onnx(model, {"x": x.numpy()})
+    with torch.no_grad():
+        plain = module(x).numpy()
+    check.step("Seed 1 from PyTorch: copy the logits closure (independent weights)",
+               [conv, f"$ onnxsurgeon copy {path.name} --outputs logits", f"copy output {twin}"],
+               outs[twin], plain, "the PyTorch model")
+
+    model = onnx.load(path)
+    result = insert(model, "conv5", op="reduce_mean", params={"axes": [2, 3], "keepdims": 0},
+                    as_output=True)
+    seen: dict[str, Any] = {}
+    handle = module.conv5.register_forward_hook(lambda _m, _i, out: seen.setdefault("a", out))
+    with torch.no_grad():
+        module(x)
+    handle.remove()
+    check.step("Feature extraction from PyTorch: mean of conv5 as a new output",
+               [f"$ onnxsurgeon insert {path.name} --at conv5 --op reduce_mean:axes=[2,3],keepdims=0 "
+                "--as-output"],
+               run_onnx(model, {"x": x.numpy()})[result.processed],
+               seen["a"].mean(dim=(2, 3)).numpy(), "torch's own mean of conv5")
+
+
+def _committed_steps(check: _Check, models_dir: Path) -> None:
+    """Without frameworks: the committed converted models, checked against numpy."""
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.select import Selector
+    from onnxsurgeon.surgery.insert import insert
+
+    for file, at, feed, axes in (("tf1_seed.onnx", "network/layer_conv5/Relu:0", "input", [1, 2]),
+                                 ("torch_cnn.onnx", "conv5", "x", [2, 3])):
+        src = models_dir / file
+        if not src.is_file():
+            continue
+        model = onnx.load(src)
+        act = Selector(GraphIndex(model)).resolve(at)
+        shape = (2, 8, 8, 3) if feed == "input" else (2, 3, 8, 8)
+        x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+        activation = run_onnx(_with_outputs(model, [act]), {feed: x})[act]
+        result = insert(model, at, op="reduce_mean", params={"axes": axes, "keepdims": 0},
+                        as_output=True)
+        check.step(f"Feature extraction on committed {file}: mean of {at}",
+                   [f"{at} resolves to {act} (name map in metadata_props)",
+                    f"$ onnxsurgeon insert {file} --at {at} --op reduce_mean --as-output"],
+                   run_onnx(model, {feed: x})[result.processed],
+                   activation.mean(axis=tuple(axes)), "numpy mean of the activation")
+
+
+def run(out: Out, folder: Path, models_dir: Path) -> int:
+    """Run the framework seed steps (or the committed-model steps); returns failed checks."""
+    check = _Check(out)
+    have_tf = _have("tensorflow") and _have("tf2onnx")
+    have_torch = _have("torch")
+    if have_tf:
+        _tf_steps(check, folder)
+    if have_torch:
+        _torch_steps(check, folder)
+    if not (have_tf and have_torch):
+        out("\n(TensorFlow and/or PyTorch not installed: steps on the committed converted models)")
+        _committed_steps(check, models_dir)
+    return check.failed
