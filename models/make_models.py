@@ -14,8 +14,10 @@ import onnx
 
 from onnxsurgeon.demo_models import DEMO_MODELS
 
+HERE = Path(__file__).resolve().parent
 
-def main(folder: Path = Path(__file__).resolve().parent) -> int:
+
+def main(folder: Path = HERE) -> int:
     for name, build in DEMO_MODELS.items():
         path = folder / name
         path.write_bytes(build().SerializeToString(deterministic=True))

@@ -215,11 +215,11 @@ def _write(model: Any, output: str, source: str) -> None:
 
 
 def _remove_output(path: Path) -> None:
+    import contextlib
+
     for p in (path, path.with_name(path.name + ".data")):
-        try:
+        with contextlib.suppress(OSError):
             p.unlink()
-        except OSError:
-            pass
 
 
 def _verify_after(source: str, rewritten_path: str, as_json: bool) -> int:

@@ -121,7 +121,7 @@ def run_demo(out: Callable[[str], None]) -> int:
 def framework_steps(out: Callable[[str], None], steps: _Steps) -> None:
     """The seed scenarios from TensorFlow and PyTorch, when converters have a demo to offer."""
     try:
-        from .converters import demo as framework_demo  # type: ignore[attr-defined]
+        from .converters import demo as framework_demo
     except ImportError:
         out("\n(TensorFlow/PyTorch steps skipped: install 'onnxsurgeon[tf,torch]' to run them)")
         return

@@ -32,7 +32,7 @@ def _run(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
 
 
 def _sha(path: Path) -> str:

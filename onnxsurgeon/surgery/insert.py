@@ -122,7 +122,7 @@ def _types_only_change(op: str, a: int, b: int) -> bool:
     if any(sc.deprecated for sc in schemas):
         return False
     first = _signature(schemas[0])
-    for older, newer in zip(schemas, schemas[1:]):
+    for older, newer in zip(schemas, schemas[1:], strict=False):
         if _signature(newer) != first:
             return False
         old_types = {tc.type_param_str: set(tc.allowed_type_strs) for tc in older.type_constraints}
