@@ -6,7 +6,6 @@ Nothing here imports TensorFlow or PyTorch; :mod:`.tf` and :mod:`.torch` do.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -356,7 +355,9 @@ def finish(
         check={"checked": checked, "max_abs_diff": None if np.isnan(max_abs) else max_abs,
                "rtol": rtol, "atol": atol},
     )
-    out = save_model(model, path)
+    from onnxsurgeon.io import save
+
+    out = save(model, path)
     return ConversionReport(
         path=Path(out), framework=framework, framework_version=framework_version,
         exporter=exporter, opset=opset_of(model),
@@ -365,35 +366,6 @@ def finish(
         name_map=dict(name_map), max_abs_diff=max_abs, max_excess=excess, checked=checked,
         rtol=rtol, atol=atol, notes=tuple(notes),
     )
-
-
-def save_model(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
-    """Write ``model`` deterministically and atomically (temp file in the folder, then rename).
-
-    Converted models are self-contained (no external data), so a plain write suffices.
-    """
-    import tempfile
-
-    out = Path(path)
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        raise UsageError(f"output folder '{folder}' does not exist; create it first")
-    payload = model.SerializeToString(deterministic=True)
-    if len(payload) > 2**31 - 1:
-        raise ConversionError(
-            f"the converted model is {len(payload)} bytes, over protobuf's 2 GB limit; "
-            "convert a smaller model or save with onnxsurgeon.save(external=True)"
-        )
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return out
 
 
 # ------------------------------------------------------------------------------ user code

@@ -131,15 +131,28 @@ def _keras_input_name(t: Any) -> str:
     return str(name) if name else str(t.name)
 
 
-def _from_keras(model: Any) -> _Frozen:
+def _from_keras(model: Any, inputs: Any = None) -> _Frozen:
     import keras
 
-    if not model.inputs:
+    try:
+        symbolic = list(model.inputs or [])
+    except (AttributeError, ValueError):   # subclassed / unbuilt models
+        symbolic = []
+    if symbolic:
+        specs = [tf.TensorSpec(t.shape, t.dtype, name=_keras_input_name(t)) for t in symbolic]
+    elif inputs:
+        specs = []
+        for spec in inputs:
+            name, dims, dtype = parse_tf_spec(spec)
+            if dims is None:
+                raise UsageError(f"input '{name}' needs a shape, e.g. {name.rsplit(':', 1)[0]}:1,8,8,3")
+            specs.append(tf.TensorSpec([d if isinstance(d, int) and d >= 0 else None for d in dims],
+                                       tf.as_dtype(dtype or "float32"), name=name.rsplit(":", 1)[0]))
+    else:
         raise UsageError(
-            f"Keras model '{model.name}' has no known inputs; build it (call it once or use "
-            "keras.Input) before converting"
+            f"Keras model '{model.name}' has no symbolic inputs; pass inputs=['x:1,8,8,3'] or "
+            "build it with keras.Input"
         )
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=_keras_input_name(t)) for t in model.inputs]
     single = len(specs) == 1
 
     def fn(*xs: Any) -> Any:
@@ -225,7 +238,7 @@ def _normalize(source: Any, inputs: Any, outputs: Any) -> _Frozen:
         if not p.exists():
             raise NotFoundError(f"TF source '{p}' does not exist; check the path")
         if p.is_file() and p.suffix == ".keras":
-            return _from_keras(keras.saving.load_model(p, safe_mode=True))
+            return _from_keras(keras.saving.load_model(p, safe_mode=True), inputs)
         if p.is_dir() and (p / "saved_model.pb").exists():
             loaded = tf.saved_model.load(str(p))
             sigs = getattr(loaded, "signatures", {})
@@ -245,7 +258,7 @@ def _normalize(source: Any, inputs: Any, outputs: Any) -> _Frozen:
             f"'{p}' is neither a .keras file, a SavedModel folder nor a frozen .pb GraphDef"
         )
     if isinstance(source, keras.Model):
-        return _from_keras(source)
+        return _from_keras(source, inputs)
     if isinstance(source, tf.compat.v1.Session):
         ins, outs = _io_names(inputs, "inputs"), _io_names(outputs, "outputs")
         _graph_specs(source.graph, ins)

@@ -210,7 +210,75 @@ def folded_constants(folder: Path) -> Path:
     return path
 
 
+def unnamed_nodes(folder: Path) -> Path:
+    """The MLP with no node names (tf2onnx / hand-written graphs often leave them empty)."""
+    g = _mlp_graph(np.random.default_rng(19))
+    for node in g.node:
+        node.name = ""
+    return _finish(g, folder / "unnamed_nodes.onnx")
+
+
+def sklearn_like(folder: Path) -> Path:
+    """skl2onnx style: Scaler -> LinearClassifier (ai.onnx.ml) -> int64 label + probabilities ->
+    ZipMap (a sequence-of-maps output), plus a float intermediate through standard ops."""
+    rng = np.random.default_rng(20)
+    nodes = [
+        helper.make_node("Scaler", ["x"], ["scaled"], name="scaler", domain="ai.onnx.ml",
+                         offset=rng.standard_normal(4).tolist(), scale=rng.uniform(0.5, 2, 4).tolist()),
+        helper.make_node("Relu", ["scaled"], ["act"], name="relu"),
+        helper.make_node("Mul", ["act", "gain"], ["feat"], name="gain"),
+        helper.make_node("LinearClassifier", ["feat"], ["label", "probabilities"], name="clf",
+                         domain="ai.onnx.ml", classlabels_ints=[0, 1, 2],
+                         coefficients=rng.standard_normal(12).tolist(),
+                         intercepts=rng.standard_normal(3).tolist(), multi_class=1,
+                         post_transform="SOFTMAX"),
+        helper.make_node("ZipMap", ["probabilities"], ["output_probability"], name="zipmap",
+                         domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2]),
+    ]
+    seq_map = helper.make_sequence_type_proto(helper.make_map_type_proto(I64, helper.make_tensor_type_proto(F, [])))
+    g = helper.make_graph(
+        nodes, "sklearn", [helper.make_tensor_value_info("x", F, ["N", 4])],
+        [helper.make_tensor_value_info("label", I64, ["N"]),
+         helper.make_value_info("output_probability", seq_map)],
+        [numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "gain")])
+    return _finish(g, folder / "sklearn_like.onnx", opset=15, extra_opsets={"ai.onnx.ml": 1})
+
+
+def loop_rnn(folder: Path) -> Path:
+    """A hand-rolled RNN as a Loop over time: the body captures the outer weights and an outer
+    projected input, carries a state and emits per-step outputs (scan outputs)."""
+    rng = np.random.default_rng(21)
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["xp", "i"], ["xt"], name="b_gather", axis=1),
+         helper.make_node("MatMul", ["h_in", "Wh"], ["hh"], name="b_mm"),
+         helper.make_node("Add", ["hh", "xt"], ["pre"], name="b_add"),
+         helper.make_node("Tanh", ["pre"], ["h_out"], name="b_tanh"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="b_cond"),
+         helper.make_node("Identity", ["h_out"], ["step"], name="b_step")],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", F, ["B", 16])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", F, ["B", 16]),
+         helper.make_tensor_value_info("step", F, ["B", 16])])
+    nodes = [
+        helper.make_node("MatMul", ["x", "Wx"], ["xp"], name="proj"),
+        helper.make_node("Relu", ["xp"], ["xp_relu"], name="proj_relu"),
+        helper.make_node("ReduceMean", ["xp_relu"], ["h0"], name="h0", axes=[1], keepdims=0),
+        helper.make_node("Loop", ["T", "true", "h0"], ["h_last", "steps"], name="loop", body=body),
+        helper.make_node("MatMul", ["h_last", "Wo"], ["y"], name="head"),
+    ]
+    inits = [_w(rng, "Wx", (8, 16)), _w(rng, "Wh", (16, 16)), _w(rng, "Wo", (16, 4)),
+             numpy_helper.from_array(np.array(5, np.int64), "T"),
+             numpy_helper.from_array(np.array(True), "true")]
+    g = helper.make_graph(nodes, "loop_rnn", [helper.make_tensor_value_info("x", F, ["B", 5, 8])],
+                          [helper.make_tensor_value_info("y", F, ["B", 4]),
+                           helper.make_tensor_value_info("steps", F, [5, "B", 16])], inits)
+    return _finish(g, folder / "loop_rnn.onnx")
+
+
 FAST: dict[str, Callable[[Path], Path]] = {
+    "unnamed_nodes": unnamed_nodes, "sklearn_like": sklearn_like, "loop_rnn": loop_rnn,
     "old_ir_opset11": old_ir_opset11, "external_data": external_data, "symbolic_batch": symbolic_batch,
     "fp16_weights": fp16_weights, "embedding_gather": embedding_gather, "custom_domain": custom_domain,
     "ort_optimized": ort_optimized, "plain_block": plain_block, "folded_constants": folded_constants,

@@ -261,3 +261,24 @@ def test_cli_convert_tf_splits_spec_strings(seed_session, tmp_path):
     assert_close(run(model, {"input": x})["logits"], _tf_run(seed_session, sm.TF1_OUTPUT, x))
     with pytest.raises(UsageError, match="neither"):
         cli_convert_tf(str(tmp_path / "c.onnx"), tmp_path / "d.onnx")
+
+
+def test_subclassed_keras_model_takes_input_specs(tmp_path):
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(
+                3, kernel_initializer=keras.initializers.RandomNormal(seed=2),
+                bias_initializer=keras.initializers.RandomNormal(seed=3))
+
+        def call(self, x):
+            return keras.ops.tanh(self.dense(x))
+
+    net = Net()
+    with pytest.raises(UsageError, match="no symbolic inputs"):
+        from_tf(net, tmp_path / "n.onnx")
+    report = from_tf(net, tmp_path / "n.onnx", inputs=["feats:batch,5"])
+    model = onnx.load(report.path)
+    assert [i.name for i in model.graph.input] == ["feats"]
+    x = images((4, 5), seed=15)
+    assert_close(run(model, {"feats": x})[report.outputs[0]], np.asarray(net(x)))

@@ -74,6 +74,9 @@ def checked(path: Path) -> onnx.ModelProto:
 
 
 def exact(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):  # sequences, maps (ZipMap)
+        assert a == b, what
+        return
     assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
     assert np.array_equal(a, b, equal_nan=True), f"{what}: max diff {np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))}"
 
@@ -81,7 +84,7 @@ def exact(a: np.ndarray, b: np.ndarray, what: str) -> None:
 def across_cut(a: np.ndarray, b: np.ndarray, what: str) -> None:
     """Equal for a value computed across a cut or splice: bit-identical, except float16, which
     onnxruntime's CPU provider computes in float32 and rounds differently at graph boundaries."""
-    if a.dtype == np.float16:
+    if isinstance(a, np.ndarray) and a.dtype == np.float16:
         np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-3, atol=2.5e-3, err_msg=what)
     else:
         exact(a, b, what)
@@ -392,3 +395,95 @@ def test_reroute_same_type(plan, tmp_path):
             across_cut(got[o], want[o], f"reroute: untouched output {o}")
     log = ok(cli("verify", plan.path, dst, "--rewrite-log", "--json"))
     assert json.loads(log.stdout)["ok"] is True
+
+
+# ------------------------------------------------------------------------------ names users type
+def module_path(path: Path) -> str | None:
+    """A PyTorch module path the exporter recorded (a repeated block such as 'layer2.0' or
+    'm.h.0' when there is one, else a top-level child module); None for non-torch models."""
+    from onnxsurgeon.select import node_module
+
+    seen: dict[str, None] = {}
+    for node in onnx.load(str(path), load_external_data=False).graph.node:
+        full = node_module(node)
+        if not full:
+            continue
+        parts = full.split(".")
+        for k in range(1, len(parts) + 1):
+            seen.setdefault(".".join(parts[:k]))
+    paths = list(seen)
+    blocks = [p for p in paths if p.split(".")[-1].isdigit() and p.count(".") >= 1]
+    return (blocks or paths or [None])[0]
+
+
+@per_model
+def test_module_path_names(plan, tmp_path):
+    name = module_path(plan.path)
+    if name is None:
+        pytest.skip("no exporter module scopes")
+    dst = out_path(plan, tmp_path, "extract_module")
+    summary = json.loads(ok(cli("extract", plan.path, "-o", dst, "--outputs", name, "--verify", "--json")).stdout)
+    (tensor,) = summary["outputs"]
+    checked(dst)
+    exact(run(dst, plan.feeds)[tensor], reference(plan, [tensor])[tensor], f"module {name} -> {tensor}")
+    dst = out_path(plan, tmp_path, "insert_module")
+    res = json.loads(ok(cli("insert", plan.path, "-o", dst, "--at", name, "--op", "identity", "--as-output",
+                            "--verify", "--json")).stdout)
+    exact(run(dst, plan.feeds)[res["processed"]], reference(plan, [tensor])[tensor], "insert at module")
+
+
+# ------------------------------------------------------------------------------ cross-checks
+@per_model
+def test_copy_with_replace_input_equals_reroute(plan, tmp_path):
+    """copy --replace-input A=B computes what reroute --from A --to B computes."""
+    if plan.pair is None:
+        pytest.skip("no two tensors of the same static shape and dtype")
+    a, b = plan.pair
+    target = next((o for o in plan.outputs if o in plan.downstream.get(a, ())), None)
+    if target is None:
+        pytest.skip("the pair reaches no output")
+    rr = out_path(plan, tmp_path, "rr")
+    ok(cli("reroute", plan.path, "-o", rr, "--from", a, "--to", b))
+    cp = out_path(plan, tmp_path, "cp")
+    renames = json.loads(ok(cli("copy", plan.path, "-o", cp, "--outputs", target, "--replace-input",
+                                f"{a}={b}", "--verify", "--json")).stdout)
+    checked(cp)
+    got_cp, got_rr = run(cp, plan.feeds), run(rr, plan.feeds)
+    exact(got_cp[renames["outputs"][target]], got_rr[target], "copy with replacement vs reroute")
+    want = reference(plan)
+    for o in plan.outputs:
+        exact(got_cp[o], want[o], f"original output {o} after copy")
+
+
+def captured(path: Path) -> str | None:
+    """A main-graph tensor read inside an If/Loop/Scan body (an outer capture), if any."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    produced = {o for n in graph.node for o in n.output}
+    for node in graph.node:
+        for name in sorted(_subgraph_reads(node)):
+            if name in produced:
+                return name
+    return None
+
+
+@per_model
+def test_insert_at_a_tensor_bodies_capture(plan, tmp_path):
+    at = captured(plan.path)
+    if at is None:
+        pytest.skip("no If/Loop/Scan body captures a computed tensor")
+    want = reference(plan, [at])
+    dst = out_path(plan, tmp_path, "insert_captured")
+    ok(cli("insert", plan.path, "-o", dst, "--at", at, "--op", "identity", "--verify", "--json"))
+    checked(dst)
+    got = run(dst, plan.feeds)
+    for o in plan.outputs:
+        across_cut(got[o], want[o], f"identity at captured {at}: output {o}")
+    dst = out_path(plan, tmp_path, "insert_captured_scale")
+    ok(cli("insert", plan.path, "-o", dst, "--at", at, "--op", "scale:factor=0", "--verify", "--json"))
+    checked(dst)
+    got = run(dst, plan.feeds)
+    moved = [o for o in plan.outputs if isinstance(want[o], np.ndarray) and not np.array_equal(got[o], want[o])]
+    assert moved, f"scaling captured {at} by 0 changed no output: the bodies still read the original"
+    dst = out_path(plan, tmp_path, "copy_captured")
+    renames = json.loads(ok(cli("copy", plan.path, "-o", dst, "--outputs", plan.last, "--verify", "--json")).stdout)
+    exact(run(dst, plan.feeds)[renames["outputs"][plan.last]], want[plan.last], "copy through a body")

@@ -251,11 +251,21 @@ def test_newer_block_raises_the_host_opset_when_no_host_op_changes():
 
 
 def test_newer_block_is_refused_when_the_host_would_change():
-    model = _sin_host("Relu")
+    # Softmax changed meaning at 13 (coerced-2D -> one axis) with an identical signature
+    model = _sin_host("Softmax")
     before = serialized(model)
-    with pytest.raises(RewriteError, match=r"opset 20 and the host opset 11.*\['Relu'\]"):
+    with pytest.raises(RewriteError, match=r"opset 20 and the host opset 11.*\['Softmax'\]"):
         insert(model, "h", graph=_gelu_block())
     assert serialized(model) == before
+
+
+def test_host_ops_that_only_gained_types_do_not_block_a_newer_opset():
+    # gauntlet bug: Relu-14 only added integer types, so raising an opset-11 host to 20 is safe
+    orig = _sin_host("Relu")
+    model = clone(orig)
+    r = insert(model, "h", graph=_gelu_block())
+    assert [op.version for op in model.opset_import if op.domain == ""] == [20]
+    check_downstream(orig, model, "h", r.processed, {"x": rand((1, 2, 3, 3), 5)})
 
 
 def test_block_with_symbolic_dims_fits_and_static_mismatch_is_refused():
