@@ -285,10 +285,8 @@ def _cmd_insert(args: argparse.Namespace) -> int:
         raise UsageError("--framework goes with --func")
     model = _load(args.model)
     if args.func:
-        from .converters import insert_function, load_callable
-
-        func = load_callable(args.func)
-        result = insert_function(model, args.at, func, args.framework, as_output=args.as_output)
+        result = insert(model, args.at, func=args.func, framework=args.framework,
+                        as_output=args.as_output)
     elif args.graph:
         from .io import load
 

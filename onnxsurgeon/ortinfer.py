@@ -81,7 +81,9 @@ def ort_value_infos(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, o
         elem = _elem_type(o.type)
         if not elem:
             continue
-        shape = None if o.shape is None else [
+        # onnxruntime reports an unknown rank as [] (as for a scalar): only a non-empty shape is
+        # information; a scalar stays untyped-rank rather than becoming a wrong rank-0 claim
+        shape = None if not o.shape else [
             d if isinstance(d, int) and d >= 0 else (d if isinstance(d, str) and d else None)
             for d in o.shape
         ]

@@ -150,3 +150,22 @@ def test_cli_convert_tf_frozen_pb_with_comma_shapes(tmp_path):
         assert_close(run(model, {"input": x})["logits"], sess.run("logits:0", {"input:0": x}))
     finally:
         sess.close()
+
+
+def test_core_insert_takes_a_framework_function_directly():
+    """insert(..., func=, framework=) is the issue's API; it reaches converters lazily."""
+    from onnxsurgeon.surgery import insert
+
+    model = builders.tiny_cnn()
+    x = images((1, 3, 8, 8), seed=4)
+    before = run(model, {"x": x}, extra=["act"])
+    result = insert(model, "act", func=_torch_fn, framework="torch")
+    want = _torch_fn(torch.from_numpy(before["act"])).numpy()
+    assert_close(run(model, {"x": x})["side_out"], 1 / (1 + np.exp(-want)))
+    assert result.processed in {o.name for o in model.graph.output}
+    untouched = builders.tiny_cnn()
+    with pytest.raises(UsageError, match="framework"):
+        insert(untouched, "act", func=_torch_fn)
+    with pytest.raises(UsageError, match="alone"):
+        insert(untouched, "act", func=_torch_fn, framework="torch", op="identity")
+    assert untouched.SerializeToString() == builders.tiny_cnn().SerializeToString()

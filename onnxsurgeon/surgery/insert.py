@@ -14,6 +14,7 @@ Opset reconciliation (the block's default-domain opset ``b`` vs the host's ``h``
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from ..names import NameAllocator
 from ..processing import ParamValue, make_block, normalize_params
 from ..record import add_rewrite
 from ..select import Selector
+from ._proto import is_complete
 from ..types import TypeOracle, _weightless_copy, renamed_value_info
 from ._edges import check_types, rewire
 
@@ -476,8 +478,15 @@ def insert(
     params: Mapping[str, ParamValue] | None = None,
     graph: onnx.ModelProto | Model | None = None,
     as_output: bool = False,
+    func: Any = None,
+    framework: str | None = None,
 ) -> InsertResult:
     """Splice a processing block at tensor ``at``. Mutates model.
+
+    ``func`` with ``framework="tf"|"torch"`` splices a function written in TensorFlow or PyTorch:
+    it is exported to an ONNX block for the activation's dtype and shape by
+    ``onnxsurgeon.converters.insert_function`` (imported only on this path, so the core never
+    loads a framework unless the caller hands it a framework function).
 
     The block is a built-in (``op``, see :mod:`onnxsurgeon.processing`) or any model with one
     input and one output (``graph``). Its names are made unique under ``"<at>/<block>/"``, its
@@ -500,6 +509,16 @@ def insert(
         RewriteError: block with several inputs or outputs, dtype or shape mismatch, opsets that
             cannot be reconciled, clashing domain versions.
     """
+    if func is not None:
+        if op is not None or graph is not None or params:
+            raise UsageError("give func alone: it replaces op/params/graph")
+        if framework not in ("tf", "torch"):
+            raise UsageError(f"func needs framework='tf' or 'torch', got {framework!r}")
+        converters = importlib.import_module("onnxsurgeon.converters")
+        result: InsertResult = converters.insert_function(model, at, func, framework, as_output=as_output)
+        return result
+    if framework is not None:
+        raise UsageError("framework only applies together with func=")
     m = as_model(model)
     host = m.proto
     if (op is None) == (graph is None):
@@ -552,6 +571,14 @@ def insert(
     processed = names.fresh(f"{at_name}/{safe_label}")
     block_nodes = _rename_block(block, at_name, f"{at_name}/{safe_label}/", processed, names)
     processed_vi = renamed_value_info(processed_vi, processed)
+    if (as_output or as_graph_output) and not is_complete(processed_vi):
+        # a graph output needs an element type and a rank (onnx.checker); a Loop-carried value
+        # can leave both unknown to onnx and onnxruntime alike (gauntlet bug: exit 3 before)
+        raise RewriteError(
+            f"the rank of tensor '{at_name}' is unknown (no value_info; neither onnx nor "
+            f"onnxruntime can infer it), so the processed tensor cannot become a graph output; "
+            f"add value_info with its shape for '{at_name}'"
+        )
 
     plan = _Plan(block, at_name, processed, processed_vi, as_output, new_host_opset,
                  functions_to_add, opsets_to_add)
