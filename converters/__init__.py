@@ -57,6 +57,8 @@ from .functions import (
     insert_function,
 )
 
+from .reference import tf_reference, torch_reference
+
 load_callable = load_factory
 """Alias of :func:`load_factory` (``--func FILE.py:NAME``)."""
 
@@ -77,7 +79,7 @@ def from_torch(*args: Any, **kwargs: Any) -> ConversionReport:
 
 __all__ = [
     "FRAMEWORKS", "ConversionError", "ConversionMismatchError", "ConversionReport",
-    "activation_type", "cli_convert_tf", "cli_convert_torch", "cli_insert_function",
+    "activation_type", "tf_reference", "torch_reference", "cli_convert_tf", "cli_convert_torch", "cli_insert_function",
     "export_function", "from_tf", "from_torch", "insert_function", "load_callable",
     "load_factory",
 ]

@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="size of a symbolic dimension (default 1)")
     p.add_argument("--samples", type=int, default=None, metavar="N", help="random input samples")
     p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
+    p.add_argument("--against-tf", metavar="SOURCE",
+                   help="instead of REFERENCE.onnx, compare CANDIDATE with this TF source "
+                        "(.keras, SavedModel dir; REFERENCE is then ignored, pass '-')")
+    p.add_argument("--against-torch", metavar="FILE.py:FACTORY",
+                   help="compare CANDIDATE with the torch module FACTORY() returns "
+                        "(imports and runs FILE.py: your own code; REFERENCE ignored, pass '-')")
     p.add_argument("--rewrite-log", action="store_true",
                    help="check the invariants of the rewrites recorded in CANDIDATE against REFERENCE")
     p.add_argument("--json", action="store_true")
@@ -324,6 +330,19 @@ def _cmd_reroute(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from . import verify
 
+    if args.against_tf or args.against_torch:
+        if args.against_tf and args.against_torch:
+            raise UsageError("give one of --against-tf / --against-torch")
+        from . import converters
+
+        candidate = _load(args.candidate)
+        fn = (converters.tf_reference(args.against_tf) if args.against_tf
+              else converters.torch_reference(args.against_torch))
+        report = verify.verify_against(
+            fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol, seed=args.seed,
+            dims=dict(args.dim) or None, samples=args.samples)
+        _out(json.dumps(report.to_json(), indent=2) if args.json else report.to_text())
+        return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
     reference, candidate = _load(args.reference), _load(args.candidate)
     if args.rewrite_log:
         report = verify.verify_log(reference, candidate)

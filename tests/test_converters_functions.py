@@ -169,3 +169,58 @@ def test_core_insert_takes_a_framework_function_directly():
     with pytest.raises(UsageError, match="alone"):
         insert(untouched, "act", func=_torch_fn, framework="torch", op="identity")
     assert untouched.SerializeToString() == builders.tiny_cnn().SerializeToString()
+
+
+def test_cli_verify_against_torch_passes_and_catches_a_changed_weight(tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "net.py"
+    src.write_text(textwrap.dedent("""
+        import torch
+        def build():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+    """))
+    from onnxsurgeon.converters import cli_convert_torch
+
+    out = tmp_path / "net.onnx"
+    cli_convert_torch(f"{src}:build", out, inputs=["x:2,4"], exporter="torchscript")
+
+    def verify(candidate):
+        return subprocess.run(
+            [sys.executable, "-m", "onnxsurgeon", "verify", "-", str(candidate),
+             "--against-torch", f"{src}:build", "--json"], capture_output=True, text=True)
+
+    ok = verify(out)
+    assert ok.returncode == 0, ok.stderr
+    model = onnx.load(str(out))
+    init = model.graph.initializer[0]
+    arr = onnx.numpy_helper.to_array(init) * 1.01
+    init.CopyFrom(onnx.numpy_helper.from_array(arr.astype(np.float32), init.name))
+    bad = tmp_path / "bad.onnx"
+    onnx.save(model, str(bad))
+    caught = verify(bad)
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+
+
+def test_cli_verify_against_tf_keras_file(tmp_path):
+    import subprocess
+    import sys
+
+    import keras
+
+    from onnxsurgeon.converters import from_tf
+
+    inp = keras.Input((6,), name="x")
+    net = keras.Model(inp, keras.layers.Dense(3, activation="tanh", name="d")(inp))
+    path = tmp_path / "net.keras"
+    net.save(path)
+    out = tmp_path / "net.onnx"
+    from_tf(str(path), out)
+    proc = subprocess.run(
+        [sys.executable, "-m", "onnxsurgeon", "verify", "-", str(out), "--against-tf", str(path),
+         "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+    assert json.loads(proc.stdout)["ok"] is True

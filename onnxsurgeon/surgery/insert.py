@@ -29,9 +29,9 @@ from ..names import NameAllocator
 from ..processing import ParamValue, make_block, normalize_params
 from ..record import add_rewrite
 from ..select import Selector
-from ._proto import is_complete
 from ..types import TypeOracle, _weightless_copy, renamed_value_info
 from ._edges import check_types, rewire
+from ._proto import is_complete
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 

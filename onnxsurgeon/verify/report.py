@@ -264,6 +264,30 @@ def _as_comparable(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _structure(value: Any, path: str = "") -> list[tuple[str, Any]] | None:
+    """(path, leaf) pairs of a sequence/map value in a stable order; None when not one.
+    Iterative-enough: ONNX sequences and maps nest at most a few levels."""
+    if isinstance(value, np.ndarray) or isinstance(value, (int, float, bool, np.generic)):
+        return [(path, value)]
+    if isinstance(value, dict):
+        out: list[tuple[str, Any]] = []
+        for k in sorted(value, key=repr):
+            sub = _structure(value[k], f"{path}/{k!r}")
+            if sub is None:
+                return None
+            out += sub
+        return out
+    if isinstance(value, (list, tuple)):
+        out = [(f"{path}#len", len(value))]
+        for i, v in enumerate(value):
+            sub = _structure(v, f"{path}[{i}]")
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return None
+
+
 class PairAccumulator:
     """Folds the comparison of one pair over several samples into a :class:`PairReport`."""
 
@@ -298,8 +322,19 @@ class PairAccumulator:
         """Compare one sample; returns True when it agrees."""
         self.samples += 1
         if not isinstance(ref, np.ndarray) or not isinstance(cand, np.ndarray):
-            self.fail("not a tensor (sequence or map outputs are not compared)")
-            return False
+            # sequence / map outputs (ZipMap in every scikit-learn classifier): compared leaf by
+            # leaf once their structure (lengths, keys) agrees (gauntlet bug: always failed)
+            ref_leaves, cand_leaves = _structure(ref), _structure(cand)
+            if ref_leaves is None or cand_leaves is None:
+                self.fail("not a tensor, sequence or map")
+                return False
+            if [k for k, _ in ref_leaves] != [k for k, _ in cand_leaves]:
+                self.fail("sequence or map structure (lengths, keys) differs from the reference's")
+                return False
+            if not ref_leaves:
+                return True
+            ref = np.concatenate([np.asarray(v).ravel() for _, v in ref_leaves])
+            cand = np.concatenate([np.asarray(v).ravel() for _, v in cand_leaves])
         if not self.dtype:
             self.dtype = ref.dtype.name
         self.shape, self.candidate_shape = tuple(ref.shape), tuple(cand.shape)
