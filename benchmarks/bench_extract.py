@@ -8,7 +8,9 @@ median of ``--repeat`` runs:
 * ``onnx.load + onnx.save`` — the floor (no surgery at all); the ratio column is relative to it;
 * ``onnxsurgeon`` — ``onnxsurgeon.load`` + ``extract`` + ``onnxsurgeon.save``, and the verb
   alone between plain ``onnx.load`` / ``onnx.save`` (onnxsurgeon's load validates the model);
-* ``onnx.utils.extract_model``, ``onnx-graphsurgeon`` and ``onnx-ir`` when importable.
+* ``onnx.utils.extract_model``, ``onnx-graphsurgeon`` and ``onnx-ir`` when importable;
+* whole process, as STYLE.md measured: ``python -c "import onnx; onnx.save(onnx.load(IN), OUT)"``
+  against ``python -m onnxsurgeon extract IN -o OUT --outputs T``, each a subprocess, interleaved.
 
 The chain carries no value_info, so the extracted output's type must be inferred; a second model
 with value_info on every tensor (as exporters usually write) is measured too. Results are printed,
@@ -22,7 +24,9 @@ import argparse
 import gc
 import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,6 +119,48 @@ def onnx_ir_extract(src: Path, dst: Path, mid: str) -> None:
     ir.save(model, dst)
 
 
+def run_process(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system, from getrusage of children) of one subprocess."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def whole_process_rows(src: Path, folder: Path, mid: str, repeat: int, label: str, kept: int):
+    """The STYLE.md measurement: each job as its own ``python`` process (interpreter start and
+    imports included), interleaved, median of ``repeat``."""
+    floor_out, cli_out = folder / "proc_floor.onnx", folder / "proc_cli.onnx"
+    jobs = {
+        "python -c onnx.save(onnx.load(IN), OUT)": [
+            sys.executable, "-c", "import onnx, sys; onnx.save(onnx.load(sys.argv[1]), sys.argv[2])",
+            str(src), str(floor_out)],
+        "python -m onnxsurgeon extract IN -o OUT --outputs T": [
+            sys.executable, "-m", "onnxsurgeon", "extract", str(src), "-o", str(cli_out),
+            "--outputs", mid],
+    }
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in jobs}
+    for _ in range(repeat):
+        for name, argv in jobs.items():
+            for out in (floor_out, cli_out):
+                out.unlink(missing_ok=True)
+            times[name].append(run_process(argv))
+    names = list(jobs)
+    floor = statistics.median(w for w, _ in times[names[0]])
+    cpu_floor = statistics.median(c for _, c in times[names[0]])
+    rows = []
+    for name in names:
+        seconds = statistics.median(w for w, _ in times[name])
+        cpu = statistics.median(c for _, c in times[name])
+        status = "-" if name == names[0] else check_output(cli_out, kept)
+        rows.append((label, name, seconds, seconds / floor, cpu, cpu / cpu_floor, status))
+        print(f"{label:20s} {name:46s} {seconds:7.3f} s {seconds / floor:6.2f}x   "
+              f"cpu {cpu:7.3f} s {cpu / cpu_floor:6.2f}x  {status}", flush=True)
+    return rows
+
+
 def importable(module: str) -> bool:
     try:
         __import__(module)
@@ -195,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((label, name, seconds, seconds / floor, cpu, cpu / cpu_floor, status))
                 print(f"{label:20s} {name:46s} {seconds:7.3f} s {seconds / floor:6.2f}x   "
                       f"cpu {cpu:7.3f} s {cpu / cpu_floor:6.2f}x  {status}", flush=True)
+            if not typed:
+                rows += whole_process_rows(src, folder, mid, args.repeat,
+                                           "chain, whole process", kept)
     for note in skipped:
         print(note)
     write_results(args.results, rows, args.nodes, args.repeat, skipped)
@@ -213,7 +262,10 @@ def write_results(path: Path, rows, nodes: int, repeat: int, notes: list[str]) -
         "same model, same run). `chain` carries no value_info (the cut tensor's type is inferred);",
         "`chain + value_info` types every tensor, as exporters usually do. onnxsurgeon's own",
         "load validates the whole model and its save is atomic and fsynced (onnx.save is neither);",
-        "the `onnx.load + onnxsurgeon extract + onnx.save` row isolates the verb.",
+        "the `onnx.load + onnxsurgeon extract + onnx.save` row isolates the verb. The",
+        "`whole process` rows run each job as its own `python` process (start-up, imports and,",
+        "for the CLI, the onnx.checker pass on the output included; CPU = user + system time of",
+        "the child from getrusage), interleaved, median of the same number of runs.",
         "",
         f"Command: `python benchmarks/bench_extract.py --nodes {nodes} --repeat {repeat}`",
         "",

@@ -56,7 +56,6 @@ from .functions import (
     export_function,
     insert_function,
 )
-
 from .reference import tf_reference, torch_reference
 
 load_callable = load_factory

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -331,7 +332,12 @@ def _int_field(fields: dict[str, str], key: str, tensor: str, *, default: int) -
 
 
 # ------------------------------------------------------------------------------ tensor walk
-def _walk_graphs(roots: list[tuple[onnx.GraphProto, int]]) -> Iterator[onnx.GraphProto]:
+_ATTRIBUTES = attrgetter("attribute")
+
+
+def _walk_tensors(roots: list[tuple[onnx.GraphProto, int]]) -> Iterator[TensorProto]:
+    """Tensors of ``roots`` and of every graph nested in them, graphs in depth-first pre-order.
+    One pass over each graph's nodes; only nodes with attributes are looked at in Python."""
     stack = list(reversed(roots))
     while stack:
         g, depth = stack.pop()
@@ -340,42 +346,48 @@ def _walk_graphs(roots: list[tuple[onnx.GraphProto, int]]) -> Iterator[onnx.Grap
                 f"graph '{g.name}' is nested {depth} levels deep (limit {MAX_NESTING}); "
                 "flatten the control flow or split the model"
             )
-        yield g
-        nested = [(sub, depth + 1) for node in g.node if node.attribute for sub in subgraphs(node)]
+        yield from g.initializer
+        for st in g.sparse_initializer:
+            yield st.values
+            yield st.indices
+        nested: list[tuple[onnx.GraphProto, int]] = []
+        for attrs in filter(None, map(_ATTRIBUTES, g.node)):
+            yield from _tensors_in(attrs)
+            for attr in attrs:
+                if attr.type == _GRAPH:
+                    nested.append((attr.g, depth + 1))
+                elif attr.type == _GRAPHS:
+                    nested.extend((sub, depth + 1) for sub in attr.graphs)
         stack.extend(reversed(nested))
 
 
 def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
     """Every tensor holding data: initializers and sparse initializers of every graph (nested
     bodies, function bodies and training-info graphs included) and tensors in node attributes
-    (Constant values, sparse tensor attributes). Iterative; O(nodes + attributes)."""
+    (Constant values, sparse tensor attributes). Iterative; O(nodes + attributes), one pass over
+    each graph's nodes."""
     for fn in model.functions:
         for node in fn.node:
             if node.attribute:
                 yield from _attr_tensors(node)
                 roots = [(sub, 1) for sub in subgraphs(node)]
                 if roots:
-                    for g in _walk_graphs(roots):
-                        yield from _graph_tensors(g)
+                    yield from _walk_tensors(roots)
     roots = [(model.graph, 0)]
     for ti in model.training_info:
         roots.extend([(ti.initialization, 0), (ti.algorithm, 0)])
-    for g in _walk_graphs(roots):
-        yield from _graph_tensors(g)
-
-
-def _graph_tensors(g: onnx.GraphProto) -> Iterator[TensorProto]:
-    yield from g.initializer
-    for st in g.sparse_initializer:
-        yield st.values
-        yield st.indices
-    for node in g.node:
-        if node.attribute:
-            yield from _attr_tensors(node)
+    yield from _walk_tensors(roots)
 
 
 def _attr_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:
-    for attr in node.attribute:
+    yield from _tensors_in(node.attribute)
+
+
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+
+
+def _tensors_in(attrs: Iterable[onnx.AttributeProto]) -> Iterator[TensorProto]:
+    for attr in attrs:
         kind = attr.type
         if kind == onnx.AttributeProto.TENSOR:
             yield attr.t

@@ -134,10 +134,14 @@ class GraphIndex:
         outputs: graph output name -> position.
     """
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, *, _producer: dict[str, int] | None = None) -> None:
         self.model = model
         graph = model.graph
         self.graph = graph
+        if _producer is not None:  # handed over by io.indexed(): proven fresh by the caller
+            self.producer = _producer
+            self._index_rest(graph)
+            return
         producer: dict[str, int] = {}
         setdefault = producer.setdefault
         # hot loop (upb): indexing a one-element repeated field is ~2x cheaper than iterating it
@@ -154,6 +158,9 @@ class GraphIndex:
                         self._produced_twice(out, node)
                     producer[out] = i
         self.producer = producer
+        self._index_rest(graph)
+
+    def _index_rest(self, graph: onnx.GraphProto) -> None:
         self.initializers = {t.name: i for i, t in enumerate(graph.initializer)}
         for st in graph.sparse_initializer:
             self.initializers.setdefault(st.values.name, -1)

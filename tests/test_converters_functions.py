@@ -209,7 +209,6 @@ def test_cli_verify_against_tf_keras_file(tmp_path):
     import sys
 
     import keras
-
     from onnxsurgeon.converters import from_tf
 
     inp = keras.Input((6,), name="x")

@@ -9,17 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import onnx
 
 from .. import record
 from ..errors import InvalidModelError, RewriteError, UsageError
 from ..index import GraphIndex, body_captures, has_subgraphs
-from ..io import Model, as_model
+from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..select import Selector
 from ..types import TypeOracle
-from ._proto import boundary_value_info, infer_subset, is_complete, keep_only
+from ._proto import (
+    boundary_value_info,
+    infer_subset,
+    is_complete,
+    keep_only,
+    propagate_types,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,9 @@ class ExtractResult:
 
 def _unique(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
+
+
+_WALK_FIELDS = attrgetter("input", "attribute")
 
 
 def _walk(
@@ -86,9 +96,11 @@ def _walk(
     visit(targets)
     pop = stack.pop
     add, get = seen.add, producer.get
+    fields = _WALK_FIELDS
     while stack:
         node = node_field[pop()]
-        for name in node.input:  # inlined visit(): this loop runs once per edge
+        ins, attrs = fields(node)
+        for name in ins:  # inlined visit(): this loop runs once per edge
             if name in seen:
                 continue
             add(name)
@@ -100,7 +112,7 @@ def _walk(
             elif j not in kept:
                 kept.add(j)
                 stack.append(j)
-        if node.attribute and has_subgraphs(node):
+        if attrs and has_subgraphs(node):
             visit([captured for captured, _ in body_captures(node)])
     seen.discard("")
     return sorted(kept), seen
@@ -178,7 +190,7 @@ def extract(
     proto = as_model(model).proto
     if not outputs:
         raise UsageError("extract needs at least one output tensor; pass outputs=[...]")
-    index = GraphIndex(proto)
+    index = indexed(model)  # reuses load's validated producer map when provably fresh
     selector = Selector(index)
     outs = _unique([selector.resolve(n) for n in outputs])
     stops = _unique([selector.resolve(n) for n in inputs])
@@ -225,7 +237,11 @@ def extract(
         out_infos[o] = vi
     unknown = [o for o, vi in out_infos.items() if not is_complete(vi)]
     if unknown:
-        out_infos.update(infer_subset(index, kept, reached, stop_infos, unknown))
+        # cheap forward pass first (elementwise / broadcasting / MatMul closures), onnx shape
+        # inference over the closure only when that cannot tell
+        quick = propagate_types(index, kept, stop_infos, unknown)
+        out_infos.update(quick if quick is not None
+                         else infer_subset(index, kept, reached, stop_infos, unknown))
         for o in [o for o in unknown if not is_complete(out_infos.get(o))]:
             # contrib-op outputs: onnx inference cannot type them; the oracle asks onnxruntime
             oracle = oracle or TypeOracle(index)
