@@ -46,12 +46,11 @@ class _Steps:
         path = self.folder / target
         save(model, path)
         report = verify_log(load(source), load(path))
-        status = "ok" if report.ok else "FAILED"
         self.failed += 0 if report.ok else 1
         self.out(f"\n== {title}")
         self.out(f"   $ {cli}")
         self.out(f"   {describe(result)}")
-        self.out(f"   onnxruntime check: {status} — {report.summary()}")
+        self.out(f"   onnxruntime check: {report.summary() if report.ok else 'FAILED: ' + report.summary()}")
         return path
 
 
