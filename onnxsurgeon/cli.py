@@ -3,6 +3,12 @@
 Exit codes: 0 success; 1 verification failed; 2 bad input or usage (one line on stderr naming the
 problem and the fix, no output file left behind); 3 internal error (a bug: please report it; set
 ONNXSURGEON_DEBUG=1 for the traceback).
+
+Every written model is checked with ``onnx.checker`` before the command succeeds: the full check
+(strict shape inference included) when the output has at most :data:`FULL_CHECK_MAX_NODES` nodes
+(main graph plus nested If/Loop/Scan bodies); above that, the plain structural check only (SSA,
+topological order, scoping, op schemas), because full inference over a large graph costs several
+times the whole surgery.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import Any, NoReturn
 from .errors import SurgeryError, UsageError
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+FULL_CHECK_MAX_NODES = 20_000
+"""Outputs with more nodes than this get ``onnx.checker.check_model`` without ``full_check``."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -200,19 +208,42 @@ def _load(path: str) -> Any:
     return model
 
 
+def _node_count(model: Any, limit: int) -> int:
+    """Nodes of the main graph plus every nested body; counting stops once past ``limit`` (so a
+    large graph is not walked in Python just to be counted)."""
+    from .index import iter_graphs
+    from .io import as_model
+
+    graph = as_model(model).proto.graph
+    count = len(graph.node)
+    if count > limit:
+        return count
+    for g in iter_graphs(graph):
+        if g is not graph:
+            count += len(g.node)
+            if count > limit:
+                break
+    return count
+
+
 def _write(model: Any, output: str, source: str) -> None:
     """Save atomically, then prove the file passes onnx.checker; a file that does not (while the
-    input does) is removed and reported as an internal error."""
+    input does) is removed and reported as an internal error.
+
+    The full check (strict shape inference) runs on outputs of at most FULL_CHECK_MAX_NODES nodes;
+    larger outputs get the plain check (structure, op schemas), since full inference would cost
+    several times the surgery itself. The input is re-checked the same way on failure."""
     import onnx
 
     from .io import save
 
+    full = _node_count(model, FULL_CHECK_MAX_NODES) <= FULL_CHECK_MAX_NODES
     path = save(model, output)
     try:
-        onnx.checker.check_model(str(path), full_check=True)
+        onnx.checker.check_model(str(path), full_check=full)
     except Exception as exc:  # noqa: BLE001
         try:
-            onnx.checker.check_model(source, full_check=True)
+            onnx.checker.check_model(source, full_check=full)
         except Exception:  # noqa: BLE001 - the input already fails: not our doing
             _warn(f"the output fails onnx.checker as the input does ({str(exc).splitlines()[0][:160]})")
             return

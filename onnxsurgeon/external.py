@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -335,10 +336,15 @@ def _int_field(fields: dict[str, str], key: str, tensor: str, *, default: int) -
 _ATTRIBUTES = attrgetter("attribute")
 
 
-def _walk_tensors(roots: list[tuple[onnx.GraphProto, int]]) -> Iterator[TensorProto]:
+def _walk_tensors(
+    roots: list[tuple[onnx.GraphProto, int]], holders: Sequence[int] | None = None
+) -> Iterator[TensorProto]:
     """Tensors of ``roots`` and of every graph nested in them, graphs in depth-first pre-order.
-    One pass over each graph's nodes; only nodes with attributes are looked at in Python."""
+    One pass over each graph's nodes; only nodes with attributes are looked at in Python.
+    ``holders``, when given, lists the first root's nodes that have attributes (known already,
+    e.g. from validation): that graph's nodes are then not walked again."""
     stack = list(reversed(roots))
+    first = roots[0][0] if roots and holders is not None else None
     while stack:
         g, depth = stack.pop()
         if depth > MAX_NESTING:
@@ -351,7 +357,12 @@ def _walk_tensors(roots: list[tuple[onnx.GraphProto, int]]) -> Iterator[TensorPr
             yield st.values
             yield st.indices
         nested: list[tuple[onnx.GraphProto, int]] = []
-        for attrs in filter(None, map(_ATTRIBUTES, g.node)):
+        if g is first and holders is not None:
+            nodes = g.node
+            with_attrs: Iterable[Any] = [nodes[i].attribute for i in holders]
+        else:
+            with_attrs = filter(None, map(_ATTRIBUTES, g.node))
+        for attrs in with_attrs:
             yield from _tensors_in(attrs)
             for attr in attrs:
                 if attr.type == _GRAPH:
@@ -361,11 +372,14 @@ def _walk_tensors(roots: list[tuple[onnx.GraphProto, int]]) -> Iterator[TensorPr
         stack.extend(reversed(nested))
 
 
-def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
+def iter_tensors(
+    model: onnx.ModelProto, *, main_holders: Sequence[int] | None = None
+) -> Iterator[TensorProto]:
     """Every tensor holding data: initializers and sparse initializers of every graph (nested
     bodies, function bodies and training-info graphs included) and tensors in node attributes
     (Constant values, sparse tensor attributes). Iterative; O(nodes + attributes), one pass over
-    each graph's nodes."""
+    each graph's nodes. ``main_holders``: the main-graph node indexes that have attributes, when
+    the caller knows them (the main graph's nodes are then not walked)."""
     for fn in model.functions:
         for node in fn.node:
             if node.attribute:
@@ -376,7 +390,7 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
     roots = [(model.graph, 0)]
     for ti in model.training_info:
         roots.extend([(ti.initialization, 0), (ti.algorithm, 0)])
-    yield from _walk_tensors(roots)
+    yield from _walk_tensors(roots, main_holders)
 
 
 def _attr_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:

@@ -123,6 +123,23 @@ def body_captures(node: onnx.NodeProto) -> list[tuple[str, InnerRead]]:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class NodeEdges:
+    """The main graph's dataflow as ints, recorded by load's validation pass (no extra protobuf
+    reads) and handed to the index only while the model is provably unchanged since.
+
+    Attributes:
+        preds: the producer of each explicit input, node after node in slot order: a node index
+            (>= 0), a leaf id (<= -2, see ``leaves``) or -1 for an omitted optional input ("").
+        starts: node ``i`` reads ``preds[starts[i]:starts[i + 1]]`` (``len(nodes) + 1`` entries).
+        leaves: leaf id -> name of a graph input or initializer.
+    """
+
+    preds: list[int]
+    starts: list[int]
+    leaves: dict[int, str]
+
+
 class GraphIndex:
     """Name-keyed index of ``model.graph`` (names are SSA identities within a scope).
 
@@ -132,14 +149,21 @@ class GraphIndex:
         initializers: initializer name -> position in ``graph.initializer``.
         inputs: graph input name -> position (initializers listed as inputs included).
         outputs: graph output name -> position.
+        edges: the int dataflow graph when handed over by :func:`onnxsurgeon.io.indexed` (the
+            model provably unchanged since load validated it), else None.
     """
 
-    def __init__(self, model: onnx.ModelProto, *, _producer: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, *, _producer: dict[str, int] | None = None,
+        _edges: NodeEdges | None = None,
+    ) -> None:
         self.model = model
         graph = model.graph
         self.graph = graph
+        self.edges: NodeEdges | None = None
         if _producer is not None:  # handed over by io.indexed(): proven fresh by the caller
             self.producer = _producer
+            self.edges = _edges
             self._index_rest(graph)
             return
         producer: dict[str, int] = {}

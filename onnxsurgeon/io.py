@@ -40,7 +40,7 @@ from .external import (
     read_tensor,
     resolve_external,
 )
-from .index import GraphIndex
+from .index import GraphIndex, NodeEdges
 from .validate import validate_producers
 
 __all__ = [
@@ -77,7 +77,7 @@ class Model:
     base_dir: Path | None = None
     source: Path | None = None
     warnings: list[str] = field(default_factory=list)
-    _fresh: tuple[bytes, dict[str, int]] | None = field(
+    _fresh: tuple[bytes, dict[str, int], NodeEdges | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
     """Set by :func:`load`: the bytes parsed and the main graph's producer map validated from
@@ -94,7 +94,7 @@ def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
         return GraphIndex(model)
     fresh, model._fresh = model._fresh, None
     if fresh is not None and model.proto.SerializeToString() == fresh[0]:
-        return GraphIndex(model.proto, _producer=fresh[1])
+        return GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])
     return GraphIndex(model.proto)
 
 
@@ -173,17 +173,27 @@ def load(path: str | os.PathLike[str]) -> Model:
     proto = parse_model(data, str(p))
     source = Path(os.path.abspath(p))
     model = Model(proto, base_dir=source.parent, source=source)
-    validate_tensors(model)
-    warnings, producers = validate_producers(proto)
+    holders: list[int] = []
+    edges: list[NodeEdges] = []
+    try:
+        warnings, producers = validate_producers(proto, holders=holders, edges=edges)
+    except InvalidModelError:
+        validate_tensors(model)  # a bad tensor is reported first, as it always was
+        raise
+    # the structural pass found the main-graph nodes with attributes: the tensor check looks at
+    # those only instead of walking every node again (re-sorted nodes: holders is empty, so walk)
+    validate_tensors(model, main_holders=holders if not warnings else None)
     model.warnings.extend(warnings)
     if producers is not None and len(data) <= _FRESH_BYTES_PER_NODE * len(proto.graph.node):
-        model._fresh = (data, producers)
+        model._fresh = (data, producers, edges[0] if edges else None)
     return model
 
 
-def validate_tensors(model: Model) -> None:
-    """Check every tensor's data against its declared shape and every external reference."""
-    for tensor in iter_tensors(model.proto):
+def validate_tensors(model: Model, *, main_holders: list[int] | None = None) -> None:
+    """Check every tensor's data against its declared shape and every external reference.
+    ``main_holders``: main-graph node indexes with attributes, when known (see
+    :func:`iter_tensors`)."""
+    for tensor in iter_tensors(model.proto, main_holders=main_holders):
         if is_external(tensor):
             resolve_external(tensor, model.base_dir)
         else:

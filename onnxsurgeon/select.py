@@ -84,6 +84,7 @@ class Selector:
         self.index = index
         self._map: dict[str, str] | None = None
         self._modules: dict[str, list[int]] | None = None
+        self._const_shape: tuple[set[str], set[str]] | None = None
 
     @property
     def framework_map(self) -> dict[str, str]:
@@ -111,14 +112,65 @@ class Selector:
         inside = set(nodes)
         index = self.index
         consumers = index.consumers
+        graph = index.graph
         found: list[str] = []
         for i in nodes:
-            for out in index.graph.node[i].output:
+            for out in graph.node[i].output:
                 if not out:
                     continue
-                if out in index.outputs or any(u.node not in inside for u in consumers.get(out, ())):
+                if out in index.outputs or any(
+                    u.node not in inside and not self._glue_inside(u.node, inside)
+                    for u in consumers.get(out, ())
+                ):
                     found.append(out)
+        if len(found) > 1:
+            data = self._data_tensors(nodes, found)
+            if data:
+                return data
         return found
+
+    def _glue_inside(self, i: int, inside: set[int]) -> bool:
+        """True when node ``i`` carries no module scope and everything it makes is read inside
+        the module only (the dynamo exporter drops the scope of some nodes, e.g. the Split of
+        GPT-2's fused qkv projection)."""
+        index = self.index
+        node = index.graph.node[i]
+        if node_module(node) is not None:
+            return False
+        for out in node.output:
+            if out in index.outputs:
+                return False
+            if any(u.node not in inside for u in index.consumers.get(out, ())):
+                return False
+        return True
+
+    def _data_tensors(self, nodes: list[int], found: list[str]) -> list[str]:
+        """``found`` without constants and shape computations: the exporters share those across
+        modules (TorchScript's Constant / Shape->Gather, dynamo's symbolic-size arithmetic),
+        but they are not what a module hands on."""
+        const, shape = self._non_data()
+        return [t for t in found if t not in const and t not in shape]
+
+    def _non_data(self) -> tuple[set[str], set[str]]:
+        """(constants, shape computations) of the main graph: Constant outputs and what only
+        constants and initializers feed; Shape/Size outputs and what only they (plus constants)
+        feed. One pass in node order, cached. O(nodes + edges)."""
+        if self._const_shape is None:
+            index = self.index
+            const: set[str] = set()
+            shape: set[str] = set()
+            for node in index.graph.node:
+                ins = [x for x in node.input if x]
+                outs = [o for o in node.output if o]
+                if node.op_type in ("Shape", "Size") or (
+                    any(x in shape for x in ins)
+                    and all(x in shape or x in const or x in index.initializers for x in ins)
+                ):
+                    shape.update(outs)
+                elif all(x in const or x in index.initializers for x in ins):
+                    const.update(outs)  # Constant nodes (no inputs) included
+            self._const_shape = (const, shape)
+        return self._const_shape
 
     def resolve(self, name: str) -> str:
         """The ONNX tensor name for the user-given ``name`` (see the module docstring)."""

@@ -277,7 +277,18 @@ def loop_rnn(folder: Path) -> Path:
     return _finish(g, folder / "loop_rnn.onnx")
 
 
+def _repo_model(name: str) -> Callable[[Path], Path]:
+    """A model committed under models/ (tf2onnx / torch exports made by models/make_*.py)."""
+    def build(folder: Path) -> Path:
+        src = Path(__file__).resolve().parent.parent / "models" / f"{name}.onnx"
+        dst = folder / f"repo_{name}.onnx"
+        dst.write_bytes(src.read_bytes())
+        return dst
+    return build
+
+
 FAST: dict[str, Callable[[Path], Path]] = {
+    "repo_keras_cnn": _repo_model("keras_cnn"),
     "old_ir_opset11": old_ir_opset11, "external_data": external_data, "fp16_weights": fp16_weights,
     "embedding_gather": embedding_gather, "ort_optimized": ort_optimized, "loop_rnn": loop_rnn,
     "sklearn_like": sklearn_like,
@@ -287,6 +298,8 @@ FAST: dict[str, Callable[[Path], Path]] = {
 MORE: dict[str, Callable[[Path], Path]] = {
     "symbolic_batch": symbolic_batch, "unnamed_nodes": unnamed_nodes, "custom_domain": custom_domain,
     "plain_block": plain_block, "folded_constants": folded_constants,
+    "repo_tf1_seed": _repo_model("tf1_seed"), "repo_torch_cnn": _repo_model("torch_cnn"),
+    "repo_seed_cnn": _repo_model("seed_cnn"),
 }
 """Quick to build, but they repeat what FAST covers: run with the slow tests."""
 
@@ -421,6 +434,10 @@ def _torch_modules() -> dict[str, Callable[[], tuple[object, tuple, dict]]]:
     }
 
 
+DYNAMIC_DYNAMO = ("resnet", "gpt2", "bert")
+"""Exported by dynamo with symbolic batch (and sequence) dims; the others keep static shapes."""
+
+
 def export_torch(folder: Path, name: str, exporter: str) -> Path:
     """Export module `name` with exporter 'dynamo' or 'ts' to <folder>/<name>_<exporter>.onnx."""
     import warnings
@@ -432,12 +449,21 @@ def export_torch(folder: Path, name: str, exporter: str) -> Path:
     path = folder / f"{name}_{exporter}.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # real models have a dynamic batch (and sequence) dim: symbolic dims everywhere
+        seq = name in ("gpt2", "bert")
         if exporter == "dynamo":
-            prog = torch.onnx.export(module, args, dynamo=True, verbose=False)
+            dynamic = None
+            if name in DYNAMIC_DYNAMO:
+                batch = torch.export.Dim("batch", min=1, max=64)
+                dims = {0: batch, 1: torch.export.Dim("seq", min=2, max=30)} if seq else {0: batch}
+                dynamic = (dims,)
+            prog = torch.onnx.export(module, args, dynamo=True, verbose=False, dynamic_shapes=dynamic)
             prog.save(str(path))
         else:
+            names = [f"input{i}" for i in range(len(args))]
+            axes = {n: ({0: "batch", 1: "seq"} if seq else {0: "batch"}) for n in names}
             torch.onnx.export(module, args, str(path), dynamo=False, opset_version=17,
-                              input_names=[f"input{i}" for i in range(len(args))])
+                              input_names=names, dynamic_axes=axes)
     return path
 
 

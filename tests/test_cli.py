@@ -222,3 +222,50 @@ def test_demo_runs_and_verifies_everything():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("onnxruntime check: ok") >= 5
     assert "FAILED" not in proc.stdout
+
+
+# ------------------------------------------------ onnx.checker on large outputs (> 20k nodes)
+def _shape_clash(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` plus an output adding x[1,4] to a [3] constant: structurally fine (the plain
+    checker passes) but strict shape inference (full_check) refuses it."""
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(3, np.float32), "three"))
+    model.graph.node.append(onnx.helper.make_node("Add", ["x", "three"], ["clash"], name="clash"))
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info("clash", onnx.TensorProto.FLOAT, [1, 4]))
+    return model
+
+
+@pytest.mark.parametrize("blocks", [3, 7000], ids=["small-full-check", "large-plain-check"])
+def test_write_checks_full_up_to_20k_nodes_plain_above(tmp_path, blocks):
+    from onnxsurgeon import cli as cli_module
+
+    src = _save(builders.chain(blocks), tmp_path / "src.onnx")
+    out = tmp_path / "out.onnx"
+    model = _shape_clash(builders.chain(blocks))
+    large = cli_module._node_count(model, cli_module.FULL_CHECK_MAX_NODES)
+    assert (large > cli_module.FULL_CHECK_MAX_NODES) == (blocks == 7000)
+    onnx.checker.check_model(model)  # structure is fine; only full inference sees the clash
+    if blocks == 3:  # full check: caught, output removed
+        with pytest.raises(RuntimeError, match="onnx.checker"):
+            cli_module._write(model, str(out), str(src))
+        assert not out.exists()
+    else:  # plain check: passes, output kept
+        cli_module._write(model, str(out), str(src))
+        assert len(onnx.load(str(out)).graph.node) == 3 * blocks + 1
+    # above the limit the plain check still runs: an unknown op is caught and the output removed
+    model.graph.node.append(onnx.helper.make_node("NoSuchOp", ["x"], ["bad"], name="bad"))
+    with pytest.raises(RuntimeError, match="onnx.checker"):
+        cli_module._write(model, str(out), str(src))
+    assert not out.exists()
+
+
+def test_extract_cli_over_20k_nodes_passes_checker(tmp_path):
+    src = _save(builders.chain(7000), tmp_path / "chain.onnx")  # 21000 nodes
+    out = tmp_path / "all.onnx"
+    proc = cli("extract", src, "-o", out, "--outputs", "y")
+    assert proc.returncode == 0, proc.stderr
+    model = onnx.load(str(out))
+    assert len(model.graph.node) == 21000 and [o.name for o in model.graph.output] == ["y"]
+    onnx.checker.check_model(model)
+    feeds = {"x": np.ones((1, 4), np.float32)}
+    np.testing.assert_array_equal(_run(out, feeds)["y"], _run(src, feeds)["y"])

@@ -92,3 +92,59 @@ def test_propagation_gives_up_outside_its_op_set():
     index = GraphIndex(model)
     first = model.graph.node[0]
     assert propagate_types(index, [0], {}, [first.output[0]]) is None
+
+
+# ------------------------------------------ int dataflow graph recorded by load (NodeEdges)
+def _name_walk(index, targets, stops):
+    import sys
+
+    return sys.modules["onnxsurgeon.surgery.extract"]._walk(index, targets, set(stops))
+
+
+def _tensor_names(model):
+    names = [o for n in model.graph.node for o in n.output if o]
+    return names + [t.name for t in model.graph.initializer] + [i.name for i in model.graph.input]
+
+
+@pytest.mark.parametrize("build", ["tiny_cnn", "tied_weights", "init_as_input", "chain"])
+def test_int_walk_and_propagation_equal_the_name_based_ones(tmp_path, build):
+    from onnxsurgeon.surgery._edgewalk import propagate_edges, walk_edges
+
+    proto = getattr(builders, build)(*((5,) if build == "chain" else ()))
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, str(path))
+    model = load(path)
+    index = GraphIndex(model.proto, _producer=GraphIndex(model.proto).producer,
+                       _edges=model._fresh[2] if model._fresh else None)
+    assert index.edges is not None  # recorded: no subgraphs, every read in order
+    produced = {o for n in model.proto.graph.node for o in n.output}
+    names = _tensor_names(model.proto)
+    for target in names:
+        for stops in ([], *([s] for s in names[:6] if s != target)):
+            got = walk_edges(index, [target], set(stops))
+            try:
+                want = _name_walk(index, [target], stops)
+            except Exception:  # noqa: BLE001 - never happens on these valid models
+                pytest.fail("name walk failed")
+            assert got is not None and got[0] == want[0], (target, stops)
+            # the int walk's names: the name walk's minus names produced inside the closure
+            assert got[1] == {n for n in want[1] if n not in produced or n == target
+                              or n in stops}, (target, stops)
+        if target in produced:
+            kept = want[0] if not stops else _name_walk(index, [target], [])[0]
+            a = propagate_edges(index, kept, {}, [target])
+            b = propagate_types(index, kept, {}, [target])
+            assert (a is None) == (b is None) and (a is None or a == b), target
+
+
+def test_edges_absent_when_a_node_holds_a_subgraph_or_after_mutation(tmp_path, chain_file):
+    path = tmp_path / "if.onnx"
+    onnx.save(builders.if_capture(), str(path))
+    model = load(path)
+    assert model._fresh is None or model._fresh[2] is None
+    model = load(chain_file)
+    model.proto.graph.node[4].input[1] = "W"  # Add_1 now reads W: the recorded edges are stale
+    index = indexed(model)
+    assert index.edges is None  # the byte comparison refused the hand-over
+    result = extract(model, ["add1"])  # MatMul_0, Add_0, Relu_0, MatMul_1, Add_1
+    assert result.kept_nodes == 5 and [t.name for t in model.proto.graph.initializer] == ["W", "B"]

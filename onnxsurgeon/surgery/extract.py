@@ -20,6 +20,7 @@ from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..select import Selector
 from ..types import TypeOracle
+from ._edgewalk import propagate_edges, walk_edges
 from ._proto import (
     boundary_value_info,
     infer_subset,
@@ -200,7 +201,11 @@ def extract(
             f"tensor '{both[0]}' is both an output and a stop input; drop it from one of the lists"
         )
     stop_set = set(stops)
-    kept, reached = _walk(index, outs, stop_set)
+    # ints first (the dataflow graph load recorded, when the model is unchanged since), names
+    # otherwise; the int walk's `reached` omits names produced inside the closure (not needed
+    # below except by infer_subset, which gets them added)
+    walked = walk_edges(index, outs, stop_set)
+    kept, reached = walked if walked is not None else _walk(index, outs, stop_set)
     kept_set = set(kept)
     producer = index.producer
     missing = [s for s in stops if s not in reached]
@@ -239,7 +244,11 @@ def extract(
     if unknown:
         # cheap forward pass first (elementwise / broadcasting / MatMul closures), onnx shape
         # inference over the closure only when that cannot tell
-        quick = propagate_types(index, kept, stop_infos, unknown)
+        quick = propagate_edges(index, kept, stop_infos, unknown)
+        if quick is None:
+            quick = propagate_types(index, kept, stop_infos, unknown)
+        if quick is None and walked is not None:
+            reached |= {name for name, j in producer.items() if j in kept_set}
         out_infos.update(quick if quick is not None
                          else infer_subset(index, kept, reached, stop_infos, unknown))
         for o in [o for o in unknown if not is_complete(out_infos.get(o))]:

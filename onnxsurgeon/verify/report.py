@@ -267,7 +267,7 @@ def _as_comparable(a: np.ndarray) -> np.ndarray:
 def _structure(value: Any, path: str = "") -> list[tuple[str, Any]] | None:
     """(path, leaf) pairs of a sequence/map value in a stable order; None when not one.
     Iterative-enough: ONNX sequences and maps nest at most a few levels."""
-    if isinstance(value, np.ndarray) or isinstance(value, (int, float, bool, np.generic)):
+    if isinstance(value, (np.ndarray, int, float, bool, np.generic)):
         return [(path, value)]
     if isinstance(value, dict):
         out: list[tuple[str, Any]] = []

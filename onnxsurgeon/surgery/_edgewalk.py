@@ -1,0 +1,164 @@
+"""extract's hot path on the int dataflow graph load recorded (:class:`~onnxsurgeon.index.NodeEdges`).
+
+Load's validation already reads every node's fields once and records, per node, the producer of
+each input as an int. When the index carries that graph (the model provably unchanged since
+load), the closure walk runs on ints and never touches protobuf, and the cheap type propagation reads
+only each kept node's op: measured on a 90k-node chain (45k kept), ~0.005 s and ~0.03 s instead
+of ~0.06 s and ~0.075 s with the name-based passes (upb field reads cost ~0.1-0.2 us each). Both return None for any case they do not cover; the caller then runs
+the name-based versions, which define the semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from operator import attrgetter
+from typing import cast
+
+import onnx
+
+from ..index import GraphIndex
+from ._proto import _BROADCAST, _SAME, _broadcast, _matmul, _Type, shape_of
+
+
+def walk_edges(
+    index: GraphIndex, targets: Sequence[str], stops: Collection[str]
+) -> tuple[list[int], set[str]] | None:
+    """:func:`extract._walk` on ints: the kept nodes (ascending) and the names reached (targets,
+    graph inputs and initializers read, stops reached). None when the index has no edges or a
+    stop is an output of a multi-output node (the walk cannot cut one output of a node).
+    O(kept nodes + edges)."""
+    edges = index.edges
+    if edges is None:
+        return None
+    producer = index.producer
+    node_field = index.graph.node
+    stop_nodes: dict[int, str] = {}
+    for s in stops:
+        j = producer.get(s)
+        if j is not None:
+            if len(node_field[j].output) != 1:
+                return None
+            stop_nodes[j] = s
+    known = index.initializers.keys() | index.inputs.keys()
+    kept: set[int] = set()
+    stack: list[int] = []
+    for t in targets:
+        j = producer.get(t)
+        if j is None:
+            if t not in known:
+                return None  # the name walk raises the precise error
+        elif j not in kept:
+            kept.add(j)
+            stack.append(j)
+    preds, starts = edges.preds, edges.starts
+    hit: set[int] = set()  # leaf ids and stop nodes read by kept nodes
+    add, push, pop = kept.add, stack.append, stack.pop
+    while stack:
+        j = pop()
+        for p in preds[starts[j]:starts[j + 1]]:
+            if p >= 0:
+                if p in kept:
+                    continue
+                if p in stop_nodes:
+                    hit.add(p)
+                    continue
+                add(p)
+                push(p)
+            elif p != -1:
+                hit.add(p)
+    leaves = edges.leaves
+    reached = set(targets)
+    reached.update(leaves[p] if p < 0 else stop_nodes[p] for p in hit)
+    return sorted(kept), reached
+
+
+def propagate_edges(
+    index: GraphIndex,
+    nodes: Sequence[int],
+    typed: dict[str, onnx.ValueInfoProto],
+    wanted: Collection[str],
+) -> dict[str, onnx.ValueInfoProto] | None:
+    """:func:`~onnxsurgeon.surgery._proto.propagate_types` on ints, memoized per (op, input
+    types). None when the index has no edges or the pass cannot tell (the caller falls back).
+    O(nodes)."""
+    edges = index.edges
+    if edges is None:
+        return None
+    graph = index.graph
+    producer = index.producer
+    known = index.value_info
+    names: dict[int, str] = dict(edges.leaves)  # leaf ids and typed (stop) nodes -> names
+    for name in typed:
+        j = producer.get(name)
+        if j is not None:
+            names[j] = name
+
+    def lookup(name: str) -> _Type | None:
+        vi = typed.get(name)
+        if vi is None:
+            pos = index.initializers.get(name)
+            if pos is not None and pos >= 0:
+                t = graph.initializer[pos]
+                return int(t.data_type), tuple(int(d) for d in t.dims)
+            vi = known.get(name)
+        dims = shape_of(vi)
+        if vi is None or dims is None or not vi.type.tensor_type.elem_type:
+            return None
+        return int(vi.type.tensor_type.elem_type), tuple(dims)
+
+    types: dict[int, _Type] = {}
+    memo: dict[tuple[str, tuple[_Type, ...]], _Type] = {}
+    get, preds, starts = types.get, edges.preds, edges.starts
+    node_field, fields = graph.node, _OP_FIELDS
+    for i in nodes:
+        op, dom, outs = fields(node_field[i])
+        ps = preds[starts[i]:starts[i + 1]]
+        if len(outs) != 1 or dom not in ("", "ai.onnx") or not ps:
+            return None
+        got = tuple(map(get, ps))
+        if None in got:
+            fixed: list[_Type] = []
+            for p, t in zip(ps, got, strict=True):
+                if t is None:
+                    leaf = names.get(p)
+                    t = lookup(leaf) if leaf is not None else None
+                    if t is None:
+                        return None
+                    types[p] = t
+                fixed.append(t)
+            got = tuple(fixed)
+        args = cast("tuple[_Type, ...]", got)
+        key = (op, args)
+        result = memo.get(key)
+        if result is None:
+            result = _apply(op, args)
+            if result is None:
+                return None
+            memo[key] = result
+        types[i] = result
+    found: dict[str, onnx.ValueInfoProto] = {}
+    for name in wanted:
+        j = producer.get(name)
+        t = types.get(j) if j is not None else None
+        if t is None:
+            return None
+        found[name] = onnx.helper.make_tensor_value_info(name, t[0], list(t[1]))
+    return found
+
+
+_OP_FIELDS = attrgetter("op_type", "domain", "output")
+
+
+def _apply(op: str, args: tuple[_Type, ...]) -> _Type | None:
+    """The output type of ``op`` on inputs typed ``args`` (the ops propagate_types knows)."""
+    elem, shape = args[0]
+    if op in _SAME:
+        return elem, shape
+    if op in _BROADCAST:
+        for _, other in args[1:]:
+            shape = _broadcast(shape, other)
+        return elem, shape
+    if op == "MatMul" and len(args) == 2:
+        mm = _matmul(shape, args[1][1])
+        return None if mm is None else (elem, mm)
+    return None
