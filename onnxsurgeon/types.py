@@ -128,16 +128,20 @@ class TypeOracle:
         return int(vi.type.tensor_type.elem_type)
 
     def shape(self, name: str) -> list[int | str | None] | None:
-        vi = self.value_info(name)
-        if vi is None or not vi.type.HasField("tensor_type"):
-            return None
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            return None
-        return [
-            int(d.dim_value) if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
-            for d in tt.shape.dim
-        ]
+        return shape_of(self.value_info(name))
+
+
+def shape_of(vi: onnx.ValueInfoProto | None) -> list[int | str | None] | None:
+    """Dims of a tensor ValueInfo (int, symbol or None each); None when the rank is unknown."""
+    if vi is None or not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [
+        int(d.dim_value) if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
+        for d in tt.shape.dim
+    ]
 
 
 def renamed_value_info(vi: onnx.ValueInfoProto | None, name: str) -> onnx.ValueInfoProto:

@@ -17,7 +17,8 @@ from typing import cast
 import onnx
 
 from ..index import GraphIndex
-from ._proto import _BROADCAST, _SAME, _broadcast, _matmul, _Type, shape_of
+from ..types import shape_of
+from ._proto import _BROADCAST, _SAME, _broadcast, _matmul, _Type
 
 
 def walk_edges(

@@ -16,6 +16,7 @@ import onnx
 from onnx import TensorProto
 
 from ..index import GraphIndex
+from ..types import shape_of
 
 _STUB_MIN_BYTES = 4096
 _RUN_COST = 4.0
@@ -57,19 +58,6 @@ def replace_all(field: Any, items: Iterable[Any]) -> None:
         copies.append(c)
     del field[:]
     field.extend(copies)
-
-
-def shape_of(vi: onnx.ValueInfoProto | None) -> list[int | str | None] | None:
-    """Dims of a tensor ValueInfo (int, symbol or None each); None when the rank is unknown."""
-    if vi is None or not vi.type.HasField("tensor_type"):
-        return None
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    return [
-        int(d.dim_value) if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
-        for d in tt.shape.dim
-    ]
 
 
 def is_complete(vi: onnx.ValueInfoProto | None) -> bool:
