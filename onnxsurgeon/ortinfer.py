@@ -33,9 +33,19 @@ def _elem_type(ort_type: str) -> int:
         return 0
 
 
+_SMALL_BYTES = 4096
+
+
+def _small_inline(t: TensorProto) -> bool:
+    """A small tensor stored in the model itself (not external data)."""
+    if t.data_location == TensorProto.EXTERNAL:
+        return False
+    return t.ByteSize() < _SMALL_BYTES
+
+
 def _skeleton(model: onnx.ModelProto, outputs: list[str]) -> onnx.ModelProto:
-    """The graph of ``model`` with every initializer turned into a typed graph input and
-    ``outputs`` as its (untyped) outputs. Weight bytes are not copied."""
+    """The graph of ``model`` with every initializer but the small inline ones turned into a
+    typed graph input and ``outputs`` as its (untyped) outputs. Weight bytes are not copied."""
     graph = model.graph
     light = onnx.ModelProto()
     light.ir_version = max(model.ir_version, 4)  # initializers need not be inputs from IR 4
@@ -48,7 +58,9 @@ def _skeleton(model: onnx.ModelProto, outputs: list[str]) -> onnx.ModelProto:
     listed = {vi.name for vi in graph.input}
     g.input.extend(graph.input)
     for t in graph.initializer:
-        if t.name not in listed:
+        if _small_inline(t):
+            g.initializer.append(t)  # shape constants: keep, so Reshape & co. infer full shapes
+        elif t.name not in listed:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     for t in graph.sparse_initializer:
         if t.values.name not in listed:

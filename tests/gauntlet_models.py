@@ -277,6 +277,46 @@ def loop_rnn(folder: Path) -> Path:
     return _finish(g, folder / "loop_rnn.onnx")
 
 
+def quantized_dynamic(folder: Path) -> Path:
+    """onnxruntime.quantization.quantize_dynamic of the transformer block: uint8 weights,
+    DynamicQuantizeLinear / MatMulInteger (or com.microsoft DynamicQuantizeMatMul) nodes."""
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = folder / "_block_for_quant.onnx"
+    model = _small_bert_like(np.random.default_rng(22))
+    onnx.save_model(model, str(src))
+    out = folder / "quantized_dynamic.onnx"
+    logging.getLogger().setLevel(logging.ERROR)
+    quantize_dynamic(str(src), str(out), weight_type=QuantType.QUInt8)
+    return out
+
+
+def quantized_qdq(folder: Path) -> Path:
+    """onnxruntime.quantization.quantize_static in QDQ format (QuantizeLinear/DequantizeLinear
+    pairs around every op), calibrated on seeded random data."""
+    import logging
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    src = folder / "_block_for_qdq.onnx"
+    onnx.save_model(_small_bert_like(np.random.default_rng(23)), str(src))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.data = iter([{"x": rng.standard_normal((1, 8, 16)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    out = folder / "quantized_qdq.onnx"
+    logging.getLogger().setLevel(logging.ERROR)
+    quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QDQ)
+    return out
+
+
 def _repo_model(name: str) -> Callable[[Path], Path]:
     """A model committed under models/ (tf2onnx / torch exports made by models/make_*.py)."""
     def build(folder: Path) -> Path:
@@ -300,6 +340,7 @@ MORE: dict[str, Callable[[Path], Path]] = {
     "plain_block": plain_block, "folded_constants": folded_constants,
     "repo_tf1_seed": _repo_model("tf1_seed"), "repo_torch_cnn": _repo_model("torch_cnn"),
     "repo_seed_cnn": _repo_model("seed_cnn"),
+    "quantized_dynamic": quantized_dynamic, "quantized_qdq": quantized_qdq,
 }
 """Quick to build, but they repeat what FAST covers: run with the slow tests."""
 
