@@ -189,6 +189,25 @@ class _Progress:
             self.drawn = False
 
 
+def _print_report(report: Any, as_json: bool) -> None:
+    """A verification report: JSON, a rich table on a terminal, else the plain table."""
+    if as_json:
+        _out(json.dumps(report.to_json(), indent=2))
+        return
+    table = report.rich_table() if sys.stdout.isatty() else None
+    if table is None:
+        _out(report.to_text())
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(table)
+    if report.divergence is not None:
+        console.print(report.divergence.to_text(), markup=False, highlight=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
 def _warn(text: str) -> None:
     sys.stderr.write(f"onnxsurgeon: warning: {text}\n")
 
@@ -372,7 +391,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         report = verify.verify_against(
             fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol, seed=args.seed,
             dims=dict(args.dim) or None, samples=args.samples)
-        _out(json.dumps(report.to_json(), indent=2) if args.json else report.to_text())
+        _print_report(report, args.json)
         return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
     reference, candidate = _load(args.reference), _load(args.candidate)
     if args.rewrite_log:
@@ -383,7 +402,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
             samples=args.samples, exact=args.exact, progress=_Progress("verify"),
         )
-    _out(json.dumps(report.to_json(), indent=2) if args.json else report.to_text())
+    _print_report(report, args.json)
     return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
 
 

@@ -269,3 +269,27 @@ def test_extract_cli_over_20k_nodes_passes_checker(tmp_path):
     onnx.checker.check_model(model)
     feeds = {"x": np.ones((1, 4), np.float32)}
     np.testing.assert_array_equal(_run(out, feeds)["y"], _run(src, feeds)["y"])
+
+
+def test_verify_on_a_terminal_prints_a_rich_table(cnn):
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "onnxsurgeon", "verify", str(cnn), str(cnn)],
+                            stdout=follower, stderr=follower, cwd=ROOT,
+                            env={**os.environ, "COLUMNS": "120"})
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0
+    text = b"".join(chunks).decode("utf-8", "replace")
+    assert "┃" in text and "max_abs" in text and "logits" in text
