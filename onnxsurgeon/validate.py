@@ -25,7 +25,13 @@ from operator import attrgetter
 import onnx
 
 from .errors import InvalidModelError
-from .index import MAX_NESTING, NodeEdges, graph_defined_names, has_subgraphs, subgraphs
+from .index import (
+    MAX_NESTING,
+    NodeEdges,
+    body_captures,
+    has_subgraphs,
+    subgraphs,
+)
 
 __all__ = ["validate", "validate_producers"]
 
@@ -211,7 +217,7 @@ def _check_scope(
         if has_subgraphs(node):
             subs = list(subgraphs(node))
             nested.extend(subs)
-            cap = _captures(subs)
+            cap = list(dict.fromkeys(name for name, _ in body_captures(node)))
             captures[i] = cap
             if any(get(c, i) >= i for c in cap):
                 late.append(i)
@@ -355,35 +361,6 @@ def _find_duplicates(
                 )
             defined.add(out)
             producer[out] = i
-
-
-def _captures(subs: list[onnx.GraphProto]) -> list[str]:
-    """Names read inside ``subs`` (recursively) that no graph on the way defines."""
-    found: list[str] = []
-    seen: set[str] = set()
-    stack: list[tuple[onnx.GraphProto, frozenset[str], int]] = [
-        (g, frozenset(), 1) for g in reversed(subs)
-    ]
-    while stack:
-        g, enclosing, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise InvalidModelError(
-                f"graph '{g.name}' is nested {depth} levels deep (limit {MAX_NESTING}); "
-                "flatten the control flow or split the model"
-            )
-        local = enclosing | graph_defined_names(g)
-        for inner in g.node:
-            for name in inner.input:
-                if name and name not in local and name not in seen:
-                    seen.add(name)
-                    found.append(name)
-            for sub in subgraphs(inner):
-                stack.append((sub, local, depth + 1))
-        for out in g.output:
-            if out.name not in local and out.name not in seen:
-                seen.add(out.name)
-                found.append(out.name)
-    return found
 
 
 def _stable_toposort(

@@ -17,8 +17,7 @@ from typing import cast
 import onnx
 
 from ..index import GraphIndex
-from ..types import shape_of
-from ._proto import _BROADCAST, _SAME, _broadcast, _matmul, _Type
+from ._proto import _Type, apply_op, boundary_type
 
 
 def walk_edges(
@@ -87,25 +86,11 @@ def propagate_edges(
         return None
     graph = index.graph
     producer = index.producer
-    known = index.value_info
     names: dict[int, str] = dict(edges.leaves)  # leaf ids and typed (stop) nodes -> names
     for name in typed:
         j = producer.get(name)
         if j is not None:
             names[j] = name
-
-    def lookup(name: str) -> _Type | None:
-        vi = typed.get(name)
-        if vi is None:
-            pos = index.initializers.get(name)
-            if pos is not None and pos >= 0:
-                t = graph.initializer[pos]
-                return int(t.data_type), tuple(int(d) for d in t.dims)
-            vi = known.get(name)
-        dims = shape_of(vi)
-        if vi is None or dims is None or not vi.type.tensor_type.elem_type:
-            return None
-        return int(vi.type.tensor_type.elem_type), tuple(dims)
 
     types: dict[int, _Type] = {}
     memo: dict[tuple[str, tuple[_Type, ...]], _Type] = {}
@@ -122,7 +107,7 @@ def propagate_edges(
             for p, t in zip(ps, got, strict=True):
                 if t is None:
                     leaf = names.get(p)
-                    t = lookup(leaf) if leaf is not None else None
+                    t = boundary_type(index, typed, leaf) if leaf is not None else None
                     if t is None:
                         return None
                     types[p] = t
@@ -132,7 +117,7 @@ def propagate_edges(
         key = (op, args)
         result = memo.get(key)
         if result is None:
-            result = _apply(op, args)
+            result = apply_op(op, args)
             if result is None:
                 return None
             memo[key] = result
@@ -148,18 +133,3 @@ def propagate_edges(
 
 
 _OP_FIELDS = attrgetter("op_type", "domain", "output")
-
-
-def _apply(op: str, args: tuple[_Type, ...]) -> _Type | None:
-    """The output type of ``op`` on inputs typed ``args`` (the ops propagate_types knows)."""
-    elem, shape = args[0]
-    if op in _SAME:
-        return elem, shape
-    if op in _BROADCAST:
-        for _, other in args[1:]:
-            shape = _broadcast(shape, other)
-        return elem, shape
-    if op == "MatMul" and len(args) == 2:
-        mm = _matmul(shape, args[1][1])
-        return None if mm is None else (elem, mm)
-    return None

@@ -218,22 +218,7 @@ def propagate_types(
     boundary tensors. O(nodes), ~1 us per node; no model copy.
     """
     graph = index.graph
-    known = index.value_info
     types: dict[str, _Type] = {}
-
-    def lookup(name: str) -> _Type | None:
-        vi = typed.get(name)
-        if vi is None:
-            pos = index.initializers.get(name)
-            if pos is not None and pos >= 0:
-                t = graph.initializer[pos]
-                return int(t.data_type), tuple(int(d) for d in t.dims)
-            vi = known.get(name)
-        dims = shape_of(vi)
-        if vi is None or dims is None or not vi.type.tensor_type.elem_type:
-            return None
-        return int(vi.type.tensor_type.elem_type), tuple(dims)
-
     node_field = graph.node
     fields = _PROPAGATE_FIELDS
     get = types.get
@@ -245,25 +230,15 @@ def propagate_types(
         for name in ins:
             t = get(name)
             if t is None:
-                t = lookup(name)
+                t = boundary_type(index, typed, name)
                 if t is None:
                     return None
                 types[name] = t
             args.append(t)
-        elem, shape = args[0]
-        if op in _SAME:
-            pass
-        elif op in _BROADCAST:
-            for _, other in args[1:]:
-                shape = _broadcast(shape, other)
-        elif op == "MatMul" and len(args) == 2:
-            mm = _matmul(shape, args[1][1])
-            if mm is None:
-                return None
-            shape = mm
-        else:
+        result = apply_op(op, tuple(args))
+        if result is None:
             return None
-        types[outs[0]] = (elem, shape)
+        types[outs[0]] = result
     found: dict[str, onnx.ValueInfoProto] = {}
     for name in wanted:
         t = types.get(name)
@@ -274,3 +249,34 @@ def propagate_types(
 
 
 _PROPAGATE_FIELDS = attrgetter("op_type", "domain", "input", "output")
+
+
+def boundary_type(index: GraphIndex, typed: dict[str, onnx.ValueInfoProto], name: str) -> _Type | None:
+    """The (dtype, static-or-symbolic shape) of a tensor the type pass does not compute: from
+    ``typed`` (stop tensors), an initializer, or known value_info; None when not fully known."""
+    vi = typed.get(name)
+    if vi is None:
+        pos = index.initializers.get(name)
+        if pos is not None and pos >= 0:
+            t = index.graph.initializer[pos]
+            return int(t.data_type), tuple(int(d) for d in t.dims)
+        vi = index.value_info.get(name)
+    dims = shape_of(vi)
+    if vi is None or dims is None or not vi.type.tensor_type.elem_type:
+        return None
+    return int(vi.type.tensor_type.elem_type), tuple(dims)
+
+
+def apply_op(op: str, args: tuple[_Type, ...]) -> _Type | None:
+    """The output type of ``op`` on inputs typed ``args`` (the ops the type pass knows)."""
+    elem, shape = args[0]
+    if op in _SAME:
+        return elem, shape
+    if op in _BROADCAST:
+        for _, other in args[1:]:
+            shape = _broadcast(shape, other)
+        return elem, shape
+    if op == "MatMul" and len(args) == 2:
+        mm = _matmul(shape, args[1][1])
+        return None if mm is None else (elem, mm)
+    return None
