@@ -94,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]")
     p.add_argument("--weights", choices=["independent", "shared"], default="independent")
     p.add_argument("--prefix", default="copy/", metavar="P", help="name prefix of the copy")
-    p.add_argument("--replace-input", type=_pair, action="append", default=[], metavar="A=B",
-                   help="the copy reads B wherever the original read A (repeatable)")
+    p.add_argument("--replace-input", type=_pair, action="extend", nargs="+", default=[],
+                   metavar="A=B", help="the copy reads B wherever the original read A "
+                                       "(several pairs, or the flag repeated)")
     _add_verify_flag(p)
     p.add_argument("--json", action="store_true", help="print the rename map")
 
@@ -125,12 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE")
     p.add_argument("candidate", metavar="CANDIDATE")
-    p.add_argument("--pair", type=_pair, action="append", default=[], metavar="R=C")
+    p.add_argument("--pair", type=_pair, action="extend", nargs="+", default=[], metavar="R=C",
+                   help="compare reference output R with candidate output C (several pairs, or "
+                        "the flag repeated); default: outputs with equal names")
     p.add_argument("--inputs", metavar="FILE.npz|DIR", help="input arrays (.npz) or a folder of them")
     p.add_argument("--rtol", type=float, default=None)
     p.add_argument("--atol", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE",
+    p.add_argument("--dim", type=_dim, action="extend", nargs="+", default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
     p.add_argument("--samples", type=int, default=None, metavar="N", help="random input samples")
     p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
@@ -155,8 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = conv.add_parser("torch", help="a module returned by FACTORY in FILE.py (imports and runs your code)")
     c.add_argument("source", metavar="FILE.py:FACTORY")
     c.add_argument("-o", "--output", required=True, metavar="OUT")
-    c.add_argument("--input", action="append", required=True, metavar="NAME:SHAPE[:DTYPE]",
-                   help="e.g. x:1x3x32x32 or ids:1x8:int64 (repeatable)")
+    c.add_argument("--input", action="extend", nargs="+", required=True,
+                   metavar="NAME:SHAPE[:DTYPE]",
+                   help="e.g. x:1x3x32x32 or ids:1x8:int64 (several, or the flag repeated)")
     c.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
     c.add_argument("--opset", type=int, default=None)
 

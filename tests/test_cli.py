@@ -293,3 +293,24 @@ def test_verify_on_a_terminal_prints_a_rich_table(cnn):
     assert proc.wait(timeout=120) == 0
     text = b"".join(chunks).decode("utf-8", "replace")
     assert "┃" in text and "max_abs" in text and "logits" in text
+
+
+def test_list_flags_take_several_values_or_repeats(cnn, tmp_path):
+    """`--pair R=C ...` / `--replace-input A=B ...`: both spellings of the contract's '...'."""
+    for argv in (["--pair", "logits=logits", "act=act"],
+                 ["--pair", "logits=logits", "--pair", "act=act"]):
+        proc = cli("verify", cnn, cnn, *argv, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert [p["reference"] for p in json.loads(proc.stdout)["pairs"]] == ["logits", "act"]
+    out = tmp_path / "rep.onnx"
+    proc = cli("copy", cnn, "-o", out, "--outputs", "logits", "--replace-input", "act=conv5_out",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    model = onnx.load(str(out))
+    copied = json.loads(proc.stdout)["nodes"]
+    readers = [n for n in model.graph.node if n.name in copied.values()]
+    assert any("conv5_out" in n.input for n in readers)
+    # a second pair after the first is parsed as a pair too (and refused: x is not on the path)
+    proc = cli("copy", cnn, "-o", out, "--outputs", "logits", "--replace-input", "act=conv5_out",
+               "x=x")
+    assert proc.returncode == 2 and "'x' is not on the path" in proc.stderr
