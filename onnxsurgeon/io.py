@@ -384,7 +384,7 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
                     t,
                     t.raw_data if not is_external(t) else None,
                     [(e.key, e.value) for e in t.external_data],
-                    t.data_location,
+                    t.data_location if t.HasField("data_location") else None,
                 ))
                 del t.external_data[:]
                 t.ClearField("raw_data")
@@ -422,7 +422,10 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             for key, value in entries:
                 entry = t.external_data.add()
                 entry.key, entry.value = key, value
-            t.data_location = location
+            if location is None:  # restore presence too: the in-memory bytes stay identical
+                t.ClearField("data_location")
+            else:
+                t.data_location = location
             if raw is not None:
                 t.raw_data = raw
     return out

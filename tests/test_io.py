@@ -452,3 +452,30 @@ def test_model_over_2gb_with_external_data_streams_with_small_memory(tmp_path):
             if p.name.startswith(f"{mode}.onnx."):
                 p.unlink()  # keep disk use bounded
     print(json.dumps(results))
+
+
+def test_save_switches_to_external_data_by_itself_above_the_threshold(tmp_path, monkeypatch):
+    """Above EXTERNAL_THRESHOLD bytes of proto, big inline tensors move to one data file; the
+    in-memory model keeps its inline bytes; the file round-trips to the same tensors."""
+    import onnxsurgeon.io as osio
+
+    model = builders.chain(2, width=64)        # W is 64x64 float32 = 16 KiB inline
+    before = model.SerializeToString()
+    monkeypatch.setattr(osio, "EXTERNAL_THRESHOLD", 4096)
+    out = tmp_path / "big.onnx"
+    osio.save(model, out)
+    assert model.SerializeToString() == before
+    written = onnx.load(str(out), load_external_data=False)
+    w = next(t for t in written.graph.initializer if t.name == "W")
+    assert w.data_location == onnx.TensorProto.EXTERNAL
+    assert {e.key: e.value for e in w.external_data}["location"] == "big.onnx.data"
+    b = next(t for t in written.graph.initializer if t.name == "B")
+    assert b.data_location != onnx.TensorProto.EXTERNAL  # 256 bytes: under EXTERNALIZE_MIN_BYTES
+    full = onnx.load(str(out))
+    for t in model.graph.initializer:
+        got = next(g for g in full.graph.initializer if g.name == t.name)
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(got), onnx.numpy_helper.to_array(t))
+    monkeypatch.setattr(osio, "EXTERNAL_THRESHOLD", 1 << 40)
+    small = tmp_path / "small.onnx"
+    osio.save(model, small)
+    assert not (tmp_path / "small.onnx.data").exists()
