@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", type=_csv, default=[], metavar="T[,T...]",
                    help="stop tensors that become graph inputs")
     _add_verify_flag(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("copy", help="duplicate the closure of tensors inside the model")
     _add_model_io(p)
@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")
     _add_model_io(p)
-    p.add_argument("--at", required=True, metavar="T")
+    p.add_argument("--at", required=True, metavar="T",
+                   help="the activation to process (ONNX, TF ':0', node name or torch module path)")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--op", metavar="NAME[:k=v,...]",
                        help="built-in block, e.g. l2_normalize:axis=-1, reduce_mean:axes=1|2,keepdims=0")
@@ -113,15 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as-output", action="store_true",
                    help="reroute nothing; the processed tensor becomes a new graph output")
     _add_verify_flag(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("reroute", help="consumers of A read B instead")
     _add_model_io(p)
     p.add_argument("--from", dest="source", required=True, metavar="A")
     p.add_argument("--to", dest="target", required=True, metavar="B")
-    p.add_argument("--consumers", type=_csv, default=None, metavar="NODE[,NODE...]")
+    p.add_argument("--consumers", type=_csv, default=None, metavar="NODE[,NODE...]",
+                   help="only these consumer nodes of A (default: every consumer and graph output)")
     _add_verify_flag(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE")
@@ -145,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(imports and runs FILE.py: your own code; REFERENCE ignored, pass '-')")
     p.add_argument("--rewrite-log", action="store_true",
                    help="check the invariants of the rewrites recorded in CANDIDATE against REFERENCE")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("convert", help="TensorFlow or PyTorch to ONNX with a name map")
     conv = p.add_subparsers(dest="framework", metavar="FRAMEWORK", parser_class=_Parser)
