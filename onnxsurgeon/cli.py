@@ -378,7 +378,8 @@ def _cmd_reroute(args: argparse.Namespace) -> int:
         _out(json.dumps({"rerouted": list(result.rerouted),
                          "rerouted_outputs": list(result.rerouted_outputs)}, indent=2))
     else:
-        _out(f"rerouted {len(result.rerouted)} consumers of {args.source} to {args.target} "
+        outs = f" and {len(result.rerouted_outputs)} graph outputs" if result.rerouted_outputs else ""
+        _out(f"rerouted {len(result.rerouted)} consumers{outs} of {args.source} to {args.target} "
              f"-> {args.output}")
     return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
 
