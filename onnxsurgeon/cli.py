@@ -61,9 +61,38 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
 
 
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return number
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number of MB, got {value!r}")
+    return int(value)
+
+
+def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--isolate", action="store_true",
+                   help="run onnxruntime in a child process with time and memory limits "
+                        "(for untrusted models)")
+    p.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+                   help="with --isolate: seconds one load or run may take (default 30; implies "
+                        "--isolate)")
+    p.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
+                   help="with --isolate: address space of the child process in MB (default "
+                        "4096; implies --isolate)")
+
+
 def _add_verify_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="after writing, check this rewrite's invariant with onnxruntime (exit 1 if it fails)")
+    _add_isolation_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(imports and runs FILE.py: your own code; REFERENCE ignored, pass '-')")
     p.add_argument("--rewrite-log", action="store_true",
                    help="check the invariants of the rewrites recorded in CANDIDATE against REFERENCE")
+    _add_isolation_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("convert", help="TensorFlow or PyTorch to ONNX with a name map")
@@ -284,11 +314,21 @@ def _remove_output(path: Path) -> None:
             p.unlink()
 
 
-def _verify_after(source: str, rewritten_path: str, as_json: bool) -> int:
+def _isolation(args: argparse.Namespace) -> dict[str, Any]:
+    """The isolation keyword options the flags ask for ({} when none is given: in-process)."""
+    isolate = bool(getattr(args, "isolate", False))
+    timeout, memory = getattr(args, "timeout", None), getattr(args, "memory_limit", None)
+    if not isolate and timeout is None and memory is None:
+        return {}
+    return {"isolate": True, "timeout": timeout, "memory_limit": memory}
+
+
+def _verify_after(source: str, rewritten_path: str, args: argparse.Namespace) -> int:
     from .io import load
     from .verify import verify_log
 
-    report = verify_log(load(source), load(rewritten_path))
+    as_json = args.json
+    report = verify_log(load(source), load(rewritten_path), **_isolation(args))
     sys.stderr.write(report.to_text() + "\n") if as_json else _out(report.to_text())
     return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
 
@@ -316,7 +356,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         _out(json.dumps(summary, indent=2))
     else:
         _out(f"extracted {result.kept_nodes} nodes (dropped {result.removed_nodes}) -> {args.output}")
-    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
@@ -334,7 +374,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
         pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
         _out(f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
              f"({args.weights} weights): {pairs} -> {args.output}")
-    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
 
 
 def _cmd_insert(args: argparse.Namespace) -> int:
@@ -364,7 +404,7 @@ def _cmd_insert(args: argparse.Namespace) -> int:
     else:
         where = "as a new output" if args.as_output else f"rerouted {len(result.rerouted)} consumers"
         _out(f"inserted at {args.at}: {result.processed} ({where}) -> {args.output}")
-    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
 
 
 def _cmd_reroute(args: argparse.Namespace) -> int:
@@ -381,7 +421,7 @@ def _cmd_reroute(args: argparse.Namespace) -> int:
         outs = f" and {len(result.rerouted_outputs)} graph outputs" if result.rerouted_outputs else ""
         _out(f"rerouted {len(result.rerouted)} consumers{outs} of {args.source} to {args.target} "
              f"-> {args.output}")
-    return _verify_after(args.model, args.output, args.json) if args.verify else EXIT_OK
+    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -397,17 +437,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
               else converters.torch_reference(args.against_torch))
         report = verify.verify_against(
             fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol, seed=args.seed,
-            dims=dict(args.dim) or None, samples=args.samples)
+            dims=dict(args.dim) or None, samples=args.samples, **_isolation(args))
         _print_report(report, args.json)
         return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
     reference, candidate = _load(args.reference), _load(args.candidate)
     if args.rewrite_log:
-        report = verify.verify_log(reference, candidate)
+        report = verify.verify_log(reference, candidate, **_isolation(args))
     else:
         report = verify.compare(
             reference, candidate, pairs=dict(args.pair) or None, inputs=args.inputs,
             rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
             samples=args.samples, exact=args.exact, progress=_Progress("verify"),
+            **_isolation(args),
         )
     _print_report(report, args.json)
     return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
@@ -447,6 +488,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
+        if getattr(args, "verify", True) is False and _isolation(args):
+            raise UsageError("--isolate, --timeout and --memory-limit go with --verify; add "
+                             "--verify or drop them")
         return COMMANDS[args.command](args)
     except SurgeryError as exc:
         sys.stderr.write(f"onnxsurgeon: error: {_one_line(exc)}\n")

@@ -10,6 +10,10 @@ a frozen :class:`VerifyReport` whose ``to_json()`` matches the CLI contract:
 * :func:`verify_against` -- a model against reference outputs from any callable (the hook for
   TensorFlow / PyTorch, which the core never imports);
 * :func:`run_model` -- values of any tensors of one model for one feed.
+
+Every function takes ``isolate=True`` (optionally ``timeout=`` seconds, ``memory_limit=`` MB) to
+run onnxruntime in a child process under those limits, for untrusted models
+(:mod:`onnxsurgeon.verify.isolate`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .compare import compare, default_samples, verify_against
-from .inputs import InputSpec, input_specs, random_samples, user_samples
+from .inputs import InputSpec, NpzSamples, input_specs, random_samples, stream_samples, user_samples
+from .isolate import (
+    Limits,
+    ModelMemoryError,
+    ModelTimeoutError,
+    ResourceLimitError,
+    make_limits,
+)
 from .locate import locate
 from .log import verify_log
 from .report import (
@@ -37,18 +48,23 @@ from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_
 
 def run_model(model: ModelLike, feeds: Mapping[str, np.ndarray], *,
               outputs: Sequence[str] | None = None, batch: int = DEFAULT_BATCH,
-              threads: int = 0) -> dict[str, np.ndarray]:
+              threads: int = 0, isolate: bool = False, timeout: float | None = None,
+              memory_limit: int | None = None) -> dict[str, np.ndarray]:
     """Values of ``outputs`` (default: the graph outputs; any main-graph tensors, exposed in
-    batches of ``batch`` per session) for one feed. Optimizations off, CPU provider."""
+    batches of ``batch`` per session) for one feed. Optimizations off, CPU provider.
+    ``isolate`` / ``timeout`` / ``memory_limit``: run in a child process under limits."""
     m = to_model(model)
+    limits = make_limits(isolate, timeout, memory_limit)
     with Workspace() as ws:
-        staged = Staged(m, ws, "model", threads=threads)
+        staged = Staged(m, ws, "model", threads=threads, limits=limits)
         return staged.run(feeds, outputs, batch=batch)
 
 
 __all__ = [
-    "DEFAULT_BATCH", "TOLERANCES", "Divergence", "InputSpec", "ModelLike", "ModelRunError",
-    "PairReport", "VerifyReport", "compare", "compare_arrays", "default_samples",
-    "default_tolerance", "format_report", "input_specs", "locate", "random_samples", "run_model",
-    "user_samples", "verify_against", "verify_log", "verify_rewrite",
+    "DEFAULT_BATCH", "TOLERANCES", "Divergence", "InputSpec", "Limits", "ModelLike",
+    "ModelMemoryError", "ModelRunError", "ModelTimeoutError", "NpzSamples", "PairReport",
+    "ResourceLimitError", "VerifyReport", "compare", "compare_arrays", "default_samples",
+    "default_tolerance", "format_report", "input_specs", "locate", "make_limits",
+    "random_samples", "run_model", "stream_samples", "user_samples", "verify_against",
+    "verify_log", "verify_rewrite",
 ]

@@ -16,8 +16,10 @@ from .inputs import (
     input_specs,
     merge_specs,
     random_samples,
+    stream_samples,
     user_samples,
 )
+from .isolate import ResourceLimitError, make_limits
 from .locate import Side, locate, numpy_dtype_name
 from .report import PairAccumulator, PairReport, VerifyReport, make_report
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
@@ -37,10 +39,17 @@ def default_samples(*protos: Any) -> int:
 
 def make_samples(staged: Sequence[Staged], *, inputs: InputsLike | None, seed: int,
                  dims: Mapping[str, int] | None, samples: int | None,
-                 progress: Callable[[int, int], None] | None = None) -> list[Sample]:
-    """The samples fed to every model in ``staged`` (their inputs merged, first model first)."""
+                 progress: Callable[[int, int], None] | None = None,
+                 stream: bool = False) -> Sequence[Sample]:
+    """The samples fed to every model in ``staged`` (their inputs merged, first model first).
+
+    With ``stream``, an .npz folder (or file) gives a lazy sequence that reads one file per
+    sample on demand (:class:`~.inputs.NpzSamples`); otherwise every sample is loaded now.
+    """
     specs = merge_specs(*(input_specs(s.index, s.oracle) for s in staged))
     if inputs is not None:
+        if stream:
+            return stream_samples(inputs, specs)
         return user_samples(inputs, specs, progress=progress)
     count = samples if samples is not None else default_samples(*(s.model.proto for s in staged))
     return random_samples(specs, seed=seed, samples=count, dims=dims)
@@ -78,7 +87,8 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
             atol: float | None = None, seed: int = 0, dims: Mapping[str, int] | None = None,
             samples: int | None = None, exact: bool = False, locate_divergence: bool = True,
             batch: int = DEFAULT_BATCH, threads: int = 0,
-            progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+            progress: Callable[[int, int], None] | None = None, isolate: bool = False,
+            timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
     """Run ``reference`` and ``candidate`` on the same inputs and compare paired tensors.
 
     Pairs default to the graph outputs both models name alike; ``pairs`` names them explicitly
@@ -87,22 +97,33 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
     (``samples`` of them; default 2 when a model holds an If, else 1; symbolic dims from ``dims``,
     default 1). When a pair fails, the first tensor where the models part is located.
 
+    A folder of .npz files is streamed: one file is read per sample, both models run on it, the
+    per-pair statistics are folded in, and its arrays are dropped before the next file is read
+    (``progress(done, total)`` is called after each sample).
+
+    ``isolate`` runs every onnxruntime session in a child process that may take ``timeout``
+    seconds per step and ``memory_limit`` MB of address space (defaults 30 s and 4096 MB; giving
+    either implies ``isolate``); see :mod:`onnxsurgeon.verify.isolate`.
+
     Returns:
         A :class:`VerifyReport`; ``ok`` is False when any pair differs or nothing was compared.
 
     Raises:
         SurgeryError: unknown pair names, unusable inputs, or a reference that cannot run.
+        ResourceLimitError: an isolated run exceeded its time or memory limit.
     """
+    limits = make_limits(isolate, timeout, memory_limit)
     ref_model, cand_model = to_model(reference), to_model(candidate)
     with Workspace() as ws:
-        ref = Staged(ref_model, ws, "reference", threads=threads)
-        cand = Staged(cand_model, ws, "candidate", threads=threads)
+        ref = Staged(ref_model, ws, "reference", threads=threads, limits=limits)
+        cand = Staged(cand_model, ws, "candidate", threads=threads, limits=limits)
         pair_list = _resolve_pairs(ref, cand, pairs)
         if not pair_list:
             return make_report([], samples=0, kind="compare", reason=(
                 f"nothing was compared: no output names in common (reference {ref.output_names[:6]}, "
                 f"candidate {cand.output_names[:6]}); pair them with --pair R=C"))
-        feeds = make_samples([ref, cand], inputs=inputs, seed=seed, dims=dims, samples=samples)
+        feeds = make_samples([ref, cand], inputs=inputs, seed=seed, dims=dims, samples=samples,
+                             stream=True)
         conds = _if_conditions(ref)
         ref_names = list(dict.fromkeys([r for r, _ in pair_list] + list(conds.values())))
         cand_names = list(dict.fromkeys(c for _, c in pair_list))
@@ -112,7 +133,9 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         seen: dict[str, set[bool]] = {}
         ran = True
         with ref.session(ref_names) as rrun, cand.session(cand_names) as crun:
-            for k, feed in enumerate(feeds):
+            for k in range(len(feeds)):
+                # by index: enumerate() would keep the previous sample alive in its cached tuple
+                feed = feeds[k]
                 rvals = rrun.run(feed)
                 try:
                     cvals = crun.run(feed)
@@ -129,6 +152,7 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                     value = rvals.get(cond)
                     if isinstance(value, np.ndarray) and value.size == 1:
                         seen.setdefault(cond, set()).add(bool(value.reshape(-1)[0]))
+                del feed, rvals, cvals  # a streamed dataset keeps one sample alive at a time
         reports = [acc.result() for acc in accs]
         notes = _branch_notes(conds, seen, len(feeds))
         divergence = None
@@ -139,6 +163,8 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                 divergence = locate(Side(ref, sample), Side(cand, sample), failed.reference,
                                     mapping={failed.reference: failed.candidate}, rtol=rtol,
                                     atol=atol, exact=exact, batch=batch)
+            except ResourceLimitError:
+                raise
             except SurgeryError as exc:
                 notes.append(f"could not locate the first difference: {exc}")
         return make_report(reports, samples=len(feeds), kind="compare", notes=notes,
@@ -149,19 +175,23 @@ def verify_against(reference_fn: ReferenceFn, candidate: ModelLike, *,
                    pairs: PairsLike | None = None, inputs: InputsLike | None = None,
                    rtol: float | None = None, atol: float | None = None, seed: int = 0,
                    dims: Mapping[str, int] | None = None, samples: int | None = None,
-                   threads: int = 0) -> VerifyReport:
+                   threads: int = 0, isolate: bool = False, timeout: float | None = None,
+                   memory_limit: int | None = None) -> VerifyReport:
     """Compare ``candidate`` with reference outputs computed by ``reference_fn`` (the hook the
     converters plug TensorFlow / PyTorch into; the core never imports them).
 
     ``reference_fn`` receives the candidate's input arrays by name and returns outputs by name
     (a mapping) or in the candidate's output order (a sequence). ``pairs`` maps reference keys
     to candidate tensors (default: the candidate's outputs, by name or position). Float tolerances
-    are at least rtol 1e-3 / atol 1e-5 unless given.
+    are at least rtol 1e-3 / atol 1e-5 unless given. An .npz folder is streamed and the
+    isolation options are those of :func:`compare`.
     """
+    limits = make_limits(isolate, timeout, memory_limit)
     cand_model = to_model(candidate)
     with Workspace() as ws:
-        cand = Staged(cand_model, ws, "candidate", threads=threads)
-        feeds = make_samples([cand], inputs=inputs, seed=seed, dims=dims, samples=samples)
+        cand = Staged(cand_model, ws, "candidate", threads=threads, limits=limits)
+        feeds = make_samples([cand], inputs=inputs, seed=seed, dims=dims, samples=samples,
+                             stream=True)
         pair_list: list[tuple[str, str]] | None = None
         if pairs is not None:
             items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
@@ -170,7 +200,8 @@ def verify_against(reference_fn: ReferenceFn, candidate: ModelLike, *,
         accs: dict[tuple[str, str], PairAccumulator] = {}
         names = list(cand.output_names) if pair_list is None else [c for _, c in pair_list]
         with cand.session(list(dict.fromkeys(names))) as crun:
-            for k, feed in enumerate(feeds):
+            for k in range(len(feeds)):
+                feed = feeds[k]
                 cvals = crun.run(feed)
                 got = reference_fn({n: v.copy() for n, v in feed.items()})
                 ref_vals = _reference_values(got, cand.output_names)
@@ -186,6 +217,7 @@ def verify_against(reference_fn: ReferenceFn, candidate: ModelLike, *,
                         accs[(r, c)].fail(f"the reference returned no '{r}'")
                         continue
                     accs[(r, c)].add(np.asarray(ref_vals[r]), cvals[c], k)
+                del feed, cvals, got, ref_vals
         return make_report([a.result() for a in accs.values()], samples=len(feeds), kind="against")
 
 

@@ -10,9 +10,10 @@ table (``Gather`` / embedding) are drawn inside the table, whose size is read fr
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 import onnx
@@ -172,17 +173,22 @@ def random_samples(specs: Sequence[InputSpec], *, seed: int = 0, samples: int = 
     return out
 
 
-def _check_sample(sample: Mapping[str, np.ndarray], specs: Sequence[InputSpec], where: str) -> Sample:
-    by_name = {s.name: s for s in specs}
-    unknown = sorted(set(sample) - set(by_name))
+def _check_names(names: Sequence[str], specs: Sequence[InputSpec], where: str) -> None:
+    wanted = {s.name for s in specs}
+    unknown = sorted(set(names) - wanted)
     if unknown:
         raise UsageError(
             f"{where} has array(s) {unknown[:8]} that are not inputs of the model (inputs: "
-            f"{sorted(by_name)[:8]}); rename or remove them"
+            f"{sorted(wanted)[:8]}); rename or remove them"
         )
-    missing = sorted(set(by_name) - set(sample))
+    missing = sorted(wanted - set(names))
     if missing:
         raise UsageError(f"{where} lacks input(s) {missing[:8]}; add them to the file")
+
+
+def _check_sample(sample: Mapping[str, np.ndarray], specs: Sequence[InputSpec], where: str) -> Sample:
+    by_name = {s.name: s for s in specs}
+    _check_names(list(sample), specs, where)
     feed: Sample = {}
     for name, spec in by_name.items():
         arr = np.asarray(sample[name])
@@ -224,6 +230,58 @@ def npz_files(path: str | os.PathLike) -> list[Path]:
     if not p.is_file():
         raise NotFoundError(f"inputs file '{p}' does not exist; check the path")
     return [p]
+
+
+def _npz_names(path: Path) -> list[str]:
+    """The array names of an .npz file (its zip directory only; no array is read)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return list(data.files)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read inputs file '{path}': {exc}; give a numpy .npz file") from None
+
+
+class NpzSamples(Sequence[Sample]):
+    """The samples of a list of .npz files, read one file at a time (bounded memory).
+
+    Construction checks every file's array names (the zip directory only); each sample is read
+    and checked (dtypes, fixed dims) when it is indexed or iterated, and nothing is cached, so a
+    loop that drops each sample before the next keeps one sample in memory. Indexing a sample
+    again reads its file again.
+    """
+
+    def __init__(self, files: Sequence[Path], specs: Sequence[InputSpec]) -> None:
+        self.files = list(files)
+        self.specs = list(specs)
+        for f in self.files:
+            _check_names(_npz_names(f), self.specs, f"inputs file '{f.name}'")
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @overload
+    def __getitem__(self, k: int) -> Sample: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Sample]: ...
+
+    def __getitem__(self, k: int | slice) -> Sample | list[Sample]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        f = self.files[k]
+        return _check_sample(_read_npz(f), self.specs, f"inputs file '{f.name}'")
+
+    def __iter__(self) -> Iterator[Sample]:
+        for k in range(len(self.files)):
+            yield self[k]
+
+
+def stream_samples(inputs: InputsLike, specs: Sequence[InputSpec]) -> Sequence[Sample]:
+    """Like :func:`user_samples`, but an .npz path or folder gives a lazy :class:`NpzSamples`
+    (one file read per sample, on demand) instead of a list holding every sample."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return NpzSamples(npz_files(inputs), specs)
+    return user_samples(inputs, specs)
 
 
 def user_samples(inputs: InputsLike, specs: Sequence[InputSpec], *,

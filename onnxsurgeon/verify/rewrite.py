@@ -34,6 +34,7 @@ from ..names import NameAllocator
 from ..select import Selector
 from .compare import make_samples
 from .inputs import InputsLike, Sample
+from .isolate import Limits, ResourceLimitError, make_limits
 from .locate import Side, locate, numpy_dtype_name
 from .report import Divergence, PairAccumulator, PairReport, VerifyReport, make_report
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
@@ -102,6 +103,8 @@ class _Check:
                     divergence = locate(ref, cand, entry.ref_name, mapping=full,
                                         exact=entry.acc.exact, batch=self.batch,
                                         strict_mapping=entry.strict)
+                except ResourceLimitError:
+                    raise
                 except SurgeryError as exc:
                     self.notes.append(f"could not locate the first difference: {exc}")
                 break
@@ -234,11 +237,12 @@ def _default_opset(proto: onnx.ModelProto) -> int:
 class _Context:
     def __init__(self, original: Model, rewritten: Model, ws: Workspace, *, threads: int,
                  inputs: InputsLike | None, seed: int, dims: Mapping[str, int] | None,
-                 samples: int | None) -> None:
+                 samples: int | None, limits: Limits | None = None) -> None:
         self.ws = ws
         self.threads = threads
-        self.orig = Staged(original, ws, "original", threads=threads)
-        self.new = Staged(rewritten, ws, "rewritten", threads=threads)
+        self.limits = limits
+        self.orig = Staged(original, ws, "original", threads=threads, limits=limits)
+        self.new = Staged(rewritten, ws, "rewritten", threads=threads, limits=limits)
         if samples is None and inputs is None:
             from .compare import default_samples
 
@@ -246,7 +250,7 @@ class _Context:
         self.feeds = make_samples([self.orig], inputs=inputs, seed=seed, dims=dims, samples=samples)
 
     def stage(self, model: Model, label: str) -> Staged:
-        return Staged(model, self.ws, label, threads=self.threads)
+        return Staged(model, self.ws, label, threads=self.threads, limits=self.limits)
 
 
 def _check_extract(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
@@ -443,22 +447,27 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike, record: Mapping[st
                    inputs: InputsLike | None = None, seed: int = 0,
                    dims: Mapping[str, int] | None = None, samples: int | None = None,
                    batch: int = DEFAULT_BATCH, threads: int = 0,
-                   locate_divergence: bool = True) -> VerifyReport:
+                   locate_divergence: bool = True, isolate: bool = False,
+                   timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
     """Check the invariant ``record`` (one rewrite of ``original`` into ``rewritten``) implies.
 
     See the module docstring for what each op must satisfy. Inputs are those of ``original``
     (random unless ``inputs`` is given). When a check fails the first differing tensor is located.
+    ``isolate`` / ``timeout`` / ``memory_limit`` run every session in a child process under
+    limits, as in :func:`~onnxsurgeon.verify.compare`.
 
     Raises:
         UsageError: an unknown op or a record that does not fit the models.
+        ResourceLimitError: an isolated run exceeded its time or memory limit.
     """
     op = record.get("op")
     if op not in _CHECKS:
         raise UsageError(f"rewrite record op {op!r} is unknown; expected one of {sorted(_CHECKS)}")
+    limits = make_limits(isolate, timeout, memory_limit)
     orig_model, new_model = to_model(original), to_model(rewritten)
     with Workspace() as ws:
         ctx = _Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
-                       dims=dims, samples=samples)
+                       dims=dims, samples=samples, limits=limits)
         check = _Check(batch)
         _CHECKS[str(op)](ctx, record, check)
         return check.report(f"rewrite:{op}", len(ctx.feeds), locate_divergence=locate_divergence)

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -33,6 +33,9 @@ from ..index import GraphIndex
 from ..io import Model, as_model, is_external, iter_tensors, load, save
 from ..names import NameAllocator
 from ..types import TypeOracle
+
+if TYPE_CHECKING:
+    from .isolate import IsolatedRunner, Limits
 
 DEFAULT_BATCH = 32
 """Most intermediate tensors exposed by one session."""
@@ -126,12 +129,16 @@ class Staged:
         oracle: a :class:`TypeOracle` over that index.
         path: the staged file.
         label: a name for messages ("reference", "candidate", ...).
+        limits: when set, every session runs in a child process under these limits
+            (see :mod:`onnxsurgeon.verify.isolate`).
     """
 
-    def __init__(self, model: Model, workspace: Workspace, label: str, *, threads: int = 0) -> None:
+    def __init__(self, model: Model, workspace: Workspace, label: str, *, threads: int = 0,
+                 limits: Limits | None = None) -> None:
         self.model = model
         self.label = label
         self.threads = threads
+        self.limits = limits
         self.workspace = workspace
         self.index = GraphIndex(model.proto)
         self.oracle = TypeOracle(self.index)
@@ -208,7 +215,7 @@ class Staged:
         return path, read_as
 
     @contextlib.contextmanager
-    def session(self, names: Sequence[str] | None = None) -> Iterator[Runner]:
+    def session(self, names: Sequence[str] | None = None) -> Iterator[Runner | IsolatedRunner]:
         """A live session computing ``names`` (default: the graph outputs). One at a time."""
         wanted = list(self.output_names if names is None else names)
         needs_variant = names is not None and wanted != self.output_names
@@ -218,7 +225,14 @@ class Staged:
             path, read_as = self.write_variant(wanted)
         else:
             path, read_as = self.base_path(), {n: n for n in wanted}
-        runner = Runner(new_session(path, threads=self.threads), read_as, self.label)
+        runner: Runner | IsolatedRunner
+        if self.limits is not None:
+            from .isolate import IsolatedRunner
+
+            runner = IsolatedRunner(path, read_as, self.label, self.limits, self.workspace.dir,
+                                    threads=self.threads)
+        else:
+            runner = Runner(new_session(path, threads=self.threads), read_as, self.label)
         try:
             yield runner
         finally:
