@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -516,14 +517,74 @@ SLOW: dict[str, Callable[[Path], Path]] = {
 }
 
 
+# ------------------------------------------------------------------------------ registry
+FEATURES = frozenset({
+    "module_scopes",     # an exporter module path names exactly one tensor (torch exports)
+    "ambiguous_module",  # the preferred module path hands several tensors on (TorchScript 'lstm')
+    "same_shape_pair",   # two computed tensors of one static shape and dtype, the later one free to reroute
+    "named_consumers",   # ... and the rerouted tensor has a consumer with a node name
+    "body_capture",      # an If/Loop/Scan body reads a tensor computed in the main graph
+    "unknown_rank",      # a computed tensor whose rank neither onnx nor onnxruntime can infer
+})
+"""What a gauntlet check may need of a model. test_gauntlet.model_features computes each one
+from the built model with the helpers the checks use, and test_declared_features_are_true
+requires the declared tags to equal it exactly."""
+
+_PAIR = ("same_shape_pair", "named_consumers")
+_TORCH = ("module_scopes", *_PAIR)
+_TAGS: dict[str, tuple[str, ...]] = {
+    "repo_keras_cnn": _PAIR, "old_ir_opset11": _PAIR, "external_data": _PAIR, "fp16_weights": _PAIR,
+    "embedding_gather": _PAIR, "ort_optimized": (), "loop_rnn": ("body_capture", "unknown_rank"),
+    "sklearn_like": ("unknown_rank",),  # ai.onnx.ml outputs: onnxruntime reports no shape
+    "symbolic_batch": _PAIR, "unnamed_nodes": ("same_shape_pair",), "custom_domain": _PAIR,
+    "plain_block": _PAIR, "folded_constants": _PAIR, "repo_tf1_seed": (), "repo_torch_cnn": ("module_scopes",),
+    "repo_seed_cnn": (), "quantized_dynamic": _PAIR, "quantized_qdq": _PAIR,
+    "resnet_dynamo": _TORCH, "resnet_ts": _TORCH, "mobilenet_dynamo": _TORCH, "mobilenet_ts": _TORCH,
+    "encoder_dynamo": _TORCH, "encoder_ts": (*_TORCH, "unknown_rank"),
+    "recurrent_dynamo": ("module_scopes",),
+    # TorchScript folds the LSTM's batch-first Transpose pair: the GRU reads the time-major
+    # tensor, a Shape node the batch-first one; both leave module 'lstm' ('gru' is unambiguous)
+    "recurrent_ts": ("module_scopes", "ambiguous_module"),
+    "cond_dynamo": (*_TORCH, "body_capture"),
+    "gpt2_dynamo": _TORCH, "gpt2_ts": _TORCH, "bert_dynamo": _TORCH, "bert_ts": _TORCH,
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One gauntlet model: its builder, whether it runs with the slow tests, its feature tags."""
+
+    build: Callable[[Path], Path]
+    slow: bool
+    features: frozenset[str]
+
+
+REGISTRY: dict[str, Entry] = {
+    name: Entry(builder, name not in FAST, frozenset(_TAGS[name]))
+    for name, builder in (FAST | MORE | SLOW).items()
+}
+"""name -> Entry, in test order (FAST, then MORE, then SLOW)."""
+
+assert set(_TAGS) == set(REGISTRY), "every model declares its features (and only registered models)"
+assert all(set(t) <= FEATURES for t in _TAGS.values()), "unknown feature tag"
+
+
+def with_features(*needs: str) -> list[str]:
+    """The registered model names whose declared features include all of ``needs``."""
+    unknown = set(needs) - FEATURES
+    if unknown:
+        raise ValueError(f"unknown feature tags {sorted(unknown)}; known: {sorted(FEATURES)}")
+    return [n for n, e in REGISTRY.items() if e.features >= set(needs)]
+
+
 def build(name: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    return (FAST | MORE | SLOW)[name](folder)
+    return REGISTRY[name].build(folder)
 
 
 if __name__ == "__main__":  # pragma: no cover
     out = Path(sys.argv[1])
-    for key in (sys.argv[2:] or list(FAST | MORE | SLOW)):
+    for key in (sys.argv[2:] or list(REGISTRY)):
         try:
             print(key, build(key, out))
         except Exception as exc:  # noqa: BLE001

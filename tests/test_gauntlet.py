@@ -7,12 +7,19 @@ its original exactly, outputs a rewrite does not reach are bit-identical, extrac
 the original's.
 
 The helper-built models run by default; the PyTorch / transformers exports are ``slow``.
+
+A check that needs something of a model (module scopes, a same-type pair, a body capture, ...)
+is parametrized at collection time over the models whose registry entry declares that feature
+(gauntlet_models.REGISTRY); test_declared_features_are_true holds every declaration to the built
+model, so no case is skipped and no tag can silently drop a model from a check.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,10 +35,15 @@ from tests import gauntlet_models as gm
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
-FAST_MODELS = list(gm.FAST)
-SLOW_MODELS = list(gm.MORE) + list(gm.SLOW)
-ALL_MODELS = [pytest.param(n, id=n) for n in FAST_MODELS] + [
-    pytest.param(n, id=n, marks=pytest.mark.slow) for n in SLOW_MODELS]
+
+
+def models(*needs: str) -> list:
+    """pytest params: the registered models declaring every feature in ``needs`` (slow ones marked)."""
+    return [pytest.param(n, id=n, marks=[pytest.mark.slow] if gm.REGISTRY[n].slow else [])
+            for n in gm.with_features(*needs)]
+
+
+ALL_MODELS = models()
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -279,12 +291,16 @@ def out_path(plan: Plan, tmp_path: Path, tag: str) -> Path:
     return tmp_path / f"{plan.path.stem}.{tag}.onnx"
 
 
-def per_model(fn):
-    return pytest.mark.parametrize("plan", ALL_MODELS, indirect=True)(fn)
+def per_model(*needs: str):
+    """Run the check on every model that declares all of ``needs`` (every model when none)."""
+    def mark(fn):
+        fn.needs = needs
+        return pytest.mark.parametrize("plan", models(*needs), indirect=True)(fn)
+    return mark
 
 
 # ------------------------------------------------------------------------------ inspect
-@per_model
+@per_model()
 def test_inspect_text_and_json(plan):
     text_proc, json_proc = clis(("inspect", plan.path), ("inspect", plan.path, "--json"))
     assert plan.last in text_proc.stdout
@@ -294,7 +310,7 @@ def test_inspect_text_and_json(plan):
 
 
 # ------------------------------------------------------------------------------ extract
-@per_model
+@per_model()
 def test_extract_first_middle_last_and_stop(plan, tmp_path):
     before = sha(plan.path)
     targets = [plan.first, plan.middle, plan.last]
@@ -322,7 +338,7 @@ def test_extract_first_middle_last_and_stop(plan, tmp_path):
 
 
 # ------------------------------------------------------------------------------ copy
-@per_model
+@per_model()
 @pytest.mark.parametrize("weights", ["independent", "shared"])
 def test_copy_output_and_intermediate(plan, tmp_path, weights):
     want = reference(plan, [plan.middle])
@@ -347,7 +363,7 @@ def _l2(x: np.ndarray, axis: int) -> np.ndarray:
     return x64 / np.sqrt(np.maximum((x64 * x64).sum(axis=axis, keepdims=True), 1e-12))
 
 
-@per_model
+@per_model()
 def test_insert_as_output_l2_scale_identity(plan, tmp_path):
     at = plan.middle
     want = reference(plan, [at])
@@ -369,7 +385,7 @@ def test_insert_as_output_l2_scale_identity(plan, tmp_path):
             exact(v, want[at] * np.asarray(2, want[at].dtype) if op.startswith("scale") else want[at], op)
 
 
-@per_model
+@per_model()
 def test_insert_rerouted_identity_and_scale(plan, tmp_path):
     at = plan.middle
     want = reference(plan, [at])
@@ -392,7 +408,7 @@ def test_insert_rerouted_identity_and_scale(plan, tmp_path):
             across_cut(got[o], want[o], f"scale insert: untouched output {o}")
 
 
-@per_model
+@per_model()
 def test_insert_graph_block(plan, tmp_path):
     at = plan.middle
     dt = plan.dtype[at]
@@ -418,10 +434,8 @@ def test_insert_graph_block(plan, tmp_path):
 
 
 # ------------------------------------------------------------------------------ reroute
-@per_model
+@per_model("same_shape_pair")
 def test_reroute_same_type(plan, tmp_path):
-    if plan.pair is None:
-        pytest.skip("no two tensors of the same static shape and dtype")
     a, b = plan.pair
     want = reference(plan, [a, b])
     dst = out_path(plan, tmp_path, "reroute")
@@ -437,9 +451,9 @@ def test_reroute_same_type(plan, tmp_path):
 
 
 # ------------------------------------------------------------------------------ names users type
-def module_path(path: Path) -> str | None:
-    """A PyTorch module path the exporter recorded (a repeated block such as 'layer2.0' or
-    'm.h.0' when there is one, else a top-level child module); None for non-torch models."""
+def module_names(path: Path) -> list[str]:
+    """The PyTorch module paths the exporter recorded, preferred first: repeated blocks such as
+    'layer2.0' or 'm.h.0', then the others (top-level child modules first), in node order."""
     from onnxsurgeon.select import node_module
 
     seen: dict[str, None] = {}
@@ -450,27 +464,46 @@ def module_path(path: Path) -> str | None:
         parts = full.split(".")
         for k in range(1, len(parts) + 1):
             seen.setdefault(".".join(parts[:k]))
-    paths = list(seen)
-    blocks = [p for p in paths if p.split(".")[-1].isdigit() and p.count(".") >= 1]
-    return (blocks or paths or [None])[0]
+    blocks = [p for p in seen if p.split(".")[-1].isdigit() and p.count(".") >= 1]
+    return blocks + [p for p in seen if p not in blocks]
 
 
-AMBIGUOUS_MODULES = {
-    # TorchScript folds the LSTM's batch-first Transpose pair: the GRU reads the time-major tensor,
-    # a Shape node reads the batch-first one; both leave module 'lstm'
-    "recurrent_ts",
-}
+@cache
+def _module_choice(path: Path) -> tuple[str | None, str | None]:
+    """(the first module path that names exactly one tensor, the preferred module path when it
+    is ambiguous), resolved by the library's Selector."""
+    from onnxsurgeon.errors import AmbiguousNameError, NotFoundError
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.select import Selector
+
+    names = module_names(path)
+    selector = Selector(GraphIndex(onnx.load(str(path), load_external_data=False)))
+    ambiguous = None
+    for i, name in enumerate(names):
+        try:
+            selector.resolve(name)
+        except AmbiguousNameError:
+            ambiguous = name if i == 0 else ambiguous
+            continue
+        except NotFoundError:
+            continue
+        return name, ambiguous
+    return None, ambiguous
 
 
-@per_model
+def module_path(path: Path) -> str | None:
+    """A module path that names one tensor (None for non-torch models)."""
+    return _module_choice(path)[0]
+
+
+def ambiguous_module(path: Path) -> str | None:
+    """The preferred module path when it hands several tensors on (None otherwise)."""
+    return _module_choice(path)[1]
+
+
+@per_model("module_scopes")
 def test_module_path_names(plan, tmp_path):
     name = module_path(plan.path)
-    if name is None:
-        pytest.skip("no exporter module scopes")
-    if plan.path.stem in AMBIGUOUS_MODULES:
-        proc = cli("extract", plan.path, "-o", out_path(plan, tmp_path, "amb"), "--outputs", name)
-        assert proc.returncode == 2 and "name one of them" in proc.stderr, proc.stderr
-        pytest.skip(f"module '{name}' is genuinely ambiguous here: {proc.stderr.strip()}")
     dst, dst2 = out_path(plan, tmp_path, "extract_module"), out_path(plan, tmp_path, "insert_module")
     p1, p2 = clis(("extract", plan.path, "-o", dst, "--outputs", name, "--verify", "--json"),
                   ("insert", plan.path, "-o", dst2, "--at", name, "--op", "identity", "--as-output",
@@ -482,16 +515,46 @@ def test_module_path_names(plan, tmp_path):
     exact(run(dst2, plan.feeds)[res["processed"]], reference(plan, [tensor])[tensor], "insert at module")
 
 
+@per_model("ambiguous_module")
+def test_ambiguous_module_path_lists_the_candidates(plan, tmp_path):
+    """A module that hands several tensors on (TorchScript's 'lstm': the GRU reads the time-major
+    tensor, a Shape node the batch-first one) is refused: exit 2, one line listing the tensors
+    made inside it and read outside it, no file; naming one of them then works."""
+    from onnxsurgeon.select import node_module
+
+    name = ambiguous_module(plan.path)
+    if plan.path.stem == "recurrent_ts":
+        assert name == "lstm"
+    dst = out_path(plan, tmp_path, "amb")
+    proc = cli("extract", plan.path, "-o", dst, "--outputs", name)
+    assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line and not dst.exists()
+    assert f"module '{name}'" in line and "name one of them" in line, line
+    listed = ast.literal_eval(re.search(r"\[[^\]]*\]", line).group(0))
+    assert len(listed) >= 2, line
+    graph = onnx.load(str(plan.path), load_external_data=False).graph
+
+    def inside(node: onnx.NodeProto) -> bool:
+        mod = node_module(node) or ""
+        return mod == name or mod.startswith(name + ".")
+
+    outputs = {o.name for o in graph.output}
+    for t in listed:
+        (producer,) = [n for n in graph.node if t in n.output]
+        assert inside(producer), f"{t} is not made inside module {name}"
+        assert t in outputs or any(t in n.input and not inside(n) for n in graph.node), \
+            f"{t} is not read outside module {name}"
+    ok(cli("extract", plan.path, "-o", dst, "--outputs", listed[0], "--verify"))
+    checked(dst)
+
+
 # ------------------------------------------------------------------------------ cross-checks
-@per_model
+@per_model("same_shape_pair")
 def test_copy_with_replace_input_equals_reroute(plan, tmp_path):
     """copy --replace-input A=B computes what reroute --from A --to B computes."""
-    if plan.pair is None:
-        pytest.skip("no two tensors of the same static shape and dtype")
     a, b = plan.pair
-    target = next((o for o in plan.outputs if o in plan.downstream.get(a, ())), None)
-    if target is None:
-        pytest.skip("the pair reaches no output")
+    target = next(o for o in plan.outputs if o in plan.downstream[a])  # make_plan: A reaches one
     rr, cp = out_path(plan, tmp_path, "rr"), out_path(plan, tmp_path, "cp")
     _, proc = clis(("reroute", plan.path, "-o", rr, "--from", a, "--to", b),
                    ("copy", plan.path, "-o", cp, "--outputs", target, "--replace-input", f"{a}={b}",
@@ -516,11 +579,9 @@ def captured(path: Path) -> str | None:
     return None
 
 
-@per_model
+@per_model("body_capture")
 def test_insert_at_a_tensor_bodies_capture(plan, tmp_path):
     at = captured(plan.path)
-    if at is None:
-        pytest.skip("no If/Loop/Scan body captures a computed tensor")
     want = reference(plan, [at])
     dst = out_path(plan, tmp_path, "insert_captured")
     ok(cli("insert", plan.path, "-o", dst, "--at", at, "--op", "identity", "--verify", "--json"))
@@ -539,12 +600,10 @@ def test_insert_at_a_tensor_bodies_capture(plan, tmp_path):
     exact(run(dst, plan.feeds)[renames["outputs"][plan.last]], want[plan.last], "copy through a body")
 
 
-@per_model
+@per_model("unknown_rank")
 def test_unknown_rank_tensors_succeed_or_refuse_cleanly(plan, tmp_path):
     """A tensor whose rank nobody can infer (a Loop-carried value) cannot become a typed graph
     output: each verb either succeeds (valid model) or exits 2 with one line and no file."""
-    if not plan.unknown_rank:
-        pytest.skip("every computed tensor has a known rank")
     t = plan.unknown_rank[0]
     for verb, extra in (("extract", ["--outputs", t]), ("copy", ["--outputs", t]),
                         ("insert", ["--at", t, "--op", "identity", "--as-output"])):
@@ -559,7 +618,7 @@ def test_unknown_rank_tensors_succeed_or_refuse_cleanly(plan, tmp_path):
 
 
 # ------------------------------------------------------------------------------ contract extras
-@per_model
+@per_model()
 def test_deterministic_multi_output_extract_and_verify(plan, tmp_path):
     """Same command, byte-identical file; several outputs at once; `verify` pairs the model's
     own outputs by name with the original."""
@@ -581,15 +640,18 @@ def test_deterministic_multi_output_extract_and_verify(plan, tmp_path):
     assert report["ok"] is True and plan.last in [p["reference"] for p in report["pairs"]]
 
 
-@per_model
-def test_reroute_one_named_consumer(plan, tmp_path):
+def named_readers(plan: Plan) -> list[str]:
+    """The names of the named nodes reading the pair's source (the tensor reroute moves away from)."""
     if plan.pair is None:
-        pytest.skip("no two tensors of the same static shape and dtype")
-    a, b = plan.pair
+        return []
     model = onnx.load(str(plan.path), load_external_data=False)
-    readers = [n.name for n in model.graph.node if a in n.input and n.name]
-    if not readers:
-        pytest.skip("the consumers of the source have no names")
+    return [n.name for n in model.graph.node if plan.pair[0] in n.input and n.name]
+
+
+@per_model("same_shape_pair", "named_consumers")
+def test_reroute_one_named_consumer(plan, tmp_path):
+    a, b = plan.pair
+    readers = named_readers(plan)
     dst = out_path(plan, tmp_path, "reroute_one")
     res = json.loads(ok(cli("reroute", plan.path, "-o", dst, "--from", a, "--to", b, "--consumers", readers[0],
                             "--verify", "--json")).stdout)
@@ -597,6 +659,45 @@ def test_reroute_one_named_consumer(plan, tmp_path):
     new = checked(dst)
     node = next(n for n in new.graph.node if n.name == readers[0])
     assert b in node.input and a not in node.input
+
+
+# ------------------------------------------------------------------------------ the registry is true
+def model_features(plan: Plan) -> set[str]:
+    """The features the built model really has, found by the helpers the checks use."""
+    facts = {
+        "module_scopes": module_path(plan.path) is not None,
+        "ambiguous_module": ambiguous_module(plan.path) is not None,
+        "same_shape_pair": plan.pair is not None,
+        "named_consumers": bool(named_readers(plan)),
+        "body_capture": captured(plan.path) is not None,
+        "unknown_rank": bool(plan.unknown_rank),
+    }
+    assert set(facts) == gm.FEATURES, "model_features must decide every feature tag"
+    return {f for f, present in facts.items() if present}
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_declared_features_are_true(name, gauntlet_dir):
+    """Declared tags == what the model has: a wrong tag fails here instead of running a check on
+    a model without its feature, a missing tag fails instead of silently leaving a model out."""
+    plan = _built(name, gauntlet_dir)
+    declared, found = gm.REGISTRY[name].features, model_features(plan)
+    assert declared == found, (f"{name}: declared but absent {sorted(declared - found)}, "
+                               f"present but undeclared {sorted(found - declared)}")
+    if plan.pair is not None:  # the reroute checks rely on this (make_plan picks A among outputs' ancestors)
+        assert plan.downstream.get(plan.pair[0])
+
+
+def test_every_check_runs_on_some_model():
+    """No check's model list is empty (an empty list would make pytest skip it)."""
+    checks = {n: fn for n, fn in globals().items() if n.startswith("test_") and hasattr(fn, "needs")}
+    assert len(checks) >= 13
+    for n, fn in checks.items():
+        (mark,) = [m for m in fn.pytestmark if m.name == "parametrize" and m.args[0] == "plan"]
+        assert mark.args[1], f"{n} (needs {fn.needs}) runs on no model"
+        assert [p.values[0] for p in mark.args[1]] == gm.with_features(*fn.needs)
+    for feature in gm.FEATURES:
+        assert gm.with_features(feature), f"no model declares {feature}"
 
 
 # ------------------------------------------------------------------------------ regressions
