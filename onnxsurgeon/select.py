@@ -59,6 +59,9 @@ def _join_scopes(scopes: tuple[str, ...]) -> str:
     return path
 
 
+_NO_MODULE = "_empty_nn_module_stack"
+
+
 def node_module(node: onnx.NodeProto) -> str | None:
     """The PyTorch module path a node was exported from, when the exporter recorded it."""
     for prop in node.metadata_props:
@@ -68,8 +71,10 @@ def node_module(node: onnx.NodeProto) -> str | None:
             except (ValueError, SyntaxError):
                 return None
             if isinstance(scopes, (list, tuple)) and len(scopes) >= 2:
-                # the last entry names the aten op itself, not a module
-                return _join_scopes(tuple(str(s) for s in scopes[:-1]))
+                # the last entry names the aten op itself, not a module; torch's placeholder
+                # scope for nodes without a module stack is not a module either
+                real = tuple(str(s) for s in scopes[:-1] if not str(s).startswith(_NO_MODULE))
+                return _join_scopes(real) or None
             return None
     name = node.name
     if name.startswith("/") and name.count("/") >= 2:

@@ -223,3 +223,16 @@ def test_every_subpackage_is_declared_for_plain_installs():
     found = {".".join(p.parent.relative_to(ROOT).parts)
              for p in (ROOT / "onnxsurgeon").rglob("__init__.py")} | {"onnxsurgeon.converters"}
     assert found == declared
+
+
+def test_torch_placeholder_scope_is_not_a_module():
+    node = helper.make_node("Shape", ["x"], ["s"], name="node_shape")
+    entry = node.metadata_props.add()
+    entry.key = "pkg.torch.onnx.name_scopes"
+    entry.value = "['', '_empty_nn_module_stack_from_metadata_hook', 'sym_size_int']"
+    assert node_module(node) is None
+    inner = helper.make_node("Relu", ["x"], ["r"], name="node_relu")
+    entry = inner.metadata_props.add()
+    entry.key = "pkg.torch.onnx.name_scopes"
+    entry.value = "['', 'blocks.0', '_empty_nn_module_stack_from_metadata_hook', 'relu']"
+    assert node_module(inner) == "blocks.0"
