@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto
 
 from .errors import InvalidModelError, UnsafeModelError
-from .index import MAX_NESTING, subgraphs
+from .index import check_depth, subgraphs
 
 _ALLOWED_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
 _DIGITS = re.compile(r"[0-9]{1,19}")
@@ -347,11 +347,7 @@ def _walk_tensors(
     first = roots[0][0] if roots and holders is not None else None
     while stack:
         g, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise InvalidModelError(
-                f"graph '{g.name}' is nested {depth} levels deep (limit {MAX_NESTING}); "
-                "flatten the control flow or split the model"
-            )
+        check_depth(g, depth)
         yield from g.initializer
         for st in g.sparse_initializer:
             yield st.values

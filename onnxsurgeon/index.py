@@ -25,6 +25,15 @@ MAX_NESTING = 32
 """Deepest nesting of graphs (If/Loop/Scan bodies) accepted; deeper models are refused."""
 
 
+def check_depth(graph: onnx.GraphProto, depth: int) -> None:
+    """Refuse a graph nested deeper than :data:`MAX_NESTING` (the one place that says so)."""
+    if depth > MAX_NESTING:
+        raise InvalidModelError(
+            f"graph '{graph.name}' is nested {depth} levels deep (limit {MAX_NESTING}); "
+            "flatten the control flow or split the model"
+        )
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The graphs held in ``node``'s attributes (If branches, Loop/Scan bodies, custom ops)."""
     for attr in node.attribute:
@@ -47,11 +56,7 @@ def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     stack: list[tuple[onnx.GraphProto, int]] = [(graph, 0)]
     while stack:
         g, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise InvalidModelError(
-                f"graph '{g.name}' is nested {depth} levels deep (limit {MAX_NESTING}); "
-                "flatten the control flow or split the model"
-            )
+        check_depth(g, depth)
         yield g
         nested = [(sub, depth + 1) for node in g.node for sub in subgraphs(node)]
         stack.extend(reversed(nested))
@@ -103,11 +108,7 @@ def body_captures(node: onnx.NodeProto) -> list[tuple[str, InnerRead]]:
     ]
     while stack:
         g, enclosing, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise InvalidModelError(
-                f"node '{node.name}' nests graphs {depth} levels deep (limit {MAX_NESTING}); "
-                "flatten the control flow"
-            )
+        check_depth(g, depth)
         local = enclosing | graph_defined_names(g)
         nested: list[tuple[onnx.GraphProto, frozenset[str], int]] = []
         for inner in g.node:

@@ -29,6 +29,7 @@ from .index import (
     MAX_NESTING,
     NodeEdges,
     body_captures,
+    check_depth,
     has_subgraphs,
     subgraphs,
 )
@@ -90,11 +91,7 @@ def _validate(
     ]
     while stack:
         graph, outer, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise InvalidModelError(
-                f"graph '{graph.name}' is nested {depth} levels deep (limit {MAX_NESTING}); "
-                "flatten the control flow or split the model"
-            )
+        check_depth(graph, depth)
         label = "main graph" if depth == 0 else f"subgraph '{graph.name}'"
         defined, nested = _check_scope(
             label,
