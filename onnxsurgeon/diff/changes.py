@@ -1,0 +1,525 @@
+"""What changed between two models, and the part of it worth drawing. A pure query.
+
+Protobuf-native: each model's main graph is read once into a key -> node-number map and a
+tensor -> producer map (one dict entry per node and per tensor, no Python object per node);
+node classes live in plain lists of strings. Nodes are matched by name (unnamed nodes by op type
+and first output). A node present on one side only is *added* or *removed*; one present on both
+sides whose protos differ only in their inputs is *rerouted*; one whose op, attributes or outputs
+differ is drawn twice, the old one removed and the new one added.
+
+The drawing then depends on the size of the change, not of the model: the changed nodes (at
+most :data:`MAX_CHANGED`; beyond that the ones on the border of the change) plus ``context``
+hops of neighbours (at most :data:`MAX_NODES` in all), found breadth-first with one scan of the
+node list per hop. Everything else is counted, and each drawn node with undrawn neighbours gets a
+collapsed stub per tensor. O(nodes + edges) per side for the classification and each hop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import onnx
+
+from ..record import rewrites
+from ..select import name_map, node_module
+from .describe import attribute_texts, tensor_types
+
+MAX_CHANGED = 150
+"""Most changed nodes drawn; a larger change shows the ones bordering unchanged parts."""
+MAX_NODES = 400
+"""Most nodes drawn in all (changed plus context)."""
+
+
+class Change(str, Enum):
+    """How a node or edge differs between the two models (the ``data-change`` value)."""
+
+    ADDED = "added"
+    REMOVED = "removed"
+    REROUTED = "rerouted"
+    UNCHANGED = "unchanged"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class DiffNode:
+    """A drawn node: ``uid`` is unique in the drawing, ``name`` is the ONNX node name (the same
+    for both halves of a node whose op or attributes changed)."""
+
+    uid: str
+    name: str
+    op_type: str
+    change: Change
+    framework: str = ""
+    attributes: tuple[tuple[str, str], ...] = ()
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    focus: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """A graph input or output (``kind`` 'input'/'output') or a stub standing for ``count``
+    undrawn neighbours (``kind`` 'collapsed-in'/'collapsed-out')."""
+
+    uid: str
+    kind: str
+    tensor: str
+    change: Change
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DiffEdge:
+    """A drawn edge carrying ``tensor`` from ``source`` to ``target`` (uids)."""
+
+    tensor: str
+    source: str
+    target: str
+    change: Change
+    dtype: str = ""
+    shape: str = ""
+    stub: bool = False
+
+
+@dataclass(frozen=True)
+class GraphDiff:
+    """The drawing's content.
+
+    Attributes:
+        nodes, terminals, edges: what is drawn, in a deterministic order.
+        totals: per change class, the number of nodes in the whole diff.
+        drawn: per change class, the number of nodes drawn.
+        rewrites: the rewrite records ``after`` has beyond those of ``before``.
+        context: hops of context drawn around the changes.
+        focus: the tensor an ``inspect --around`` view is centred on ('' for a diff).
+    """
+
+    nodes: tuple[DiffNode, ...]
+    terminals: tuple[Terminal, ...]
+    edges: tuple[DiffEdge, ...]
+    totals: dict[str, int]
+    drawn: dict[str, int]
+    rewrites: tuple[dict[str, object], ...] = ()
+    context: int = 2
+    focus: str = ""
+    node_count: tuple[int, int] = (0, 0)
+    notes: tuple[str, ...] = field(default=())
+
+    def changes(self) -> dict[str, set[str]]:
+        """Change class -> names of the drawn nodes in it (what a test compares to a record)."""
+        out: dict[str, set[str]] = {c.value: set() for c in Change}
+        for n in self.nodes:
+            out[n.change.value].add(n.name)
+        return out
+
+
+# --------------------------------------------------------------------------------- one side
+class _Side:
+    """One model's main graph: node keys, positions and producers (dicts of str/int only)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.model = model
+        self.nodes = graph.node
+        self.keys: list[str] = []
+        self.pos: dict[str, int] = {}
+        self.producer: dict[str, int] = {}
+        keys, pos, producer = self.keys, self.pos, self.producer
+        for i, node in enumerate(graph.node):
+            outs = node.output
+            key = node.name or f"<{node.op_type} {outs[0] if outs else i}>"
+            if key in pos:
+                key = f"{key}#{i}"
+            keys.append(key)
+            pos[key] = i
+            for out in outs:
+                if out:
+                    producer[out] = i
+        inits = {t.name for t in graph.initializer}
+        self.inputs = {vi.name for vi in graph.input if vi.name not in inits}
+        self.outputs = [vi.name for vi in graph.output]
+
+    def consumers(self, tensors: set[str]) -> dict[str, list[int]]:
+        """Readers of ``tensors`` by explicit input slot: one scan of the node list."""
+        found: dict[str, list[int]] = {}
+        if not tensors:
+            return found
+        for j, node in enumerate(self.nodes):
+            for t in node.input:
+                if t in tensors:
+                    found.setdefault(t, []).append(j)
+        return found
+
+
+def _same_but_inputs(a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
+    return (a.op_type == b.op_type and a.domain == b.domain and list(a.output) == list(b.output)
+            and list(a.attribute) == list(b.attribute))
+
+
+# ------------------------------------------------------------------------------ the builder
+class _Builder:
+    """Classifies nodes, picks what to draw and lists its edges. Ids: ('a', j) a node of
+    ``after`` (added, rerouted or unchanged), ('b', i) a removed node of ``before``,
+    ('in', t) / ('out', t) graph inputs and outputs."""
+
+    def __init__(self, before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+        self.B = _Side(before)
+        self.A = self.B if after is before else _Side(after)
+        A, B = self.A, self.B
+        self.cls_a = ["unchanged"] * len(A.keys)
+        self.cls_b = ["unchanged"] * len(B.keys)
+        if A is not B:
+            na, nb = A.nodes, B.nodes
+            for j, key in enumerate(A.keys):
+                i = B.pos.get(key)
+                if i is None:
+                    self.cls_a[j] = "added"
+                elif na[j] != nb[i]:
+                    if _same_but_inputs(na[j], nb[i]):
+                        self.cls_a[j] = self.cls_b[i] = "rerouted"
+                    else:
+                        self.cls_a[j], self.cls_b[i] = "added", "removed"
+            apos = A.pos
+            for i, key in enumerate(B.keys):
+                if key not in apos:
+                    self.cls_b[i] = "removed"
+
+    # ------------------------------------------------------------------ identities
+    def canon_b(self, i: int) -> tuple[str, object]:
+        """The drawn id of ``before`` node ``i``: its ``after`` twin unless it was removed."""
+        if self.cls_b[i] == "removed":
+            return ("b", i)
+        return ("a", self.A.pos[self.B.keys[i]])
+
+    def twin_b(self, j: int) -> int | None:
+        """The ``before`` node of ``after`` node ``j`` when it is the same node (not removed)."""
+        if self.cls_a[j] == "added":
+            return None
+        return self.B.pos.get(self.A.keys[j])
+
+    def io_change(self, kind: str, t: str) -> str:
+        a = t in (self.A.inputs if kind == "in" else set(self.A.outputs))
+        b = t in (self.B.inputs if kind == "in" else set(self.B.outputs))
+        return "unchanged" if a and b else ("added" if a else "removed")
+
+    def seeds(self) -> list[tuple[str, object]]:
+        A, B = self.A, self.B
+        ids: list[tuple[str, object]] = [("a", j) for j, c in enumerate(self.cls_a) if c != "unchanged"]
+        ids += [("b", i) for i, c in enumerate(self.cls_b) if c == "removed"]
+        outs_a, outs_b = set(A.outputs), set(B.outputs)
+        ids += [("in", t) for t in sorted(A.inputs ^ B.inputs)]
+        ids += [("out", t) for t in A.outputs if t not in outs_b]
+        ids += [("out", t) for t in B.outputs if t not in outs_a]
+        return ids
+
+    # ------------------------------------------------------------------ neighbourhood
+    def neighbours(self, frontier: Iterable[tuple[str, object]]) -> list[tuple[str, object]]:
+        """Every id one edge away from ``frontier``: one consumer scan per side."""
+        A, B = self.A, self.B
+        found: list[tuple[str, object]] = []
+        want_a: set[str] = set()
+        want_b: set[str] = set()
+        a_in: set[str] = set()
+        b_in: set[str] = set()
+        outs_a, outs_b = set(A.outputs), set(B.outputs)
+        for kind, ref in frontier:
+            if kind == "in":
+                (a_in if ref in A.inputs else b_in).add(str(ref))
+                if ref in A.inputs and ref in B.inputs:
+                    b_in.add(str(ref))
+                continue
+            if kind == "out":
+                t = str(ref)
+                if t in outs_a and t in A.producer:
+                    found.append(("a", A.producer[t]))
+                if t in outs_b and t in B.producer:
+                    found.append(self.canon_b(B.producer[t]))
+                continue
+            sides: list[tuple[_Side, int]] = []
+            if kind == "a":
+                sides.append((A, int(ref)))  # type: ignore[call-overload]
+                twin = self.twin_b(int(ref))  # type: ignore[call-overload]
+                if twin is not None and A is not B:
+                    sides.append((B, twin))
+            else:
+                sides.append((B, int(ref)))  # type: ignore[call-overload]
+            for side, k in sides:
+                node = side.nodes[k]
+                for t in node.input:
+                    p = side.producer.get(t)
+                    if p is not None:
+                        found.append(("a", p) if side is A else self.canon_b(p))
+                    elif t in side.inputs:
+                        found.append(("in", t))
+                for t in node.output:
+                    if t:
+                        (want_a if side is A else want_b).add(t)
+                        if t in (outs_a if side is A else outs_b):
+                            found.append(("out", t))
+        for j_list in A.consumers(want_a | a_in).values():
+            found.extend(("a", j) for j in j_list)
+        if A is not B:
+            for i_list in B.consumers(want_b | b_in).values():
+                found.extend(self.canon_b(i) for i in i_list)
+        return found
+
+    def border(self, seeds: list[tuple[str, object]]) -> list[tuple[str, object]]:
+        """The seeds with a neighbour of another class (for changes too large to draw whole)."""
+        A, B = self.A, self.B
+        keep: set[tuple[str, object]] = set()
+        for side, cls in ((A, self.cls_a), (B, self.cls_b)) if A is not B else ((A, self.cls_a),):
+            for j, node in enumerate(side.nodes):
+                cj = cls[j]
+                for t in node.input:
+                    p = side.producer.get(t)
+                    if p is not None and cls[p] != cj:
+                        for k in (j, p):
+                            keep.add(("a", k) if side is A else self.canon_b(k))
+        chosen = [s for s in seeds if s in keep or s[0] in ("in", "out")]
+        return chosen or seeds
+
+    # ------------------------------------------------------------------ node records
+    def node_of(self, ident: tuple[str, object]) -> tuple[onnx.NodeProto, str, str]:
+        """(proto, key, change) of a node id."""
+        if ident[0] == "a":
+            j = int(ident[1])  # type: ignore[call-overload]
+            return self.A.nodes[j], self.A.keys[j], self.cls_a[j]
+        i = int(ident[1])  # type: ignore[call-overload]
+        return self.B.nodes[i], self.B.keys[i], "removed"
+
+
+def _uid(ident: tuple[str, object]) -> str:
+    return f"{ident[0]}:{ident[1]}"
+
+
+def _select(builder: _Builder, seeds: list[tuple[str, object]], context: int,
+            ) -> tuple[list[tuple[str, object]], list[str]]:
+    notes: list[str] = []
+    nodes_in = [s for s in seeds if s[0] in ("a", "b")]
+    if len(nodes_in) > MAX_CHANGED:
+        seeds = builder.border(seeds)
+        border_nodes = [s for s in seeds if s[0] in ("a", "b")]
+        if len(border_nodes) > MAX_CHANGED:
+            cut = set(border_nodes[MAX_CHANGED:])
+            seeds = [s for s in seeds if s not in cut]
+        notes.append(f"{len(nodes_in)} changed nodes: the ones on the border of the change are drawn")
+    chosen: dict[tuple[str, object], None] = dict.fromkeys(seeds)
+    frontier = list(chosen)
+    count = sum(1 for s in chosen if s[0] in ("a", "b"))
+    for _ in range(context):
+        if not frontier or count >= MAX_NODES:
+            break
+        nxt: list[tuple[str, object]] = []
+        for ident in builder.neighbours(frontier):
+            if ident in chosen:
+                continue
+            if ident[0] in ("a", "b"):
+                if count >= MAX_NODES:
+                    continue
+                count += 1
+            chosen[ident] = None
+            nxt.append(ident)
+        frontier = nxt
+    if count >= MAX_NODES:
+        notes.append(f"drawing limited to {MAX_NODES} nodes")
+    return list(chosen), notes
+
+
+def _order(ident: tuple[str, object]) -> tuple[int, int, str]:
+    rank = {"in": 0, "b": 1, "a": 1, "out": 2}[ident[0]]
+    num = ident[1] if isinstance(ident[1], int) else 0
+    return (rank, num, str(ident[0]) + str(ident[1]))
+
+
+def _build(builder: _Builder, seeds: list[tuple[str, object]], context: int, *,
+           focus: str = "", rewrite_records: Sequence[dict[str, object]] = ()) -> GraphDiff:
+    A, B = builder.A, builder.B
+    chosen, notes = _select(builder, seeds, context)
+    drawn = set(chosen)
+    fw_a = {v: k for k, v in sorted(name_map(A.model).items(), reverse=True)}
+    fw_b = fw_a if A is B else {v: k for k, v in sorted(name_map(B.model).items(), reverse=True)}
+    nodes: list[DiffNode] = []
+    terminals: list[Terminal] = []
+    edges: list[tuple[str, str, str, str, bool]] = []  # tensor, src uid, dst uid, change, stub
+    hidden_out: dict[tuple[tuple[str, object], str], None] = {}
+    for ident in sorted(chosen, key=_order):
+        kind = ident[0]
+        if kind in ("in", "out"):
+            t = str(ident[1])
+            terminals.append(Terminal(_uid(ident), "input" if kind == "in" else "output", t,
+                                      Change(builder.io_change(kind, t))))
+            if kind == "out":
+                edges.extend(_output_edges(builder, t, ident, drawn))
+            continue
+        node, key, change = builder.node_of(ident)
+        fw = (fw_a if kind == "a" else fw_b)
+        framework = next((fw[o] for o in node.output if o in fw), "") or (node_module(node) or "")
+        nodes.append(DiffNode(
+            _uid(ident), key, node.op_type, Change(change), framework, attribute_texts(node),
+            tuple(node.input), tuple(node.output), bool(focus) and (focus in node.output or focus in node.input)))
+        edges.extend(_in_edges(builder, ident, drawn))
+        for out in node.output:
+            if out:
+                hidden_out[(ident, out)] = None
+    edges += _collapsed_readers(builder, list(hidden_out), drawn, terminals)
+    final_edges = _finish_edges(builder, edges, terminals)
+    totals = {c.value: 0 for c in Change}
+    for c in builder.cls_a:
+        totals[c] += 1
+    totals["removed"] += builder.cls_b.count("removed")
+    drawn_counts = {c.value: 0 for c in Change}
+    for dn in nodes:
+        drawn_counts[dn.change.value] += 1
+    return GraphDiff(tuple(nodes), tuple(terminals), tuple(final_edges), totals, drawn_counts,
+                     tuple(rewrite_records), context, focus, (len(B.keys), len(A.keys)),
+                     tuple(notes))
+
+
+def _collapsed_readers(builder: _Builder, outs: list[tuple[tuple[str, object], str]],
+                       drawn: set[tuple[str, object]], terminals: list[Terminal],
+                       ) -> list[tuple[str, str, str, str, bool]]:
+    """A stub per drawn output tensor with undrawn readers (one consumer scan per side);
+    appends the stubs to ``terminals`` and returns their edges."""
+    A, B = builder.A, builder.B
+    on_b = {k for k in outs if k[0][0] == "b" or (
+        A is not B and k[0][0] == "a" and builder.twin_b(int(k[0][1])) is not None)}  # type: ignore[call-overload]
+    readers_a = A.consumers({t for ident, t in outs if ident[0] == "a"})
+    readers_b = B.consumers({t for _, t in on_b}) if A is not B else {}
+    edges: list[tuple[str, str, str, str, bool]] = []
+    for key in outs:
+        ident, t = key
+        readers: set[tuple[str, object]] = set()
+        if ident[0] == "a":
+            readers.update(("a", c) for c in readers_a.get(t, ()))
+        if key in on_b:
+            readers.update(builder.canon_b(c) for c in readers_b.get(t, ()))
+        hidden = len(readers - drawn)
+        if hidden:
+            stub = f"more-out:{_uid(ident)}:{t}"
+            change = "removed" if builder.node_of(ident)[2] == "removed" else "unchanged"
+            terminals.append(Terminal(stub, "collapsed-out", t, Change(change), hidden))
+            edges.append((t, _uid(ident), stub, change, True))
+    return edges
+
+
+def _finish_edges(builder: _Builder, edges: list[tuple[str, str, str, str, bool]],
+                  terminals: list[Terminal]) -> list[DiffEdge]:
+    """Typed edges; a graph input whose reader is drawn is drawn too, any other undrawn
+    producer becomes a collapsed stub (appended to ``terminals``)."""
+    A, B = builder.A, builder.B
+    types = tensor_types([A.model.graph] if A is B else [A.model.graph, B.model.graph],
+                         {e[0] for e in edges})
+    have = {term.uid for term in terminals}
+    inputs: list[Terminal] = []
+    final: list[DiffEdge] = []
+    for t, src, dst, change, stub in edges:
+        if stub and src.startswith("in:"):
+            stub = False
+            if src not in have:
+                have.add(src)
+                inputs.append(Terminal(src, "input", t, Change(builder.io_change("in", t))))
+        if stub and not dst.startswith("more-"):
+            src = f"more-in:{dst}:{t}"
+            terminals.append(Terminal(src, "collapsed-in", t, Change(change), 1))
+        dtype, shape = types.get(t, ("", ""))
+        final.append(DiffEdge(t, src, dst, Change(change), dtype, shape, stub))
+    terminals[:0] = inputs
+    return final
+
+
+def _in_edges(builder: _Builder, ident: tuple[str, object], drawn: set[tuple[str, object]],
+              ) -> list[tuple[str, str, str, str, bool]]:
+    """Edges into a drawn node: its inputs (and, for a rerouted node, the inputs it lost)."""
+    A, B = builder.A, builder.B
+    out: list[tuple[str, str, str, str, bool]] = []
+    node, _, change = builder.node_of(ident)
+    side = A if ident[0] == "a" else B
+    twin = builder.twin_b(int(ident[1])) if ident[0] == "a" and A is not B else None  # type: ignore[call-overload]
+    old = list(B.nodes[twin].input) if twin is not None else []
+    for slot, t in enumerate(node.input):
+        src = _source(builder, side, t)
+        if src is None:
+            continue
+        if change == "removed":
+            edge = "removed"
+        elif A is B or (slot < len(old) and old[slot] == t and _source(builder, B, t) == src):
+            edge = "unchanged"
+        else:  # a new edge: into a new node it is added, into an existing one rerouted
+            edge = "added" if change == "added" else "rerouted"
+        out.append((t, _uid(src), _uid(ident), edge, src not in drawn))
+    if twin is not None:
+        for slot, t in enumerate(old):
+            if slot < len(node.input) and node.input[slot] == t:
+                continue
+            src = _source(builder, B, t)
+            if src is not None:
+                out.append((t, _uid(src), _uid(ident), "removed", src not in drawn))
+    return out
+
+
+def _output_edges(builder: _Builder, t: str, ident: tuple[str, object],
+                  drawn: set[tuple[str, object]]) -> list[tuple[str, str, str, str, bool]]:
+    """Edges into the graph-output terminal of ``t``: one when both models produce it with the
+    same node, else the new producer (added or rerouted) and the old one (removed)."""
+    A, B = builder.A, builder.B
+    src_a = ("a", A.producer[t]) if t in A.outputs and t in A.producer else None
+    src_b = builder.canon_b(B.producer[t]) if t in B.outputs and t in B.producer else None
+    if A is B:
+        src_b = None
+    out: list[tuple[str, str, str, str, bool]] = []
+    if src_a is not None:
+        if src_b == src_a or A is B:
+            change = "unchanged"
+        else:
+            change = "rerouted" if src_b is not None else "added"
+        out.append((t, _uid(src_a), _uid(ident), change, src_a not in drawn))
+    if src_b is not None and src_b != src_a:
+        out.append((t, _uid(src_b), _uid(ident), "removed", src_b not in drawn))
+    return out
+
+
+def _source(builder: _Builder, side: _Side, t: str) -> tuple[str, object] | None:
+    """The drawn id producing ``t`` on ``side`` (None for initializers and omitted inputs)."""
+    p = side.producer.get(t)
+    if p is not None:
+        return ("a", p) if side is builder.A else builder.canon_b(p)
+    if t in side.inputs:
+        return ("in", t)
+    return None
+
+
+# ---------------------------------------------------------------------------------- public
+def diff_models(before: onnx.ModelProto, after: onnx.ModelProto, /, *, context: int = 2) -> GraphDiff:
+    """What changed from ``before`` to ``after``: the changed nodes plus ``context`` hops.
+
+    O(nodes + edges) of both main graphs for the classification, plus one scan of the node list
+    per hop; the result's size depends on the change, not on the models.
+    """
+    if context < 0:
+        raise ValueError("context must be >= 0")
+    builder = _Builder(before, after)
+    old, new = rewrites(before), rewrites(after)
+    fresh = new[len(old):] if new[:len(old)] == old else new
+    return _build(builder, builder.seeds(), context, rewrite_records=fresh)
+
+
+def neighbourhood(model: onnx.ModelProto, tensor: str, /, *, context: int = 2) -> GraphDiff:
+    """The producer and readers of ``tensor`` plus ``context`` hops, all unchanged.
+
+    ``tensor`` must be an ONNX tensor name of the main graph (resolve user names first).
+    """
+    builder = _Builder(model, model)
+    side = builder.A
+    seeds: list[tuple[str, object]] = []
+    if tensor in side.producer:
+        seeds.append(("a", side.producer[tensor]))
+    if tensor in side.inputs:
+        seeds.append(("in", tensor))
+    seeds += [("a", j) for j in side.consumers({tensor}).get(tensor, [])]
+    if tensor in side.outputs:
+        seeds.append(("out", tensor))
+    return _build(builder, list(dict.fromkeys(seeds)), context, focus=tensor)
