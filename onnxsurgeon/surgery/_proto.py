@@ -259,7 +259,7 @@ def boundary_type(index: GraphIndex, typed: dict[str, onnx.ValueInfoProto], name
         pos = index.initializers.get(name)
         if pos is not None and pos >= 0:
             t = index.graph.initializer[pos]
-            return int(t.data_type), tuple(int(d) for d in t.dims)
+            return int(t.data_type), tuple(t.dims)
         vi = index.value_info.get(name)
     dims = shape_of(vi)
     if vi is None or dims is None or not vi.type.tensor_type.elem_type:

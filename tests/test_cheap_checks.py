@@ -1,0 +1,108 @@
+"""The cheap tensor check on load (:func:`onnxsurgeon.external.check_tensors`) must decide exactly
+as the one-by-one exact check does: same tensor refused first, same message, nothing let through.
+
+Each case puts one damaged tensor after many good ones of the same dtype and shape, so the fast
+path (cached per shape, proved by the serialized size) is what meets it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, numpy_helper
+
+from onnxsurgeon.errors import SurgeryError
+from onnxsurgeon.external import check_inline_tensor, check_tensors
+
+
+def _good(i: int) -> TensorProto:
+    return numpy_helper.from_array(np.full((4, 4), i, np.float32), f"w{i}")
+
+
+def _raw_too_long(t: TensorProto) -> None:
+    t.raw_data = t.raw_data + b"\0\0\0\0"
+
+
+def _raw_too_short(t: TensorProto) -> None:
+    t.raw_data = t.raw_data[:-4]
+
+
+def _raw_and_typed(t: TensorProto) -> None:
+    t.float_data.append(1.0)
+
+
+def _segment(t: TensorProto) -> None:
+    t.segment.begin = 0
+    t.segment.end = 4
+
+
+def _harmless_doc(t: TensorProto) -> None:
+    t.doc_string = "fine: any other field only sends the tensor to the exact check"
+
+
+def _unicode_name(t: TensorProto) -> None:
+    t.name = "w\u00e9ight"
+
+
+def _no_raw_typed_ok(t: TensorProto) -> None:
+    t.ClearField("raw_data")
+    t.float_data.extend([0.0] * 16)
+
+
+def _no_raw_typed_short(t: TensorProto) -> None:
+    t.ClearField("raw_data")
+    t.float_data.extend([0.0] * 15)
+
+
+def _empty_name_set(t: TensorProto) -> None:
+    t.name = ""
+
+
+def _negative_dim(t: TensorProto) -> None:
+    t.dims[0] = -4
+
+
+def _string_with_raw(t: TensorProto) -> None:
+    t.data_type = TensorProto.STRING
+
+
+def _unknown_dtype(t: TensorProto) -> None:
+    t.data_type = 999
+
+
+@pytest.mark.parametrize("damage", [
+    _raw_too_long, _raw_too_short, _raw_and_typed, _segment, _harmless_doc, _unicode_name,
+    _no_raw_typed_ok, _no_raw_typed_short, _empty_name_set, _negative_dim, _string_with_raw,
+    _unknown_dtype,
+], ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("where", [0, 1, 7])
+def test_fast_check_decides_as_the_exact_check(damage, where):
+    tensors = [_good(i) for i in range(8)]
+    damage(tensors[where])
+    expected: str | None = None
+    for t in tensors:  # the reference: the exact check, one tensor after another
+        try:
+            check_inline_tensor(t)
+        except SurgeryError as exc:
+            expected = str(exc)
+            break
+    if expected is None:
+        check_tensors(tensors, None)
+    else:
+        with pytest.raises(SurgeryError) as got:
+            check_tensors(tensors, None)
+        assert str(got.value) == expected
+
+
+def test_fast_check_covers_every_shape_and_dtype_seen():
+    """Many shapes and dtypes, each seen several times: all pass, and a raw_data one byte off
+    in the last tensor of a shape already cached is refused."""
+    tensors = []
+    for k, dtype in enumerate((np.float32, np.float16, np.int64, np.int8, np.bool_, np.float64)):
+        for shape in ((), (1,), (3, 5), (0, 7), (2, 3, 4)):
+            for i in range(3):
+                tensors.append(numpy_helper.from_array(np.zeros(shape, dtype), f"t{k}_{shape}_{i}"))
+    check_tensors(tensors, None)
+    tensors[-1].raw_data = tensors[-1].raw_data + b"\0"
+    with pytest.raises(SurgeryError, match="holds"):
+        check_tensors(tensors, None)
