@@ -21,11 +21,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .checking import FULL_CHECK_MAX_NODES as FULL_CHECK_MAX_NODES
 from .errors import SurgeryError, UsageError
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-FULL_CHECK_MAX_NODES = 20_000
-"""Outputs with more nodes than this get ``onnx.checker.check_model`` without ``full_check``."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -264,54 +263,27 @@ def _load(path: str) -> Any:
 
 
 def _node_count(model: Any, limit: int) -> int:
-    """Nodes of the main graph plus every nested body; counting stops once past ``limit`` (so a
-    large graph is not walked in Python just to be counted)."""
-    from .index import iter_graphs
+    """Nodes of ``model`` including nested bodies, counted up to just past ``limit``."""
+    from .checking import node_count
     from .io import as_model
 
-    graph = as_model(model).proto.graph
-    count = len(graph.node)
-    if count > limit:
-        return count
-    for g in iter_graphs(graph):
-        if g is not graph:
-            count += len(g.node)
-            if count > limit:
-                break
-    return count
+    return node_count(as_model(model).proto, limit)
 
 
 def _write(model: Any, output: str, source: str) -> None:
-    """Save atomically, then prove the file passes onnx.checker; a file that does not (while the
-    input does) is removed and reported as an internal error.
+    """Save atomically with the CLI's checker guarantee (``Check.AUTO``: the full check up to
+    FULL_CHECK_MAX_NODES nodes, the plain check above); a file that fails while the input
+    ``source`` passes is removed and reported as an internal error (exit 3)."""
+    from .checking import Check
+    from .io import Model, as_model, save
 
-    The full check (strict shape inference) runs on outputs of at most FULL_CHECK_MAX_NODES nodes;
-    larger outputs get the plain check (structure, op schemas), since full inference would cost
-    several times the surgery itself. The input is re-checked the same way on failure."""
-    import onnx
-
-    from .io import save
-
-    full = _node_count(model, FULL_CHECK_MAX_NODES) <= FULL_CHECK_MAX_NODES
-    path = save(model, output)
-    try:
-        onnx.checker.check_model(str(path), full_check=full)
-    except Exception as exc:  # noqa: BLE001
-        try:
-            onnx.checker.check_model(source, full_check=full)
-        except Exception:  # noqa: BLE001 - the input already fails: not our doing
-            _warn(f"the output fails onnx.checker as the input does ({str(exc).splitlines()[0][:160]})")
-            return
-        _remove_output(path)
-        raise RuntimeError(f"output failed onnx.checker: {str(exc).splitlines()[0][:300]}") from exc
-
-
-def _remove_output(path: Path) -> None:
-    import contextlib
-
-    for p in (path, path.with_name(path.name + ".data")):
-        with contextlib.suppress(OSError):
-            p.unlink()
+    m = as_model(model)
+    if m.source is None:  # a bare proto: compare a failing output with the given source file
+        m = Model(m.proto, base_dir=m.base_dir, source=Path(source))
+    seen = len(m.warnings)
+    save(m, output, check=Check.AUTO)
+    for w in m.warnings[seen:]:
+        _warn(w)
 
 
 def _isolation(args: argparse.Namespace) -> dict[str, Any]:
@@ -342,86 +314,93 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+Summary = tuple[dict[str, Any], str]
+"""What a rewriting command reports: the JSON object for ``--json`` and the one-line text."""
+
+
+def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary]) -> int:
+    """The skeleton every rewriting command shares: refuse ``-o`` onto the input, load (warnings
+    on stderr), ``apply`` the verb to the model (it returns the summary), save atomically with
+    the checker guarantee, print the summary (JSON with ``--json``), then ``--verify``."""
+    _check_paths(args.model, args.output)
+    model = _load(args.model)
+    summary, text = apply(model)
+    _write(model, args.output, args.model)
+    _out(json.dumps(summary, indent=2) if args.json else text)
+    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+
+
 def _cmd_extract(args: argparse.Namespace) -> int:
     from .surgery import extract
 
-    _check_paths(args.model, args.output)
-    model = _load(args.model)
-    result = extract(model, args.outputs, inputs=args.inputs)
-    _write(model, args.output, args.model)
-    summary = {"outputs": list(result.outputs), "inputs": list(result.inputs),
-               "nodes": result.kept_nodes,
-               "removed_initializers": len(result.removed_initializers)}
-    if args.json:
-        _out(json.dumps(summary, indent=2))
-    else:
-        _out(f"extracted {result.kept_nodes} nodes (dropped {result.removed_nodes}) -> {args.output}")
-    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+    def apply(model: Any) -> Summary:
+        result = extract(model, args.outputs, inputs=args.inputs)
+        return ({"outputs": list(result.outputs), "inputs": list(result.inputs),
+                 "nodes": result.kept_nodes,
+                 "removed_initializers": len(result.removed_initializers)},
+                f"extracted {result.kept_nodes} nodes (dropped {result.removed_nodes}) -> "
+                f"{args.output}")
+
+    return _rewrite(args, apply)
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
     from .surgery import Weights, copy
 
-    _check_paths(args.model, args.output)
-    model = _load(args.model)
-    result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
-                  replace_inputs=dict(args.replace_input) or None)
-    _write(model, args.output, args.model)
-    if args.json:
-        _out(json.dumps({"outputs": result.outputs, "initializers": result.initializers,
-                         "nodes": result.nodes}, indent=2))
-    else:
+    def apply(model: Any) -> Summary:
+        result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
+                      replace_inputs=dict(args.replace_input) or None)
         pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
-        _out(f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
-             f"({args.weights} weights): {pairs} -> {args.output}")
-    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+        return ({"outputs": result.outputs, "initializers": result.initializers,
+                 "nodes": result.nodes},
+                f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
+                f"({args.weights} weights): {pairs} -> {args.output}")
+
+    return _rewrite(args, apply)
 
 
 def _cmd_insert(args: argparse.Namespace) -> int:
-    from .surgery import insert
-
-    _check_paths(args.model, args.output)
     if args.func and not args.framework:
         raise UsageError("--func needs --framework tf|torch")
     if args.framework and not args.func:
         raise UsageError("--framework goes with --func")
-    model = _load(args.model)
-    if args.func:
-        result = insert(model, args.at, func=args.func, framework=args.framework,
-                        as_output=args.as_output)
-    elif args.graph:
-        from .io import load
 
-        result = insert(model, args.at, graph=load(args.graph), as_output=args.as_output)
-    else:
-        from .processing import parse_op
+    def apply(model: Any) -> Summary:
+        from .surgery import insert
 
-        name, params = parse_op(args.op)
-        result = insert(model, args.at, op=name, params=params, as_output=args.as_output)
-    _write(model, args.output, args.model)
-    if args.json:
-        _out(json.dumps({"processed": result.processed, "rerouted": list(result.rerouted)}, indent=2))
-    else:
+        if args.func:
+            from .converters import insert_function
+
+            result = insert_function(model, args.at, args.func, args.framework,
+                                     as_output=args.as_output)
+        elif args.graph:
+            from .io import load
+
+            result = insert(model, args.at, graph=load(args.graph), as_output=args.as_output)
+        else:
+            from .processing import parse_op
+
+            name, params = parse_op(args.op)
+            result = insert(model, args.at, op=name, params=params, as_output=args.as_output)
         where = "as a new output" if args.as_output else f"rerouted {len(result.rerouted)} consumers"
-        _out(f"inserted at {args.at}: {result.processed} ({where}) -> {args.output}")
-    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+        return ({"processed": result.processed, "rerouted": list(result.rerouted)},
+                f"inserted at {args.at}: {result.processed} ({where}) -> {args.output}")
+
+    return _rewrite(args, apply)
 
 
 def _cmd_reroute(args: argparse.Namespace) -> int:
     from .surgery import reroute
 
-    _check_paths(args.model, args.output)
-    model = _load(args.model)
-    result = reroute(model, args.source, args.target, consumers=args.consumers)
-    _write(model, args.output, args.model)
-    if args.json:
-        _out(json.dumps({"rerouted": list(result.rerouted),
-                         "rerouted_outputs": list(result.rerouted_outputs)}, indent=2))
-    else:
+    def apply(model: Any) -> Summary:
+        result = reroute(model, args.source, args.target, consumers=args.consumers)
         outs = f" and {len(result.rerouted_outputs)} graph outputs" if result.rerouted_outputs else ""
-        _out(f"rerouted {len(result.rerouted)} consumers{outs} of {args.source} to {args.target} "
-             f"-> {args.output}")
-    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+        return ({"rerouted": list(result.rerouted),
+                 "rerouted_outputs": list(result.rerouted_outputs)},
+                f"rerouted {len(result.rerouted)} consumers{outs} of {args.source} to "
+                f"{args.target} -> {args.output}")
+
+    return _rewrite(args, apply)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

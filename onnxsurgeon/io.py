@@ -30,6 +30,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
+from .checking import Check, check_written, full_check_for
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
     ExternalRef,
@@ -294,7 +295,7 @@ class _AtomicFile:
 
 
 def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
-         external: bool | None = None) -> Path:
+         external: bool | None = None, check: Check | str = Check.SMALL) -> Path:
     """Write ``model`` to ``path`` atomically and deterministically.
 
     External tensors stay external: their bytes are streamed from the source data file into one
@@ -304,14 +305,26 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     written. Files are written invisibly and renamed into place only when complete, so an
     interrupted save leaves no partial output. Peak memory: the serialized proto plus one chunk.
 
+    The written file is then checked with ``onnx.checker`` as ``check`` says (see
+    :class:`~onnxsurgeon.checking.Check`; by default the full check for models up to 20,000
+    nodes, none above; the CLI uses ``Check.AUTO``). A file that fails while the model's
+    ``source`` file fails the same check is kept, with a warning appended to ``model.warnings``.
+
     Returns:
         The path written.
 
     Raises:
         UsageError: output is the input or one of its data files, a folder, a link, unwritable.
         InvalidModelError / UnsafeModelError: an external reference fails its checks.
+        OutputCheckError: the written file fails ``onnx.checker`` (it is removed).
     """
     m = as_model(model)
+    try:
+        level = Check(check)
+    except ValueError:
+        raise UsageError(
+            f"check={check!r} is not a check level; use one of {[c.value for c in Check]}"
+        ) from None
     out = Path(path)
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
@@ -335,6 +348,7 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
                 "another output name"
             )
     proto = m.proto
+    full = full_check_for(proto, level)
     tensors = list(iter_tensors(proto))
     external_tensors = list(compress(tensors, map(_EXTERNAL.__eq__, map(_LOCATION, tensors))))
     files: dict[tuple[str, ...], os.stat_result] = {}
@@ -435,6 +449,10 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
                 t.data_location = location
             if raw is not None:
                 t.raw_data = raw
+    if full is not None:
+        warning = check_written(out, full=full, reference=m.source)
+        if warning is not None:
+            m.warnings.append(warning)
     return out
 
 

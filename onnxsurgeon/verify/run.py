@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ..checking import Check
 from ..errors import InvalidModelError
 from ..index import GraphIndex
 from ..io import Model, as_model, is_external, iter_tensors, load, save
@@ -153,7 +154,7 @@ class Staged:
     def path(self) -> Path:
         """The staged copy (written on first use: variants need the weights beside them)."""
         if self._path is None:
-            self._path = save(self.model, self.workspace.fresh_path(self.label))
+            self._path = save(self.model, self.workspace.fresh_path(self.label), check=Check.OFF)
         return self._path
 
     def base_path(self) -> Path:
