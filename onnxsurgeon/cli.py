@@ -153,6 +153,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verify_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
+    p = sub.add_parser("rename", help="rename tensors (or nodes) keeping every reader and output")
+    _add_model_io(p)
+    p.add_argument("--map", type=_pair, action="extend", nargs="+", default=[], metavar="OLD=NEW",
+                   help="old name (any selector) -> new name (several pairs, or the flag repeated)")
+    p.add_argument("--regex", type=_pair, action="extend", nargs="+", default=[],
+                   metavar="PATTERN=REPLACEMENT",
+                   help="re.sub over every other name (split at the first '='; \\1 for groups)")
+    p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
+    _add_verify_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("bypass", help="remove a node; its readers read its input")
+    _add_model_io(p)
+    p.add_argument("--node", type=_csv, action="extend", required=True, metavar="NAME[,NAME...]",
+                   help="node(s) to remove (a chain may be given at once)")
+    p.add_argument("--input", type=int, default=0, metavar="K",
+                   help="which input the readers read instead (default 0)")
+    _add_verify_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE")
     p.add_argument("candidate", metavar="CANDIDATE")
@@ -403,6 +423,37 @@ def _cmd_reroute(args: argparse.Namespace) -> int:
     return _rewrite(args, apply)
 
 
+def _cmd_rename(args: argparse.Namespace) -> int:
+    from .surgery import rename
+
+    _check_paths(args.model, args.output)
+    model = _load(args.model)
+    result = rename(model, dict(args.map), regex=list(args.regex), nodes=args.nodes)
+    _write(model, args.output, args.model)
+    if args.json:
+        _out(json.dumps({"renamed": result.renamed}, indent=2))
+    else:
+        what = "nodes" if args.nodes else "tensors"
+        _out(f"renamed {len(result.renamed)} {what} -> {args.output}")
+    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+
+
+def _cmd_bypass(args: argparse.Namespace) -> int:
+    from .surgery import bypass
+
+    _check_paths(args.model, args.output)
+    model = _load(args.model)
+    result = bypass(model, args.node, input=args.input)
+    _write(model, args.output, args.model)
+    if args.json:
+        _out(json.dumps({"removed": result.removed, "rerouted": result.rerouted,
+                         "rerouted_outputs": result.rerouted_outputs}, indent=2))
+    else:
+        _out(f"removed {', '.join(result.removed)}; rerouted {len(result.rerouted)} consumers "
+             f"-> {args.output}")
+    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from . import verify
 
@@ -457,6 +508,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "inspect": _cmd_inspect, "extract": _cmd_extract, "copy": _cmd_copy, "insert": _cmd_insert,
     "reroute": _cmd_reroute, "verify": _cmd_verify, "convert": _cmd_convert, "demo": _cmd_demo,
+    "rename": _cmd_rename, "bypass": _cmd_bypass,
 }
 
 

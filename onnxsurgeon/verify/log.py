@@ -38,7 +38,7 @@ def replay(model: Model, record: Mapping[str, Any]) -> None:
         UsageError: the record cannot be replayed (unknown op, inserted user graph, or the replay
             records something else than ``record``).
     """
-    from ..surgery import copy, extract, insert, reroute
+    from ..surgery import bypass, copy, extract, insert, rename, reroute
 
     op = record.get("op")
     if op == "extract":
@@ -54,6 +54,12 @@ def replay(model: Model, record: Mapping[str, Any]) -> None:
     elif op == "reroute":
         consumers = None if record.get("rerouted_outputs") else list(record.get("rerouted", []))
         reroute(model, str(record["from"]), str(record["to"]), consumers=consumers or None)
+    elif op == "rename":
+        rename(model, dict(record["renamed"]), nodes=bool(record.get("nodes")))
+    elif op == "bypass":
+        bypass(model, list(record["removed"]), input=int(record.get("input", 0)))
+    elif op == "merge":
+        raise UsageError("the second model of a merge is not stored in the rewrite log")
     else:
         raise UsageError(f"rewrite record op {op!r} is unknown")
     if rewrites(model.proto)[-1] != dict(record):

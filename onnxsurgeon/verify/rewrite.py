@@ -460,14 +460,17 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike, record: Mapping[st
         UsageError: an unknown op or a record that does not fit the models.
         ResourceLimitError: an isolated run exceeded its time or memory limit.
     """
+    from .verbs import checks
+
+    known = {**_CHECKS, **checks()}
     op = record.get("op")
-    if op not in _CHECKS:
-        raise UsageError(f"rewrite record op {op!r} is unknown; expected one of {sorted(_CHECKS)}")
+    if op not in known:
+        raise UsageError(f"rewrite record op {op!r} is unknown; expected one of {sorted(known)}")
     limits = make_limits(isolate, timeout, memory_limit)
     orig_model, new_model = to_model(original), to_model(rewritten)
     with Workspace() as ws:
         ctx = _Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
                        dims=dims, samples=samples, limits=limits)
         check = _Check(batch)
-        _CHECKS[str(op)](ctx, record, check)
+        known[str(op)](ctx, record, check)
         return check.report(f"rewrite:{op}", len(ctx.feeds), locate_divergence=locate_divergence)

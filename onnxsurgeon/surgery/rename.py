@@ -1,0 +1,228 @@
+"""``rename``: give tensors (or nodes) new names without breaking a single tie.
+
+A renamed main-graph tensor keeps its producer, every reader (main-graph nodes, nodes inside
+If/Loop/Scan bodies that capture it, bodies that pass it straight through), its place among the
+graph inputs, outputs, initializers and value_info, and its entry in the converters' name map
+(``metadata_props['onnxsurgeon.name_map']``). Nodes keep their names and metadata, so module paths
+recorded by the PyTorch exporter still resolve.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import onnx
+
+from ..errors import NotFoundError, UsageError
+from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
+from ..io import Model, as_model
+from ..record import add_rewrite
+from ..select import NAME_MAP_KEY, Selector, name_map
+from ._edges import rewire
+
+
+@dataclass(frozen=True)
+class RenameResult:
+    """What ``rename`` did.
+
+    Attributes:
+        renamed: old name -> new name, in the order the names were given (map first, then the
+            regex matches in graph order).
+        nodes: True when node names were renamed, False for tensor names.
+    """
+
+    renamed: dict[str, str]
+    nodes: bool
+
+
+def _compile(regex: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
+    items = regex.items() if isinstance(regex, Mapping) else regex
+    compiled: list[tuple[re.Pattern[str], str]] = []
+    for pattern, repl in items:
+        try:
+            compiled.append((re.compile(pattern), repl))
+        except re.error as exc:
+            raise UsageError(f"regex '{pattern}' does not compile ({exc}); fix the pattern") from None
+    return compiled
+
+
+def _apply(compiled: list[tuple[re.Pattern[str], str]], names: Iterable[str],
+           skip: Mapping[str, str]) -> dict[str, str]:
+    """old -> new for every name some pattern changes (patterns chain in order)."""
+    found: dict[str, str] = {}
+    hits = [0] * len(compiled)
+    for name in names:
+        if name in skip or name in found:
+            continue
+        new = name
+        for k, (pattern, repl) in enumerate(compiled):
+            try:
+                out = pattern.sub(repl, new)
+            except (re.error, IndexError) as exc:
+                raise UsageError(
+                    f"replacement '{repl}' of regex '{pattern.pattern}' is invalid ({exc}); "
+                    "use \\1 or \\g<name> for groups the pattern has"
+                ) from None
+            if out != new:
+                hits[k] += 1
+            new = out
+        if new != name:
+            found[name] = new
+    for k, (pattern, _) in enumerate(compiled):
+        if not hits[k]:
+            raise UsageError(f"regex '{pattern.pattern}' matches no name in the model; check the pattern")
+    return found
+
+
+def _nested_names(index: GraphIndex) -> dict[str, str]:
+    """Name defined inside a nested body -> label of the main-graph node holding that body."""
+    found: dict[str, str] = {}
+    for i, node in enumerate(index.graph.node):
+        for body in subgraphs(node):
+            for g in iter_graphs(body):
+                for name in graph_defined_names(g):
+                    found.setdefault(name, index.node_label(i))
+    return found
+
+
+def _check_new_names(renamed: Mapping[str, str], existing: Iterable[str], what: str,
+                     nested: Mapping[str, str]) -> None:
+    """Refuse empty names, two names renamed to one, collisions with names that stay, and names
+    a nested body defines (they would shadow the renamed tensor inside it)."""
+    staying = set(existing) - renamed.keys()
+    seen: dict[str, str] = {}
+    for old, new in renamed.items():
+        if not new:
+            raise UsageError(f"{what} '{old}' would get an empty name; give a non-empty new name")
+        if new in seen:
+            raise UsageError(
+                f"{what}s '{seen[new]}' and '{old}' would both be named '{new}'; give them "
+                "different names"
+            )
+        seen[new] = old
+        if new in staying:
+            raise UsageError(
+                f"cannot rename {what} '{old}' to '{new}': the model already has a {what} named "
+                f"'{new}'; pick another name (or rename that one too)"
+            )
+        if new in nested:
+            raise UsageError(
+                f"cannot rename {what} '{old}' to '{new}': the body of node '{nested[new]}' "
+                f"defines '{new}', which would hide the renamed {what} inside it; pick another name"
+            )
+
+
+def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for old, new in mapping.items():
+        if old not in index.node_names:
+            close = difflib.get_close_matches(old, list(index.node_names), n=3, cutoff=0.5)
+            hint = ("did you mean " + ", ".join(f"'{c}'" for c in close) + "?") if close else \
+                "run 'onnxsurgeon inspect MODEL --nodes' to list node names"
+            raise NotFoundError(f"node '{old}' not found in the main graph; {hint}")
+        out[old] = new
+    return out
+
+
+def _rename_tensors(index: GraphIndex, renamed: Mapping[str, str]) -> None:
+    """Apply ``renamed`` to every tie of each main-graph tensor. Every element is renamed once,
+    from the state before the call, so swaps (a->b, b->a) work. O(nodes + edges)."""
+    graph = index.graph
+    for old, new in renamed.items():
+        i = index.producer.get(old)
+        if i is not None:
+            outs = graph.node[i].output
+            for k, name in enumerate(outs):
+                if name == old:
+                    outs[k] = new
+    uses = {old: list(index.consumers.get(old, ())) for old in renamed}
+    for old, new in renamed.items():
+        rewire(index, uses[old], new)
+    for field in (graph.input, graph.output, graph.value_info):
+        for vi in field:
+            if vi.name in renamed:
+                vi.name = renamed[vi.name]
+    for t in graph.initializer:
+        if t.name in renamed:
+            t.name = renamed[t.name]
+    for st in graph.sparse_initializer:
+        if st.values.name in renamed:
+            st.values.name = renamed[st.values.name]
+    model = index.model
+    fmap = name_map(model)
+    if fmap and any(v in renamed for v in fmap.values()):
+        text = json.dumps({k: renamed.get(v, v) for k, v in fmap.items()}, sort_keys=True,
+                          separators=(",", ":"))
+        for prop in model.metadata_props:
+            if prop.key == NAME_MAP_KEY:
+                prop.value = text
+
+
+def rename(
+    model: Model | onnx.ModelProto,
+    mapping: Mapping[str, str] | None = None,
+    /,
+    *,
+    regex: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+    nodes: bool = False,
+) -> RenameResult:
+    """Rename main-graph tensors (or, with ``nodes``, main-graph nodes). Mutates model.
+
+    ``mapping`` maps old names to new ones; old tensor names are resolved like every selector
+    (exact ONNX name, converters' name map, TF ``:0`` style, node name, torch module path).
+    ``regex`` maps patterns to replacements (``re.sub`` syntax, applied in order) over every
+    main-graph tensor (or node) name the mapping does not name. A renamed tensor keeps every tie
+    (see the module docstring); renaming a graph input or output renames that input or output.
+
+    Before:  conv -> act -> {pool, If(then: Mul(act, W)), <output act>}
+    After (act=feat):  conv -> feat -> {pool, If(then: Mul(feat, W)), <output feat>}
+
+    O(nodes + edges), plus the size of nested bodies (their names are checked for shadowing).
+
+    Raises:
+        NotFoundError / AmbiguousNameError: an old name does not resolve.
+        UsageError: nothing to rename, an empty new name, two names renamed to one, a new name
+            the model already uses (in the main graph or inside a nested body), a bad regex.
+    """
+    m = as_model(model)
+    proto = m.proto
+    index = GraphIndex(proto)
+    given = dict(mapping or {})
+    compiled = _compile(regex or {})
+    if not given and not compiled:
+        raise UsageError("nothing to rename; give a mapping OLD=NEW or a regex PATTERN=REPLACEMENT")
+    what = "node" if nodes else "tensor"
+    if nodes:
+        renamed = _resolve_nodes(index, given)
+        renamed |= _apply(compiled, index.node_names, renamed)
+        existing: Iterable[str] = index.node_names
+        nested: dict[str, str] = {}
+    else:
+        selector = Selector(index)
+        renamed = {}
+        for old, new in given.items():
+            resolved = selector.resolve(old)
+            if resolved in renamed and renamed[resolved] != new:
+                raise UsageError(f"tensor '{resolved}' is given two new names; give it one")
+            renamed[resolved] = new
+        renamed |= _apply(compiled, index.tensor_names(), renamed)
+        existing = index.tensor_names()
+        nested = _nested_names(index)
+    renamed = {old: new for old, new in renamed.items() if old != new}
+    if not renamed:
+        raise UsageError(f"every {what} keeps its name; nothing to rename")
+    _check_new_names(renamed, existing, what, nested)
+
+    # ------------------------------------------------------------------ mutate (all checked)
+    if nodes:
+        for node in proto.graph.node:
+            if node.name in renamed:
+                node.name = renamed[node.name]
+    else:
+        _rename_tensors(index, renamed)
+    add_rewrite(proto, {"op": "rename", "renamed": dict(renamed), "nodes": bool(nodes)})
+    return RenameResult(dict(renamed), bool(nodes))

@@ -1,0 +1,96 @@
+"""Rewrite invariants of the structural verbs ``rename``, ``bypass`` and ``merge``.
+
+With graph optimizations off, compared bit for bit:
+
+* rename -- every output (and every renamed tensor) of the rewritten model equals the original's
+  under its old name, the rewritten model fed the original's inputs under their new names;
+* bypass -- the rewritten model equals the original whose removed nodes are replaced by Identity
+  of the bypassed input (that model is built from the original and the record);
+* merge -- the rewritten model equals running FIRST, then SECOND on FIRST's connected outputs
+  (SECOND's renamed tensors mapped back through the record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import onnx
+
+from ..errors import UsageError
+from ..io import Model
+from .locate import Side
+from .rewrite import _Check, _Context, _dtype, _run_all
+
+
+def _check_rename(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    renamed = {str(k): str(v) for k, v in dict(record.get("renamed", {})).items()}
+    tensors = {} if record.get("nodes") else renamed
+    new_feeds = [{tensors.get(k, k): v for k, v in f.items()} for f in feeds]
+    names = list(dict.fromkeys([*orig.output_names,
+                                *(n for n in tensors if orig.is_tensor(n))]))
+    for n in tensors:
+        if not orig.is_tensor(n):
+            check.missing("rename", n, f"'{n}' is not a tensor of the original model")
+    orig_vals = _run_all(orig, feeds, names)
+    new_vals = _run_all(new, new_feeds, [tensors.get(n, n) for n in names])
+
+    def sides(k: int) -> tuple[Side, Side]:
+        return Side(orig, feeds[k]), Side(new, new_feeds[k])
+
+    for n in names:
+        target = tensors.get(n, n)
+        if not new.is_tensor(target):
+            check.missing("rename", n, f"the rewritten model has no tensor '{target}'")
+            continue
+        check.compare("rename", n, target, orig_vals, new_vals, dtype=_dtype(orig, n), exact=True,
+                      sides=sides, mapping=tensors)
+
+
+def _identity_reference(original: Model, record: Mapping[str, Any]) -> Model:
+    """The original with every removed node replaced by ``Identity(bypassed input)``."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(original.proto)
+    removed = list(record.get("removed", []))
+    slot = int(record.get("input", 0))
+    by_name = {n.name: k for k, n in enumerate(proto.graph.node) if n.name}
+    for name in removed:
+        k = by_name.get(str(name))
+        if k is None:
+            raise UsageError(
+                f"the rewrite record removes node '{name}', which the original model does not "
+                "have; give the model the rewrite started from"
+            )
+        node = proto.graph.node[k]
+        src = node.input[slot] if slot < len(node.input) else ""
+        out = node.output[0]
+        node.CopyFrom(onnx.helper.make_node("Identity", [src], [out], name=node.name))
+    return Model(proto, base_dir=original.base_dir)
+
+
+def _check_bypass(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+    """Outputs pair by position: a graph output keeps its name, or (``rerouted_outputs``) takes
+    the bypassed input's name."""
+    new, feeds = ctx.new, ctx.feeds
+    ref = ctx.stage(_identity_reference(ctx.orig.model, record), "identity")
+    if len(ref.output_names) != len(new.output_names):
+        raise UsageError(
+            f"the rewritten model has {len(new.output_names)} outputs but the original "
+            f"{len(ref.output_names)}; give the model the bypass started from"
+        )
+    pairs = list(zip(ref.output_names, new.output_names, strict=True))
+    ref_vals = _run_all(ref, feeds, [r for r, _ in pairs])
+    new_vals = _run_all(new, feeds, [c for _, c in pairs])
+
+    def sides(k: int) -> tuple[Side, Side]:
+        return Side(ref, feeds[k]), Side(new, feeds[k])
+
+    for r, c in pairs:
+        check.compare("bypass", r, c, ref_vals, new_vals, dtype=_dtype(ref, r), exact=True,
+                      sides=sides)
+
+
+def checks() -> dict[str, Callable[[_Context, Mapping[str, Any], _Check], None]]:
+    """op -> invariant check of the verbs this module covers."""
+    return {"rename": _check_rename, "bypass": _check_bypass}
