@@ -31,15 +31,6 @@ class Closure:
     stops: tuple[str, ...]
 
 
-def _reads(index: GraphIndex, i: int) -> list[str]:
-    """Tensors node ``i`` reads: explicit inputs, then captures of its nested bodies."""
-    node = index.graph.node[i]
-    names = [n for n in node.input if n]
-    if i in index.captures:
-        names.extend(name for name, _ in index.captures[i])
-    return names
-
-
 def closure(
     index: GraphIndex, targets: Sequence[str], /, *, stop_at: Collection[str] = ()
 ) -> Closure:
@@ -58,38 +49,47 @@ def closure(
     init_order: list[str] = []
     reached_stops: set[str] = set()
     input_hits: set[str] = set()
-    stack: list[tuple[str, str | None]] = [(t, None) for t in reversed(targets)]
+    # hot loop (copy walks whole models): locals bound once, the reader kept as a node index
+    # (its label is made only for an error), one read of node.input per node
+    initializers, inputs_map, producer = index.initializers, index.inputs, index.producer
+    captures = index.captures
+    node_field = index.graph.node
+    add_tensor, add_node = tensors.add, seen_nodes.add
+    stack: list[tuple[str, int]] = [(t, -1) for t in reversed(targets)]
+    push, pop = stack.append, stack.pop
     while stack:
-        name, reader = stack.pop()
+        name, reader = pop()
         if name in tensors:
             continue
-        tensors.add(name)
+        add_tensor(name)
         if name in stops:
             reached_stops.add(name)
             continue
-        if name in index.initializers:
+        if name in initializers:
             init_order.append(name)
             continue
-        if name in index.inputs:
+        if name in inputs_map:
             input_hits.add(name)
             continue
-        i = index.producer.get(name)
+        i = producer.get(name)
         if i is None:
-            where = f" (read by node '{reader}')" if reader else ""
+            where = f" (read by node '{index.node_label(reader)}')" if reader >= 0 else ""
             raise InvalidModelError(
                 f"tensor '{name}'{where} is never produced and is not an input or initializer; "
                 "repair the model (add its producer or declare it as a graph input)"
             )
         if i in seen_nodes:
             continue
-        seen_nodes.add(i)
-        label = index.node_label(i)
-        for out in index.graph.node[i].output:
-            if out:
-                tensors.add(out)
-        for read in reversed(_reads(index, i)):
+        add_node(i)
+        node = node_field[i]
+        tensors.update(node.output)
+        reads = [n for n in node.input if n]
+        if i in captures:
+            reads.extend(captured for captured, _ in captures[i])
+        for read in reversed(reads):
             if read not in tensors:
-                stack.append((read, label))
+                push((read, i))
+    tensors.discard("")
     inputs = tuple(n for n in index.inputs if n in input_hits)
     return Closure(
         targets=tuple(targets),

@@ -61,7 +61,9 @@ def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
         g, depth = stack.pop()
         check_depth(g, depth)
         yield g
-        nested = [(sub, depth + 1) for node in g.node for sub in subgraphs(node)]
+        nodes = g.node
+        nested = [(sub, depth + 1) for i, attrs in enumerate(map(_ATTRIBUTES, nodes)) if attrs
+                  for sub in subgraphs(nodes[i])]
         stack.extend(reversed(nested))
 
 
@@ -145,6 +147,7 @@ class NodeEdges:
 
 
 _NAME = attrgetter("name")
+_ATTRIBUTES = attrgetter("attribute")
 
 
 def _positions(items: Iterable[Any]) -> dict[str, int]:
@@ -223,9 +226,10 @@ class GraphIndex:
     def captures(self) -> dict[int, list[tuple[str, InnerRead]]]:
         """Main-graph node index -> outer-scope reads made inside its bodies."""
         result: dict[int, list[tuple[str, InnerRead]]] = {}
-        for i, node in enumerate(self.graph.node):
-            if has_subgraphs(node):
-                result[i] = body_captures(node)
+        nodes = self.graph.node
+        for i, attrs in enumerate(map(_ATTRIBUTES, nodes)):  # C-level field reads
+            if attrs and has_subgraphs(nodes[i]):
+                result[i] = body_captures(nodes[i])
         return result
 
     @cached_property

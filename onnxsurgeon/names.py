@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from itertools import chain
+from operator import attrgetter
 
 import onnx
 
@@ -12,33 +14,32 @@ from .index import iter_graphs
 _SUFFIX = re.compile(r"^(.*?)(?:__(\d+))?$")
 
 
+_NAME = attrgetter("name")
+_INPUT, _OUTPUT = attrgetter("input"), attrgetter("output")
+_VALUES_NAME = attrgetter("values.name")
+
+
+def _node_names(nodes: Iterable[onnx.NodeProto]) -> Iterator[str]:
+    """Names, inputs and outputs of ``nodes``, read by C-level maps (~0.3 us per node)."""
+    yield from map(_NAME, nodes)
+    yield from chain.from_iterable(map(_INPUT, nodes))
+    yield from chain.from_iterable(map(_OUTPUT, nodes))
+
+
 def all_names(model: onnx.ModelProto) -> Iterator[str]:
     """Every tensor and node name in the model, nested bodies and local functions included.
 
     O(nodes + edges) over every graph.
     """
     for graph in iter_graphs(model.graph):
-        for vi in graph.input:
-            yield vi.name
-        for vi in graph.output:
-            yield vi.name
-        for vi in graph.value_info:
-            yield vi.name
-        for t in graph.initializer:
-            yield t.name
-        for st in graph.sparse_initializer:
-            yield st.values.name
-        for node in graph.node:
-            yield node.name
-            yield from node.input
-            yield from node.output
+        for infos in (graph.input, graph.output, graph.value_info, graph.initializer):
+            yield from map(_NAME, infos)
+        yield from map(_VALUES_NAME, graph.sparse_initializer)
+        yield from _node_names(graph.node)
     for fn in model.functions:
         yield from fn.input
         yield from fn.output
-        for node in fn.node:
-            yield node.name
-            yield from node.input
-            yield from node.output
+        yield from _node_names(fn.node)
 
 
 class NameAllocator:
@@ -63,6 +64,14 @@ class NameAllocator:
 
     def __contains__(self, name: str) -> bool:
         return name in self._taken
+
+    def fresh_many(self, bases: list[str]) -> list[str]:
+        """``[self.fresh(b) for b in bases]``, in C when no base is empty, taken or repeated
+        (the common case of a prefixed copy: then every base is its own answer). O(len(bases))."""
+        if all(bases) and self._taken.isdisjoint(bases) and len(set(bases)) == len(bases):
+            self._taken.update(bases)
+            return list(bases)
+        return [self.fresh(b) for b in bases]
 
     def fresh(self, base: str) -> str:
         """A new unique name built from ``base``; it is reserved before being returned."""

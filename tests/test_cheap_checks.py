@@ -106,3 +106,20 @@ def test_fast_check_covers_every_shape_and_dtype_seen():
     tensors[-1].raw_data = tensors[-1].raw_data + b"\0"
     with pytest.raises(SurgeryError, match="holds"):
         check_tensors(tensors, None)
+
+
+@pytest.mark.parametrize("bases", [
+    ["copy/a", "copy/b", "copy/c"],            # the bulk path
+    ["copy/a", "x", "copy/b"],                 # 'x' is taken: sequential path
+    ["copy/a", "copy/a", "copy/b"],            # repeated base
+    ["copy/a", "", "copy/b"],                  # empty base
+    ["x__1", "x", "x"],                        # suffixes colliding with handed-out names
+])
+def test_fresh_many_equals_fresh_one_by_one(bases):
+    from onnxsurgeon.names import NameAllocator
+
+    taken = ["x", "y", "x__2"]
+    one_by_one = NameAllocator(taken)
+    bulk = NameAllocator(taken)
+    assert bulk.fresh_many(bases) == [one_by_one.fresh(b) for b in bases]
+    assert bulk.fresh("x") == one_by_one.fresh("x")  # same state afterwards

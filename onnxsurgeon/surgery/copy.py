@@ -206,15 +206,13 @@ def copy(
     # ---- the rename map, decided before anything is copied
     names = NameAllocator.for_model(proto)
     mapping: dict[str, str] = dict(repl)
-    init_map: dict[str, str] = {}
-    if not shared_mode:
-        for name in cl.initializers:
-            init_map[name] = names.fresh(prefix + name)
-    mapping.update(init_map)
+    # one list of bases in allocation order (initializers, then each node's name and outputs),
+    # allocated at once: C-level when no prefixed name collides (see NameAllocator.fresh_many)
+    init_names = [] if shared_mode else list(cl.initializers)
     copy_nodes: list[int] = []
     named: dict[int, str] = {}
-    node_map: dict[str, str] = {}
-    tensor_map: dict[str, str] = dict(init_map)
+    node_names: list[str] = []
+    bases = [prefix + name for name in init_names]
     for i in cl.nodes:
         node = graph.node[i]
         if shared_mode and _is_constant(node):
@@ -224,44 +222,32 @@ def copy(
         if not orig_name:
             orig_name = names.fresh(f"{node.op_type}_{i}")
             named[i] = orig_name
-        node_map[orig_name] = names.fresh(prefix + orig_name)
-        for out in node.output:
+        node_names.append(orig_name)
+        bases.append(prefix + orig_name)
+        bases.extend(prefix + out for out in node.output if out)
+    fresh_names = names.fresh_many(bases)
+    k = len(init_names)
+    init_map: dict[str, str] = dict(zip(init_names, fresh_names[:k], strict=True))
+    allocated = iter(fresh_names[k:])
+    mapping.update(init_map)
+    node_map: dict[str, str] = {}
+    tensor_map: dict[str, str] = dict(init_map)
+    for i, orig_name in zip(copy_nodes, node_names, strict=True):
+        node_map[orig_name] = next(allocated)
+        for out in graph.node[i].output:
             if out:
-                tensor_map[out] = names.fresh(prefix + out)
+                tensor_map[out] = next(allocated)
     mapping.update(tensor_map)
 
-    new_nodes: list[onnx.NodeProto] = []
-    for i in copy_nodes:
-        n = onnx.NodeProto()
-        n.CopyFrom(graph.node[i])
-        n.name = node_map[named.get(i, n.name)]
-        for k, name in enumerate(n.input):
-            if name in mapping:
-                n.input[k] = mapping[name]
-        for k, name in enumerate(n.output):
-            if name:
-                n.output[k] = mapping[name]
-        if has_subgraphs(n):
-            _rename_bodies(n, mapping, names, prefix)
-        new_nodes.append(n)
-    new_inits: list[onnx.TensorProto] = []
-    new_sparse: list[onnx.SparseTensorProto] = []
-    new_inputs: list[onnx.ValueInfoProto] = []
+    # Everything below only copies (in C: repeated-field extends) and renames in place; the
+    # renames were all decided above, so nothing can fail after the first mutation.
     sparse_pos = {st.values.name: k for k, st in enumerate(graph.sparse_initializer)}
-    for name, fresh in init_map.items():
-        pos = index.initializers[name]
-        if pos >= 0:
-            t = onnx.TensorProto()
-            t.CopyFrom(graph.initializer[pos])
-            t.name = fresh
-            new_inits.append(t)
-        else:
-            st = onnx.SparseTensorProto()
-            st.CopyFrom(graph.sparse_initializer[sparse_pos[name]])
-            st.values.name = fresh
-            new_sparse.append(st)
-        if name in index.inputs:  # IR < 4 lists initializers as inputs: so does the copy
-            new_inputs.append(renamed_value_info(graph.input[index.inputs[name]], fresh))
+    dense = [(name, fresh) for name, fresh in init_map.items() if index.initializers[name] >= 0]
+    sparse = [(name, fresh) for name, fresh in init_map.items() if index.initializers[name] < 0]
+    new_inputs: list[onnx.ValueInfoProto] = [
+        renamed_value_info(graph.input[index.inputs[name]], fresh)
+        for name, fresh in init_map.items() if name in index.inputs  # IR < 4: so does the copy
+    ]
     new_outputs = [renamed_value_info(out_infos[o], mapping[o]) for o in outs]
     out_set = set(outs)
     new_vi: list[onnx.ValueInfoProto] = []
@@ -277,9 +263,30 @@ def copy(
     # ---- mutate
     for i, name in named.items():
         graph.node[i].name = name
-    graph.node.extend(new_nodes)
-    graph.initializer.extend(new_inits)
-    graph.sparse_initializer.extend(new_sparse)
+    first = len(graph.node)
+    graph.node.extend([graph.node[i] for i in copy_nodes])  # C-level copies
+    get = mapping.get
+    for n in graph.node[first:]:
+        n.name = node_map[n.name]
+        ins = n.input
+        for k, name in enumerate(ins):
+            renamed = get(name)
+            if renamed is not None:
+                ins[k] = renamed
+        outs_ = n.output
+        for k, name in enumerate(outs_):
+            if name:
+                outs_[k] = mapping[name]
+        if n.attribute and has_subgraphs(n):
+            _rename_bodies(n, mapping, names, prefix)
+    first = len(graph.initializer)
+    graph.initializer.extend([graph.initializer[index.initializers[name]] for name, _ in dense])
+    for t, (_, fresh) in zip(graph.initializer[first:], dense, strict=True):
+        t.name = fresh
+    first = len(graph.sparse_initializer)
+    graph.sparse_initializer.extend([graph.sparse_initializer[sparse_pos[name]] for name, _ in sparse])
+    for st, (_, fresh) in zip(graph.sparse_initializer[first:], sparse, strict=True):
+        st.values.name = fresh
     graph.input.extend(new_inputs)
     graph.value_info.extend(new_vi)
     graph.output.extend(new_outputs)
