@@ -296,8 +296,46 @@ def copy(
         nodes=node_map,
         tensors=tensor_map,
     )
+    # the record stays small: every copied name is ``prefix`` + its original (the copied nodes
+    # are the closure of the outputs, which verify recomputes), so only the names the
+    # allocator had to change are listed
     record.add_rewrite(proto, {
-        "op": "copy", "outputs": result.outputs, "initializers": init_map, "nodes": node_map,
+        "op": "copy", "outputs": result.outputs, "prefix": prefix,
+        "initializers": _exceptions(init_map, prefix), "nodes": _exceptions(node_map, prefix),
+        "copied": {"nodes": len(copy_nodes), "initializers": len(init_map)},
         "weights": mode.value, "replace_inputs": repl,
     })
     return result
+
+
+def _exceptions(renames: dict[str, str], prefix: str) -> dict[str, str]:
+    """The entries of ``renames`` that are not ``prefix`` + the original name."""
+    return {k: v for k, v in renames.items() if v != prefix + k}
+
+
+def copied_names(
+    index: GraphIndex, record: Mapping[str, object]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The node and initializer rename maps of a copy ``record``, recomputed on the rewritten
+    model ``index`` describes: the copied nodes are the closure of the record's outputs (the
+    originals keep their positions; under shared weights Constants were not copied), each copy
+    named ``prefix`` + its name unless the record lists an exception. Records written before
+    the prefix rule carry the full maps and are returned as they are. O(closure)."""
+    nodes = {str(k): str(v) for k, v in dict(record.get("nodes") or {}).items()}  # type: ignore[call-overload]
+    inits = {str(k): str(v) for k, v in dict(record.get("initializers") or {}).items()}  # type: ignore[call-overload]
+    prefix = record.get("prefix")
+    if not isinstance(prefix, str):
+        return nodes, inits
+    outputs = [str(o) for o in dict(record.get("outputs") or {})]  # type: ignore[call-overload]
+    stops = [str(a) for a in dict(record.get("replace_inputs") or {})]  # type: ignore[call-overload]
+    cl = closure(index, outputs, stop_at=stops)
+    shared = record.get("weights") == Weights.SHARED.value
+    node_map: dict[str, str] = {}
+    for i in cl.nodes:
+        node = index.graph.node[i]
+        if not (shared and _is_constant(node)):
+            node_map[node.name] = nodes.get(node.name, prefix + node.name)
+    init_map: dict[str, str] = {}
+    if not shared:
+        init_map = {name: inits.get(name, prefix + name) for name in cl.initializers}
+    return node_map, init_map

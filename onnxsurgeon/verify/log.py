@@ -24,6 +24,8 @@ from .run import ModelLike, to_model
 
 
 def _copy_prefix(record: Mapping[str, Any]) -> str:
+    if isinstance(record.get("prefix"), str):
+        return str(record["prefix"])
     for orig, new in dict(record.get("outputs", {})).items():
         at = str(new).rfind(str(orig))
         if at >= 0:

@@ -288,9 +288,9 @@ def _check_copy(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None
     pairs = {_resolve(new, k): v for k, v in dict(record.get("outputs", {})).items()}
     replace = {_resolve(orig, a): _resolve(new, b)
                for a, b in dict(record.get("replace_inputs") or {}).items()}
-    node_map = dict(record.get("nodes", {}))
-    tensor_map: dict[str, str] = {str(k): str(v) for k, v in
-                                  dict(record.get("initializers", {})).items()}
+    from ..surgery.copy import copied_names
+
+    node_map, tensor_map = copied_names(new.index, record)
     for src, dst in node_map.items():
         i, j = new.index.node_names.get(src), new.index.node_names.get(dst)
         if i is not None and j is not None:
