@@ -187,7 +187,9 @@ def test_cli_verify_timeout_and_memory_limit_exit_2_with_one_line(tmp_path):
     onnx.save(bomb_model(), bomb)
     proc = cli("verify", spin, spin, "--isolate", "--timeout", "1")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1 and "ran longer than 1 s" in proc.stderr
+    # On a loaded machine the child may already overrun while loading the session: either phase
+    # must give the same one-line error naming the limit and the fix.
+    assert proc.stderr.count("\n") == 1 and "longer than 1 s" in proc.stderr
     assert "raise --timeout" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("verify", bomb, bomb, "--isolate", "--memory-limit", "1024")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
