@@ -426,32 +426,26 @@ def _cmd_reroute(args: argparse.Namespace) -> int:
 def _cmd_rename(args: argparse.Namespace) -> int:
     from .surgery import rename
 
-    _check_paths(args.model, args.output)
-    model = _load(args.model)
-    result = rename(model, dict(args.map), regex=list(args.regex), nodes=args.nodes)
-    _write(model, args.output, args.model)
-    if args.json:
-        _out(json.dumps({"renamed": result.renamed}, indent=2))
-    else:
+    def apply(model: Any) -> Summary:
+        result = rename(model, dict(args.map), regex=list(args.regex), nodes=args.nodes)
         what = "nodes" if args.nodes else "tensors"
-        _out(f"renamed {len(result.renamed)} {what} -> {args.output}")
-    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+        return ({"renamed": result.renamed},
+                f"renamed {len(result.renamed)} {what} -> {args.output}")
+
+    return _rewrite(args, apply)
 
 
 def _cmd_bypass(args: argparse.Namespace) -> int:
     from .surgery import bypass
 
-    _check_paths(args.model, args.output)
-    model = _load(args.model)
-    result = bypass(model, args.node, input=args.input)
-    _write(model, args.output, args.model)
-    if args.json:
-        _out(json.dumps({"removed": result.removed, "rerouted": result.rerouted,
-                         "rerouted_outputs": result.rerouted_outputs}, indent=2))
-    else:
-        _out(f"removed {', '.join(result.removed)}; rerouted {len(result.rerouted)} consumers "
-             f"-> {args.output}")
-    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+    def apply(model: Any) -> Summary:
+        result = bypass(model, args.node, input=args.input)
+        return ({"removed": result.removed, "rerouted": result.rerouted,
+                 "rerouted_outputs": result.rerouted_outputs},
+                f"removed {', '.join(result.removed)}; rerouted {len(result.rerouted)} consumers "
+                f"-> {args.output}")
+
+    return _rewrite(args, apply)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
