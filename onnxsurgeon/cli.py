@@ -173,6 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verify_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
+    p = sub.add_parser("merge", help="put SECOND behind FIRST: SECOND's inputs read FIRST's tensors")
+    p.add_argument("model", metavar="FIRST", help="the model that runs first (never modified)")
+    p.add_argument("second", metavar="SECOND", help="the model that runs second (never modified)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
+    p.add_argument("--connect", type=_pair, action="extend", nargs="+", required=True,
+                   metavar="FIRST_OUT=SECOND_IN",
+                   help="SECOND_IN reads FIRST's tensor FIRST_OUT (several pairs, or the flag repeated)")
+    p.add_argument("--prefix", default=None, metavar="P",
+                   help="prefix for SECOND's names that collide with FIRST's (default: SECOND's "
+                        "graph name and '/')")
+    p.add_argument("--outputs", type=_csv, default=None, metavar="T[,T...]",
+                   help="outputs of the merged model (default: SECOND's outputs, then FIRST's "
+                        "outputs no connection consumed)")
+    _add_verify_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE")
     p.add_argument("candidate", metavar="CANDIDATE")
@@ -448,6 +464,33 @@ def _cmd_bypass(args: argparse.Namespace) -> int:
     return _rewrite(args, apply)
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from .io import load
+    from .surgery import merge
+    from .verify import verify_merge
+
+    _check_paths(args.second, args.output)
+    second = _load(args.second)
+
+    def apply(model: Any) -> Summary:
+        result = merge(model, second, connect=list(args.connect), prefix=args.prefix,
+                       outputs=args.outputs)
+        return ({"inputs": result.inputs, "outputs": result.outputs, "renamed": result.renamed,
+                 "prefix": result.prefix},
+                f"merged: inputs {result.inputs}, outputs {result.outputs}, "
+                f"{len(result.renamed)} names of SECOND changed (prefix '{result.prefix}') "
+                f"-> {args.output}")
+
+    verify, args.verify = args.verify, False
+    code = _rewrite(args, apply)
+    if not verify:
+        return code
+    report = verify_merge(load(args.model), load(args.second), load(args.output),
+                          **_isolation(args))
+    sys.stderr.write(report.to_text() + "\n") if args.json else _out(report.to_text())
+    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from . import verify
 
@@ -502,7 +545,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "inspect": _cmd_inspect, "extract": _cmd_extract, "copy": _cmd_copy, "insert": _cmd_insert,
     "reroute": _cmd_reroute, "verify": _cmd_verify, "convert": _cmd_convert, "demo": _cmd_demo,
-    "rename": _cmd_rename, "bypass": _cmd_bypass,
+    "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -250,6 +250,7 @@ def _check_open_file(fd: int, shown: str, tensor: str) -> os.stat_result:
 def resolve_external(
     tensor: TensorProto, base_dir: Path | None, *,
     _files: dict[tuple[str, ...], os.stat_result] | None = None,
+    aliases: Mapping[str, Path] | None = None,
 ) -> ExternalRef:
     """Validate ``tensor``'s external-data reference and return where its bytes are.
 
@@ -267,12 +268,18 @@ def resolve_external(
             f"string tensor '{name}' claims external data, which ONNX does not allow for "
             "strings; re-export the model"
         )
+    rel = _safe_relative(fields.get("location", ""), name)
+    key = rel  # the cache key keeps an alias: two folders may hold files of the same name
+    if aliases and len(rel) > 1 and rel[0] in aliases:
+        # a tensor merged in from another model's folder (see Model.data_dirs): only names the
+        # merge itself put in are aliases, and the rest of the path is checked as usual
+        base_dir = aliases[rel[0]]
+        rel = rel[1:]
     if base_dir is None:
         raise UnsafeModelError(
             f"tensor '{name}' uses external data but the model was not loaded from a file; "
             "load it with onnxsurgeon.load(path)"
         )
-    rel = _safe_relative(fields.get("location", ""), name)
     offset = _int_field(fields, "offset", name, default=0)
     if "length" not in fields:
         raise UnsafeModelError(
@@ -288,7 +295,7 @@ def resolve_external(
         )
     base = Path(os.path.abspath(base_dir))
     shown = "/".join(rel)
-    st = _files.get(rel) if _files is not None else None
+    st = _files.get(key) if _files is not None else None
     if st is None:
         fd = _open_beneath(base, rel, name)
         try:
@@ -296,7 +303,7 @@ def resolve_external(
         finally:
             os.close(fd)
         if _files is not None:
-            _files[rel] = st
+            _files[key] = st
     if offset + length > st.st_size:
         raise UnsafeModelError(
             f"tensor '{name}' reads bytes {offset}..{offset + length} of '{shown}', which has only "

@@ -81,6 +81,9 @@ class Model:
     base_dir: Path | None = None
     source: Path | None = None
     warnings: list[str] = field(default_factory=list)
+    data_dirs: dict[str, Path] = field(default_factory=dict)
+    """Extra external-data folders: a location whose first component is a key here is read
+    from that folder (set by ``merge`` for the tensors of the second model)."""
     _fresh: tuple[bytes, dict[str, int], NodeEdges | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -352,7 +355,8 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     tensors = list(iter_tensors(proto))
     external_tensors = list(compress(tensors, map(_EXTERNAL.__eq__, map(_LOCATION, tensors))))
     files: dict[tuple[str, ...], os.stat_result] = {}
-    refs = {id(t): resolve_external(t, m.base_dir, _files=files) for t in external_tensors}
+    refs = {id(t): resolve_external(t, m.base_dir, _files=files, aliases=m.data_dirs)
+            for t in external_tensors}
     for ref in refs.values():
         if _same_file(ref.path, out) or _same_file(ref.path, data_path):
             raise UsageError(

@@ -11,6 +11,8 @@ from .extract import ExtractResult as ExtractResult
 from .extract import extract as extract
 from .insert import InsertResult as InsertResult
 from .insert import insert as insert
+from .merge import MergeResult as MergeResult
+from .merge import merge as merge
 from .rename import RenameResult as RenameResult
 from .rename import rename as rename
 from .reroute import RerouteResult as RerouteResult

@@ -44,6 +44,7 @@ from .report import (
 )
 from .rewrite import verify_rewrite
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
+from .verbs import verify_merge
 
 
 def run_model(model: ModelLike, feeds: Mapping[str, np.ndarray], *,
@@ -66,5 +67,5 @@ __all__ = [
     "ResourceLimitError", "VerifyReport", "compare", "compare_arrays", "default_samples",
     "default_tolerance", "format_report", "input_specs", "locate", "make_limits",
     "random_samples", "run_model", "stream_samples", "user_samples", "verify_against",
-    "verify_log", "verify_rewrite",
+    "verify_log", "verify_merge", "verify_rewrite",
 ]

@@ -19,8 +19,14 @@ import onnx
 
 from ..errors import UsageError
 from ..io import Model
+from ..record import rewrites
+from .compare import make_samples
+from .inputs import InputsLike
+from .isolate import make_limits
 from .locate import Side
+from .report import VerifyReport
 from .rewrite import _Check, _Context, _dtype, _run_all
+from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 
 def _check_rename(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
@@ -91,6 +97,66 @@ def _check_bypass(ctx: _Context, record: Mapping[str, Any], check: _Check) -> No
                       sides=sides)
 
 
+def _check_merge(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+    raise UsageError(
+        "a merge is checked against its second model, which the rewrite log does not store; use "
+        "'onnxsurgeon merge ... --verify' or onnxsurgeon.verify.verify_merge(first, second, merged)"
+    )
+
+
+def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
+                 record: Mapping[str, Any] | None = None, inputs: InputsLike | None = None,
+                 seed: int = 0, dims: Mapping[str, int] | None = None, samples: int | None = None,
+                 batch: int = DEFAULT_BATCH, threads: int = 0, isolate: bool = False,
+                 timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
+    """Check that ``merged`` equals running ``first``, then ``second`` on first's connected
+    tensors: every output of the merged model, bit for bit (optimizations off). ``record`` is
+    the merge record (default: the merged model's last one).
+
+    Raises:
+        UsageError: no merge record, or a record that does not fit the models.
+    """
+    new_model = to_model(merged)
+    if record is None:
+        log = rewrites(new_model.proto)
+        if not log or log[-1].get("op") != "merge":
+            raise UsageError("the merged model's last rewrite is not a merge; pass record=")
+        record = log[-1]
+    renamed = {str(k): str(v) for k, v in dict(record.get("renamed", {})).items()}
+    back = {v: k for k, v in renamed.items()}
+    connect = [(str(a), str(b)) for a, b in record.get("connect", [])]
+    limits = make_limits(isolate, timeout, memory_limit)
+    with Workspace() as ws:
+        fst = Staged(to_model(first), ws, "first", threads=threads, limits=limits)
+        snd = Staged(to_model(second), ws, "second", threads=threads, limits=limits)
+        new = Staged(new_model, ws, "merged", threads=threads, limits=limits)
+        feeds = make_samples([new], inputs=inputs, seed=seed, dims=dims, samples=samples)
+        outs = list(new.output_names)
+        mine = {o: (fst if fst.is_tensor(o) else snd) for o in outs}
+        first_feeds = [{k: v for k, v in f.items() if k in fst.input_names} for f in feeds]
+        first_vals = _run_all(fst, first_feeds,
+                              [a for a, _ in connect] + [o for o in outs if mine[o] is fst])
+        linked = {b: a for a, b in connect}
+        second_feeds = [
+            {i: (fv[linked[i]] if i in linked else f[renamed.get(i, i)]) for i in snd.input_names}
+            for f, fv in zip(feeds, first_vals, strict=True)
+        ]
+        second_vals = _run_all(snd, second_feeds,
+                               [back.get(o, o) for o in outs if mine[o] is snd])
+        new_vals = _run_all(new, feeds, outs)
+        check = _Check(batch)
+        for o in outs:
+            if mine[o] is fst:
+                check.compare("merge:first", o, o, first_vals, new_vals, dtype=_dtype(new, o),
+                              exact=True)
+            elif not snd.is_tensor(back.get(o, o)):
+                check.missing("merge", o, f"'{o}' is a tensor of neither model")
+            else:
+                check.compare("merge:second", back.get(o, o), o, second_vals, new_vals,
+                              dtype=_dtype(new, o), exact=True)
+        return check.report("rewrite:merge", len(feeds), locate_divergence=False)
+
+
 def checks() -> dict[str, Callable[[_Context, Mapping[str, Any], _Check], None]]:
     """op -> invariant check of the verbs this module covers."""
-    return {"rename": _check_rename, "bypass": _check_bypass}
+    return {"rename": _check_rename, "bypass": _check_bypass, "merge": _check_merge}
