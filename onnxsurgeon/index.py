@@ -148,6 +148,7 @@ class NodeEdges:
 
 _NAME = attrgetter("name")
 _ATTRIBUTES = attrgetter("attribute")
+_INPUTS = attrgetter("input")
 
 
 def _positions(items: Iterable[Any]) -> dict[str, int]:
@@ -201,6 +202,7 @@ class GraphIndex:
         self._index_rest(graph)
 
     def _index_rest(self, graph: onnx.GraphProto) -> None:
+        self._uses: dict[str, list[Use]] = {}
         # C-level builds (~0.1 us per entry): a model may hold one initializer per node
         self.initializers = _positions(graph.initializer)
         for st in graph.sparse_initializer:
@@ -244,6 +246,25 @@ class GraphIndex:
             for name, read in captures.get(i, ()):
                 result.setdefault(name, []).append(Use(i, -1, read))
         return result
+
+    def uses_of(self, name: str) -> list[Use]:
+        """``consumers.get(name, [])`` without building the map for every tensor when it is not
+        built yet: one C-level membership test per node (~0.2 us) instead of a ``Use`` object
+        per edge; a verb that rewires one tensor needs only its reads. O(nodes)."""
+        if "consumers" in self.__dict__ or not name:
+            return list(self.consumers.get(name, ()))
+        if name in self._uses:
+            return list(self._uses[name])
+        captures = self.captures
+        uses: list[Use] = []
+        nodes = self.graph.node
+        readers = {i for i, ins in enumerate(map(_INPUTS, nodes)) if name in ins}
+        readers.update(i for i, caps in captures.items() if any(c == name for c, _ in caps))
+        for i in sorted(readers):
+            uses.extend(Use(i, slot) for slot, n in enumerate(nodes[i].input) if n == name)
+            uses.extend(Use(i, -1, read) for c, read in captures.get(i, ()) if c == name)
+        self._uses[name] = uses
+        return list(uses)
 
     @cached_property
     def value_info(self) -> dict[str, onnx.ValueInfoProto]:

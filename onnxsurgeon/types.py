@@ -7,7 +7,7 @@ already known.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import onnx
 from onnx import TensorProto
@@ -82,8 +82,16 @@ class TypeOracle:
     """Answers "what type is tensor X" from the index first, shape inference second (run once),
     onnxruntime's type inference third (run once, for tensors of contrib ops onnx cannot type)."""
 
-    def __init__(self, index: GraphIndex) -> None:
+    def __init__(
+        self, index: GraphIndex, *,
+        quick: Callable[[str], onnx.ValueInfoProto | None] | None = None,
+    ) -> None:
+        """``quick``: a cheap pass asked before shape inference (e.g. forward propagation over
+        the tensor's closure for simple ops); its answer is used only when it gives a dtype and
+        a rank, otherwise inference runs as without it."""
         self.index = index
+        self._quick = quick
+        self._quick_found: dict[str, onnx.ValueInfoProto | None] = {}
         self._inferred: dict[str, onnx.ValueInfoProto] | None = None
         self._ort: dict[str, onnx.ValueInfoProto] | None = None
 
@@ -105,6 +113,12 @@ class TypeOracle:
         vi = self._known(name)
         if vi is not None:
             return vi
+        if self._quick is not None and self._inferred is None:
+            if name not in self._quick_found:
+                self._quick_found[name] = self._quick(name)
+            vi = self._quick_found[name]
+            if _typed(vi):
+                return vi
         if self._inferred is None:
             self._inferred = infer_value_infos(self.index.model)
         vi = self._inferred.get(name)

@@ -1,4 +1,5 @@
-"""The cheap tensor check on load (:func:`onnxsurgeon.external.check_tensors`) must decide exactly
+"""Fast paths decide exactly as the slow paths they replace. The cheap tensor check on load
+(:func:`onnxsurgeon.external.check_tensors`) must decide exactly
 as the one-by-one exact check does: same tensor refused first, same message, nothing let through.
 
 Each case puts one damaged tensor after many good ones of the same dtype and shape, so the fast
@@ -123,3 +124,42 @@ def test_fresh_many_equals_fresh_one_by_one(bases):
     bulk = NameAllocator(taken)
     assert bulk.fresh_many(bases) == [one_by_one.fresh(b) for b in bases]
     assert bulk.fresh("x") == one_by_one.fresh("x")  # same state afterwards
+
+
+@pytest.mark.parametrize("build", ["tiny_cnn", "tied_weights", "if_capture", "loop_capture",
+                                   "local_function", "init_as_input"])
+def test_uses_of_equals_the_consumers_map(build):
+    """The one-tensor scan insert and reroute use gives exactly the full map's entry (slots,
+    reads inside nested bodies, node order), for every tensor of the main graph."""
+    from onnxsurgeon.index import GraphIndex
+    from tests import builders
+
+    model = getattr(builders, build)()
+    names = set(GraphIndex(model).tensor_names()) | {"no_such_tensor"}
+    for name in sorted(names):
+        scanned = GraphIndex(model).uses_of(name)  # fresh index: the map is not built
+        assert scanned == GraphIndex(model).consumers.get(name, []), name
+
+
+@pytest.mark.parametrize("blocks", [1, 7])
+def test_quick_types_equal_onnx_shape_inference(blocks):
+    """The cheap step the TypeOracle of insert/reroute asks first agrees with onnx inference on
+    every node output of a chain, and declines (None) where it cannot tell."""
+    import onnx
+
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.surgery._proto import quick_value_info
+    from tests import builders
+
+    model = builders.chain(blocks)
+    index = GraphIndex(model)
+    inferred = {vi.name: vi for vi in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    inferred.update({vi.name: vi for vi in model.graph.output})
+    for node in model.graph.node:
+        for out in node.output:
+            quick = quick_value_info(index, out)
+            assert quick is not None and quick.type == inferred[out].type, out
+    assert quick_value_info(index, "x") is None  # a graph input: not a node output
+    cnn = builders.tiny_cnn()  # Conv is outside the cheap pass's op set
+    conv_out = cnn.graph.node[0].output[0]
+    assert quick_value_info(GraphIndex(cnn), conv_out) is None

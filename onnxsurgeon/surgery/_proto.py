@@ -15,6 +15,8 @@ from typing import Any
 import onnx
 from onnx import TensorProto
 
+from ..closure import closure
+from ..errors import InvalidModelError
 from ..index import GraphIndex
 from ..types import shape_of
 
@@ -280,3 +282,17 @@ def apply_op(op: str, args: tuple[_Type, ...]) -> _Type | None:
         mm = _matmul(shape, args[1][1])
         return None if mm is None else (elem, mm)
     return None
+
+
+def quick_value_info(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None:
+    """The type of node output ``name`` by :func:`propagate_types` over its closure (the
+    TypeOracle's cheap step for insert and reroute); None when that pass cannot tell. O(closure),
+    ~1-2 us per node, against onnx shape inference over a copy of the whole model."""
+    if name not in index.producer:
+        return None
+    try:
+        nodes = closure(index, [name]).nodes
+    except InvalidModelError:
+        return None
+    found = propagate_types(index, nodes, {}, [name])
+    return None if found is None else found.get(name)

@@ -31,7 +31,7 @@ from ..record import add_rewrite
 from ..select import Selector
 from ..types import TypeOracle, _weightless_copy, renamed_value_info
 from ._edges import check_types, rewire
-from ._proto import is_complete
+from ._proto import is_complete, quick_value_info
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -380,7 +380,7 @@ def _splice(host: onnx.ModelProto, index: GraphIndex, plan: _Plan) -> tuple[list
     rerouted: list[str] = []
     rerouted_outputs: list[str] = []
     if not plan.as_output:
-        rerouted = rewire(index, list(index.consumers.get(plan.at, ())), plan.processed)
+        rerouted = rewire(index, index.uses_of(plan.at), plan.processed)
         for out in g.output:
             if out.name == plan.at:
                 out.CopyFrom(plan.processed_vi)
@@ -527,11 +527,11 @@ def insert(
         raise UsageError("params only apply to a built-in block (op=...); a graph block takes none")
     index = GraphIndex(host)
     at_name = Selector(index).resolve(at)
-    oracle = TypeOracle(index)
+    oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
     at_vi = oracle.value_info(at_name)
     at_type = oracle.elem_type(at_name)
     at_shape = oracle.shape(at_name)
-    uses = list(index.consumers.get(at_name, ()))
+    uses = index.uses_of(at_name)
     as_graph_output = at_name in index.outputs
     if not as_output and not uses and not as_graph_output:
         raise UsageError(

@@ -16,6 +16,7 @@ from ..record import add_rewrite
 from ..select import Selector
 from ..types import TypeOracle
 from ._edges import check_types, rewire
+from ._proto import quick_value_info
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def reroute(
     tgt = selector.resolve(target)
     if src == tgt:
         raise UsageError(f"source and target are both '{src}'; name two different tensors")
-    uses = list(index.consumers.get(src, ()))
+    uses = index.uses_of(src)
     if consumers is None:
         chosen = {u.node for u in uses}
         out_positions = [k for k, vi in enumerate(proto.graph.output) if vi.name == src]
@@ -112,7 +113,7 @@ def reroute(
         out_positions = []
     if not chosen and not out_positions:
         raise UsageError(f"nothing reads '{src}'; there is nothing to reroute")
-    oracle = TypeOracle(index)
+    oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
     check_types(f"cannot reroute '{src}' to '{tgt}'", src, tgt, oracle.elem_type(src),
                 oracle.elem_type(tgt), oracle.shape(src), oracle.shape(tgt))
     # Nodes are topologically sorted (ONNX requires it): when the target's producer comes before
