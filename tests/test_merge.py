@@ -211,3 +211,74 @@ def test_merge_cli_bad_input(tmp_path, args, needle):
     b.write_bytes(mlp(extra_input=True, name="head").SerializeToString())
     out = tmp_path / "m.onnx"
     assert_refused(["merge", a, b, "-o", out, *args], needle, inputs=[a, b], out=out)
+
+
+_BIG_MERGE = """
+import json, resource, sys
+from onnxsurgeon.io import load, save
+from onnxsurgeon.surgery import merge
+first, second, out = sys.argv[1:4]
+f = load(first)
+merge(f, load(second), connect={"y0": "x"})
+save(f, out)
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+for line in open("/proc/self/status"):
+    if line.startswith("VmHWM:"):
+        rss = int(line.split()[1]) * 1024
+print(json.dumps({"rss": rss}))
+"""
+
+
+def _big(folder, n: int, marker: float, *, reads_x: bool) -> None:
+    """Two external float32 tensors of ``n`` elements in ``folder/w.bin`` (sparse, a marker at the
+    start of each); ``y0 = Identity(W0)`` and ``y1 = W1 (+ x)``."""
+    folder.mkdir()
+    with open(folder / "w.bin", "wb") as f:
+        f.truncate(2 * n * 4)
+        for k in range(2):
+            f.seek(k * n * 4)
+            f.write(np.float32([marker + k]).tobytes())
+    inits = []
+    for k in range(2):
+        t = TensorProto(name=f"W{k}", data_type=F, dims=[n], data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", "w.bin"), ("offset", str(k * n * 4)), ("length", str(n * 4))):
+            e = t.external_data.add()
+            e.key, e.value = key, value
+        inits.append(t)
+    nodes = [helper.make_node("Identity", ["W0"], ["y0"], name="id0")]
+    nodes.append(helper.make_node("Add", ["x", "W1"], ["y1"], name="add") if reads_x
+                 else helper.make_node("Identity", ["W1"], ["y1"], name="id1"))
+    inputs = [helper.make_tensor_value_info("x", F, [n])] if reads_x else []
+    graph = helper.make_graph(nodes, "big", inputs,
+                              [helper.make_tensor_value_info(f"y{k}", F, [n]) for k in range(2)],
+                              inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              folder / "m.onnx")
+
+
+@pytest.mark.slow
+def test_merge_past_2gb_streams_both_data_files(tmp_path):
+    """Two 1.2 GB models (data files of the same name in two folders) merge into a 2.4 GB model
+    with peak RSS far below its size; every tensor's bytes come from its own model's file."""
+    import subprocess
+    import sys
+
+    n = 150 * 1024 * 1024  # 600 MiB per tensor
+    _big(tmp_path / "a", n, 1.5, reads_x=False)
+    _big(tmp_path / "b", n, 10.5, reads_x=True)
+    out = tmp_path / "merged.onnx"
+    res = subprocess.run([sys.executable, "-c", _BIG_MERGE, str(tmp_path / "a" / "m.onnx"),
+                          str(tmp_path / "b" / "m.onnx"), str(out)],
+                         capture_output=True, text=True, check=True)
+    total = 4 * n * 4
+    assert total > 2**31
+    assert json.loads(res.stdout)["rss"] < total / 8
+    merged = load(out)
+    markers = {}
+    with open(tmp_path / "merged.onnx.data", "rb") as f:
+        for t in merged.proto.graph.initializer:
+            f.seek(int(next(e.value for e in t.external_data if e.key == "offset")))
+            markers[t.name] = float(np.frombuffer(f.read(4), np.float32)[0])
+    assert markers == {"W0": 1.5, "W1": 2.5, "big/W0": 10.5, "big/W1": 11.5}
+    assert [o.name for o in merged.proto.graph.output] == ["big/y0", "big/y1", "y1"]
+    onnx.checker.check_model(str(out))
