@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--opset", type=int, default=None)
 
     sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
+    from .recipe.command import add_parsers as add_recipe_parsers
+
+    add_recipe_parsers(sub, _add_isolation_flags)
     return parser
 
 
@@ -542,10 +545,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_out)
 
 
+def _cmd_apply(args: argparse.Namespace) -> int:
+    from .recipe.command import cmd_apply
+
+    return cmd_apply(args, _isolation(args))
+
+
+def _cmd_recipe(args: argparse.Namespace) -> int:
+    from .recipe.command import cmd_recipe
+
+    return cmd_recipe(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "inspect": _cmd_inspect, "extract": _cmd_extract, "copy": _cmd_copy, "insert": _cmd_insert,
     "reroute": _cmd_reroute, "verify": _cmd_verify, "convert": _cmd_convert, "demo": _cmd_demo,
     "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
+    "apply": _cmd_apply, "recipe": _cmd_recipe,
 }
 
 

@@ -114,15 +114,18 @@ def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> Ver
     return merge_reports(reports, [str(r.get("op")) for r in steps])
 
 
-def merge_reports(reports: list[VerifyReport], ops: list[str]) -> VerifyReport:
-    """One report for several steps: pairs and notes labelled by step, first divergence kept."""
+def merge_reports(reports: list[VerifyReport], ops: list[str], *,
+                  numbers: list[int] | None = None) -> VerifyReport:
+    """One report for several steps: pairs and notes labelled by step, first divergence kept.
+    ``numbers``: the steps' numbers (default 1, 2, ...; a recipe passes its step numbers)."""
     pairs: list[PairReport] = []
     notes: list[str] = []
-    for k, (report, op) in enumerate(zip(reports, ops, strict=True)):
-        pairs.extend(replace(p, check=f"{k + 1}:{op}:{p.check}") for p in report.pairs)
-        notes.extend(f"step {k + 1} ({op}): {n}" for n in report.notes)
+    labels = numbers if numbers is not None else list(range(1, len(reports) + 1))
+    for n, report, op in zip(labels, reports, ops, strict=True):
+        pairs.extend(replace(p, check=f"{n}:{op}:{p.check}") for p in report.pairs)
+        notes.extend(f"step {n} ({op}): {note}" for note in report.notes)
         if report.reason:
-            notes.append(f"step {k + 1} ({op}): {report.reason}")
+            notes.append(f"step {n} ({op}): {report.reason}")
     divergence = next((r.divergence for r in reports if r.divergence is not None), None)
     merged = make_report(pairs, samples=min(r.samples for r in reports), kind="rewrite:log",
                          notes=notes, divergence=divergence)

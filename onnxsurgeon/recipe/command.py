@@ -1,0 +1,210 @@
+"""The ``apply`` and ``recipe`` commands (registered in :mod:`onnxsurgeon.cli`).
+
+``apply RECIPE MODEL -o OUT``: one load, every step in memory, one checked save.
+``apply RECIPE SRC1 SRC2 ... -o OUTDIR/``: a fleet (:mod:`onnxsurgeon.recipe.fleet`).
+``recipe MODEL``: the recipe that replays the model's recorded rewrites (YAML, or ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import SurgeryError, UsageError
+from .apply import ApplyResult, apply_recipe
+from .format import Recipe, load_recipe
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def add_parsers(sub: Any, add_isolation_flags: Any) -> None:
+    """Add ``apply`` and ``recipe`` to the CLI's subparsers."""
+    p = sub.add_parser("apply", help="run a recipe (YAML/JSON steps) on a model or a fleet of models")
+    p.add_argument("recipe", metavar="RECIPE", help="the recipe file (.yaml or .json)")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="input .onnx file(s), never modified; several make a fleet")
+    p.add_argument("-o", "--output", required=True, metavar="OUT|OUTDIR/",
+                   help="output .onnx file; for several models (or a path ending in '/') a "
+                        "folder that receives one file per model, under its own name")
+    p.add_argument("--plan", action="store_true",
+                   help="check every step and print what it would do; write nothing")
+    p.add_argument("--verify", action="store_true",
+                   help="prove every rewrite since the last verify step before saving (exit 1 "
+                        "and nothing written if a check fails)")
+    add_isolation_flags(p)
+    p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+                   help="fleet: models processed in parallel (processes; default 1)")
+    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                   help="fleet: run the per-model tasks on Ray (a local instance, or the cluster "
+                        "at ADDRESS; needs onnxsurgeon[ray] and a shared filesystem)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable result (a fleet: one JSON line per model)")
+
+    p = sub.add_parser("recipe", help="print the recipe that replays a model's recorded rewrites")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--json", action="store_true", help="JSON instead of YAML")
+
+
+def _jobs(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of jobs, got {value!r}")
+    return int(value)
+
+
+def _summary(result: dict[str, Any]) -> str:
+    """One line for a verb's result: scalars shown, lists and maps counted."""
+    parts = []
+    for key, value in result.items():
+        if isinstance(value, list) and 0 < len(value) <= 3:
+            value = ", ".join(map(str, value))
+        elif isinstance(value, (list, dict)):
+            value = len(value)
+        parts.append(f"{key}: {value}")
+    return "; ".join(parts)
+
+
+def _plan_line(plan: dict[str, Any]) -> str:
+    n = plan["nodes"]
+    text = (f"nodes {n['before']} -> {n['after']} (kept {n['kept']}, added {n['added']}, "
+            f"dropped {n['dropped']})")
+    for key in ("new_outputs", "dropped_outputs", "new_inputs", "dropped_inputs"):
+        if plan[key]:
+            text += f"; {key.replace('_', ' ')}: {', '.join(plan[key])}"
+    return text
+
+
+def _print_text(result: ApplyResult, out: str, planned: bool) -> None:
+    from ..cli import _out
+
+    for s in result.steps:
+        if s.step.verb == "verify":
+            covered = ", ".join(map(str, s.result.get("steps") or s.result.get("would_verify", [])))
+            if planned:
+                _out(f"step {s.step.number} verify: would prove steps {covered}")
+            else:
+                _out(f"step {s.step.number} verify: steps {covered} "
+                     f"{'proven' if s.report.ok else 'FAILED'}")
+                if not s.report.ok:
+                    _out(s.report.to_text())
+            continue
+        line = f"step {s.step.number} {s.step.verb}: {_summary(s.result)}"
+        if s.plan is not None:
+            line += f"\n    {_plan_line(s.plan)}"
+        _out(line)
+    for number, report in result.reports:
+        if number == "final":
+            _out(f"--verify: {'proven' if report.ok else 'FAILED'}")
+            if not report.ok:
+                _out(report.to_text())
+    if planned:
+        _out(f"plan only: {len(result.steps)} steps checked, nothing written")
+    elif result.ok:
+        _out(f"applied {len(result.steps)} steps (recipe sha256 {result.recipe_sha256[:12]}) -> {out}")
+    else:
+        _out(f"verification failed: nothing written to {out}")
+
+
+def _is_fleet(args: argparse.Namespace) -> bool:
+    return len(args.models) > 1 or args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()
+
+
+def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
+              verify: bool = False, isolation: dict[str, Any] | None = None,
+              progress: Any = None) -> ApplyResult:
+    """Load ``source``, run ``recipe`` on it in memory and (unless a plan or a failed check)
+    save it to ``output`` with the CLI's checked, atomic write. Raises SurgeryError."""
+    from ..cli import _check_paths, _load, _write
+
+    _check_paths(source, output)
+    model = _load(source)
+    result = apply_recipe(model, recipe, plan=plan, verify=verify,
+                          verify_options=isolation or {}, progress=progress)
+    if not plan and result.ok:
+        _write(model, output, source)
+    return result
+
+
+def run_task(recipe_path: str, source: str, output: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One fleet model: apply and save, never raise; the fleet's JSON line for it.
+
+    ``status`` is ``ok``, ``verify_failed`` (a checkpoint failed, nothing written), ``failed``
+    (bad model, name not found, refused rewrite: the one-line error) or ``error`` (a bug)."""
+    start = time.perf_counter()
+    line: dict[str, Any] = {"model": source, "output": output}
+    try:
+        recipe = load_recipe(recipe_path)
+        result = apply_one(recipe, source, output, verify=bool(options.get("verify")),
+                           isolation=options.get("isolation") or {})
+        line["status"] = "ok" if result.ok else "verify_failed"
+        line["recipe_sha256"] = result.recipe_sha256
+        line["steps"] = [s.to_json() for s in result.steps]
+        line["verify"] = result.verify_json()
+    except SurgeryError as exc:
+        line["status"], line["error"] = "failed", " ".join(str(exc).split())
+    except Exception as exc:  # noqa: BLE001 - one model's bug must not stop the fleet
+        line["status"], line["error"] = "error", f"{type(exc).__name__}: {exc}"
+    if line["status"] != "ok":
+        line["output"] = None
+    line["seconds"] = round(time.perf_counter() - start, 3)
+    return line
+
+
+def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
+    from ..cli import _out, _Progress
+
+    recipe = load_recipe(args.recipe)
+    if _is_fleet(args):
+        from .fleet import run_fleet
+
+        if args.plan:
+            raise UsageError("--plan takes one model; run it on one model of the fleet")
+        return run_fleet(args.recipe, args.models, args.output, jobs=args.jobs, ray=args.ray,
+                         as_json=args.json, options={"verify": args.verify, "isolation": isolation})
+    if args.ray is not None or args.jobs != 1:
+        raise UsageError("--jobs and --ray are for fleets; give several models and -o OUTDIR/")
+    source = args.models[0]
+    progress = None if args.json else _Progress("apply")
+    result = apply_one(recipe, source, args.output, plan=args.plan, verify=args.verify,
+                       isolation=isolation, progress=progress)
+    if args.json:
+        data = {"model": source, "output": None if args.plan or not result.ok else args.output,
+                **result.to_json()}
+        _out(json.dumps(data, indent=2))
+    else:
+        _print_text(result, args.output, args.plan)
+    return EXIT_OK if result.ok or args.plan else EXIT_FAILED
+
+
+def to_yaml(recipe: Recipe) -> str:
+    """The recipe as YAML: one step per line, its keys in flow style."""
+    import yaml
+
+    data = recipe.to_data()
+    head = {k: v for k, v in data.items() if k != "steps"}
+    text = yaml.safe_dump(head, sort_keys=False, allow_unicode=True)
+    lines = [text.rstrip("\n"), "steps:"]
+    for step in data["steps"]:
+        body = yaml.safe_dump(step, default_flow_style=True, sort_keys=True, width=10**6,
+                              allow_unicode=True).strip()
+        lines.append(f"  - {body[1:-1] if body.startswith('{') else body}")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_recipe(args: argparse.Namespace) -> int:
+    from ..cli import _load, _out
+    from ..record import rewrites
+    from .fromlog import recipe_from_log
+
+    model = _load(args.model)
+    recipe = recipe_from_log(rewrites(model.proto), source=args.model)
+    _out(json.dumps(recipe.to_data(), indent=2, sort_keys=True) if args.json else to_yaml(recipe))
+    return EXIT_OK
+
+
+def emit_error(text: str) -> None:
+    sys.stderr.write(f"onnxsurgeon: error: {text}\n")

@@ -1,0 +1,162 @@
+"""Fleets: one recipe on many models, in parallel processes or as Ray tasks.
+
+Every model is one task, :func:`onnxsurgeon.recipe.command.run_task`: load, apply, checked save
+to ``OUTDIR/<model file name>``, and one JSON line saying what happened. Locally each task runs in
+its own child process (``python -m onnxsurgeon.recipe.fleet``), at most ``jobs`` at a time, so a
+model that crashes or exhausts memory takes only its own process down. With Ray the same
+function runs as a Ray task (a local instance, or a cluster whose workers see the same paths:
+a shared filesystem). A failed model never stops the others; the fleet's exit code is 1 when
+any failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+Task = tuple[str, str]
+"""(source model, output path), both absolute."""
+
+
+def plan_outputs(sources: Sequence[str], outdir: str) -> list[Task]:
+    """One output path per source in ``outdir`` (created if missing; its parent must exist).
+
+    Raises:
+        UsageError: two sources share a file name, or the folder cannot be made.
+    """
+    folder = Path(outdir)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"-o {outdir}: a fleet writes into a folder, and this is a file; give "
+                         "a folder path ending in '/'")
+    if not folder.parent.is_dir():
+        raise UsageError(f"output folder '{folder.parent}' does not exist; create it first")
+    seen: dict[str, str] = {}
+    tasks: list[Task] = []
+    for src in sources:
+        name = Path(src).name
+        if name in seen:
+            raise UsageError(f"models '{seen[name]}' and '{src}' have the same file name "
+                             f"'{name}' and would overwrite each other in {outdir}; rename one")
+        seen[name] = src
+        tasks.append((os.path.abspath(src), os.path.abspath(folder / name)))
+    folder.mkdir(exist_ok=True)
+    return tasks
+
+
+def _child(recipe: str, task: Task, options: dict[str, Any]) -> dict[str, Any]:
+    """Run one task in a fresh child process; a crash becomes a ``failed`` line."""
+    src, out = task
+    cmd = [sys.executable, "-m", "onnxsurgeon.recipe.fleet", recipe, src, out, json.dumps(options)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 0 and lines:
+        line: dict[str, Any] = json.loads(lines[-1])
+        return line
+    tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    why = (f"the worker process died (signal {-proc.returncode})" if proc.returncode < 0
+           else f"the worker process failed: {tail}")
+    return {"model": src, "output": None, "status": "failed", "error": why[:500]}
+
+
+def run_local(recipe: str, tasks: Sequence[Task], options: dict[str, Any], *,
+              jobs: int) -> Iterator[dict[str, Any]]:
+    """Each task in its own child process, ``jobs`` at a time; lines in completion order."""
+    with ThreadPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        futures = [pool.submit(_child, recipe, task, options) for task in tasks]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def run_ray(recipe: str, tasks: Sequence[Task], options: dict[str, Any], *,
+            address: str | None, jobs: int) -> Iterator[dict[str, Any]]:
+    """Each task as a Ray task; starts (and stops) a local Ray instance when none is connected
+    and no ``address`` is given. Lines in completion order.
+
+    Raises:
+        UsageError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray; pip install 'onnxsurgeon[ray]'") from None
+    from .command import run_task
+
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
+        pending = [remote.remote(recipe, src, out, options) for src, out in tasks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _table(lines: Sequence[dict[str, Any]]) -> str:
+    rows = [("model", "status", "seconds", "output / error")]
+    for line in lines:
+        rows.append((Path(line["model"]).name, line["status"], f"{line.get('seconds', 0):.2f}",
+                     line.get("output") or line.get("error", "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r[:3], widths, strict=True)) + "  " + r[3]
+        for r in rows)
+
+
+def run_fleet(recipe: str, sources: Sequence[str], outdir: str, *, jobs: int = 1,
+              ray: str | None = None, as_json: bool = False, options: dict[str, Any],
+              out: Callable[[str], None] | None = None) -> int:
+    """The fleet command: run, print one JSON line per model (``as_json``) or a progress bar
+    and a summary table; 0 when every model succeeded, else 1."""
+    from ..cli import _out, _Progress
+
+    write = out or _out
+    tasks = plan_outputs(sources, outdir)
+    recipe_path = os.path.abspath(recipe)
+    if ray is not None:
+        lines = run_ray(recipe_path, tasks, options, address=ray or None, jobs=jobs)
+    else:
+        lines = run_local(recipe_path, tasks, options, jobs=jobs)
+    progress = _Progress("apply") if not as_json else None
+    done: list[dict[str, Any]] = []
+    for line in lines:
+        done.append(line)
+        if as_json:
+            write(json.dumps(line, sort_keys=True))
+        elif progress is not None:
+            progress(len(done), len(tasks))
+    order = {src: k for k, (src, _) in enumerate(tasks)}
+    done.sort(key=lambda ln: order.get(ln["model"], len(order)))
+    failed = sum(1 for ln in done if ln["status"] != "ok")
+    if not as_json:
+        write(_table(done))
+        write(f"{len(done) - failed} of {len(done)} models ok" + (f", {failed} failed" if failed else ""))
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Child entry point: ``RECIPE SRC OUT OPTIONS_JSON`` -> one JSON line on stdout."""
+    from .command import run_task
+
+    recipe, src, out, options = list(argv if argv is not None else sys.argv[1:])
+    sys.stdout.write(json.dumps(run_task(recipe, src, out, json.loads(options)), sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run as the fleet's child process
+    sys.exit(main())

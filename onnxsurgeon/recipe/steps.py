@@ -1,0 +1,109 @@
+"""The step registry: every verb a recipe may use, with its typed keys and the library call.
+
+This table is the one definition of the recipe format (the README's step table is generated
+from it and a test checks they agree). A new surgery verb becomes a recipe step with one
+:class:`~onnxsurgeon.recipe.spec.Verb` entry here: its keys are the Python API's keywords, and
+``run`` calls the library function and returns the same result the verb's CLI ``--json`` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .spec import Kind, Param, Verb
+
+
+def _extract(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    from ..surgery import extract
+
+    r = extract(model, p["outputs"], inputs=p["inputs"])
+    return {"outputs": list(r.outputs), "inputs": list(r.inputs), "nodes": r.kept_nodes,
+            "removed_initializers": len(r.removed_initializers)}
+
+
+def _copy(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    from ..surgery import Weights, copy
+
+    r = copy(model, p["outputs"], weights=Weights(p["weights"]), prefix=p["prefix"],
+             replace_inputs=dict(p["replace_inputs"]) or None)
+    return {"outputs": r.outputs, "initializers": r.initializers, "nodes": r.nodes}
+
+
+def _insert(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    from ..surgery import insert
+
+    if "func" in p:
+        r = insert(model, p["at"], func=p["func"], framework=p["framework"],
+                   as_output=p["as_output"])
+    elif "graph" in p:
+        from ..io import load
+
+        r = insert(model, p["at"], graph=load(p["graph"]), as_output=p["as_output"])
+    else:
+        r = insert(model, p["at"], op=p["op"], params=p.get("params") or None,
+                   as_output=p["as_output"])
+    return {"processed": r.processed, "rerouted": list(r.rerouted)}
+
+
+def _reroute(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    from ..surgery import reroute
+
+    r = reroute(model, p["from"], p["to"], consumers=p.get("consumers"))
+    return {"rerouted": list(r.rerouted), "rerouted_outputs": list(r.rerouted_outputs)}
+
+
+STEPS: dict[str, Verb] = {
+    v.name: v
+    for v in (
+        Verb("extract", (
+            Param("outputs", Kind.NAMES, required=True, help="tensors the result computes"),
+            Param("inputs", Kind.NAMES, default=[], help="stop tensors that become graph inputs"),
+        ), _extract, help="keep only the dependency closure of `outputs`"),
+        Verb("copy", (
+            Param("outputs", Kind.NAMES, required=True, help="tensors whose closure is copied"),
+            Param("weights", Kind.CHOICE, default="independent", choices=("independent", "shared"),
+                  help="copy the weights or share them"),
+            Param("prefix", Kind.TEXT, default="copy/", help="name prefix of the copy"),
+            Param("replace_inputs", Kind.RENAMES, default={},
+                  help="the copy reads B wherever the original reads A"),
+        ), _copy, help="duplicate the closure of `outputs`; the copies become graph outputs"),
+        Verb("insert", (
+            Param("at", Kind.NAME, required=True, help="the activation to process"),
+            Param("op", Kind.TEXT, help="a built-in block (l2_normalize, scale, ...)"),
+            Param("params", Kind.PARAMS, help="the built-in block's parameters"),
+            Param("graph", Kind.FILE, help="a one-input one-output .onnx block"),
+            Param("func", Kind.FUNC, help="FILE.py:NAME, a TensorFlow or PyTorch function"),
+            Param("framework", Kind.CHOICE, choices=("tf", "torch"), help="framework of `func`"),
+            Param("as_output", Kind.BOOL, default=False,
+                  help="expose the result as a new output instead of rerouting"),
+        ), _insert, one_of=(("op", "graph", "func"),),
+            requires={"params": "op", "framework": "func", "func": "framework"},
+            help="splice a processing block in at `at`"),
+        Verb("reroute", (
+            Param("from", Kind.NAME, required=True, help="the tensor whose readers move"),
+            Param("to", Kind.NAME, required=True, help="the tensor they read instead"),
+            Param("consumers", Kind.NAMES, help="only these consumer nodes (default: all)"),
+        ), _reroute, help="consumers of `from` read `to` instead"),
+        Verb("verify", (
+            Param("samples", Kind.COUNT, help="random input samples"),
+            Param("seed", Kind.SEED, default=0, help="seed of the random inputs"),
+            Param("dims", Kind.DIMS, help="sizes of symbolic dimensions"),
+            Param("inputs", Kind.FILE, help="an .npz file or a folder of them"),
+        ), None, rewrites=False,
+            help="checkpoint: prove every rewrite step since the previous checkpoint"),
+    )
+}
+"""Verb name -> its definition, in the order the README lists them."""
+
+ALIASES: dict[str, dict[str, str]] = {"reroute": {"source": "from", "target": "to"}}
+"""Per verb, the Python API's names of positional arguments -> the recipe key."""
+
+
+def markdown_table() -> str:
+    """The README's table of recipe steps, generated from :data:`STEPS` (a test keeps them equal)."""
+    rows = ["| step | keys (required in **bold**) | what it does |", "|---|---|---|"]
+    for verb in STEPS.values():
+        keys = ", ".join(f"**{p.key}**" if p.required else p.key for p in verb.params)
+        rows.append(f"| `{verb.name}` | {keys or '-'} | {verb.help} |")
+    return "\n".join(rows)
