@@ -29,7 +29,7 @@ from onnxsurgeon.recipe import (
     recipe_from_log,
 )
 from onnxsurgeon.record import rewrites
-from onnxsurgeon.surgery import Weights, copy, extract, insert, reroute
+from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, rename, reroute
 from tests import builders
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,8 +94,14 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
                lambda m, d: insert(m, RELU, op="l2_normalize", params={"axis": 1})),
     "reroute": ({"from": RELU, "to": CONV, "consumers": ["network/aux/pool"]},
                 lambda m, d: reroute(m, RELU, CONV, consumers=["network/aux/pool"])),
+    "rename": ({"mapping": {"logits:0": "scores"}, "regex": [["^network/aux/", "side/"]]},
+               lambda m, d: rename(m, {"logits:0": "scores"}, regex=[("^network/aux/", "side/")])),
+    "bypass": ({"nodes": ["network/layer_conv5/Relu"]},
+               lambda m, d: bypass(m, ["network/layer_conv5/Relu"], input=0)),
 }
 EXTRA_CASES = {
+    "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
+                     lambda m, d: rename(m, {"network/fc1/MatMul": "fc/mm"}, nodes=True)),
     "insert-graph": ("insert", {"at": RELU, "graph": "blocks/double.onnx", "as_output": True},
                      lambda m, d: insert(m, RELU, graph=osg.load(d / "blocks/double.onnx"),
                                          as_output=True)),
@@ -118,6 +124,16 @@ def test_step_equals_the_python_api_call(case, tmp_path):
     assert result.ok and [s.step.verb for s in result.steps] == [verb]
     assert without_recipe(by_recipe.proto).SerializeToString() == by_api.proto.SerializeToString()
     assert rewrites(by_recipe.proto)[-1]["op"] == verb
+
+
+@pytest.mark.parametrize("verb", list(CASES))
+def test_every_verb_is_proven_at_a_checkpoint(verb, tmp_path):
+    recipe = parse_recipe({"onnxsurgeon": 1, "steps": [{verb: CASES[verb][0]}, {"verify": {}}]},
+                          base_dir=tmp_path)
+    result = apply_recipe(osg.load(SEED), recipe)
+    ((number, report),) = result.reports
+    assert number == 2 and report.ok and report.pairs
+    assert all(p.check.startswith(f"1:{verb}:") and p.ok for p in report.pairs)
 
 
 def test_apply_equals_chained_cli_calls_and_is_deterministic(tmp_path):
@@ -283,19 +299,23 @@ def test_provenance_recipe_and_sha_in_metadata(tmp_path):
 
 def test_recipe_command_replays_rewrites_done_by_hand(tmp_path):
     """CLI calls by hand -> `recipe` -> `apply` on the original reproduces the model."""
-    a, b, c = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "c.onnx"
+    a, b, c, d, e = (tmp_path / f"{n}.onnx" for n in "abcde")
     assert cli("reroute", SEED, "-o", a, "--from", RELU, "--to", CONV,
                "--consumers", "network/aux/pool").returncode == 0
     assert cli("insert", a, "-o", b, "--at", "network/layer_conv5/Relu",
                "--op", "clip:min=0,max=0.5").returncode == 0
     assert cli("copy", b, "-o", c, "--outputs", "logits", "--weights", "shared",
                "--prefix", "v2/").returncode == 0
+    assert cli("rename", c, "-o", d, "--map", "logits=scores", "--regex", "^v2/network/=v2/"
+               ).returncode == 0
+    assert cli("bypass", d, "-o", e, "--node", "v2/network/layer_conv5/Relu").returncode == 0
+    c = e
     proc = cli("recipe", c)
     assert proc.returncode == 0, proc.stderr
     recipe = tmp_path / "replay.yaml"
     recipe.write_text(proc.stdout)
     assert [next(iter(s)) for s in yaml.safe_load(proc.stdout)["steps"]] == [
-        "reroute", "insert", "copy"]
+        "reroute", "insert", "copy", "rename", "bypass"]
     out = tmp_path / "replayed.onnx"
     assert cli("apply", recipe, SEED, "-o", out).returncode == 0
     replayed, by_hand = onnx.load(str(out)), onnx.load(str(c))

@@ -57,6 +57,10 @@ def step_for_record(record: Mapping[str, Any], number: int) -> dict[str, Any]:
         if not record.get("rerouted_outputs"):
             step["consumers"] = list(record.get("rerouted") or [])
         return {"reroute": step}
+    if op == "rename":
+        return {"rename": {"mapping": dict(record["renamed"]), "nodes": bool(record.get("nodes"))}}
+    if op == "bypass":
+        return {"bypass": {"nodes": list(record["removed"]), "input": int(record.get("input", 0))}}
     raise RecipeError(f"{where}: no recipe step replays rewrite op {op!r}")
 
 

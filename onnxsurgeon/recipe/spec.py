@@ -31,8 +31,9 @@ class Kind(str, Enum):
     PARAMS = "params"        # a mapping key -> number, string or list of numbers (block params)
     FILE = "file"            # a path, relative to the recipe file
     FUNC = "func"            # FILE.py:NAME, the file relative to the recipe file
+    PAIRS = "pairs"          # ordered (pattern, replacement) pairs: a mapping or a list of pairs
     COUNT = "count"          # a positive integer
-    SEED = "seed"            # a non-negative integer
+    NATURAL = "natural"      # a non-negative integer (a seed, an input index)
     DIMS = "dims"            # a mapping symbolic-dim name -> positive integer
 
 
@@ -173,8 +174,15 @@ def coerce(param: Param, value: Any, what: str) -> Any:
             else:
                 out[str(k)] = _number(v, item)
         return out
-    if kind in (Kind.COUNT, Kind.SEED):
+    if kind in (Kind.COUNT, Kind.NATURAL):
         return _whole(value, what, 1 if kind is Kind.COUNT else 0)
+    if kind is Kind.PAIRS:
+        items = list(value.items()) if isinstance(value, dict) else value
+        if not isinstance(items, list) or not all(
+                isinstance(i, (list, tuple)) and len(i) == 2 for i in items):
+            raise UsageError(f"{what} must be a mapping PATTERN: REPLACEMENT or a list of "
+                             f"[PATTERN, REPLACEMENT] pairs, got {value!r}")
+        return [[_name(a, f"{what} pattern"), str(b)] for a, b in items]
     if kind is Kind.DIMS:
         if not isinstance(value, dict):
             raise UsageError(f"{what} must be a mapping NAME: SIZE, got {value!r}")

@@ -46,6 +46,22 @@ def _insert(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
     return {"processed": r.processed, "rerouted": list(r.rerouted)}
 
 
+def _rename(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    from ..surgery import rename
+
+    r = rename(model, p.get("mapping") or None, regex=[tuple(i) for i in p.get("regex") or []],
+               nodes=p["nodes"])
+    return {"renamed": r.renamed}
+
+
+def _bypass(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    from ..surgery import bypass
+
+    r = bypass(model, p["nodes"], input=p["input"])
+    return {"removed": list(r.removed), "rerouted": list(r.rerouted),
+            "rerouted_outputs": list(r.rerouted_outputs)}
+
+
 def _reroute(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
     from ..surgery import reroute
 
@@ -85,9 +101,19 @@ STEPS: dict[str, Verb] = {
             Param("to", Kind.NAME, required=True, help="the tensor they read instead"),
             Param("consumers", Kind.NAMES, help="only these consumer nodes (default: all)"),
         ), _reroute, help="consumers of `from` read `to` instead"),
+        Verb("rename", (
+            Param("mapping", Kind.RENAMES, help="old name (any selector) -> new name"),
+            Param("regex", Kind.PAIRS, help="re.sub PATTERN -> REPLACEMENT over every other name, "
+                                            "in order"),
+            Param("nodes", Kind.BOOL, default=False, help="rename node names instead of tensors"),
+        ), _rename, help="rename tensors (or nodes), keeping every reader and output"),
+        Verb("bypass", (
+            Param("nodes", Kind.NAMES, required=True, help="node(s) to remove (a chain at once)"),
+            Param("input", Kind.NATURAL, default=0, help="which input their readers read instead"),
+        ), _bypass, help="remove nodes; their readers read their input"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
-            Param("seed", Kind.SEED, default=0, help="seed of the random inputs"),
+            Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),
             Param("dims", Kind.DIMS, help="sizes of symbolic dimensions"),
             Param("inputs", Kind.FILE, help="an .npz file or a folder of them"),
         ), None, rewrites=False,
@@ -96,7 +122,8 @@ STEPS: dict[str, Verb] = {
 }
 """Verb name -> its definition, in the order the README lists them."""
 
-ALIASES: dict[str, dict[str, str]] = {"reroute": {"source": "from", "target": "to"}}
+ALIASES: dict[str, dict[str, str]] = {"reroute": {"source": "from", "target": "to"},
+                                       "rename": {"map": "mapping"}, "bypass": {"node": "nodes"}}
 """Per verb, the Python API's names of positional arguments -> the recipe key."""
 
 
