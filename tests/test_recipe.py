@@ -29,7 +29,7 @@ from onnxsurgeon.recipe import (
     recipe_from_log,
 )
 from onnxsurgeon.record import rewrites
-from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, rename, reroute
+from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, merge, rename, reroute
 from tests import builders
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,12 +69,12 @@ def without_recipe(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def block_model() -> onnx.ModelProto:
-    """A one-input one-output block: y = 2 * x (any float tensor)."""
+def block_model(dims: tuple[str, ...] = ("n", "c", "h", "w")) -> onnx.ModelProto:
+    """A one-input one-output block: y = 2 * x (a float tensor of rank len(dims))."""
     graph = helper.make_graph(
         [helper.make_node("Mul", ["x", "two"], ["y"], name="double")], "double",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "c", "h", "w"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))],
         [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -98,6 +98,9 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
                lambda m, d: rename(m, {"logits:0": "scores"}, regex=[("^network/aux/", "side/")])),
     "bypass": ({"nodes": ["network/layer_conv5/Relu"]},
                lambda m, d: bypass(m, ["network/layer_conv5/Relu"], input=0)),
+    "merge": ({"second": "blocks/head.onnx", "connect": {"logits:0": "x"}, "prefix": "head/"},
+              lambda m, d: merge(m, osg.load(d / "blocks/head.onnx"), connect=[("logits:0", "x")],
+                                 prefix="head/")),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -108,6 +111,12 @@ EXTRA_CASES = {
 }
 
 
+def blocks(folder: Path) -> None:
+    (folder / "blocks").mkdir()
+    osg.save(block_model(), folder / "blocks" / "double.onnx")
+    osg.save(block_model(("n", "k")), folder / "blocks" / "head.onnx")
+
+
 def test_every_registered_verb_has_a_case():
     assert set(CASES) == {v for v, spec in STEPS.items() if spec.rewrites}
 
@@ -115,8 +124,7 @@ def test_every_registered_verb_has_a_case():
 @pytest.mark.parametrize("case", [*CASES, *EXTRA_CASES])
 def test_step_equals_the_python_api_call(case, tmp_path):
     verb, keys, call = ((case, *CASES[case]) if case in CASES else EXTRA_CASES[case])
-    (tmp_path / "blocks").mkdir()
-    osg.save(block_model(), tmp_path / "blocks" / "double.onnx")
+    blocks(tmp_path)
     recipe = parse_recipe({"onnxsurgeon": 1, "steps": [{verb: keys}]}, base_dir=tmp_path)
     by_recipe, by_api = osg.load(SEED), osg.load(SEED)
     result = apply_recipe(by_recipe, recipe)
@@ -128,6 +136,7 @@ def test_step_equals_the_python_api_call(case, tmp_path):
 
 @pytest.mark.parametrize("verb", list(CASES))
 def test_every_verb_is_proven_at_a_checkpoint(verb, tmp_path):
+    blocks(tmp_path)
     recipe = parse_recipe({"onnxsurgeon": 1, "steps": [{verb: CASES[verb][0]}, {"verify": {}}]},
                           base_dir=tmp_path)
     result = apply_recipe(osg.load(SEED), recipe)
@@ -336,6 +345,8 @@ def test_recipe_command_refuses_what_the_log_cannot_replay(tmp_path):
     assert proc.returncode == 2 and "records no rewrite" in proc.stderr
     with pytest.raises(RecipeError, match="no recipe step replays"):
         recipe_from_log([{"op": "transmogrify"}])
+    with pytest.raises(RecipeError, match="rewrite 1 .merge.: the second model"):
+        recipe_from_log([{"op": "merge", "connect": [["a", "b"]]}])
 
 
 def test_paths_are_relative_to_the_recipe_file(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -214,7 +215,8 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
                 outcomes.append(StepOutcome(step, {"would_verify": covered}))
                 pending = []
                 continue
-            report = _checkpoint(m, pending, _verify_options(step, recipe, base_options))
+            report = _checkpoint(m, pending, _verify_options(step, recipe, base_options),
+                                 recipe.base_dir)
             pending = []
             reports.append((step.number, report))
             outcomes.append(StepOutcome(step, {"ok": report.ok, "steps": covered}, report=report))
@@ -241,21 +243,25 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
             progress(k + 1, len(steps))
     complete = len(outcomes) == len(steps) and all(r.ok for _, r in reports)
     if pending and verify and not plan and complete:
-        reports.append(("final", _checkpoint(m, pending, base_options)))
+        reports.append(("final", _checkpoint(m, pending, base_options, recipe.base_dir)))
     if not plan and len(outcomes) == len(steps) and all(r.ok for _, r in reports):
         stamp(m.proto, recipe)
     return ApplyResult(tuple(outcomes), recipe.sha256(), plan, len(steps), tuple(reports))
 
 
 def _checkpoint(model: Model, pending: list[tuple[Model, dict[str, Any], Step]],
-                options: Mapping[str, Any]) -> Any:
+                options: Mapping[str, Any], base_dir: Path) -> Any:
     """One report proving each pending rewrite against the model just before it."""
     from ..verify import verify_rewrite
     from ..verify.log import merge_reports
 
     reports = []
-    for i, (before, record, _) in enumerate(pending):
+    for i, (before, record, step) in enumerate(pending):
         after = pending[i + 1][0] if i + 1 < len(pending) else model
-        reports.append(verify_rewrite(before, after, record, **options))
+        check = STEPS[step.verb].check
+        if check is not None:
+            reports.append(check(before, after, record, step.resolved(base_dir), options))
+        else:
+            reports.append(verify_rewrite(before, after, record, **options))
     return merge_reports(reports, [s.verb for _, _, s in pending],
                          numbers=[s.number for _, _, s in pending])

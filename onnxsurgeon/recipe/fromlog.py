@@ -61,6 +61,10 @@ def step_for_record(record: Mapping[str, Any], number: int) -> dict[str, Any]:
         return {"rename": {"mapping": dict(record["renamed"]), "nodes": bool(record.get("nodes"))}}
     if op == "bypass":
         return {"bypass": {"nodes": list(record["removed"]), "input": int(record.get("input", 0))}}
+    if op == "merge":
+        raise RecipeError(
+            f"{where}: the second model of a merge is not stored in the rewrite log; write that "
+            "step by hand (merge: {second: FILE.onnx, connect: {...}})")
     raise RecipeError(f"{where}: no recipe step replays rewrite op {op!r}")
 
 

@@ -61,6 +61,8 @@ class Param:
 
 StepRun = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
 """Runs one step on a model (mutating it) and returns the verb's own ``--json`` result."""
+StepCheck = Callable[[Any, Any, Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], Any]
+"""(model before, model after, rewrite record, step keys, verify options) -> VerifyReport."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Verb:
         one_of: groups of keys of which exactly one must be given.
         help: one line for the README's table.
         rewrites: whether the step changes the model (and leaves a rewrite record).
+        check: proves one such step at a checkpoint (default: ``verify_rewrite`` of its record).
     """
 
     name: str
@@ -85,6 +88,7 @@ class Verb:
     rewrites: bool = True
     requires: Mapping[str, str] = field(default_factory=dict)
     """key -> the key it needs (e.g. ``framework`` goes with ``func``)."""
+    check: StepCheck | None = None
 
     def param(self, key: str) -> Param | None:
         return next((p for p in self.params if p.key == key), None)

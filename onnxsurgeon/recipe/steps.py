@@ -62,6 +62,23 @@ def _bypass(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
             "rerouted_outputs": list(r.rerouted_outputs)}
 
 
+def _merge(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    from ..io import load
+    from ..surgery import merge
+
+    r = merge(model, load(p["second"]), connect=list(p["connect"].items()),
+              prefix=p.get("prefix"), outputs=p.get("outputs"))
+    return {"inputs": r.inputs, "outputs": r.outputs, "renamed": r.renamed, "prefix": r.prefix}
+
+
+def _verify_merge(before: Any, after: Any, record: Mapping[str, Any], p: Mapping[str, Any],
+                  options: Mapping[str, Any]) -> Any:
+    from ..io import load
+    from ..verify import verify_merge
+
+    return verify_merge(before, load(p["second"]), after, record=record, **options)
+
+
 def _reroute(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
     from ..surgery import reroute
 
@@ -111,6 +128,13 @@ STEPS: dict[str, Verb] = {
             Param("nodes", Kind.NAMES, required=True, help="node(s) to remove (a chain at once)"),
             Param("input", Kind.NATURAL, default=0, help="which input their readers read instead"),
         ), _bypass, help="remove nodes; their readers read their input"),
+        Verb("merge", (
+            Param("second", Kind.FILE, required=True, help="the .onnx model appended behind"),
+            Param("connect", Kind.RENAMES, required=True,
+                  help="this model's tensor -> the second model's input it feeds"),
+            Param("prefix", Kind.TEXT, help="prefix of the second's colliding names"),
+            Param("outputs", Kind.NAMES, help="graph outputs of the merged model"),
+        ), _merge, check=_verify_merge, help="append a second model behind this one"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
             Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),
