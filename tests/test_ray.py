@@ -1,0 +1,93 @@
+"""Ray: the same fleet and verification work as Ray tasks on a local instance, compared with the
+local results (byte-identical outputs; exactly merged verification statistics)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ray = pytest.importorskip("ray")  # the 'ray' extra, part of 'all' (CI installs it)
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "models" / "seed_cnn.onnx"
+
+pytestmark = pytest.mark.slow  # starting Ray takes 5-20 s on a shared 2-core machine
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance for the module (2 CPUs, no dashboard), shut down afterwards."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def cli(*args: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_apply_fleet_on_ray_is_byte_identical_to_local(local_ray, tmp_path):
+    from onnxsurgeon.recipe.fleet import run_fleet
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(SEED, src / "seed.onnx")
+    shutil.copy(ROOT / "models" / "tf1_seed.onnx", src / "tf1.onnx")
+    (src / "broken.onnx").write_bytes(b"\x00" * 10)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"onnxsurgeon": 1, "steps": [
+        {"copy": {"outputs": ["logits:0"], "prefix": "twin/"}},
+        {"insert": {"at": "twin/logits:0", "op": "softmax"}},
+        {"verify": {}}]}))
+    models = [str(src / n) for n in ("seed.onnx", "broken.onnx", "tf1.onnx")]
+    results: dict[str, list[dict[str, Any]]] = {}
+    for mode in ("local", "ray"):
+        lines: list[str] = []
+        code = run_fleet(str(recipe), models, str(tmp_path / mode) + "/", jobs=2,
+                         ray="" if mode == "ray" else None, as_json=True, options={},
+                         out=lines.append)
+        assert code == 1
+        results[mode] = sorted((json.loads(line) for line in lines), key=lambda d: d["model"])
+    for local, remote in zip(results["local"], results["ray"], strict=True):
+        assert local["status"] == remote["status"] and local["model"] == remote["model"]
+        assert local.get("error") == remote.get("error")
+        if local["status"] == "ok":
+            assert remote["verify"] == local["verify"] and remote["steps"] == local["steps"]
+            name = Path(local["model"]).name
+            assert sha(tmp_path / "ray" / name) == sha(tmp_path / "local" / name)
+    assert [d["status"] for d in results["ray"]] == ["failed", "ok", "ok"]
+
+
+def test_apply_cli_ray_connects_to_a_running_instance(local_ray, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"onnxsurgeon": 1, "steps": [
+        {"extract": {"outputs": ["aux:0"]}}]}))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    shutil.copy(SEED, a / "seed.onnx")
+    shutil.copy(SEED, b / "other.onnx")
+    proc = cli("apply", recipe, a / "seed.onnx", b / "other.onnx", "-o", f"{tmp_path}/out/",
+               "--ray", "auto", "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert {d["status"] for d in lines} == {"ok"} and len(lines) == 2
+    local = tmp_path / "local.onnx"
+    assert cli("apply", recipe, SEED, "-o", local).returncode == 0
+    assert sha(tmp_path / "out" / "seed.onnx") == sha(local) == sha(tmp_path / "out" / "other.onnx")
