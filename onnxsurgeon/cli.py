@@ -58,6 +58,14 @@ def _dim(value: str) -> tuple[str, int]:
 def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="input .onnx file (never modified)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
+    _add_share_data_flag(p)
+
+
+def _add_share_data_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--share-data", action="store_true",
+                   help="the output reads the input's external data file(s) in place instead of "
+                        "a copy (OUT must be in the input's folder or a folder above it; the "
+                        "output then needs those files, unchanged)")
 
 
 def _positive_float(value: str) -> float:
@@ -177,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="FIRST", help="the model that runs first (never modified)")
     p.add_argument("second", metavar="SECOND", help="the model that runs second (never modified)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
+    _add_share_data_flag(p)
     p.add_argument("--connect", type=_pair, action="extend", nargs="+", required=True,
                    metavar="FIRST_OUT=SECOND_IN",
                    help="SECOND_IN reads FIRST's tensor FIRST_OUT (several pairs, or the flag repeated)")
@@ -309,7 +318,7 @@ def _node_count(model: Any, limit: int) -> int:
     return node_count(as_model(model).proto, limit)
 
 
-def _write(model: Any, output: str, source: str) -> None:
+def _write(model: Any, output: str, source: str, *, share_data: bool = False) -> None:
     """Save atomically with the CLI's checker guarantee (``Check.AUTO``: the full check up to
     FULL_CHECK_MAX_NODES nodes, the plain check above); a file that fails while the input
     ``source`` passes is removed and reported as an internal error (exit 3)."""
@@ -320,7 +329,7 @@ def _write(model: Any, output: str, source: str) -> None:
     if m.source is None:  # a bare proto: compare a failing output with the given source file
         m = Model(m.proto, base_dir=m.base_dir, source=Path(source))
     seen = len(m.warnings)
-    save(m, output, check=Check.AUTO)
+    save(m, output, check=Check.AUTO, share_data=share_data)
     for w in m.warnings[seen:]:
         _warn(w)
 
@@ -364,7 +373,7 @@ def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary]) -> int:
     _check_paths(args.model, args.output)
     model = _load(args.model)
     summary, text = apply(model)
-    _write(model, args.output, args.model)
+    _write(model, args.output, args.model, share_data=bool(getattr(args, "share_data", False)))
     _out(json.dumps(summary, indent=2) if args.json else text)
     return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
 

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from .checking import Check, check_written, full_check_for
+from .datastream import RangeWriter, shared_location
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
     ExternalRef,
@@ -59,8 +60,6 @@ EXTERNAL_THRESHOLD = 1_800_000_000
 """Above this many bytes of model proto, save moves large tensors to external data by itself."""
 EXTERNALIZE_MIN_BYTES = 1024
 """Tensors smaller than this stay inline when saving switches to external data."""
-ALIGNMENT = 64
-"""Byte alignment of every tensor in written external data files."""
 _CHUNK = 1 << 22
 
 
@@ -298,12 +297,17 @@ class _AtomicFile:
 
 
 def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
-         external: bool | None = None, check: Check | str = Check.SMALL) -> Path:
+         external: bool | None = None, check: Check | str = Check.SMALL,
+         share_data: bool = False) -> Path:
     """Write ``model`` to ``path`` atomically and deterministically.
 
-    External tensors stay external: their bytes are streamed from the source data file into one
+    External tensors stay external: their bytes are copied from the source data file into one
     fresh data file named ``<output file name>.data`` beside the output (the input's location
-    names are never reused). With ``external=None`` the save switches inline tensors to external
+    names are never reused), by the kernel where it can (``copy_file_range``), each distinct
+    byte range once. With ``share_data`` they are not copied at all: the output names the
+    input's data file(s) in place, by a relative path that must stay inside the output folder's
+    tree and open the very file validated on load (the same rules as loading); the output then
+    needs those files, unchanged, at that place. With ``external=None`` the save switches inline tensors to external
     data by itself when the proto would pass 2 GB. The input file and its data files are never
     written. Files are written invisibly and renamed into place only when complete, so an
     interrupted save leaves no partial output. Peak memory: the serialized proto plus one chunk.
@@ -317,7 +321,8 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
         The path written.
 
     Raises:
-        UsageError: output is the input or one of its data files, a folder, a link, unwritable.
+        UsageError: output is the input or one of its data files, a folder, a link, unwritable;
+            with ``share_data``, an input data file outside the output folder's tree.
         InvalidModelError / UnsafeModelError: an external reference fails its checks.
         OutputCheckError: the written file fails ``onnx.checker`` (it is removed).
     """
@@ -377,6 +382,15 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             if not is_external(t) and t.HasField("raw_data")
             and len(t.raw_data) >= EXTERNALIZE_MIN_BYTES
         ]
+    relocated: dict[int, str] = {}  # share_data: tensor -> location of the input's own file
+    if share_data:
+        places: dict[Path, str] = {}
+        for t in external_tensors:
+            ref = refs[id(t)]
+            if ref.path not in places:
+                places[ref.path] = shared_location(ref, folder, t.name)
+            relocated[id(t)] = places[ref.path]
+        external_tensors = []
     to_write = external_tensors + move_inline
     if to_write and data_path.is_symlink():
         raise UsageError(
@@ -388,35 +402,40 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]] = []
     data_file: _AtomicFile | None = None
     model_file: _AtomicFile | None = None
+    writer: RangeWriter | None = None
+
+    def point(t: TensorProto, entries: list[tuple[str, str]]) -> None:
+        """Make ``t`` read ``entries`` (restored after the save, so the model is unchanged)."""
+        saved_state.append((
+            t,
+            t.raw_data if not is_external(t) else None,
+            [(e.key, e.value) for e in t.external_data],
+            t.data_location if t.HasField("data_location") else None,
+        ))
+        del t.external_data[:]
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in entries:
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+
     try:
+        for t in tensors:
+            if id(t) in relocated:
+                point(t, [(e.key, relocated[id(t)] if e.key == "location" else e.value)
+                          for e in t.external_data])
         if to_write:
             data_file = _AtomicFile(folder, data_name)
-            f = data_file.file
-            offset = 0
+            writer = RangeWriter(data_file.fd)
             for t in to_write:
-                pad = (-offset) % ALIGNMENT
-                if pad:
-                    f.write(b"\0" * pad)
-                    offset += pad
-                start = offset
                 if is_external(t):
-                    offset += _stream(refs[id(t)], f, t.name)
+                    start, length = writer.copy(refs[id(t)], t.name), refs[id(t)].length
                 else:
-                    f.write(t.raw_data)
-                    offset += len(t.raw_data)
-                saved_state.append((
-                    t,
-                    t.raw_data if not is_external(t) else None,
-                    [(e.key, e.value) for e in t.external_data],
-                    t.data_location if t.HasField("data_location") else None,
-                ))
-                del t.external_data[:]
-                t.ClearField("raw_data")
-                t.data_location = TensorProto.EXTERNAL
-                for key, value in (("location", data_name), ("offset", str(start)),
-                                   ("length", str(offset - start))):
-                    entry = t.external_data.add()
-                    entry.key, entry.value = key, value
+                    inline = t.raw_data
+                    start, length = writer.write(inline), len(inline)
+                point(t, [("location", data_name), ("offset", str(start)),
+                          ("length", str(length))])
+            writer.finish()
             data_file.finish()
         if payload is None or to_write:
             payload = proto.SerializeToString(deterministic=True)
@@ -439,6 +458,8 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             f"cannot write '{out}': {exc.strerror}; check the folder and free space"
         ) from None
     finally:
+        if writer is not None:
+            writer.close()
         for pending in (model_file, data_file):
             if pending is not None:
                 pending.close()
@@ -462,20 +483,3 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
 
 _LOCATION = attrgetter("data_location")
 _EXTERNAL = TensorProto.EXTERNAL
-
-
-def _stream(ref: ExternalRef, dst: BinaryIO, tensor: str) -> int:
-    """Copy ``ref``'s byte range into the open file ``dst`` in chunks; returns bytes copied."""
-    remaining = ref.length
-    fd = open_external(ref, tensor)
-    with os.fdopen(fd, "rb") as src:
-        src.seek(ref.offset)
-        while remaining:
-            chunk = src.read(min(_CHUNK, remaining))
-            if not chunk:
-                raise InvalidModelError(
-                    f"external data file '{ref.path.name}' ended early; it is truncated"
-                )
-            dst.write(chunk)
-            remaining -= len(chunk)
-    return ref.length

@@ -1,0 +1,165 @@
+"""Writing external data on save: validated byte ranges copied by the kernel, or shared in place.
+
+:class:`RangeWriter` fills one new data file. Each source file is opened once (through
+:func:`~onnxsurgeon.external.open_external`, which re-checks that it is the file validated on
+load) and its ranges are copied with ``copy_file_range`` where the kernel has it (no byte passes
+through Python: ``cp`` speed, constant memory), else with ``pread``/``pwrite`` in 4 MB chunks. A
+range written once is written once: tensors reading the same bytes of the same file (a copy's
+initializers, tied weights) point at one range of the output.
+
+:func:`shared_location` is ``save(share_data=True)``: instead of copying, the output names the
+input's data file itself, by a path relative to the output's folder that must follow the same
+rules as loading (inside that folder's tree, no ``..``, no symlink, no hard link) and must open
+the very file (device and inode) that was validated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from pathlib import Path
+
+from .errors import InvalidModelError, UnsafeModelError, UsageError
+from .external import (
+    ExternalRef,
+    _check_open_file,
+    _open_beneath,
+    _safe_relative,
+    open_external,
+)
+
+ALIGNMENT = 64
+"""Byte alignment of every tensor in written external data files."""
+_CHUNK = 1 << 22
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF,
+                   errno.EPERM}
+
+
+class RangeWriter:
+    """Appends aligned byte ranges to the open, empty file ``fd`` (positional writes only).
+
+    Not thread-safe; :meth:`close` closes the source files (not ``fd``).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.offset = 0
+        self.kernel_copy = hasattr(os, "copy_file_range")
+        self._sources: dict[tuple[int, int], tuple[int, int]] = {}  # identity -> (fd, size)
+        self._written: dict[tuple[int, int, int, int], int] = {}  # (dev, ino, off, len) -> start
+
+    def _align(self) -> int:
+        self.offset += (-self.offset) % ALIGNMENT  # the gap reads as zeros (a sparse hole)
+        return self.offset
+
+    def write(self, data: bytes) -> int:
+        """Append ``data``; returns where it starts."""
+        start = self._align()
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:done + _CHUNK], start + done)
+        self.offset = start + len(data)
+        return start
+
+    def copy(self, ref: ExternalRef, tensor: str) -> int:
+        """Append the bytes ``ref`` names (once per distinct range); returns where they start."""
+        key = (*ref.identity, ref.offset, ref.length)
+        if ref.identity != (0, 0) and key in self._written:
+            return self._written[key]
+        src, size = self._source(ref, tensor)
+        if ref.offset + ref.length > size:
+            raise UnsafeModelError(
+                f"external data file '{ref.path.name}' shrank while in use; load the model again"
+            )
+        start = self._align()
+        self._copy_range(src, ref.offset, start, ref.length, ref)
+        self.offset = start + ref.length
+        self._written[key] = start
+        return start
+
+    def _source(self, ref: ExternalRef, tensor: str) -> tuple[int, int]:
+        opened = self._sources.get(ref.identity) if ref.identity != (0, 0) else None
+        if opened is None:
+            fd = open_external(ref, tensor)  # refuses a file replaced since it was validated
+            opened = (fd, os.fstat(fd).st_size)
+            if ref.identity != (0, 0):
+                self._sources[ref.identity] = opened
+            else:  # pragma: no cover - hand-built refs: not cached, closed with the others
+                self._sources[(-1, fd)] = opened
+        return opened
+
+    def _copy_range(self, src: int, at: int, to: int, length: int, ref: ExternalRef) -> None:
+        done = 0
+        while done < length and self.kernel_copy:
+            try:
+                n = os.copy_file_range(src, self.fd, length - done, at + done, to + done)
+            except OSError as exc:
+                if exc.errno not in _NO_KERNEL_COPY:
+                    raise
+                self.kernel_copy = False  # this filesystem pair cannot: copy through memory
+                break
+            if n == 0:
+                raise InvalidModelError(
+                    f"external data file '{ref.path.name}' ended early; it is truncated"
+                )
+            done += n
+        while done < length:
+            chunk = os.pread(src, min(_CHUNK, length - done), at + done)
+            if not chunk:
+                raise InvalidModelError(
+                    f"external data file '{ref.path.name}' ended early; it is truncated"
+                )
+            view = memoryview(chunk)
+            while view:
+                n = os.pwrite(self.fd, view, to + done)
+                view = view[n:]
+                done += n
+
+    def finish(self) -> None:
+        """Give the file its full length (a trailing alignment gap included)."""
+        os.ftruncate(self.fd, self.offset)
+
+    def close(self) -> None:
+        for fd, _ in self._sources.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._sources.clear()
+
+
+def shared_location(ref: ExternalRef, out_folder: Path, tensor: str) -> str:
+    """The ``location`` under which a model saved in ``out_folder`` reads ``ref``'s file in
+    place: relative, inside ``out_folder``'s tree, and opening (under the loading rules) the
+    very file that was validated.
+
+    Raises:
+        UsageError: the file is outside the output folder's tree, or that path would not open
+            the same file (a symlink on the way, another file of that name).
+    """
+    folder = Path(os.path.abspath(out_folder))
+    rel = os.path.relpath(os.path.abspath(ref.path), folder)
+    parts = tuple(rel.replace(os.sep, "/").split("/"))
+    fix = ("write the output into the input's folder (or a folder above it), or drop "
+           "--share-data (share_data=False) to copy the bytes")
+    if os.path.isabs(rel) or ".." in parts:
+        raise UsageError(
+            f"--share-data: the input's data file '{ref.path}' is not inside the output folder "
+            f"'{folder}'; {fix}"
+        )
+    location = "/".join(parts)
+    try:
+        _safe_relative(location, tensor)
+        fd = _open_beneath(folder, parts, tensor)
+        try:
+            st = _check_open_file(fd, location, tensor)
+        finally:
+            os.close(fd)
+    except UnsafeModelError as exc:
+        raise UsageError(f"--share-data: {exc}; {fix}") from None
+    if ref.identity != (0, 0) and (st.st_dev, st.st_ino) != ref.identity:
+        raise UsageError(
+            f"--share-data: '{location}' seen from the output folder is not the data file the "
+            f"input read; {fix}"
+        )
+    return location
