@@ -1,8 +1,11 @@
 """Built-in processing blocks: small one-input, one-output ONNX models spliced in by ``insert``.
 
 Every block reads ``x`` and writes ``y``; its constants are initializers of the block. Blocks are
-built for the host model's default-domain opset (:data:`MIN_OPSET` up to the newest opset the
-installed onnx knows) and for the activation's element type, so they need no version conversion.
+built for the host model's default-domain opset (from the first opset where the block's ops
+exist with the semantics it needs, ``BlockSpec.min_opset``, up to the newest opset the installed
+onnx knows) and for the activation's element type, so they need no version conversion.
+``identity`` also takes sequence- and optional-typed values (opset 14 / 16 on, where Identity
+accepts them).
 
 Blocks and parameters (``parse_op`` syntax ``name:key=value,key=value``, lists as ``1|2``):
 
@@ -36,7 +39,12 @@ from .errors import RewriteError, UsageError
 from .types import dtype_name
 
 MIN_OPSET = 8
-"""Oldest default-domain opset blocks are built for (Max with broadcasting needs 8)."""
+"""Oldest default-domain opset every block can be built for (Max with broadcasting needs 8);
+blocks whose ops are older say so in ``BlockSpec.min_opset``."""
+SEQUENCE_IDENTITY_OPSET = 14
+"""Identity takes sequence types from this opset on."""
+OPTIONAL_IDENTITY_OPSET = 16
+"""Identity takes optional types from this opset on."""
 
 ParamValue = str | int | float | Sequence[int]
 
@@ -59,11 +67,13 @@ class Param:
 
 @dataclass(frozen=True)
 class BlockSpec:
-    """A built-in block: its parameters, the element types it accepts, and a one-line summary."""
+    """A built-in block: its parameters, the element types it accepts, a one-line summary, and
+    the oldest opset its ops exist at with the semantics it needs."""
 
     summary: str
     params: dict[str, Param] = field(default_factory=dict)
     dtypes: frozenset[int] = _FLOAT_TYPES
+    min_opset: int = MIN_OPSET
 
 
 BUILTIN_BLOCKS: dict[str, BlockSpec] = {
@@ -71,17 +81,20 @@ BUILTIN_BLOCKS: dict[str, BlockSpec] = {
         "x / sqrt(max(sum(x^2, axis), epsilon)) (tf.nn.l2_normalize)",
         {"axis": Param("int", -1), "epsilon": Param("float", 1e-12)},
     ),
-    "global_avg_pool": BlockSpec("GlobalAveragePool over the spatial axes (rank >= 3)"),
+    "global_avg_pool": BlockSpec("GlobalAveragePool over the spatial axes (rank >= 3)",
+                                 min_opset=1),
     "reduce_mean": BlockSpec(
         "ReduceMean over axes (default all)",
         {"axes": Param("ints", None), "keepdims": Param("int", 1)},
-        _NUMERIC_TYPES,
+        _NUMERIC_TYPES, min_opset=1,
     ),
-    "softmax": BlockSpec("Softmax along axis", {"axis": Param("int", -1)}),
-    "scale": BlockSpec("x * factor", {"factor": Param("float", required=True)}, _NUMERIC_TYPES),
+    # the per-axis form before opset 13 subtracts with broadcasting (Sub-7)
+    "softmax": BlockSpec("Softmax along axis", {"axis": Param("int", -1)}, min_opset=7),
+    "scale": BlockSpec("x * factor", {"factor": Param("float", required=True)}, _NUMERIC_TYPES,
+                       min_opset=7),  # Mul broadcasts a scalar from 7 on
     "clip": BlockSpec("Clip to [min, max]", {"min": Param("float"), "max": Param("float")},
-                      _NUMERIC_TYPES),
-    "identity": BlockSpec("Identity", {}, frozenset()),
+                      _NUMERIC_TYPES, min_opset=6),  # Clip-6: min/max attributes
+    "identity": BlockSpec("Identity", {}, frozenset(), min_opset=1),
 }
 """Name -> specification of every built-in processing block."""
 
@@ -340,6 +353,56 @@ _BUILDERS: dict[str, Callable[[_Builder, dict[str, Any], int | None], None]] = {
 }
 
 
+def opset_for_import(model: onnx.ModelProto, name: str) -> int:
+    """The default-domain opset to import into a model that imports none (it imports only
+    ``ai.onnx.ml`` or custom domains, so no node of it changes): the oldest ai.onnx opset released
+    with the model's ai.onnx.ml version (onnx's version table), at least block ``name``'s
+    minimum; 17 when the model names no ai.onnx.ml version this onnx knows."""
+    ml = next((int(o.version) for o in model.opset_import if o.domain == "ai.onnx.ml"), None)
+    paired = [row[2] for row in helper.VERSION_TABLE if ml is not None and row[3] == ml]
+    base = min(paired) if paired else 17
+    return max(base, _spec(name).min_opset)
+
+
+def _ir_version(opsets: list[onnx.OperatorSetIdProto]) -> int:
+    """The IR version for a block: the opsets' minimum, and at least 4 (initializers need not be
+    inputs). Opsets no onnx release shipped (2..4) get the IR of the release before them."""
+    try:
+        ir = helper.find_min_ir_version_for(opsets)
+    except ValueError:
+        ir = 3
+    return max(ir, 4)
+
+
+def _non_tensor_block(name: str, value_type: onnx.TypeProto, kind: str,
+                      opset: int) -> onnx.ModelProto:
+    """``identity`` on a sequence- or optional-typed value (the only block that takes them)."""
+    shown = {"sequence_type": "a sequence", "optional_type": "an optional",
+             "map_type": "a map", "sparse_tensor_type": "a sparse tensor"}.get(kind, kind)
+    if name != "identity":
+        raise RewriteError(
+            f"block '{name}' takes tensors but the activation is {shown}; use identity or a "
+            "--graph block whose input has that type"
+        )
+    need = {"sequence_type": SEQUENCE_IDENTITY_OPSET,
+            "optional_type": OPTIONAL_IDENTITY_OPSET}.get(kind)
+    if need is None:
+        raise RewriteError(f"block 'identity' cannot take {shown}; use a --graph block")
+    if opset < need:
+        raise RewriteError(
+            f"block 'identity' on {shown} needs opset >= {need} (Identity takes {shown} from "
+            f"there on); the model has opset {opset}"
+        )
+    x = helper.make_value_info("x", value_type)
+    y = helper.make_value_info("y", value_type)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="Identity")],
+                              name, [x], [y])
+    opsets = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="onnxsurgeon")
+    model.ir_version = _ir_version(opsets)
+    return model
+
+
 def make_block(
     name: str,
     params: Mapping[str, ParamValue] | None = None,
@@ -347,6 +410,7 @@ def make_block(
     elem_type: int,
     opset: int,
     shape: Sequence[int | str | None] | None = None,
+    value_type: onnx.TypeProto | None = None,
 ) -> onnx.ModelProto:
     """Build built-in block ``name`` as a standalone model ``x -> y``.
 
@@ -359,6 +423,9 @@ def make_block(
             axes are checked against its rank and it becomes the input's declared shape.
             Without it the input and output carry only their dtype: fine for splicing, but the
             checker wants shapes on a main graph's inputs, so pass it for a standalone model.
+        value_type: the activation's full type when it is not a tensor (a sequence or an
+            optional, e.g. a Loop's scan output): only ``identity`` takes those; ``elem_type``
+            is then ignored.
 
     Returns:
         A ``ModelProto`` (checked with ``onnx.checker`` full check when ``shape`` is given).
@@ -370,11 +437,14 @@ def make_block(
     p = normalize_params(name, params)
     spec = BUILTIN_BLOCKS[name]
     newest = onnx.defs.onnx_opset_version()
-    if not MIN_OPSET <= opset <= newest:
+    if not spec.min_opset <= opset <= newest:
         raise RewriteError(
             f"block '{name}' cannot be built for opset {opset}; supported opsets are "
-            f"{MIN_OPSET}..{newest}; convert the model with onnx.version_converter first"
+            f"{spec.min_opset}..{newest}; convert the model with onnx.version_converter first"
         )
+    kind = value_type.WhichOneof("value") if value_type is not None else None
+    if kind is not None and kind != "tensor_type":
+        return _non_tensor_block(name, value_type, kind, opset)  # type: ignore[arg-type]
     if elem_type == TensorProto.UNDEFINED:
         raise RewriteError(
             f"block '{name}' needs the activation's dtype, which is unknown; add value_info for "
@@ -403,7 +473,7 @@ def make_block(
     )
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="onnxsurgeon")
-    model.ir_version = max(helper.find_min_ir_version_for(opsets), 4)  # IR 4: initializers need not be inputs
+    model.ir_version = _ir_version(opsets)
     if shape is None:
         return model
     try:

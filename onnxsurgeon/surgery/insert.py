@@ -26,7 +26,7 @@ from ..errors import RewriteError, UsageError
 from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model, is_external, iter_tensors, read_tensor
 from ..names import NameAllocator
-from ..processing import ParamValue, make_block, normalize_params
+from ..processing import ParamValue, make_block, normalize_params, opset_for_import
 from ..record import add_rewrite
 from ..select import Selector
 from ..types import TypeOracle, _weightless_copy, renamed_value_info
@@ -155,10 +155,9 @@ def _reconcile(block: onnx.ModelProto, host: onnx.ModelProto, label: str) -> tup
     if b is None or b == h:
         return block, None
     if h is None:
-        raise RewriteError(
-            f"block '{label}' uses the default ONNX domain (opset {b}) but the host imports no "
-            "default-domain opset; add an ai.onnx opset import to the host"
-        )
+        # the host has no default-domain node (an ai.onnx.ml-only model): importing the block's
+        # opset changes nothing of the host
+        return block, b
     block_changed = changed_ops(_default_nodes(block, functions=False), b, h)
     if not block_changed:
         _set_default_opset(block, h)
@@ -183,9 +182,14 @@ def _reconcile(block: onnx.ModelProto, host: onnx.ModelProto, label: str) -> tup
 
 
 def _set_default_opset(model: onnx.ModelProto | onnx.FunctionProto, version: int) -> None:
+    """Set the default-domain opset; a model that imports none (ai.onnx.ml only) gets the
+    import (a function without one keeps none: it calls no default-domain op)."""
     for op in model.opset_import:
         if op.domain in _DEFAULT_DOMAINS:
             op.version = version
+            return
+    if isinstance(model, onnx.ModelProto):
+        model.opset_import.append(onnx.helper.make_opsetid("", version))
 
 
 # ----------------------------------------------------------------------------------- blocks
@@ -544,10 +548,11 @@ def insert(
         label = op
         record_params = normalize_params(op, params)
         h = default_opset(host)
-        if h is None:
-            raise RewriteError("the host imports no default-domain opset; add an ai.onnx opset import")
-        block = make_block(op, record_params, elem_type=at_type, opset=h, shape=at_shape)
         new_host_opset: int | None = None
+        if h is None:  # an ai.onnx.ml-only host: it gets a default-domain import
+            h = new_host_opset = opset_for_import(host, op)
+        block = make_block(op, record_params, elem_type=at_type, opset=h, shape=at_shape,
+                           value_type=at_vi.type if at_vi is not None else None)
     else:
         assert graph is not None
         block, label = _prepare_graph_block(graph)

@@ -186,7 +186,7 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
             out.name = fresh
     vi = oracle_index.oracle.value_info(source)
     elem = oracle_index.elem_type(source)
-    if vi is not None and vi.type.HasField("tensor_type"):
+    if vi is not None and vi.type.WhichOneof("value") is not None:
         new_vi = onnx.ValueInfoProto()
         new_vi.CopyFrom(vi)
         new_vi.name = fresh
@@ -194,6 +194,18 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
         new_vi = helper.make_tensor_value_info(fresh, elem, None)
     proto.graph.input.append(new_vi)
     return Model(proto, base_dir=original.base_dir, source=None), fresh
+
+
+def _loose_value_info(staged: Staged, name: str) -> onnx.ValueInfoProto:
+    """``name`` typed by its dtype only, or by its full type when it is not a tensor (a
+    sequence or an optional value)."""
+    vi = staged.oracle.value_info(name)
+    if vi is not None and vi.type.WhichOneof("value") not in (None, "tensor_type"):
+        out = onnx.ValueInfoProto()
+        out.CopyFrom(vi)
+        out.name = name
+        return out
+    return helper.make_tensor_value_info(name, staged.elem_type(name), None)
 
 
 def _isolate_block(rewritten: Staged, at: str, processed: str) -> Model:
@@ -204,12 +216,10 @@ def _isolate_block(rewritten: Staged, at: str, processed: str) -> Model:
     nodes = [graph.node[i] for i in clo.nodes]
     inits = [graph.initializer[index.initializers[n]] for n in clo.initializers
              if index.initializers[n] >= 0]
-    inputs = [helper.make_tensor_value_info(at, rewritten.elem_type(at), None)]
-    inputs += [helper.make_tensor_value_info(n, rewritten.elem_type(n), None) for n in clo.inputs
-               if n != at]
+    inputs = [_loose_value_info(rewritten, at)]
+    inputs += [_loose_value_info(rewritten, n) for n in clo.inputs if n != at]
     g = helper.make_graph(nodes, "isolated_block", inputs,
-                          [helper.make_tensor_value_info(processed, rewritten.elem_type(processed),
-                                                         None)], inits)
+                          [_loose_value_info(rewritten, processed)], inits)
     proto = helper.make_model(g, opset_imports=list(rewritten.model.proto.opset_import),
                               functions=list(rewritten.model.proto.functions))
     proto.ir_version = rewritten.model.proto.ir_version
@@ -217,7 +227,8 @@ def _isolate_block(rewritten: Staged, at: str, processed: str) -> Model:
 
 
 def _fresh_block(record: Mapping[str, Any], elem_type: int, opset: int,
-                 shape: Sequence[int | str | None] | None) -> onnx.ModelProto | None:
+                 shape: Sequence[int | str | None] | None,
+                 value_type: onnx.TypeProto | None = None) -> onnx.ModelProto | None:
     block = record.get("block")
     if not block or block == "graph":
         return None
@@ -226,7 +237,8 @@ def _fresh_block(record: Mapping[str, Any], elem_type: int, opset: int,
     except ImportError:
         return None
     params = record.get("params") or {}
-    return make_block(str(block), dict(params), elem_type=elem_type, opset=opset, shape=shape)
+    return make_block(str(block), dict(params), elem_type=elem_type, opset=opset, shape=shape,
+                      value_type=value_type)
 
 
 def _default_opset(proto: onnx.ModelProto) -> int:
@@ -394,7 +406,9 @@ def _check_insert(ctx: _Context, record: Mapping[str, Any], check: _Check) -> No
     check.compare("at", at, at, orig_vals, new_vals, dtype=_dtype(orig, at), exact=True,
                   sides=plain)
     elem = orig.elem_type(at)
-    fresh = _fresh_block(record, elem, _default_opset(new.model.proto), orig.oracle.shape(at))
+    at_vi = orig.oracle.value_info(at)
+    fresh = _fresh_block(record, elem, _default_opset(new.model.proto), orig.oracle.shape(at),
+                         at_vi.type if at_vi is not None else None)
     mapping: dict[str, str] = {}
     if fresh is not None:
         block = ctx.stage(Model(fresh), "block")
