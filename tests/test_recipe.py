@@ -462,3 +462,23 @@ def test_readme_documents_the_registry_and_its_recipe_block_runs(tmp_path):
     assert replayed.graph == applied.graph
     assert (tmp_path / "fleet" / "seed_cnn.onnx").is_file()
     assert not (tmp_path / "fleet" / "tf1_seed.onnx").exists() and "some models failed" in proc.stdout
+
+
+@pytest.mark.slow
+def test_insert_func_step_equals_the_cli_call(tmp_path):
+    """A framework function (`func:` relative to the recipe, `framework: torch`) as a step."""
+    pytest.importorskip("torch")
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "proc.py").write_text(
+        "import torch\ndef normalize(a):\n    return torch.nn.functional.normalize(a, dim=1)\n")
+    recipe = write_recipe(folder / "r.yaml", [
+        {"insert": {"at": RELU, "func": "proc.py:normalize", "framework": "torch"}},
+        {"verify": {}}])
+    out, by_cli = tmp_path / "out.onnx", tmp_path / "cli.onnx"
+    proc = cli("apply", recipe, SEED, "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verify"]["ok"] is True
+    assert cli("insert", SEED, "-o", by_cli, "--at", RELU, "--func", f"{folder / 'proc.py'}:normalize",
+               "--framework", "torch").returncode == 0
+    assert onnx.load(str(out)).graph == onnx.load(str(by_cli)).graph
