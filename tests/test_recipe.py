@@ -386,10 +386,10 @@ def test_verify_checkpoints_prove_each_step_against_the_model_before_it(tmp_path
 _REROUTE = STEPS["reroute"].run
 
 
-def _corrupting_reroute(model: Any, params: Any) -> dict[str, Any]:
+def _corrupting_reroute(model: Any, params: Any, ctx: Any) -> dict[str, Any]:
     """A test-only verb: a reroute whose model then gets one weight changed (a broken rewrite)."""
     assert _REROUTE is not None
-    result = _REROUTE(model, params)
+    result = _REROUTE(model, params, ctx)
     weight = next(t for t in model.proto.graph.initializer if t.name == "network/fc1/bias")
     arr = onnx.numpy_helper.to_array(weight).copy()
     arr[0] += 1.0
@@ -462,6 +462,16 @@ def test_readme_documents_the_registry_and_its_recipe_block_runs(tmp_path):
     assert replayed.graph == applied.graph
     assert (tmp_path / "fleet" / "seed_cnn.onnx").is_file()
     assert not (tmp_path / "fleet" / "tf1_seed.onnx").exists() and "some models failed" in proc.stdout
+
+
+def test_a_func_step_needs_the_converters_from_the_caller(tmp_path):
+    """The core never imports converters: apply_recipe takes the inserter from its caller."""
+    from onnxsurgeon.errors import UsageError
+
+    recipe = parse_recipe({"onnxsurgeon": 1, "steps": [
+        {"insert": {"at": RELU, "func": "proc.py:f", "framework": "torch"}}]}, base_dir=tmp_path)
+    with pytest.raises(UsageError, match=r"step 1 \(insert\): an insert step with func: needs"):
+        apply_recipe(osg.load(SEED), recipe)
 
 
 @pytest.mark.slow

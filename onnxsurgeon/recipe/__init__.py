@@ -19,11 +19,11 @@ from .apply import (
 )
 from .format import FORMAT_VERSION, Recipe, RecipeError, Step, load_recipe, parse_recipe
 from .fromlog import recipe_from_log
-from .spec import Kind, Param, Verb
+from .spec import Kind, Param, StepContext, Verb
 from .steps import STEPS
 
 __all__ = [
     "FORMAT_VERSION", "RECIPE_KEY", "RECIPE_SHA_KEY", "STEPS", "ApplyResult", "Kind", "Param",
-    "Recipe", "RecipeError", "Step", "StepOutcome", "Verb", "apply_recipe", "load_recipe",
+    "Recipe", "RecipeError", "Step", "StepContext", "StepOutcome", "Verb", "apply_recipe", "load_recipe",
     "parse_recipe", "recipe_from_log", "recorded_recipe",
 ]

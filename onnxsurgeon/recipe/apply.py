@@ -25,7 +25,7 @@ from ..errors import SurgeryError
 from ..io import Model, as_model
 from ..record import rewrites
 from .format import Recipe, Step
-from .spec import Kind
+from .spec import Kind, StepContext
 from .steps import STEPS
 
 RECIPE_KEY = "onnxsurgeon.recipe"
@@ -181,7 +181,8 @@ def _verify_options(step: Step, recipe: Recipe, base: Mapping[str, Any]) -> dict
 
 def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: bool = False,
                  verify: bool = False, verify_options: Mapping[str, Any] | None = None,
-                 progress: Progress | None = None) -> ApplyResult:
+                 progress: Progress | None = None,
+                 context: StepContext | None = None) -> ApplyResult:
     """Run every step of ``recipe`` on ``model`` in memory. Mutates model.
 
     Each step calls its library verb with the step's keys (see
@@ -189,6 +190,8 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
     previous checkpoint with :func:`~onnxsurgeon.verify.verify_rewrite` (``verify_options``, e.g.
     ``isolate=True``, are passed on). ``verify`` adds a final checkpoint after the last step
     (reported as step ``"final"``). A failed checkpoint ends the run (``result.ok`` is False).
+    ``context`` carries what steps may need beyond their keys (the framework-function inserter
+    for ``insert`` steps with ``func:``, see :class:`~onnxsurgeon.recipe.spec.StepContext`).
     Unless ``plan``, the recipe and its sha256 are stamped into the metadata at the end.
 
     Before:  model
@@ -208,6 +211,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
     outcomes: list[StepOutcome] = []
     reports: list[tuple[int | str, Any]] = []
     base_options = dict(verify_options or {})
+    ctx = context or StepContext()
     for k, step in enumerate(steps):
         if step.verb == "verify":
             covered = [s.number for _, _, s in pending]
@@ -231,7 +235,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
         assert run is not None
         params = step.resolved(recipe.base_dir)
         try:
-            result = run(m, params)
+            result = run(m, params, ctx)
         except SurgeryError as exc:
             raise step_error(recipe, step, params, exc) from None
         account = _account(before.proto, m.proto) if plan and before is not None else None

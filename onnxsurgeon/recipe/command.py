@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import SurgeryError, UsageError
 from .apply import ApplyResult, apply_recipe
 from .format import Recipe, load_recipe
+from .spec import StepContext
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -122,8 +123,13 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
 
     _check_paths(source, output)
     model = _load(source)
+    context = StepContext()
+    if any("func" in s.params for s in recipe.steps):
+        from ..converters import insert_function  # the CLI may dispatch to converters
+
+        context = StepContext(insert_function=insert_function)
     result = apply_recipe(model, recipe, plan=plan, verify=verify,
-                          verify_options=isolation or {}, progress=progress)
+                          verify_options=isolation or {}, progress=progress, context=context)
     if not plan and result.ok:
         _write(model, output, source)
     return result

@@ -59,7 +59,19 @@ class Param:
     help: str = ""
 
 
-StepRun = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+@dataclass(frozen=True)
+class StepContext:
+    """What a step may need beyond its keys.
+
+    Attributes:
+        insert_function: ``onnxsurgeon.converters.insert_function`` for ``insert`` steps with
+            ``func:`` (the core never imports converters; the CLI passes it in).
+    """
+
+    insert_function: Callable[..., Any] | None = None
+
+
+StepRun = Callable[[Any, Mapping[str, Any], StepContext], dict[str, Any]]
 """Runs one step on a model (mutating it) and returns the verb's own ``--json`` result."""
 StepCheck = Callable[[Any, Any, Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], Any]
 """(model before, model after, rewrite record, step keys, verify options) -> VerifyReport."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .spec import Kind, Param, Verb
+from ..errors import UsageError
+from .spec import Kind, Param, StepContext, Verb
 
 
-def _extract(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+def _extract(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import extract
 
     r = extract(model, p["outputs"], inputs=p["inputs"])
@@ -22,7 +23,7 @@ def _extract(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
             "removed_initializers": len(r.removed_initializers)}
 
 
-def _copy(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+def _copy(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import Weights, copy
 
     r = copy(model, p["outputs"], weights=Weights(p["weights"]), prefix=p["prefix"],
@@ -30,12 +31,15 @@ def _copy(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
     return {"outputs": r.outputs, "initializers": r.initializers, "nodes": r.nodes}
 
 
-def _insert(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+def _insert(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import insert
 
     if "func" in p:
-        r = insert(model, p["at"], func=p["func"], framework=p["framework"],
-                   as_output=p["as_output"])
+        if ctx.insert_function is None:
+            raise UsageError("an insert step with func: needs the framework converters; pass "
+                             "insert_function=onnxsurgeon.converters.insert_function")
+        r = ctx.insert_function(model, p["at"], p["func"], p["framework"],
+                                as_output=p["as_output"])
     elif "graph" in p:
         from ..io import load
 
@@ -46,7 +50,7 @@ def _insert(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
     return {"processed": r.processed, "rerouted": list(r.rerouted)}
 
 
-def _rename(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+def _rename(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import rename
 
     r = rename(model, p.get("mapping") or None, regex=[tuple(i) for i in p.get("regex") or []],
@@ -54,7 +58,7 @@ def _rename(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
     return {"renamed": r.renamed}
 
 
-def _bypass(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+def _bypass(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import bypass
 
     r = bypass(model, p["nodes"], input=p["input"])
@@ -62,7 +66,7 @@ def _bypass(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
             "rerouted_outputs": list(r.rerouted_outputs)}
 
 
-def _merge(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+def _merge(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..io import load
     from ..surgery import merge
 
@@ -79,7 +83,7 @@ def _verify_merge(before: Any, after: Any, record: Mapping[str, Any], p: Mapping
     return verify_merge(before, load(p["second"]), after, record=record, **options)
 
 
-def _reroute(model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+def _reroute(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import reroute
 
     r = reroute(model, p["from"], p["to"], consumers=p.get("consumers"))
