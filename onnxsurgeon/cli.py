@@ -102,6 +102,24 @@ def _add_verify_flag(p: argparse.ArgumentParser) -> None:
     _add_isolation_flags(p)
 
 
+def _context(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of hops >= 0, got {value!r}")
+    return int(value)
+
+
+def _add_context_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--context", type=_context, default=2, metavar="K",
+                   help="hops of unchanged neighbours drawn around the changes (default 2)")
+
+
+def _add_html_flag(p: argparse.ArgumentParser) -> None:
+    """``--html FILE`` (+ ``--context K``): every rewriting verb draws what it did."""
+    p.add_argument("--html", metavar="FILE.html",
+                   help="also write a self-contained HTML picture of this rewrite")
+    _add_context_flag(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="onnxsurgeon",
@@ -115,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--around", metavar="T",
+                   help="the neighbourhood of tensor T (its producer, readers and --context hops)")
+    p.add_argument("--html", metavar="FILE.html", help="with --around: draw it as an HTML page")
+    _add_context_flag(p)
 
     p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
     _add_model_io(p)
@@ -123,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", type=_csv, default=[], metavar="T[,T...]",
                    help="stop tensors that become graph inputs")
     _add_verify_flag(p)
+    _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("copy", help="duplicate the closure of tensors inside the model")
@@ -134,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="A=B", help="the copy reads B wherever the original read A "
                                        "(several pairs, or the flag repeated)")
     _add_verify_flag(p)
+    _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="print the rename map")
 
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")
@@ -150,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as-output", action="store_true",
                    help="reroute nothing; the processed tensor becomes a new graph output")
     _add_verify_flag(p)
+    _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("reroute", help="consumers of A read B instead")
@@ -159,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--consumers", type=_csv, default=None, metavar="NODE[,NODE...]",
                    help="only these consumer nodes of A (default: every consumer and graph output)")
     _add_verify_flag(p)
+    _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("rename", help="rename tensors (or nodes) keeping every reader and output")
@@ -170,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re.sub over every other name (split at the first '='; \\1 for groups)")
     p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
     _add_verify_flag(p)
+    _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("bypass", help="remove a node; its readers read its input")
@@ -179,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", type=int, default=0, metavar="K",
                    help="which input the readers read instead (default 0)")
     _add_verify_flag(p)
+    _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("merge", help="put SECOND behind FIRST: SECOND's inputs read FIRST's tensors")
@@ -196,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="outputs of the merged model (default: SECOND's outputs, then FIRST's "
                         "outputs no connection consumed)")
     _add_verify_flag(p)
+    _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
@@ -239,6 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. x:1x3x32x32 or ids:1x8:int64 (several, or the flag repeated)")
     c.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
     c.add_argument("--opset", type=int, default=None)
+
+    p = sub.add_parser("diff", help="draw what changed between two models as one HTML page")
+    p.add_argument("before", metavar="BEFORE")
+    p.add_argument("after", metavar="AFTER")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    _add_context_flag(p)
+    p.add_argument("--verify", action="store_true",
+                   help="also compare the models with onnxruntime and colour the drawn tensors by "
+                        "their error (exit 1 if they differ)")
+    _add_isolation_flags(p)
 
     sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
     from .recipe.command import add_parsers as add_recipe_parsers
@@ -344,19 +383,75 @@ def _isolation(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _verify_after(source: str, rewritten_path: str, args: argparse.Namespace) -> int:
+    return EXIT_OK if _verify_report(source, rewritten_path, args).ok else EXIT_VERIFY_FAILED
+
+
+def _verify_report(source: str, rewritten_path: str, args: argparse.Namespace) -> Any:
     from .io import load
     from .verify import verify_log
 
-    as_json = args.json
+    as_json = getattr(args, "json", False)
     report = verify_log(load(source), load(rewritten_path), **_isolation(args))
     sys.stderr.write(report.to_text() + "\n") if as_json else _out(report.to_text())
+    return report
+
+
+def _finish(args: argparse.Namespace, model: Any, summary: str) -> int:
+    """The tail every rewriting verb shares: ``--verify``, then ``--html`` (coloured by the
+    verification when both are given). ``model`` is the rewritten model, already written."""
+    report = _verify_report(args.model, args.output, args) if args.verify else None
+    if getattr(args, "html", None):
+        from .io import as_model
+
+        _write_html(_load(args.model).proto, as_model(model).proto, args.html, args,
+                    summary=summary, report=report)
+    if report is None:
+        return EXIT_OK
     return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+
+
+def _write_html(before: Any, after: Any, path: str, args: argparse.Namespace, *, summary: str,
+                report: Any = None) -> None:
+    from .diff import diff_models, render_html
+    from .diff.output import errors_from_report, write_page
+
+    errors, divergent = errors_from_report(report) if report is not None else ({}, "")
+    if report is not None:
+        summary = f"{summary}\nverify: {report.summary()}".strip()
+    drawn = diff_models(before, after, context=args.context, include=[divergent] if divergent else [])
+    page = render_html(drawn,
+                       title=f"onnxsurgeon {args.command}: {Path(args.model if args.command != 'diff' else args.after).name}",
+                       summary=summary, errors=errors, divergent=divergent)
+    write_page(page, path)
+
+
+def _check_html_path(args: argparse.Namespace) -> None:
+    """The page (``--html``, or diff's ``-o``) must not overwrite a model; its folder must exist."""
+    page = args.output if args.command == "diff" else getattr(args, "html", None)
+    if not page:
+        return
+    models = [getattr(args, k, None) for k in ("model", "second", "before", "after")]
+    if args.command != "diff":
+        models.append(getattr(args, "output", None))
+    for path in filter(None, models):
+        same = os.path.abspath(path) == os.path.abspath(page) or (
+            Path(path).exists() and Path(page).exists() and os.path.samefile(path, page))
+        if same:
+            raise UsageError(f"the HTML page '{page}' would overwrite the model '{path}'; "
+                             "choose another path")
+    folder = Path(page).parent
+    if not folder.is_dir():
+        raise UsageError(f"folder '{folder}' of the HTML page does not exist; create it first")
 
 
 # ------------------------------------------------------------------------------ commands
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from .inspect import inspect_model
 
+    if args.around is not None:
+        return _inspect_around(args)
+    if args.html:
+        raise UsageError("--html on inspect draws a neighbourhood: add --around TENSOR")
     result = inspect_model(_load(args.model))
     _out(json.dumps(result.to_json(), indent=2) if args.json else result.to_text())
     return EXIT_OK
@@ -369,13 +464,59 @@ Summary = tuple[dict[str, Any], str]
 def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary]) -> int:
     """The skeleton every rewriting command shares: refuse ``-o`` onto the input, load (warnings
     on stderr), ``apply`` the verb to the model (it returns the summary), save atomically with
-    the checker guarantee, print the summary (JSON with ``--json``), then ``--verify``."""
+    the checker guarantee, print the summary (JSON with ``--json``), then ``--verify`` and
+    ``--html`` (see :func:`_finish`)."""
     _check_paths(args.model, args.output)
     model = _load(args.model)
     summary, text = apply(model)
     _write(model, args.output, args.model, share_data=bool(getattr(args, "share_data", False)))
     _out(json.dumps(summary, indent=2) if args.json else text)
-    return _verify_after(args.model, args.output, args) if args.verify else EXIT_OK
+    return _finish(args, model, text)
+
+
+def _inspect_around(args: argparse.Namespace) -> int:
+    from .diff import neighbourhood, render_html
+    from .diff.output import write_page
+    from .index import GraphIndex
+    from .select import resolve
+
+    model = _load(args.model)
+    tensor = resolve(GraphIndex(model.proto), args.around)
+    view = neighbourhood(model.proto, tensor, context=args.context)
+    lines = [f"{args.around} = tensor '{tensor}': {len(view.nodes)} nodes within "
+             f"{args.context} hops"]
+    lines += [f"  {n.op_type} {n.name}: {', '.join(n.inputs)} -> {', '.join(n.outputs)}"
+              for n in view.nodes]
+    if args.json:
+        _out(json.dumps({"tensor": tensor, "nodes": [
+            {"name": n.name, "op_type": n.op_type, "inputs": list(n.inputs),
+             "outputs": list(n.outputs)} for n in view.nodes]}, indent=2))
+    else:
+        _out("\n".join(lines))
+    if args.html:
+        write_page(render_html(view, title=f"onnxsurgeon inspect: {tensor}",
+                               summary=lines[0]), args.html)
+    return EXIT_OK
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    before, after = _load(args.before), _load(args.after)
+    report = None
+    if args.verify:
+        from . import verify
+        from .record import rewrites
+
+        old, new = rewrites(before.proto), rewrites(after.proto)
+        if len(new) > len(old) and new[:len(old)] == old:
+            report = verify.verify_log(before, after, **_isolation(args))
+        else:
+            report = verify.compare(before, after, **_isolation(args))
+        _out(report.to_text())
+    _write_html(before.proto, after.proto, args.output, args, summary="", report=report)
+    _out(f"drew {args.before} -> {args.after} -> {args.output}")
+    if report is None:
+        return EXIT_OK
+    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
@@ -571,6 +712,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "reroute": _cmd_reroute, "verify": _cmd_verify, "convert": _cmd_convert, "demo": _cmd_demo,
     "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
     "apply": _cmd_apply, "recipe": _cmd_recipe,
+    "diff": _cmd_diff,
 }
 
 
@@ -584,6 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "verify", True) is False and _isolation(args):
             raise UsageError("--isolate, --timeout and --memory-limit go with --verify; add "
                              "--verify or drop them")
+        _check_html_path(args)
         return COMMANDS[args.command](args)
     except SurgeryError as exc:
         sys.stderr.write(f"onnxsurgeon: error: {_one_line(exc)}\n")

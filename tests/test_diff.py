@@ -227,3 +227,39 @@ def test_unnamed_nodes_are_matched_by_their_output():
     d = diff_models(before, after)
     assert d.changes()["unchanged"] == {"<Relu h>"}
     assert d.changes()["rerouted"] == {"<Neg y>"}
+
+
+# ------------------------------------------------------------------------------------ CLI
+def test_cli_bad_html_paths_exit_2_and_write_nothing(tmp_path):
+    from tests.test_cli import cli
+
+    src = tmp_path / "m.onnx"
+    src.write_bytes(B.tiny_cnn().SerializeToString())
+    before = src.read_bytes()
+    cases = [
+        ("extract", src, "-o", tmp_path / "o.onnx", "--outputs", "logits", "--html", src),
+        ("extract", src, "-o", tmp_path / "o.onnx", "--outputs", "logits", "--html",
+         tmp_path / "o.onnx"),
+        ("diff", src, src, "-o", tmp_path / "no" / "d.html"),
+        ("diff", src, src, "-o", src),
+        ("inspect", src, "--html", tmp_path / "i.html"),
+        ("inspect", src, "--around", "nope", "--html", tmp_path / "i.html"),
+        ("diff", src, src, "-o", tmp_path / "d.html", "--context", "-1"),
+    ]
+    for args in cases:
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert src.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_cli_diff_of_identical_models_draws_nothing_changed(tmp_path):
+    from tests.test_cli import cli
+
+    src = tmp_path / "m.onnx"
+    src.write_bytes(B.tiny_cnn().SerializeToString())
+    r = cli("diff", src, src, "-o", tmp_path / "d.html")
+    assert r.returncode == 0, r.stderr
+    h = hooks((tmp_path / "d.html").read_text())
+    assert h.nodes == [] and "0 added, 0 removed, 0 rerouted, 6 unchanged" in (tmp_path / "d.html").read_text()

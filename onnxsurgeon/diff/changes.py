@@ -326,6 +326,13 @@ def _select(builder: _Builder, seeds: list[tuple[str, object]], context: int,
         frontier = nxt
     if count >= MAX_NODES:
         notes.append(f"drawing limited to {MAX_NODES} nodes")
+    # graph outputs made by drawn nodes are drawn too (cheap, and where errors show first)
+    outs = {"a": set(builder.A.outputs), "b": set(builder.B.outputs)}
+    for ident in list(chosen):
+        if ident[0] in ("a", "b"):
+            for t in builder.node_of(ident)[0].output:
+                if t in outs[ident[0]]:
+                    chosen.setdefault(("out", t), None)
     return list(chosen), notes
 
 
@@ -493,18 +500,22 @@ def _source(builder: _Builder, side: _Side, t: str) -> tuple[str, object] | None
 
 
 # ---------------------------------------------------------------------------------- public
-def diff_models(before: onnx.ModelProto, after: onnx.ModelProto, /, *, context: int = 2) -> GraphDiff:
+def diff_models(before: onnx.ModelProto, after: onnx.ModelProto, /, *, context: int = 2,
+                include: Iterable[str] = ()) -> GraphDiff:
     """What changed from ``before`` to ``after``: the changed nodes plus ``context`` hops.
 
-    O(nodes + edges) of both main graphs for the classification, plus one scan of the node list
-    per hop; the result's size depends on the change, not on the models.
+    ``include`` names nodes of ``after`` to draw (with their context) although unchanged, such
+    as the first node where verification found the models part. O(nodes + edges) of both main
+    graphs for the classification, plus one scan of the node list per hop; the result's size
+    depends on the change, not on the models.
     """
     if context < 0:
         raise ValueError("context must be >= 0")
     builder = _Builder(before, after)
     old, new = rewrites(before), rewrites(after)
     fresh = new[len(old):] if new[:len(old)] == old else new
-    return _build(builder, builder.seeds(), context, rewrite_records=fresh)
+    extra: list[tuple[str, object]] = [("a", builder.A.pos[n]) for n in include if n in builder.A.pos]
+    return _build(builder, builder.seeds() + extra, context, rewrite_records=fresh)
 
 
 def neighbourhood(model: onnx.ModelProto, tensor: str, /, *, context: int = 2) -> GraphDiff:

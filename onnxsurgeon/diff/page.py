@@ -41,7 +41,11 @@ def _esc(text: object) -> str:
 
 
 def _clip(text: str, limit: int = MAX_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    """``text`` shortened in the middle (the ends of a scoped name tell most)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 3
+    return text[:head] + "\u2026" + text[len(text) - (limit - 1 - head):]
 
 
 def _node_lines(n: DiffNode) -> list[str]:
@@ -122,7 +126,8 @@ def _svg(diff: GraphDiff, geo: Layout, sizes: dict[str, Box], errors: Mapping[st
     ]
     for change, colour in COLOURS.items():
         out.append(f'<marker id="arrow-{change}" viewBox="0 0 10 10" refX="9" refY="5" '
-                   f'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+                   f'markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" '
+                   f'orient="auto-start-reverse">'
                    f'<path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>')
     out.append("</defs>")
     labelled: set[tuple[str, str]] = set()
@@ -131,19 +136,19 @@ def _svg(diff: GraphDiff, geo: Layout, sizes: dict[str, Box], errors: Mapping[st
         if not pts:
             continue
         d = _path(pts, sizes[e.source].height, sizes[e.target].height)
-        err = errors.get(e.tensor)
+        err = errors.get(e.tensor) if e.change.value != "removed" else None
         extra, style, tip = "", "", f"{e.tensor}\n{e.change.value}"
         if e.dtype or e.shape:
             tip += f"\n{e.dtype}{e.shape}"
         if err is not None:
             extra = f' data-error="{_fmt(err.max_abs)}"'
-            style = f' style="stroke:{_colour(err)}"'
+            style = f'<path class="err" d="{d}" style="stroke:{_colour(err)}"/>'
             tip += f"\nmax |error| = {_fmt(err.max_abs)}" + ("" if err.informative else
                                                             " (uninformative comparison)")
         stub = ' data-stub="true"' if e.stub else ""
         out.append(f'<g class="edge {e.change.value}" data-tensor="{_esc(e.tensor)}" '
                    f'data-change="{e.change.value}"{stub}{extra}><title>{_esc(tip)}</title>'
-                   f'<path d="{d}"{style} marker-end="url(#arrow-{e.change.value})"/>')
+                   f'{style}<path d="{d}" marker-end="url(#arrow-{e.change.value})"/>')
         label = _edge_label(e)
         if label and (e.source, e.tensor) not in labelled:
             labelled.add((e.source, e.tensor))
@@ -275,7 +280,7 @@ svg text{font-family:"DejaVu Sans Mono",monospace;font-size:12px;text-anchor:mid
 .edge path{fill:none;stroke-width:1.6}
 .edge.added path{stroke:#2e7d32}.edge.removed path{stroke:#c62828;stroke-dasharray:6,4}
 .edge.rerouted path{stroke:#e65100;stroke-width:2.4}.edge.unchanged path{stroke:#8a8a8a}
-.edge[data-error] path{stroke-width:3.5}
+.edge path.err{stroke-width:7;opacity:.55;stroke-dasharray:none}
 .edge[data-stub] path{stroke-dasharray:2,3}
 text.elabel{font-size:10px;fill:#555;text-anchor:start}
 .hover rect,.hover path{filter:drop-shadow(0 0 3px #1565c0)}
