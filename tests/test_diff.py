@@ -263,3 +263,18 @@ def test_cli_diff_of_identical_models_draws_nothing_changed(tmp_path):
     assert r.returncode == 0, r.stderr
     h = hooks((tmp_path / "d.html").read_text())
     assert h.nodes == [] and "0 added, 0 removed, 0 rerouted, 6 unchanged" in (tmp_path / "d.html").read_text()
+
+
+def test_cli_html_on_a_later_verb(tmp_path):
+    """Verbs added later get --html from the shared flag helper: bypass draws what it removed."""
+    from tests.test_cli import cli
+
+    src = tmp_path / "m.onnx"
+    src.write_bytes(B.tiny_cnn().SerializeToString())
+    r = cli("bypass", src, "-o", tmp_path / "b.onnx", "--node", "relu5", "--html", tmp_path / "b.html")
+    assert r.returncode == 0, r.stderr
+    c = by_change(hooks((tmp_path / "b.html").read_text()))
+    removed = set(rewrites(onnx.load(tmp_path / "b.onnx"))[-1]["removed"])
+    assert removed == {"relu5"} and removed <= c["removed"]
+    # conv5 now writes 'act' itself (the graph output keeps its name): old and new conv5 drawn
+    assert c["removed"] - removed == c["added"] == {"conv5"}
