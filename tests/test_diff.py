@@ -278,3 +278,12 @@ def test_cli_html_on_a_later_verb(tmp_path):
     assert removed == {"relu5"} and removed <= c["removed"]
     # conv5 now writes 'act' itself (the graph output keeps its name): old and new conv5 drawn
     assert c["removed"] - removed == c["added"] == {"conv5"}
+
+
+def test_readme_shows_a_picture_of_a_page():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert "](docs/diff_example.png)" in (root / "README.md").read_text()
+    png = (root / "docs" / "diff_example.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(png) < 200_000
