@@ -287,3 +287,15 @@ def test_readme_shows_a_picture_of_a_page():
     assert "](docs/diff_example.png)" in (root / "README.md").read_text()
     png = (root / "docs" / "diff_example.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(png) < 200_000
+
+
+def test_boxes_show_the_framework_name():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    model = onnx.load(root / "models" / "torch_cnn.onnx")
+    view = neighbourhood(model, "conv2d", context=1)
+    fw = {n.name: n.framework for n in view.nodes}
+    assert fw["node_conv2d"] == "conv5"
+    page = render_html(view)
+    assert ">conv5</text>" in page and 'data-focus="true"' in page

@@ -36,13 +36,21 @@ def cnn(tmp_path: Path) -> Path:
     return path
 
 
-def load_page(browser: Browser, page: Path, shot: Path) -> dict:
+HOVER = """(() => { const g = document.querySelector('[data-node="%s"] rect');
+  g.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+  return document.getElementById('info').textContent; })()"""
+
+
+def load_page(browser: Browser, page: Path, shot: Path, *, hover: str = "") -> dict:
     """Open ``page``; check it loads cleanly and offline, boxes never overlap and edges point
-    down; write a screenshot; return the in-browser measurements."""
+    down; write a screenshot; return the in-browser measurements (and, with ``hover``, the
+    details panel after hovering that node)."""
     assert page.stat().st_size < 1_000_000
     view = browser.open(page)
     try:
         m = view.eval(MEASURE)
+        if hover:
+            m["hover"] = view.eval(HOVER % hover)
         assert view.problems() == []
         assert view.requests() == [page.resolve().as_uri()]
         assert m["boxes"] >= 3
@@ -67,7 +75,9 @@ def test_extract_page(browser, cnn, tmp_path):
             "--html", tmp_path / "e.html")
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
-    m = load_page(browser, tmp_path / "e.html", tmp_path / "e.png")
+    m = load_page(browser, tmp_path / "e.html", tmp_path / "e.png", hover="conv5")
+    assert "Conv conv5" in m["hover"] and "pads = [1, 1, 1, 1]" in m["hover"]
+    assert "inputs: x, conv5.weight, conv5.bias" in m["hover"]
     c = changes(m)
     assert len(c["removed"]) == len(builders.tiny_cnn().graph.node) - result["nodes"] == 1
     assert c["removed"] == {"side"} and c["added"] == c["rerouted"] == set()
