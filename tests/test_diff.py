@@ -97,8 +97,14 @@ def test_copy_diff_adds_exactly_the_copied_nodes():
     before = B.tiny_cnn()
     after = clone(before)
     result = copy(after, ["logits"], weights=Weights.INDEPENDENT, prefix="twin/")
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.surgery.copy import copied_names
+
+    rec = rewrites(after)[-1]
     d = diff_models(before, after, context=1)
     assert result.nodes and d.changes()["added"] == set(result.nodes.values())
+    node_map, _ = copied_names(GraphIndex(after), rec)
+    assert d.changes()["added"] == set(node_map.values()) and len(node_map) == rec["copied"]["nodes"]
     assert d.changes()["removed"] == d.changes()["rerouted"] == set()
 
 
