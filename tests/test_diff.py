@@ -305,3 +305,14 @@ def test_boxes_show_the_framework_name():
     assert fw["node_conv2d"] == "conv5"
     page = render_html(view)
     assert ">conv5</text>" in page and 'data-focus="true"' in page
+
+
+def test_a_long_copy_is_drawn_by_both_ends():
+    before = B.chain(1000)
+    after = clone(before)
+    copy(after, ["y"], weights=Weights.INDEPENDENT, prefix="t/")
+    d = diff_models(before, after, context=2)
+    names = d.changes()
+    assert d.totals["added"] == 3000 and len(d.nodes) < 12
+    assert {"t/MatMul_0", "t/Relu_999"} <= names["added"]  # where it starts and where it ends
+    assert "MatMul_0" in names["unchanged"]  # the original, through the shared input x

@@ -277,16 +277,19 @@ class _Builder:
         return found
 
     def border(self, seeds: list[tuple[str, object]]) -> list[tuple[str, object]]:
-        """The seeds with a neighbour of another class (for changes too large to draw whole)."""
+        """The seeds with a neighbour of another class or reading a graph input (for changes too
+        large to draw whole). One pass over the flattened reads of each side."""
         A, B = self.A, self.B
         keep: set[tuple[str, object]] = set()
         for side, cls in ((A, self.cls_a), (B, self.cls_b)) if A is not B else ((A, self.cls_a),):
-            producer = side.producer
+            producer, inputs = side.producer, side.inputs
             for t, j in zip(side.reads, side.readers, strict=True):
                 p = producer.get(t)
                 if p is not None and cls[p] != cls[j]:
                     for k in (j, p):
                         keep.add(("a", k) if side is A else self.canon_b(k))
+                elif p is None and t in inputs and cls[j] != "unchanged":
+                    keep.add(("a", j) if side is A else self.canon_b(j))
         chosen = [s for s in seeds if s in keep or s[0] in ("in", "out")]
         return chosen or seeds
 
