@@ -165,7 +165,9 @@ class Page:
         for ev in self._events():
             method, params = ev.get("method"), ev.get("params", {})
             if method == "Runtime.exceptionThrown":
-                out.append("exception: " + json.dumps(params.get("exceptionDetails", {}))[:500])
+                details = params.get("exceptionDetails", {})
+                what = details.get("exception", {}).get("description") or details.get("text", "")
+                out.append(f"exception: {what[:500]}")
             elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "warning", "assert"):
                 out.append("console: " + json.dumps(params.get("args", []))[:500])
             elif method == "Log.entryAdded" and params["entry"].get("level") in ("error", "warning"):
