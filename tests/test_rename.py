@@ -5,6 +5,7 @@ bit-identical under the new names (onnxruntime, optimizations off), and the CLI.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -72,6 +73,45 @@ def test_rename_reaches_reads_inside_a_loop_body():
     x = np.float32([0.5, -2.0])
     assert np.array_equal(run(model, {"x": x})["z"], run(orig, {"x": x})["z"])
     assert verify_log(orig, model).ok
+
+
+def test_tensors_inside_a_loop_body_are_renamed_in_their_scope():
+    orig = B.loop_capture()
+    model = clone(orig)
+    r = rename(model, {"m": "scaled", "acc_out": "acc_next", "b": "bias"})
+    assert r.renamed == {"m": "scaled", "acc_out": "acc_next", "b": "bias"}
+    body = next(n for n in model.graph.node if n.name == "loop").attribute[0].g
+    assert list(body.node[1].output) == ["scaled"]
+    assert list(body.node[2].input) == ["scaled", "bias"]
+    assert list(body.node[2].output) == ["acc_next"] and body.output[1].name == "acc_next"
+    onnx.checker.check_model(model, full_check=True)
+    x = np.float32([0.5, -2.0])
+    assert np.array_equal(run(model, {"x": x})["z"], run(orig, {"x": x})["z"])
+    report = verify_log(orig, model)
+    assert report.ok and any("nested bodies" in n for n in report.notes)
+
+
+def test_regex_reaches_names_inside_both_if_branches():
+    orig = B.if_capture()
+    model = clone(orig)
+    r = rename(model, regex={"^([te])$": r"branch_\1"})
+    assert r.renamed == {"t": "branch_t", "e": "branch_e"}
+    branch = next(n for n in model.graph.node if n.name == "branch")
+    assert sorted(a.g.output[0].name for a in branch.attribute) == ["branch_e", "branch_t"]
+    x = np.float32([1.0, -2.0, 3.0])
+    assert np.array_equal(run(model, {"x": x})["z"], run(orig, {"x": x})["z"])
+
+
+@pytest.mark.parametrize("mapping, needle", [
+    ({"m": "x"}, "an outer scope (the main graph) uses 'x'"),
+    ({"m": "acc"}, "the body of node 'loop' already uses 'acc'"),
+], ids=["outer", "same-body"])
+def test_inner_renames_that_would_shadow_are_refused(mapping, needle):
+    model = B.loop_capture()
+    before = serialized(model)
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        rename(model, mapping)
+    assert serialized(model) == before
 
 
 def test_a_body_that_passes_a_capture_through_follows_it():

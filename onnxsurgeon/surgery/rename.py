@@ -89,6 +89,71 @@ def _nested_names(index: GraphIndex) -> dict[str, str]:
     return found
 
 
+def _defining_bodies(index: GraphIndex, names: Iterable[str]) -> dict[str, list[onnx.GraphProto]]:
+    """Each of ``names`` -> the nested bodies that define it (a name may be defined by several
+    bodies, e.g. both branches of an If). O(size of the nested bodies)."""
+    wanted = set(names)
+    found: dict[str, list[onnx.GraphProto]] = {}
+    for node in index.graph.node:
+        for body in subgraphs(node):
+            for g in iter_graphs(body):
+                for name in graph_defined_names(g) & wanted:
+                    found.setdefault(name, []).append(g)
+    return found
+
+
+def _rename_in_scope(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
+    """Rename, in ``graph`` (a nested body that defines every key of ``renames``) and in the
+    bodies below it that do not redefine a name, every definition and read. Each element is
+    renamed once, so swaps work. Iterative; O(size of the bodies)."""
+    stack: list[tuple[onnx.GraphProto, Mapping[str, str]]] = [(graph, renames)]
+    while stack:
+        g, ren = stack.pop()
+        if g is not graph:
+            shadowed = graph_defined_names(g) & ren.keys()
+            if shadowed:
+                ren = {k: v for k, v in ren.items() if k not in shadowed}
+            if not ren:
+                continue
+        for field in (g.input, g.output, g.value_info):
+            for vi in field:
+                if vi.name in ren:
+                    vi.name = ren[vi.name]
+        for t in g.initializer:
+            if t.name in ren:
+                t.name = ren[t.name]
+        for st in g.sparse_initializer:
+            if st.values.name in ren:
+                st.values.name = ren[st.values.name]
+        for node in g.node:
+            for k, name in enumerate(node.input):
+                if name in ren:
+                    node.input[k] = ren[name]
+            for k, name in enumerate(node.output):
+                if name in ren:
+                    node.output[k] = ren[name]
+            stack.extend((sub, ren) for sub in subgraphs(node))
+
+
+def _check_inner_names(inner: Mapping[str, str], renamed: Mapping[str, str],
+                       main_tensors: set[str], nested: Mapping[str, str]) -> None:
+    """A tensor defined inside a body may not take a name the main graph (an outer scope) or any
+    body uses, unless that name is renamed away too."""
+    for old, new in inner.items():
+        if not new:
+            raise UsageError(f"tensor '{old}' would get an empty name; give a non-empty new name")
+        if new in main_tensors and new not in renamed:
+            raise UsageError(
+                f"cannot rename tensor '{old}' (inside the body of node '{nested[old]}') to "
+                f"'{new}': an outer scope (the main graph) uses '{new}'; pick another name"
+            )
+        if new in nested and new not in renamed:
+            raise UsageError(
+                f"cannot rename tensor '{old}' to '{new}': the body of node '{nested[new]}' "
+                f"already uses '{new}'; pick another name"
+            )
+
+
 def _check_new_names(renamed: Mapping[str, str], existing: Iterable[str], what: str,
                      nested: Mapping[str, str]) -> None:
     """Refuse empty names, two names renamed to one, collisions with names that stay, and names
@@ -170,13 +235,16 @@ def rename(
     regex: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
     nodes: bool = False,
 ) -> RenameResult:
-    """Rename main-graph tensors (or, with ``nodes``, main-graph nodes). Mutates model.
+    """Rename tensors (or, with ``nodes``, main-graph nodes). Mutates model.
 
     ``mapping`` maps old names to new ones; old tensor names are resolved like every selector
     (exact ONNX name, converters' name map, TF ``:0`` style, node name, torch module path).
     ``regex`` maps patterns to replacements (``re.sub`` syntax, applied in order) over every
     main-graph tensor (or node) name the mapping does not name. A renamed tensor keeps every tie
     (see the module docstring); renaming a graph input or output renames that input or output.
+    A tensor defined inside an If/Loop/Scan body is renamed within its scope: its definition,
+    the body's inputs/outputs and the reads in that body and the bodies below it that do not
+    redefine the name; it may not take a name an outer scope (or any body) uses.
 
     Before:  conv -> act -> {pool, If(then: Mul(act, W)), <output act>}
     After (act=feat):  conv -> feat -> {pool, If(then: Mul(feat, W)), <output feat>}
@@ -186,7 +254,8 @@ def rename(
     Raises:
         NotFoundError / AmbiguousNameError: an old name does not resolve.
         UsageError: nothing to rename, an empty new name, two names renamed to one, a new name
-            the model already uses (in the main graph or inside a nested body), a bad regex.
+            the model already uses (in the main graph, an outer scope or inside a nested body),
+            a bad regex.
     """
     m = as_model(model)
     proto = m.proto
@@ -203,19 +272,28 @@ def rename(
         nested: dict[str, str] = {}
     else:
         selector = Selector(index)
+        nested = _nested_names(index)
         renamed = {}
         for old, new in given.items():
-            resolved = selector.resolve(old)
+            inner_only = not index.is_tensor(old) and old in nested
+            resolved = old if inner_only else selector.resolve(old)
             if resolved in renamed and renamed[resolved] != new:
                 raise UsageError(f"tensor '{resolved}' is given two new names; give it one")
             renamed[resolved] = new
-        renamed |= _apply(compiled, index.tensor_names(), renamed)
+        candidates = [*index.tensor_names(), *(n for n in nested if not index.is_tensor(n))]
+        renamed |= _apply(compiled, candidates, renamed)
         existing = index.tensor_names()
-        nested = _nested_names(index)
     renamed = {old: new for old, new in renamed.items() if old != new}
     if not renamed:
         raise UsageError(f"every {what} keeps its name; nothing to rename")
-    _check_new_names(renamed, existing, what, nested)
+    main = {o: n for o, n in renamed.items() if nodes or index.is_tensor(o)}
+    inner = {o: n for o, n in renamed.items() if o not in main}
+    existing = list(existing)
+    if inner:
+        _check_inner_names(inner, renamed, set(existing), nested)
+    _check_new_names(renamed, existing, what, {})
+    _check_new_names(main, existing, what, {k: v for k, v in nested.items() if k not in inner})
+    bodies = _defining_bodies(index, inner)
 
     # ------------------------------------------------------------------ mutate (all checked)
     if nodes:
@@ -223,6 +301,12 @@ def rename(
             if node.name in renamed:
                 node.name = renamed[node.name]
     else:
-        _rename_tensors(index, renamed)
+        _rename_tensors(index, main)
+        by_body: dict[int, tuple[onnx.GraphProto, dict[str, str]]] = {}
+        for old, new in inner.items():
+            for g in bodies.get(old, []):
+                by_body.setdefault(id(g), (g, {}))[1][old] = new
+        for g, ren in by_body.values():
+            _rename_in_scope(g, ren)
     add_rewrite(proto, {"op": "rename", "renamed": dict(renamed), "nodes": bool(nodes)})
     return RenameResult(dict(renamed), bool(nodes))
