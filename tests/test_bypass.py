@@ -90,6 +90,22 @@ def test_bypass_one_node_in_the_middle():
     assert verify_log(orig, model).ok
 
 
+def test_a_tensor_name_selects_its_producer():
+    orig = chain_model(output_at_end=False)
+    model = clone(orig)
+    assert bypass(model, "i:0").removed == ["ident"]  # TF-style name of ident's output
+    assert "ident" not in _names(model)
+    assert verify_log(orig, model).ok
+
+
+def test_unnamed_nodes_are_labelled_and_verified():
+    orig = chain_model(output_at_end=False)
+    orig.graph.node[2].name = ""  # the Identity
+    model = clone(orig)
+    assert bypass(model, "i").removed == ["Identity#2"]
+    assert verify_log(orig, model).ok
+
+
 def test_output_fed_by_a_graph_input_is_rerouted_to_it():
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id")], "g",
                           [helper.make_tensor_value_info("x", F, [3])],

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..errors import NotFoundError, RewriteError, UsageError
+from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import add_rewrite
+from ..select import Selector
 from ..types import TypeOracle, dtype_name
 from ._edges import check_types, rewire
 from ._proto import _BROADCAST
@@ -30,7 +31,8 @@ class BypassResult:
     """What ``bypass`` did.
 
     Attributes:
-        removed: names of the removed nodes, in the order given.
+        removed: labels of the removed nodes (their names, ``OpType#i`` when unnamed), in the
+            order given.
         rerouted: main-graph nodes that now read a bypassed input instead of a removed node's
             output (nodes whose nested bodies read it count), in node order.
         rerouted_outputs: graph outputs that now carry the bypassed input under its own name
@@ -44,8 +46,21 @@ class BypassResult:
 
 
 def _find_node(index: GraphIndex, name: str) -> int:
+    """The main-graph node named ``name``, or else the producer of the tensor ``name`` names
+    (any selector: ONNX, TF ':0', torch module path)."""
     i = index.node_names.get(name)
+    op, sep, pos = name.rpartition("#")  # an unnamed node's label, as results and records give it
+    if i is None and sep and pos.isdigit() and int(pos) < len(index.graph.node):
+        node = index.graph.node[int(pos)]
+        if node.op_type == op and not node.name:
+            return int(pos)
     if i is None:
+        try:
+            i = index.producer.get(Selector(index).resolve(name))
+        except SurgeryError:
+            i = None
+        if i is not None:
+            return i
         close = difflib.get_close_matches(name, list(index.node_names), n=3, cutoff=0.5)
         hint = ("did you mean " + ", ".join(f"'{c}'" for c in close) + "?") if close else \
             "run 'onnxsurgeon inspect MODEL --nodes' to list node names"
@@ -140,6 +155,9 @@ def bypass(
     index = GraphIndex(proto)
     oracle = TypeOracle(index)
     positions = [_find_node(index, n) for n in names]
+    if len(set(positions)) != len(positions):
+        raise UsageError(f"{names} name one node twice; name each node once")
+    names = [index.node_label(i) for i in positions]
     removed = set(positions)
     subst: dict[str, str] = {}  # removed output -> tensor its readers read instead
     for name, i in sorted(zip(names, positions, strict=True), key=lambda p: p[1]):

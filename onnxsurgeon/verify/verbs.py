@@ -18,6 +18,7 @@ from typing import Any
 import onnx
 
 from ..errors import UsageError
+from ..index import GraphIndex
 from ..io import Model
 from ..record import rewrites
 from .compare import make_samples
@@ -25,7 +26,7 @@ from .inputs import InputsLike
 from .isolate import make_limits
 from .locate import Side
 from .report import VerifyReport
-from .rewrite import _Check, _Context, _dtype, _run_all
+from .rewrite import _Check, _Context, _dtype, _node_position, _run_all
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 
@@ -61,9 +62,9 @@ def _identity_reference(original: Model, record: Mapping[str, Any]) -> Model:
     proto.CopyFrom(original.proto)
     removed = list(record.get("removed", []))
     slot = int(record.get("input", 0))
-    by_name = {n.name: k for k, n in enumerate(proto.graph.node) if n.name}
+    index = GraphIndex(proto)
     for name in removed:
-        k = by_name.get(str(name))
+        k = _node_position(index, str(name))
         if k is None:
             raise UsageError(
                 f"the rewrite record removes node '{name}', which the original model does not "
