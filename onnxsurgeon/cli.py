@@ -466,8 +466,10 @@ def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary]) -> int:
     on stderr), ``apply`` the verb to the model (it returns the summary), save atomically with
     the checker guarantee, print the summary (JSON with ``--json``), then ``--verify`` and
     ``--html`` (see :func:`_finish`)."""
+    from .io import handed_over
+
     _check_paths(args.model, args.output)
-    model = _load(args.model)
+    model = handed_over(_load(args.model))  # nothing touches the proto before the verb
     summary, text = apply(model)
     _write(model, args.output, args.model, share_data=bool(getattr(args, "share_data", False)))
     _out(json.dumps(summary, indent=2) if args.json else text)

@@ -50,6 +50,7 @@ from .validate import validate_producers
 
 __all__ = [
     "ExternalRef", "Model", "as_model", "check_inline_tensor", "element_count", "expected_nbytes",
+    "handed_over",
     "indexed", "is_external", "iter_tensors", "load", "open_external", "parse_model", "read_tensor",
     "resolve_external", "save", "validate_tensors",
 ]
@@ -83,23 +84,36 @@ class Model:
     data_dirs: dict[str, Path] = field(default_factory=dict)
     """Extra external-data folders: a location whose first component is a key here is read
     from that folder (set by ``merge`` for the tensors of the second model)."""
-    _fresh: tuple[bytes, dict[str, int], NodeEdges | None] | None = field(
+    _fresh: tuple[bytes | None, dict[str, int], NodeEdges | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
-    """Set by :func:`load`: the bytes parsed and the main graph's producer map validated from
-    them. :func:`indexed` uses it once, and only after proving the proto still serializes to
-    exactly those bytes (so a stale index can never come out of it)."""
+    """Set by :func:`load`: the bytes parsed (None for weight-heavy protos) and the main graph's
+    producer map validated from them. :func:`indexed` uses it once, and only after proving the
+    proto still serializes to exactly those bytes, or when the caller that loaded the model
+    declared it untouched (:func:`handed_over`), so a stale index can never come out of it."""
+    _untouched: bool = field(default=False, init=False, repr=False, compare=False)
+
+
+def handed_over(model: Model) -> Model:
+    """Declare that ``model``, just returned by :func:`load`, goes to one verb before anything
+    else touches its proto (the CLI's load -> verb -> save): that verb's :func:`indexed` then
+    reuses load's validated producer map without the byte comparison. Returns ``model``."""
+    model._untouched = model._fresh is not None
+    return model
 
 
 def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
     """A :class:`GraphIndex` of ``model``, reusing the producer map :func:`load` validated when
-    the proto is provably unchanged since (it serializes to the very bytes loaded); else a fresh
-    build. The handed-over map is used at most once. O(serialized size) for the comparison,
-    instead of a Python pass over the nodes."""
+    the proto is provably unchanged since (it serializes to the very bytes loaded, or the loader
+    declared it untouched with :func:`handed_over`); else a fresh build. The handed-over map is
+    used at most once. O(serialized size) for the comparison, instead of a Python pass over the
+    nodes."""
     if not isinstance(model, Model):
         return GraphIndex(model)
     fresh, model._fresh = model._fresh, None
-    if fresh is not None and model.proto.SerializeToString() == fresh[0]:
+    untouched, model._untouched = model._untouched, False
+    if fresh is not None and (untouched or (
+            fresh[0] is not None and model.proto.SerializeToString() == fresh[0])):
         return GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])
     return GraphIndex(model.proto)
 
@@ -191,8 +205,9 @@ def load(path: str | os.PathLike[str]) -> Model:
     # those only instead of walking every node again (re-sorted nodes: holders is empty, so walk)
     validate_tensors(model, main_holders=holders if not warnings else None)
     model.warnings.extend(warnings)
-    if producers is not None and len(data) <= _FRESH_BYTES_PER_NODE * len(proto.graph.node):
-        model._fresh = (data, producers, edges[0] if edges else None)
+    if producers is not None:
+        cheap = len(data) <= _FRESH_BYTES_PER_NODE * len(proto.graph.node)
+        model._fresh = (data if cheap else None, producers, edges[0] if edges else None)
     return model
 
 

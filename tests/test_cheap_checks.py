@@ -163,3 +163,31 @@ def test_quick_types_equal_onnx_shape_inference(blocks):
     cnn = builders.tiny_cnn()  # Conv is outside the cheap pass's op set
     conv_out = cnn.graph.node[0].output[0]
     assert quick_value_info(GraphIndex(cnn), conv_out) is None
+
+
+def test_handed_over_model_reuses_loads_map_and_extracts_the_same_bytes(tmp_path):
+    """A weight-heavy model keeps no bytes for the freshness proof; declared untouched by its
+    loader (the CLI), extract walks load's int edges and writes exactly what a rebuilt index
+    gives."""
+    import onnx
+
+    from onnxsurgeon.io import handed_over, indexed, load, save
+    from onnxsurgeon.surgery import extract
+    from tests.test_copy_record import chain_distinct
+
+    src = tmp_path / "heavy.onnx"
+    onnx.save(chain_distinct(40, width=16), str(src))
+    plain = load(src)
+    assert plain._fresh is not None and plain._fresh[0] is None  # no proof possible
+    assert indexed(plain).edges is None  # so a library caller gets a rebuilt index
+    trusted = handed_over(load(src))
+    index = indexed(trusted)
+    assert index.edges is not None
+    from onnxsurgeon.index import GraphIndex
+
+    assert index.producer == GraphIndex(trusted.proto).producer
+    assert indexed(trusted).edges is None  # used at most once
+    a, b = load(src), handed_over(load(src))
+    extract(a, ["relu19"])
+    extract(b, ["relu19"])
+    assert save(a, tmp_path / "a.onnx").read_bytes() == save(b, tmp_path / "b.onnx").read_bytes()
