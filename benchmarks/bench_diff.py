@@ -15,6 +15,7 @@ Targets (issue 13): diff <= 3 s and page <= 1 MB. Usage:
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,10 +31,15 @@ sys.path.insert(0, str(HERE))
 from bench_extract import build_chain  # noqa: E402
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one child process. CPU time is the steadier
+    figure on a shared, loaded machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,17 +68,23 @@ def main(argv: list[str] | None = None) -> int:
             "insert --html": [*insert, "--html", str(t / "insert.html")],
         }
         times: dict[str, list[float]] = {k: [] for k in cases}
+        cpus: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.repeat):
             for name, cmd in cases.items():
-                times[name].append(timed(cmd))
+                wall, cpu = timed(cmd)
+                times[name].append(wall)
+                cpus[name].append(cpu)
         sizes = {p.name: p.stat().st_size for p in (page, t / "page4.html", t / "insert.html")}
         nodes = len(onnx.load(before).graph.node)
     floor = statistics.median(times["floor: onnx.load both models"])
+    cpu_floor = statistics.median(cpus["floor: onnx.load both models"])
     lines = [f"# bench_diff: {nodes} nodes, median of {args.repeat} whole processes", "",
-             "| command | median s | min s | x floor |", "|---|---|---|---|"]
+             "| command | wall median s | wall min s | x floor | CPU median s | CPU x floor |",
+             "|---|---|---|---|---|---|"]
     for name, ts in times.items():
-        med = statistics.median(ts)
-        lines.append(f"| {name} | {med:.2f} | {min(ts):.2f} | {med / floor:.2f} |")
+        med, cpu = statistics.median(ts), statistics.median(cpus[name])
+        lines.append(f"| {name} | {med:.2f} | {min(ts):.2f} | {med / floor:.2f} | {cpu:.2f} | "
+                     f"{cpu / cpu_floor:.2f} |")
     lines += ["", "page sizes: " + ", ".join(f"{k} {v / 1024:.0f} KB" for k, v in sizes.items()),
               "", "Target: diff <= 3 s, page <= 1 MB."]
     text = "\n".join(lines) + "\n"

@@ -316,3 +316,15 @@ def test_a_long_copy_is_drawn_by_both_ends():
     assert d.totals["added"] == 3000 and len(d.nodes) < 12
     assert {"t/MatMul_0", "t/Relu_999"} <= names["added"]  # where it starts and where it ends
     assert "MatMul_0" in names["unchanged"]  # the original, through the shared input x
+
+
+def test_edges_of_a_small_model_are_typed_by_inference():
+    before = B.tiny_cnn()
+    after = clone(before)
+    insert(after, "act", op="l2_normalize", params={"axis": 1})
+    for v in list(after.graph.value_info):  # whatever the verb recorded: inference fills it in
+        after.graph.value_info.remove(v)
+    d = diff_models(before, after)
+    types = {e.tensor: (e.dtype, e.shape) for e in d.edges}
+    assert types["conv5_out"] == ("float32", "[1,4,8,8]")
+    assert types["act/l2_normalize/sum_sq"] == ("float32", "[1,1,8,8]")

@@ -429,8 +429,7 @@ def _finish_edges(builder: _Builder, edges: list[tuple[str, str, str, str, bool]
     """Typed edges; a graph input whose reader is drawn is drawn too, any other undrawn
     producer becomes a collapsed stub (appended to ``terminals``)."""
     A, B = builder.A, builder.B
-    types = tensor_types([A.model.graph] if A is B else [A.model.graph, B.model.graph],
-                         {e[0] for e in edges})
+    types = tensor_types([A.model] if A is B else [A.model, B.model], {e[0] for e in edges})
     have = {term.uid for term in terminals}
     inputs: list[Terminal] = []
     final: list[DiffEdge] = []

@@ -73,18 +73,37 @@ def _shape_text(tt: onnx.TypeProto.Tensor) -> str:
     return "[" + ",".join(dims) + "]"
 
 
-def tensor_types(graphs: Iterable[onnx.GraphProto], names: set[str]) -> dict[str, tuple[str, str]]:
-    """Tensor name -> (dtype, shape text) for the ``names`` the graphs' value infos, inputs,
-    outputs and initializers describe; the first graph that knows a name wins. One scan of the
-    value infos per graph; initializers are read for their header only."""
+INFER_MAX_NODES = 20_000
+"""Models up to this many main-graph nodes get onnx shape inference (on a weight-free copy) for
+the drawn tensors no value info describes; larger ones show only what the file records."""
+
+
+def _vi_types(infos: Iterable[onnx.ValueInfoProto], names: set[str],
+              found: dict[str, tuple[str, str]]) -> None:
+    for vi in infos:
+        name = vi.name
+        if name in names and name not in found and vi.type.HasField("tensor_type"):
+            tt = vi.type.tensor_type
+            found[name] = (dtype_name(tt.elem_type), _shape_text(tt))
+
+
+def tensor_types(models: Iterable[onnx.ModelProto], names: set[str]) -> dict[str, tuple[str, str]]:
+    """Tensor name -> (dtype, shape text) for the ``names`` the models' value infos, inputs,
+    outputs and initializers describe (the first model that knows a name wins), completed by
+    shape inference on models of at most :data:`INFER_MAX_NODES` nodes. One scan of the value
+    infos per model; initializers are read for their header only."""
     found: dict[str, tuple[str, str]] = {}
-    for graph in graphs:
-        for vi in (*graph.output, *graph.input, *graph.value_info):
-            name = vi.name
-            if name in names and name not in found and vi.type.HasField("tensor_type"):
-                tt = vi.type.tensor_type
-                found[name] = (dtype_name(tt.elem_type), _shape_text(tt))
+    models = list(models)
+    for model in models:
+        graph = model.graph
+        _vi_types((*graph.output, *graph.input, *graph.value_info), names, found)
         for t in graph.initializer:
             if t.name in names and t.name not in found:
                 found[t.name] = (dtype_name(t.data_type), "[" + ",".join(str(d) for d in t.dims) + "]")
+    for model in models:
+        if len(found) == len(names) or len(model.graph.node) > INFER_MAX_NODES:
+            continue
+        from ..types import infer_value_infos
+
+        _vi_types(infer_value_infos(model).values(), names, found)
     return found
