@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 
 from onnxsurgeon.errors import NotFoundError, SurgeryError, UsageError
-from onnxsurgeon.index import iter_graphs
 from onnxsurgeon.names import NameAllocator
+from onnxsurgeon.protos import default_opset, rename_tensors
 from onnxsurgeon.select import NAME_MAP_KEY
 from onnxsurgeon.types import infer_value_infos
 
@@ -203,29 +203,6 @@ class ValueIndex:
         return v is not None and np.shape(v) == np.shape(ref) and _close(np.asarray(v), np.asarray(ref))
 
 
-def rename_tensors(model: onnx.ModelProto, renames: Mapping[str, str]) -> None:
-    """Rename tensors everywhere in ``model`` (all graphs, value_info, outputs). Mutates model.
-
-    Callers guarantee the new names are unused (they come from a :class:`NameAllocator`).
-    """
-    if not renames:
-        return
-    for g in iter_graphs(model.graph):
-        for node in g.node:
-            for i, n in enumerate(node.input):
-                if n in renames:
-                    node.input[i] = renames[n]
-            for i, n in enumerate(node.output):
-                if n in renames:
-                    node.output[i] = renames[n]
-        for vi in list(g.value_info) + list(g.output) + list(g.input):
-            if vi.name in renames:
-                vi.name = renames[vi.name]
-        for t in g.initializer:
-            if t.name in renames:
-                t.name = renames[t.name]
-
-
 def align_names(
     model: onnx.ModelProto,
     framework_values: Mapping[str, np.ndarray],
@@ -326,13 +303,6 @@ def write_conversion_metadata(
     })
 
 
-def opset_of(model: onnx.ModelProto) -> int:
-    for op in model.opset_import:
-        if op.domain in ("", "ai.onnx"):
-            return int(op.version)
-    return 0
-
-
 def finish(
     model: onnx.ModelProto,
     path: str | os.PathLike[str],
@@ -360,7 +330,7 @@ def finish(
     out = save(model, path)
     return ConversionReport(
         path=Path(out), framework=framework, framework_version=framework_version,
-        exporter=exporter, opset=opset_of(model),
+        exporter=exporter, opset=default_opset(model) or 0,
         inputs=tuple(i.name for i in model.graph.input),
         outputs=tuple(o.name for o in model.graph.output),
         name_map=dict(name_map), max_abs_diff=max_abs, max_excess=excess, checked=checked,

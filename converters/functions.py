@@ -16,10 +16,11 @@ import onnx
 from onnxsurgeon.errors import RewriteError, UsageError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.io import Model, as_model
+from onnxsurgeon.protos import default_opset
 from onnxsurgeon.select import Selector
 from onnxsurgeon.types import TypeOracle
 
-from .common import ConversionReport, load_factory, opset_of, parse_shape_spec, split_spec_list
+from .common import ConversionReport, load_factory, parse_shape_spec, split_spec_list
 
 FRAMEWORKS = ("tf", "torch")
 
@@ -131,9 +132,13 @@ def insert_function(
     from onnxsurgeon.surgery.insert import insert
 
     m = as_model(model)
+    target = opset or default_opset(m.proto)
+    if target is None:
+        raise UsageError("the model imports no default-domain opset; add an ai.onnx opset import "
+                         "or pass opset=")
     _, elem, shape = activation_type(m, at)
     block = export_function(func, framework, elem_type=elem, shape=shape,
-                            opset=opset or opset_of(m.proto), exporter=exporter, check=check)
+                            opset=target, exporter=exporter, check=check)
     return insert(model, at, graph=block, as_output=as_output)
 
 

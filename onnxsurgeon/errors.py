@@ -3,7 +3,9 @@ object at fault and the fix; the CLI prints it as one line and exits 2."""
 
 from __future__ import annotations
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
+CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
+"""``str.translate`` table showing control characters as ``\\xNN``: every message and warning
+stays one line whatever names an untrusted model carries."""
 
 
 class SurgeryError(Exception):
@@ -15,7 +17,7 @@ class SurgeryError(Exception):
 
     def __init__(self, *args: object) -> None:
         if len(args) == 1 and isinstance(args[0], str):
-            args = (args[0].translate(_CONTROL),)
+            args = (args[0].translate(CONTROL_ESCAPES),)
         super().__init__(*args)
 
 

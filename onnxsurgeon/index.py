@@ -67,6 +67,12 @@ def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
         stack.extend(reversed(nested))
 
 
+def node_label(node: onnx.NodeProto, i: int) -> str:
+    """A human label for ``node`` at position ``i`` of its graph: its name, else ``op_type#i``
+    (the form rewrite records and messages use everywhere)."""
+    return node.name or f"{node.op_type}#{i}"
+
+
 def graph_defined_names(graph: onnx.GraphProto) -> set[str]:
     """Names a graph defines itself: its inputs, initializers and node outputs."""
     names = {vi.name for vi in graph.input}
@@ -293,9 +299,8 @@ class GraphIndex:
         return self.graph.node[i]
 
     def node_label(self, i: int) -> str:
-        """A human label for node ``i``: its name, else ``op_type#i``."""
-        node = self.graph.node[i]
-        return node.name or f"{node.op_type}#{i}"
+        """A human label for main-graph node ``i`` (see :func:`node_label`)."""
+        return node_label(self.graph.node[i], i)
 
     def is_tensor(self, name: str) -> bool:
         """True when ``name`` is a tensor of the main graph."""
@@ -319,25 +324,3 @@ class GraphIndex:
         if vi is not None and vi.type.HasField("tensor_type"):
             return int(vi.type.tensor_type.elem_type)
         return 0
-
-    def shape(self, name: str) -> list[int | str | None] | None:
-        """The shape of tensor ``name`` when known: ints, symbolic names, or None per dim."""
-        if name in self.initializers:
-            pos = self.initializers[name]
-            if pos >= 0:
-                return [int(d) for d in self.graph.initializer[pos].dims]
-        vi = self.value_info.get(name)
-        if vi is None or not vi.type.HasField("tensor_type"):
-            return None
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            return None
-        dims: list[int | str | None] = []
-        for d in tt.shape.dim:
-            if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
-            elif d.HasField("dim_param"):
-                dims.append(d.dim_param)
-            else:
-                dims.append(None)
-        return dims

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 import onnx
 from onnx import TensorProto, helper
 
+from .protos import heavy
+
 _ORT_TYPES = {"float": TensorProto.FLOAT}
 
 
@@ -33,19 +35,9 @@ def _elem_type(ort_type: str) -> int:
         return 0
 
 
-_SMALL_BYTES = 4096
-
-
-def _small_inline(t: TensorProto) -> bool:
-    """A small tensor stored in the model itself (not external data)."""
-    if t.data_location == TensorProto.EXTERNAL:
-        return False
-    return t.ByteSize() < _SMALL_BYTES
-
-
 def _skeleton(model: onnx.ModelProto, outputs: list[str]) -> onnx.ModelProto:
-    """The graph of ``model`` with every initializer but the small inline ones turned into a
-    typed graph input and ``outputs`` as its (untyped) outputs. Weight bytes are not copied."""
+    """The graph of ``model`` with every heavy initializer (:func:`~onnxsurgeon.protos.heavy`)
+    turned into a typed graph input and ``outputs`` as its (untyped) outputs. Weight bytes are not copied."""
     graph = model.graph
     light = onnx.ModelProto()
     light.ir_version = max(model.ir_version, 4)  # initializers need not be inputs from IR 4
@@ -58,7 +50,7 @@ def _skeleton(model: onnx.ModelProto, outputs: list[str]) -> onnx.ModelProto:
     listed = {vi.name for vi in graph.input}
     g.input.extend(graph.input)
     for t in graph.initializer:
-        if _small_inline(t):
+        if not heavy(t):
             g.initializer.append(t)  # shape constants: keep, so Reshape & co. infer full shapes
         elif t.name not in listed:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))

@@ -1,8 +1,11 @@
-"""Type and shape facts about tensors, from value_info or from onnx shape inference.
+"""Type and shape facts about tensors: the one home of "is this type known" for every verb,
+verify and the converters.
 
-Shape inference runs on a weight-free copy of the model (large initializers are replaced by
-external-data stubs, so no weight bytes are copied or read) and only when a tensor's type is not
-already known.
+A type is *complete* (:func:`is_complete`) when it gives an element type and a rank, or is a
+non-tensor type: that is what a new graph input or output needs. :func:`known_value_info` is the
+complete type known without inference; :class:`TypeOracle` adds onnx shape inference (on a
+weight-free copy, so no weight bytes are copied or read) and onnxruntime's type inference, each
+run once and only when a tensor's type is not already known.
 """
 
 from __future__ import annotations
@@ -13,42 +16,7 @@ import onnx
 from onnx import TensorProto
 
 from .index import GraphIndex
-
-_STUB_MIN_BYTES = 4096
-
-
-def _weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose large inline tensors carry no bytes (stubbed as external)."""
-    light = onnx.ModelProto()
-    _copy_without_weights(model, light)
-    return light
-
-
-def _copy_without_weights(model: onnx.ModelProto, light: onnx.ModelProto) -> None:
-    graph = model.graph
-    inits = list(graph.initializer)
-    # temporarily detach raw bytes of big initializers to copy the rest cheaply
-    held: list[tuple[TensorProto, bytes]] = []
-    for t in inits:
-        if t.HasField("raw_data") and len(t.raw_data) >= _STUB_MIN_BYTES:
-            held.append((t, t.raw_data))
-            t.ClearField("raw_data")
-    try:
-        light.CopyFrom(model)
-    finally:
-        for t, raw in held:
-            t.raw_data = raw
-    by_name = {t.name: t for t in light.graph.initializer}
-    for t, _ in held:
-        _stub(by_name[t.name])
-
-
-def _stub(t: TensorProto) -> None:
-    t.ClearField("raw_data")
-    t.data_location = TensorProto.EXTERNAL
-    del t.external_data[:]
-    entry = t.external_data.add()
-    entry.key, entry.value = "location", "__onnxsurgeon_stub__"
+from .protos import weightless_copy
 
 
 def infer_value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
@@ -56,7 +24,7 @@ def infer_value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
 
     Never raises for models shape inference cannot handle (custom ops ...): returns what is known.
     """
-    light = _weightless_copy(model)
+    light = weightless_copy(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
     except Exception:  # noqa: BLE001 - inference is best effort by design
@@ -69,18 +37,64 @@ def infer_value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     return infos
 
 
-def _typed(vi: onnx.ValueInfoProto | None) -> bool:
-    """True when ``vi`` gives an element type and a rank (or is a non-tensor type)."""
+def is_complete(vi: onnx.ValueInfoProto | None) -> bool:
+    """True when ``vi`` gives an element type and a rank, or is a non-tensor type (enough to type
+    a main-graph input or output for the checker). The one completeness rule."""
+    if vi is None:
+        return False
+    kind = vi.type.WhichOneof("value")
+    if kind is None:
+        return False
+    if kind != "tensor_type":
+        return True
+    tt = vi.type.tensor_type
+    return tt.elem_type != 0 and tt.HasField("shape")
+
+
+def initializer_value_info(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None:
+    """The type of dense initializer ``name`` (dtype and dims), or None when it is not one."""
+    pos = index.initializers.get(name)
+    if pos is None or pos < 0:
+        return None
+    t = index.graph.initializer[pos]
+    return onnx.helper.make_tensor_value_info(name, t.data_type, list(t.dims))
+
+
+def known_value_info(
+    index: GraphIndex, name: str, value_info: dict[str, onnx.ValueInfoProto] | None = None
+) -> onnx.ValueInfoProto | None:
+    """The complete type of ``name`` known without inference: an initializer's, else the first
+    complete declaration among the graph input, the graph output and the value_info entry.
+
+    ``value_info`` gives the value_info entries the caller already collected (extract's hot
+    path, which never builds ``index.value_info``); by default the index's are used.
+    """
+    vi = initializer_value_info(index, name)
+    if vi is not None:
+        return vi
+    graph = index.graph
+    pos = index.inputs.get(name)
+    if pos is not None and is_complete(graph.input[pos]):
+        return graph.input[pos]
+    pos = index.outputs.get(name)
+    if pos is not None and is_complete(graph.output[pos]):
+        return graph.output[pos]
+    declared = (value_info if value_info is not None else index.value_info).get(name)
+    return declared if is_complete(declared) else None
+
+
+def _has_type(vi: onnx.ValueInfoProto | None) -> bool:
+    """A declaration that says at least the element type (its rank may be unknown)."""
     if vi is None or vi.type.WhichOneof("value") is None:
         return False
-    if not vi.type.HasField("tensor_type"):
-        return True
-    return vi.type.tensor_type.elem_type != 0 and vi.type.tensor_type.HasField("shape")
+    return not vi.type.HasField("tensor_type") or vi.type.tensor_type.elem_type != 0
 
 
 class TypeOracle:
-    """Answers "what type is tensor X" from the index first, shape inference second (run once),
-    onnxruntime's type inference third (run once, for tensors of contrib ops onnx cannot type)."""
+    """Answers "what type is tensor X": the complete type known without inference first, then
+    onnx shape inference (run once), then onnxruntime's type inference (run once, for tensors of
+    contrib ops onnx cannot type); the best partial type (a declared element type without a
+    rank) when none is complete."""
 
     def __init__(
         self, index: GraphIndex, *,
@@ -95,42 +109,33 @@ class TypeOracle:
         self._inferred: dict[str, onnx.ValueInfoProto] | None = None
         self._ort: dict[str, onnx.ValueInfoProto] | None = None
 
-    def _known(self, name: str) -> onnx.ValueInfoProto | None:
-        index = self.index
-        pos = index.initializers.get(name)
-        if pos is not None and pos >= 0:
-            t = index.graph.initializer[pos]
-            return onnx.helper.make_tensor_value_info(name, t.data_type, list(t.dims))
-        vi = index.value_info.get(name)
-        if vi is not None and vi.type.WhichOneof("value") is not None:
-            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-            if tt is None or tt.elem_type != 0:
-                return vi
-        return None
-
     def value_info(self, name: str) -> onnx.ValueInfoProto | None:
         """A ValueInfo named ``name`` with the best known type, or None when unknown."""
-        vi = self._known(name)
+        vi = known_value_info(self.index, name)
         if vi is not None:
             return vi
         if self._quick is not None and self._inferred is None:
             if name not in self._quick_found:
                 self._quick_found[name] = self._quick(name)
             vi = self._quick_found[name]
-            if _typed(vi):
+            if is_complete(vi):
                 return vi
+        declared = self.index.value_info.get(name)
         if self._inferred is None:
             self._inferred = infer_value_infos(self.index.model)
-        vi = self._inferred.get(name)
-        if _typed(vi) or name not in self.index.producer:
-            return vi
+        inferred = self._inferred.get(name)
+        if is_complete(inferred):
+            return inferred
+        best = declared if _has_type(declared) else inferred
+        if name not in self.index.producer:
+            return best
         if self._ort is None:  # contrib ops (com.microsoft ...): ask onnxruntime, once
             from .ortinfer import ort_value_infos
 
-            model, inferred = self.index.model, self._inferred
+            model, known = self.index.model, self._inferred
             self._ort = ort_value_infos(model, [o for node in model.graph.node for o in node.output
-                                                if o and not _typed(inferred.get(o))])
-        return self._ort.get(name, vi)
+                                                if o and not is_complete(known.get(o))])
+        return self._ort.get(name, best)
 
     def value_infos(self, names: Iterable[str]) -> dict[str, onnx.ValueInfoProto | None]:
         return {n: self.value_info(n) for n in names}

@@ -24,19 +24,19 @@ from operator import attrgetter
 
 import onnx
 
-from .errors import InvalidModelError
+from .errors import CONTROL_ESCAPES, InvalidModelError
 from .index import (
     MAX_NESTING,
     NodeEdges,
     body_captures,
     check_depth,
     has_subgraphs,
+    node_label,
     subgraphs,
 )
 
 __all__ = ["validate", "validate_producers"]
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}  # warnings stay one line
 
 
 def validate(model: onnx.ModelProto, /, *, sort: bool = True) -> list[str]:
@@ -114,10 +114,6 @@ def _validate(
 
 
 # --------------------------------------------------------------------------- one scope
-def _node_label(node: onnx.NodeProto, i: int) -> str:
-    return node.name or f"{node.op_type}#{i}"
-
-
 def _visible(name: str, outer: Sequence[AbstractSet[str]]) -> bool:
     return any(name in scope for scope in outer)
 
@@ -264,18 +260,18 @@ def _check_scope(
                 out_of_order = True
             elif name not in defined and not _visible(name, outer):
                 raise InvalidModelError(
-                    f"tensor '{name}' read by node '{_node_label(node, i)}' in the {label} is "
+                    f"tensor '{name}' read by node '{node_label(node, i)}' in the {label} is "
                     "never produced (dangling); add its producer or declare it as a graph input"
                 )
     if out_of_order:
         order = _stable_toposort(label, nodes, producer, captures)
         moved_at = [k for k, j in enumerate(order) if k != j]
         moved = len(moved_at)
-        first_moved = _node_label(nodes[order[moved_at[0]]], order[moved_at[0]])
+        first_moved = node_label(nodes[order[moved_at[0]]], order[moved_at[0]])
         if not sort or graph is None:
             raise InvalidModelError(
                 f"{len(late)} nodes of the {label} read tensors produced later (first: "
-                f"'{_node_label(nodes[late[0]], late[0])}'); sort the nodes topologically"
+                f"'{node_label(nodes[late[0]], late[0])}'); sort the nodes topologically"
             )
         reordered = [graph.node[j] for j in order]
         copies = [onnx.NodeProto() for _ in reordered]
@@ -287,7 +283,7 @@ def _check_scope(
         warnings.append(
             f"{label}: {moved} nodes were out of topological order (first: "
             f"'{first_moved}'); sorted them stably, keeping the original order where possible"
-            .translate(_CONTROL)
+            .translate(CONTROL_ESCAPES)
         )
     return defined, nested
 
@@ -344,16 +340,16 @@ def _find_duplicates(
             if out in defined:
                 other = producer.get(out)
                 first = (
-                    f"node '{_node_label(nodes[other], other)}'" if other is not None
+                    f"node '{node_label(nodes[other], other)}'" if other is not None
                     else "a graph input or initializer"
                 )
                 raise InvalidModelError(
                     f"tensor '{out}' in the {label} is produced twice ({first} and node "
-                    f"'{_node_label(node, i)}'); rename one so every tensor has one producer"
+                    f"'{node_label(node, i)}'); rename one so every tensor has one producer"
                 )
             if outer and _visible(out, outer):
                 raise InvalidModelError(
-                    f"node '{_node_label(node, i)}' in the {label} defines '{out}', which "
+                    f"node '{node_label(node, i)}' in the {label} defines '{out}', which "
                     "shadows a tensor of an enclosing graph; rename the inner tensor"
                 )
             defined.add(out)
@@ -388,7 +384,7 @@ def _stable_toposort(
                 heapq.heappush(ready, u)
     if len(order) < n:
         cycle = _find_cycle(nodes, producer, captures, {i for i in range(n) if indegree[i] > 0})
-        names = " -> ".join(f"'{_node_label(nodes[i], i)}'" for i in cycle)
+        names = " -> ".join(f"'{node_label(nodes[i], i)}'" for i in cycle)
         raise InvalidModelError(
             f"the {label} has a cycle: {names}; break the loop (an ONNX graph must be acyclic)"
         )

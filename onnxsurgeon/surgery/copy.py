@@ -6,7 +6,6 @@ Sharing is decided once, in one rename map, before anything is copied (the torch
 
 from __future__ import annotations
 
-from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -19,9 +18,9 @@ from ..errors import RewriteError, UsageError
 from ..index import GraphIndex, has_subgraphs, subgraphs
 from ..io import Model, as_model
 from ..names import NameAllocator
+from ..protos import rename_scoped
 from ..select import Selector
-from ..types import TypeOracle, dtype_name, renamed_value_info
-from ._proto import is_complete, known_value_info
+from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
 
 
 class Weights(str, Enum):
@@ -55,51 +54,6 @@ class CopyResult:
 
 def _is_constant(node: onnx.NodeProto) -> bool:
     return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-
-
-def _rename_bodies(
-    node: onnx.NodeProto, outer: Mapping[str, str], names: NameAllocator, prefix: str
-) -> None:
-    """Give every name defined inside ``node``'s bodies a fresh prefixed name and map captured
-    outer names through ``outer``. Mutates ``node`` (a fresh copy). Iterative, O(body size)."""
-    stack: list[tuple[onnx.GraphProto, Mapping[str, str]]] = [
-        (g, outer) for g in reversed(list(subgraphs(node)))
-    ]
-    while stack:
-        g, parent = stack.pop()
-        local: dict[str, str] = {}
-        for vi in g.input:
-            local[vi.name] = names.fresh(prefix + vi.name)
-        for t in g.initializer:
-            local[t.name] = names.fresh(prefix + t.name)
-        for st in g.sparse_initializer:
-            local[st.values.name] = names.fresh(prefix + st.values.name)
-        for inner in g.node:
-            if inner.name:
-                inner.name = names.fresh(prefix + inner.name)
-            for k, out in enumerate(inner.output):
-                if out:
-                    fresh = names.fresh(prefix + out)
-                    local[out] = fresh
-                    inner.output[k] = fresh
-        scope: Mapping[str, str] = ChainMap(local, parent)  # type: ignore[arg-type]
-        for vi in g.input:
-            vi.name = local[vi.name]
-        for t in g.initializer:
-            t.name = local[t.name]
-        for st in g.sparse_initializer:
-            st.values.name = local[st.values.name]
-        nested: list[tuple[onnx.GraphProto, Mapping[str, str]]] = []
-        for inner in g.node:
-            for k, name in enumerate(inner.input):
-                if name and name in scope:
-                    inner.input[k] = scope[name]
-            nested.extend((sub, scope) for sub in subgraphs(inner))
-        for vi in g.output:
-            vi.name = scope.get(vi.name, vi.name)
-        for vi in g.value_info:
-            vi.name = scope.get(vi.name, vi.name)
-        stack.extend(reversed(nested))
 
 
 def copy(
@@ -161,10 +115,8 @@ def copy(
     shared_mode = mode is Weights.SHARED
     oracle: TypeOracle | None = None
     for a, b in repl.items():
-        ea, eb = index.elem_type(a), index.elem_type(b)
-        if not ea or not eb:
-            oracle = oracle or TypeOracle(index)
-            ea, eb = ea or oracle.elem_type(a), eb or oracle.elem_type(b)
+        oracle = oracle or TypeOracle(index)
+        ea, eb = oracle.elem_type(a), oracle.elem_type(b)
         if ea and eb and ea != eb:
             raise RewriteError(
                 f"replace_inputs '{a}' -> '{b}': '{a}' is {dtype_name(ea)} but '{b}' is "
@@ -278,7 +230,8 @@ def copy(
             if name:
                 outs_[k] = mapping[name]
         if n.attribute and has_subgraphs(n):
-            _rename_bodies(n, mapping, names, prefix)
+            rename_scoped(subgraphs(n), mapping, define=lambda name: names.fresh(prefix + name),
+                          node_name=lambda node: names.fresh(prefix + node.name) if node.name else "")
     first = len(graph.initializer)
     graph.initializer.extend([graph.initializer[index.initializers[name]] for name, _ in dense])
     for t, (_, fresh) in zip(graph.initializer[first:], dense, strict=True):

@@ -19,12 +19,11 @@ from ..index import GraphIndex, body_captures, has_subgraphs
 from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..select import Selector
-from ..types import TypeOracle
+from ..types import TypeOracle, is_complete, known_value_info
 from ._edgewalk import propagate_edges, walk_edges
 from ._proto import (
     boundary_value_info,
     infer_subset,
-    is_complete,
     keep_only,
     propagate_types,
 )
@@ -119,26 +118,6 @@ def _walk(
     return sorted(kept), seen
 
 
-def _known(
-    index: GraphIndex, name: str, value_info: dict[str, onnx.ValueInfoProto]
-) -> onnx.ValueInfoProto | None:
-    """The complete type of ``name`` known without inference: initializer, graph input, typed
-    graph output, then ``value_info`` (the boundary's value_info entries)."""
-    graph = index.graph
-    pos = index.initializers.get(name)
-    if pos is not None and pos >= 0:
-        t = graph.initializer[pos]
-        return onnx.helper.make_tensor_value_info(name, t.data_type, list(t.dims))
-    for vi in (
-        graph.input[index.inputs[name]] if name in index.inputs else None,
-        graph.output[index.outputs[name]] if name in index.outputs else None,
-        value_info.get(name),
-    ):
-        if is_complete(vi):
-            return vi
-    return None
-
-
 def _rank_zero(vi: onnx.ValueInfoProto) -> bool:
     tt = vi.type.tensor_type
     return vi.type.HasField("tensor_type") and tt.HasField("shape") and len(tt.shape.dim) == 0
@@ -229,14 +208,14 @@ def extract(
     oracle: TypeOracle | None = None
     stop_infos: dict[str, onnx.ValueInfoProto] = {}
     for s in stops:
-        vi = _known(index, s, found)
+        vi = known_value_info(index, s, found)
         if vi is None:
             oracle = oracle or TypeOracle(index)
             vi = oracle.value_info(s)
         stop_infos[s] = _boundary(vi, s, "stop tensor", "stop at a typed tensor")
     out_infos: dict[str, onnx.ValueInfoProto | None] = {}
     for o in outs:
-        vi = _known(index, o, found)
+        vi = known_value_info(index, o, found)
         if vi is None and oracle is not None:
             vi = oracle.value_info(o)
         out_infos[o] = vi

@@ -27,13 +27,18 @@ from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model, is_external, iter_tensors, read_tensor
 from ..names import NameAllocator
 from ..processing import ParamValue, make_block, normalize_params, opset_for_import
+from ..protos import (
+    DEFAULT_DOMAINS,
+    default_opset,
+    rename_scoped,
+    set_default_opset,
+    weightless_copy,
+)
 from ..record import add_rewrite
 from ..select import Selector
-from ..types import TypeOracle, _weightless_copy, renamed_value_info
+from ..types import TypeOracle, is_complete, renamed_value_info
 from ._edges import check_types, rewire
-from ._proto import is_complete, quick_value_info
-
-_DEFAULT_DOMAINS = ("", "ai.onnx")
+from ._proto import quick_value_info
 
 
 @dataclass(frozen=True)
@@ -55,23 +60,15 @@ class InsertResult:
 
 
 # ----------------------------------------------------------------------------------- opsets
-def default_opset(model: onnx.ModelProto) -> int | None:
-    """The model's default-domain (``ai.onnx``) opset version, or None when not imported."""
-    for op in model.opset_import:
-        if op.domain in _DEFAULT_DOMAINS:
-            return int(op.version)
-    return None
-
-
 def _default_nodes(model: onnx.ModelProto, *, functions: bool) -> Iterator[onnx.NodeProto]:
     for g in iter_graphs(model.graph):
         for node in g.node:
-            if node.domain in _DEFAULT_DOMAINS:
+            if node.domain in DEFAULT_DOMAINS:
                 yield node
     if functions:
         for fn in model.functions:
             for node in fn.node:
-                if node.domain in _DEFAULT_DOMAINS:
+                if node.domain in DEFAULT_DOMAINS:
                     yield node
 
 
@@ -160,7 +157,7 @@ def _reconcile(block: onnx.ModelProto, host: onnx.ModelProto, label: str) -> tup
         return block, b
     block_changed = changed_ops(_default_nodes(block, functions=False), b, h)
     if not block_changed:
-        _set_default_opset(block, h)
+        set_default_opset(block, h)
         return block, None
     converted = _convert(block, h)
     if converted is not None:
@@ -179,17 +176,6 @@ def _reconcile(block: onnx.ModelProto, host: onnx.ModelProto, label: str) -> tup
         f"block '{label}' has opset {b} and the host opset {h}: the version converter cannot "
         f"bring the block's ops {block_changed} up to {h}; export the block at opset {h}"
     )
-
-
-def _set_default_opset(model: onnx.ModelProto | onnx.FunctionProto, version: int) -> None:
-    """Set the default-domain opset; a model that imports none (ai.onnx.ml only) gets the
-    import (a function without one keeps none: it calls no default-domain op)."""
-    for op in model.opset_import:
-        if op.domain in _DEFAULT_DOMAINS:
-            op.version = version
-            return
-    if isinstance(model, onnx.ModelProto):
-        model.opset_import.append(onnx.helper.make_opsetid("", version))
 
 
 # ----------------------------------------------------------------------------------- blocks
@@ -265,31 +251,12 @@ def _rename_block(block: onnx.ModelProto, at: str, prefix: str, processed: str,
     namespace: input -> ``at``, output -> ``processed``, the rest -> fresh ``prefix + name``.
     Returns the new names of the main block nodes."""
     g = block.graph
-    renames: dict[str, str] = {g.input[0].name: at, g.output[0].name: processed}
+    fixed = {g.input[0].name: at, g.output[0].name: processed}
+    rename_scoped([g], {}, depth=0,
+                  define=lambda name: fixed[name] if name in fixed else names.fresh(prefix + name))
     for sub in iter_graphs(g):
-        defined = [vi.name for vi in sub.input] + [t.name for t in sub.initializer]
-        defined += [st.values.name for st in sub.sparse_initializer]
-        defined += [o for node in sub.node for o in node.output if o]
-        for name in defined:
-            if name not in renames:
-                renames[name] = names.fresh(prefix + name)
-
-    def ren(name: str) -> str:
-        return renames.get(name, name) if name else name
-
-    for sub in iter_graphs(g):
-        for vi in list(sub.input) + list(sub.output) + list(sub.value_info):
-            vi.name = ren(vi.name)
-        for t in sub.initializer:
-            t.name = ren(t.name)
-        for st in sub.sparse_initializer:
-            st.values.name = ren(st.values.name)
         for node in sub.node:
             node.name = names.fresh(prefix + (node.name or node.op_type))
-            for k, name in enumerate(node.input):
-                node.input[k] = ren(name)
-            for k, name in enumerate(node.output):
-                node.output[k] = ren(name)
     return [node.name for node in g.node]
 
 
@@ -345,7 +312,7 @@ def _merge_opsets(block: onnx.ModelProto, host: onnx.ModelProto, label: str) -> 
     have = {op.domain: op.version for op in host.opset_import}
     add: list[onnx.OperatorSetIdProto] = []
     for op in block.opset_import:
-        if op.domain in _DEFAULT_DOMAINS:
+        if op.domain in DEFAULT_DOMAINS:
             continue
         if op.domain in have:
             if have[op.domain] != op.version:
@@ -378,9 +345,9 @@ def _splice(host: onnx.ModelProto, index: GraphIndex, plan: _Plan) -> tuple[list
     is only read, so the same plan can be applied to a probe copy first."""
     g = host.graph
     if plan.new_host_opset is not None:
-        _set_default_opset(host, plan.new_host_opset)
+        set_default_opset(host, plan.new_host_opset)
         for fn in host.functions:
-            _set_default_opset(fn, plan.new_host_opset)
+            set_default_opset(fn, plan.new_host_opset)
     rerouted: list[str] = []
     rerouted_outputs: list[str] = []
     if not plan.as_output:
@@ -413,7 +380,7 @@ def _downstream_types(host: onnx.ModelProto, plan: _Plan, label: str) -> dict[st
     from it may be stale. Splice into a weight-free probe, infer strictly, and return the new
     ValueInfo of every main-graph tensor downstream of the processed tensor. Refuses (before the
     host changes) when the downstream cannot take the processed tensor."""
-    probe = _weightless_copy(host)
+    probe = weightless_copy(host)
     probe_index = GraphIndex(probe)
     _splice(probe, probe_index, plan)
     probe_index = GraphIndex(probe)
@@ -452,7 +419,7 @@ def _typed(inferred: onnx.ModelProto, names: set[str]) -> dict[str, onnx.ValueIn
 
 def _infers_strictly(model: onnx.ModelProto) -> bool:
     try:
-        onnx.shape_inference.infer_shapes(_weightless_copy(model), check_type=True, strict_mode=True)
+        onnx.shape_inference.infer_shapes(weightless_copy(model), check_type=True, strict_mode=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
         return False
     return True

@@ -25,12 +25,12 @@ from ..errors import NotFoundError, RewriteError, UsageError
 from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model, is_external, iter_tensors
 from ..names import NameAllocator, all_names
+from ..protos import set_default_opset
 from ..record import add_rewrite
 from ..select import NAME_MAP_KEY, Selector, name_map
-from ..types import TypeOracle, renamed_value_info
+from ..types import TypeOracle, is_complete, renamed_value_info
 from ._edges import check_types
-from ._proto import is_complete
-from .insert import _merge_functions, _merge_opsets, _reconcile, _set_default_opset
+from .insert import _merge_functions, _merge_opsets, _reconcile
 
 DATA_ALIAS = "onnxsurgeon-merged"
 """First path component given to the second model's external-data locations in memory."""
@@ -270,9 +270,9 @@ def merge(
         _relocate(block, s.base_dir, alias)
         f.data_dirs[alias] = s.base_dir  # type: ignore[assignment]
     if new_host_opset is not None:
-        _set_default_opset(host, new_host_opset)
+        set_default_opset(host, new_host_opset)
         for fn in host.functions:
-            _set_default_opset(fn, new_host_opset)
+            set_default_opset(fn, new_host_opset)
     g, bg = host.graph, block.graph
     inits = {t.name for t in bg.initializer}
     new_inputs = [vi for vi in bg.input if vi.name not in set(links.values())

@@ -191,7 +191,7 @@ def _describe(ref: Side, cand: Side, tensor: str, prober: _Prober,
     differ = r_inputs != c_inputs
     return Divergence(
         tensor=tensor, candidate_tensor=other,
-        node=cnode.name or f"{cnode.op_type}#{cindex.producer[other]}", op_type=cnode.op_type,
+        node=cindex.node_label(cindex.producer[other]), op_type=cnode.op_type,
         framework_name=framework, module=node_module(cnode) or node_module(rnode),
         max_abs_diff=prober.known.get(tensor, (True, None))[1],
         differing_weights=tuple(weights),

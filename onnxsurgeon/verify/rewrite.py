@@ -28,9 +28,10 @@ from onnx import helper
 
 from ..closure import closure, downstream_nodes
 from ..errors import SurgeryError, UsageError
-from ..index import GraphIndex, graph_defined_names, subgraphs
+from ..index import GraphIndex
 from ..io import Model
 from ..names import NameAllocator
+from ..protos import default_opset, rename_reads
 from ..select import Selector
 from .compare import make_samples
 from .inputs import InputsLike, Sample
@@ -41,6 +42,9 @@ from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 Values = list[dict[str, np.ndarray]]
 _CPU_UPCAST = frozenset({"float16", "bfloat16"})
+_FALLBACK_OPSET = 17
+"""Opset of a rebuilt block when the rewritten model imports no default domain (insert refuses
+such hosts, so only a hand-edited model gets here)."""
 
 
 @dataclass
@@ -128,26 +132,6 @@ def _resolve(staged: Staged, name: str) -> str:
 
 
 # ------------------------------------------------------------------------------ cut models
-def _rename_reads(node: onnx.NodeProto, old: str, new: str) -> None:
-    """``node`` (and the bodies it holds) read ``new`` wherever they read the outer ``old``."""
-    for k, name in enumerate(node.input):
-        if name == old:
-            node.input[k] = new
-    stack = [g for g in subgraphs(node)]
-    while stack:
-        g = stack.pop()
-        if old in graph_defined_names(g):
-            continue
-        for inner in g.node:
-            for k, name in enumerate(inner.input):
-                if name == old:
-                    inner.input[k] = new
-            stack.extend(subgraphs(inner))
-        for out in g.output:
-            if out.name == old:
-                out.name = new
-
-
 def _node_position(index: GraphIndex, label: str) -> int | None:
     """Node position for a label from a rewrite record: a node name, or ``OpType#i``."""
     if label in index.node_names:
@@ -180,7 +164,7 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
                 f"the rewrite record names node '{name}', which the original model does not "
                 "have; give the model the rewrite started from"
             )
-        _rename_reads(proto.graph.node[i], source, fresh)
+        rename_reads(proto.graph.node[i], {source: fresh})
     for out in proto.graph.output:
         if out.name in outputs:
             out.name = fresh
@@ -239,10 +223,6 @@ def _fresh_block(record: Mapping[str, Any], elem_type: int, opset: int,
     params = record.get("params") or {}
     return make_block(str(block), dict(params), elem_type=elem_type, opset=opset, shape=shape,
                       value_type=value_type)
-
-
-def _default_opset(proto: onnx.ModelProto) -> int:
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
 
 
 # ------------------------------------------------------------------------- the verifiers
@@ -407,8 +387,8 @@ def _check_insert(ctx: _Context, record: Mapping[str, Any], check: _Check) -> No
                   sides=plain)
     elem = orig.elem_type(at)
     at_vi = orig.oracle.value_info(at)
-    fresh = _fresh_block(record, elem, _default_opset(new.model.proto), orig.oracle.shape(at),
-                         at_vi.type if at_vi is not None else None)
+    fresh = _fresh_block(record, elem, default_opset(new.model.proto) or _FALLBACK_OPSET,
+                         orig.oracle.shape(at), at_vi.type if at_vi is not None else None)
     mapping: dict[str, str] = {}
     if fresh is not None:
         block = ctx.stage(Model(fresh), "block")

@@ -1,0 +1,178 @@
+"""Protobuf helpers every layer shares: the weight-free copy, scope-aware renaming, the default
+opset. One home each, so verbs, verify and the converters cannot drift apart.
+
+(Type facts live in :mod:`onnxsurgeon.types`, node labels and scope walks in
+:mod:`onnxsurgeon.index`, one-line error text in :mod:`onnxsurgeon.errors`; see ARCHITECTURE.md.)
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping
+
+import onnx
+from onnx import TensorProto
+
+from .index import check_depth, subgraphs
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+"""The two spellings of the default ONNX operator domain."""
+
+WEIGHTLESS_MIN_BYTES = 4096
+"""Inline tensors of at least this many bytes are left out of weight-free copies."""
+
+_STUB_LOCATION = "__onnxsurgeon_stub__"
+
+
+# ------------------------------------------------------------------------------ default opset
+def default_opset(model: onnx.ModelProto | onnx.FunctionProto) -> int | None:
+    """The default-domain (``ai.onnx``) opset version ``model`` imports, or None when it imports
+    none. Callers that need a number decide their own fallback explicitly."""
+    for op in model.opset_import:
+        if op.domain in DEFAULT_DOMAINS:
+            return int(op.version)
+    return None
+
+
+def set_default_opset(model: onnx.ModelProto | onnx.FunctionProto, version: int) -> None:
+    """Set the default-domain opset of ``model``. Mutates model. A model that imports none
+    (ai.onnx.ml only) gets the import; a function without one keeps none (it calls no
+    default-domain op)."""
+    for op in model.opset_import:
+        if op.domain in DEFAULT_DOMAINS:
+            op.version = version
+            return
+    if isinstance(model, onnx.ModelProto):
+        model.opset_import.append(onnx.helper.make_opsetid("", version))
+
+
+# --------------------------------------------------------------------------- weight-free copy
+def heavy(t: TensorProto) -> bool:
+    """True when ``t``'s bytes are worth not copying: external data, or at least
+    :data:`WEIGHTLESS_MIN_BYTES` bytes inline (the one rule of every weight-free copy)."""
+    return t.data_location == TensorProto.EXTERNAL or t.ByteSize() >= WEIGHTLESS_MIN_BYTES
+
+
+def _stub(t: TensorProto) -> None:
+    """Make ``t`` an external-data stub: same name, dtype and dims, no bytes (enough for shape
+    inference, which never reads data)."""
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    del t.external_data[:]
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", _STUB_LOCATION
+
+
+def light_tensor(t: TensorProto) -> TensorProto:
+    """``t`` itself when small, else a bytes-free stub of it (a new message either way)."""
+    light = TensorProto()
+    if heavy(t) and t.HasField("raw_data"):
+        light.name = t.name
+        light.data_type = t.data_type
+        light.dims.extend(t.dims)
+        _stub(light)
+    else:
+        light.CopyFrom(t)
+    return light
+
+
+def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose heavy inline initializers are bytes-free stubs; the bytes are
+    never copied (they are detached from ``model`` during the copy and put back). O(model size
+    without weights)."""
+    light = onnx.ModelProto()
+    held: list[tuple[TensorProto, bytes]] = []
+    for t in model.graph.initializer:
+        if t.HasField("raw_data") and heavy(t):
+            held.append((t, t.raw_data))
+            t.ClearField("raw_data")
+    try:
+        light.CopyFrom(model)
+    finally:
+        for t, raw in held:
+            t.raw_data = raw
+    if held:
+        by_name = {t.name: t for t in light.graph.initializer}
+        for t, _ in held:
+            _stub(by_name[t.name])
+    return light
+
+
+# ------------------------------------------------------------------------ scope-aware renaming
+def rename_scoped(
+    graphs: Iterable[onnx.GraphProto],
+    outer: Mapping[str, str],
+    *,
+    define: Callable[[str], str],
+    node_name: Callable[[onnx.NodeProto], str] | None = None,
+    depth: int = 1,
+) -> None:
+    """Rename tensors in ``graphs`` (and every graph nested in them), respecting scopes.
+
+    Each name a graph defines (its inputs, initializers, node outputs) becomes ``define(name)``,
+    visible in that graph and the graphs nested in it; a name read but not defined there is
+    looked up in the enclosing scopes, then in ``outer`` (names of the scope holding
+    ``graphs``), and kept when found nowhere. ``define=str`` keeps definitions, so a local
+    definition shadows ``outer`` (reads of an outer name are then renamed only where they really
+    mean it). ``node_name`` gives every node its new name. ``depth`` is the nesting depth of
+    ``graphs`` (0 for a main graph), for the nesting limit. Mutates the graphs. Iterative,
+    O(size of the graphs); calls ``define`` and ``node_name`` in graph order (inputs,
+    initializers, then node by node: name, outputs), so allocators stay deterministic.
+    """
+    stack: list[tuple[onnx.GraphProto, Mapping[str, str], int]] = [
+        (g, outer, depth) for g in reversed(list(graphs))
+    ]
+    while stack:
+        g, parent, depth = stack.pop()
+        check_depth(g, depth)
+        local: dict[str, str] = {}
+        for vi in g.input:
+            local[vi.name] = define(vi.name)
+        for t in g.initializer:
+            local[t.name] = define(t.name)
+        for st in g.sparse_initializer:
+            local[st.values.name] = define(st.values.name)
+        for node in g.node:
+            if node_name is not None:
+                node.name = node_name(node)
+            for k, out in enumerate(node.output):
+                if out:
+                    local[out] = fresh = define(out)
+                    node.output[k] = fresh
+        scope: Mapping[str, str] = ChainMap(local, parent)  # type: ignore[arg-type]
+        for vi in g.input:
+            vi.name = local[vi.name]
+        for t in g.initializer:
+            t.name = local[t.name]
+        for st in g.sparse_initializer:
+            st.values.name = local[st.values.name]
+        nested: list[tuple[onnx.GraphProto, Mapping[str, str], int]] = []
+        for node in g.node:
+            for k, name in enumerate(node.input):
+                if name and name in scope:
+                    node.input[k] = scope[name]
+            nested.extend((sub, scope, depth + 1) for sub in subgraphs(node))
+        for vi in g.output:
+            vi.name = scope.get(vi.name, vi.name)
+        for vi in g.value_info:
+            vi.name = scope.get(vi.name, vi.name)
+        stack.extend(reversed(nested))
+
+
+def rename_reads(node: onnx.NodeProto, renames: Mapping[str, str]) -> None:
+    """``node`` and the bodies it holds read ``renames[name]`` wherever they read the outer
+    ``name`` (a body that defines ``name`` itself shadows it). Its outputs keep their names.
+    Mutates node."""
+    for k, name in enumerate(node.input):
+        if name in renames:
+            node.input[k] = renames[name]
+    rename_scoped(subgraphs(node), renames, define=str)
+
+
+def rename_tensors(model: onnx.ModelProto, renames: Mapping[str, str]) -> None:
+    """Rename main-graph tensors everywhere in ``model``: their definitions, every read (nested
+    bodies included, unless a body shadows the name), value_info and graph outputs. Local
+    functions are untouched (their names are their own). Mutates model. Callers guarantee the
+    new names are unused (they come from a :class:`~onnxsurgeon.names.NameAllocator`)."""
+    if renames:
+        rename_scoped([model.graph], {}, define=lambda n: renames.get(n, n), depth=0)
