@@ -1,22 +1,243 @@
-"""The machine-readable record each rewrite leaves in ``metadata_props``.
+"""The typed record each rewrite leaves in ``metadata_props`` (surgery writes it, verify reads it).
 
 Key ``onnxsurgeon.rewrites`` holds a JSON list, one object per rewrite, oldest first. Each object
-has at least ``{"op": "extract"|"copy"|"insert"|"reroute", ...}`` with the op's targets, rename
-map, inserted block and rerouted consumers, so ``verify --rewrite-log`` can check the invariants.
+is the JSON form of one frozen :class:`RewriteRecord` subclass per verb (:class:`ExtractRecord`,
+:class:`CopyRecord`, :class:`InsertRecord`, :class:`RerouteRecord`): ``{"op": ..., <fields>}``.
+Reading is strict: a missing key, an unknown key or a value of the wrong type is a
+:class:`~onnxsurgeon.errors.UsageError` naming it, never a silent default.
+
+Versions: each record type has a ``VERSION``. A record without a ``"version"`` key is version 1
+(the format of every record so far); ``to_json`` writes the key only above 1, so version-1 logs
+stay byte-identical. A record newer than this onnxsurgeon knows is refused with a message to
+upgrade.
+
+A new verb adds its record type here::
+
+    @dataclass(frozen=True)
+    class RenameRecord(RewriteRecord):
+        op: ClassVar[str] = "rename"      # the JSON "op"; registers the type for from_json
+        renames: dict[str, str]           # fields: str, bool, tuple[str, ...], dict[...]
+
+then writes ``add_rewrite(model, RenameRecord(...))`` and registers a check for it in
+:mod:`onnxsurgeon.verify.rewrite` (and a replay in :mod:`onnxsurgeon.verify.log`). Field names
+are the JSON keys, except where ``field(metadata={"json": KEY})`` says otherwise (``from``).
+Changing a field's meaning means bumping ``VERSION`` and reading older versions explicitly.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
 
 import onnx
 
+from .errors import UsageError
+
 REWRITES_KEY = "onnxsurgeon.rewrites"
+
+RECORD_TYPES: dict[str, type[RewriteRecord]] = {}
+"""JSON ``op`` -> record type; filled by subclassing :class:`RewriteRecord`."""
+
+
+def _json_key(f: Any) -> str:
+    return str(f.metadata.get("json", f.name))
+
+
+def _plain(value: Any) -> Any:
+    """JSON form of a field value: tuples become lists (nested too), mappings plain dicts."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+@dataclass(frozen=True)
+class RewriteRecord:
+    """Base of the per-verb records: JSON round trip, strict reading, versioning."""
+
+    op: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.op:
+            RECORD_TYPES[cls.op] = cls
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored in the model (lists for tuples, plain dicts)."""
+        data: dict[str, Any] = {"op": self.op}
+        if self.VERSION > 1:
+            data["version"] = self.VERSION
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.default is None:
+                continue  # an optional key the record does not have stays absent
+            data[_json_key(f)] = _plain(value)
+        return data
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> RewriteRecord:
+        """The typed record of a JSON object.
+
+        Raises:
+            UsageError: unknown op, newer version, missing or unknown key, wrong value type.
+        """
+        if not isinstance(data, Mapping):
+            raise UsageError(f"a rewrite record must be a JSON object, got {type(data).__name__}")
+        op = data.get("op")
+        cls = RECORD_TYPES.get(str(op))
+        if cls is None:
+            raise UsageError(
+                f"rewrite record op {op!r} is unknown; expected one of {sorted(RECORD_TYPES)}"
+            )
+        version = data.get("version", 1)
+        if not isinstance(version, int) or version < 1:
+            raise UsageError(f"rewrite record '{op}' has version {version!r}; expected 1 or more")
+        if version > cls.VERSION:
+            raise UsageError(
+                f"rewrite record '{op}' is version {version}, newer than this onnxsurgeon reads "
+                f"({cls.VERSION}); upgrade onnxsurgeon"
+            )
+        keys = {_json_key(f): f for f in fields(cls)}
+        unknown = sorted(set(data) - set(keys) - {"op", "version"})
+        if unknown:
+            raise UsageError(f"rewrite record '{op}' has unknown key {unknown[0]!r}; "
+                             f"its keys are {sorted(keys)}")
+        values: dict[str, Any] = {}
+        for key, f in keys.items():
+            if key not in data:
+                if f.default is not MISSING:
+                    continue
+                raise UsageError(f"rewrite record '{op}' lacks key '{key}'; give the record "
+                                 "the verb wrote")
+            values[f.name] = _read(op, key, str(f.type), data[key])
+        return cls(**values)
+
+
+def _read(op: object, key: str, kind: str, value: Any) -> Any:
+    """``value`` checked against the field annotation ``kind`` (tuples from JSON lists)."""
+    if kind.endswith(" | None"):
+        if value is None:
+            return None
+        kind = kind[: -len(" | None")]
+    ok: bool
+    if kind.startswith("tuple[tuple[str, str]"):
+        ok = isinstance(value, list) and all(
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)
+            for v in value)
+        value = tuple(tuple(v) for v in value) if ok else value
+    elif kind.startswith("tuple"):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        value = tuple(value) if ok else value
+    elif kind.startswith("dict[str, str]"):
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    elif kind.startswith("dict[str, int]"):
+        ok = isinstance(value, dict) and all(type(v) is int for v in value.values())
+    elif kind.startswith("dict"):
+        ok = isinstance(value, dict)
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "int":
+        ok = type(value) is int
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise UsageError(f"rewrite record '{op}' key '{key}' is {json.dumps(value)[:80]}, "
+                         f"not a {kind}; give the record the verb wrote")
+    return dict(value) if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class ExtractRecord(RewriteRecord):
+    """extract: the outputs computed and the stop tensors that became inputs."""
+
+    op: ClassVar[str] = "extract"
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CopyRecord(RewriteRecord):
+    """copy: each output -> its copy; the weights mode; the input replacements (original tensor
+    -> tensor the copy reads). Every copied name is ``prefix`` + the original, so
+    ``initializers`` / ``nodes`` list only the names the allocator had to change, and
+    ``copied`` counts what was copied (see :func:`onnxsurgeon.surgery.copy.copied_names`).
+    Records without ``prefix`` (written before the prefix rule) carry the full maps."""
+
+    op: ClassVar[str] = "copy"
+    outputs: dict[str, str]
+    initializers: dict[str, str]
+    nodes: dict[str, str]
+    weights: str
+    replace_inputs: dict[str, str]
+    prefix: str | None = None
+    copied: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class InsertRecord(RewriteRecord):
+    """insert: the activation, the processed tensor, the block (a built-in name and its
+    parameters, or ``"graph"``), its nodes, and what was rerouted."""
+
+    op: ClassVar[str] = "insert"
+    at: str
+    processed: str
+    block: str
+    params: dict[str, Any]
+    block_nodes: tuple[str, ...]
+    rerouted: tuple[str, ...]
+    rerouted_outputs: tuple[str, ...]
+    as_output: bool
+
+
+@dataclass(frozen=True)
+class RerouteRecord(RewriteRecord):
+    """reroute: consumers (node labels) and graph outputs of ``source`` now read ``target``."""
+
+    op: ClassVar[str] = "reroute"
+    source: str = field(metadata={"json": "from"})
+    target: str = field(metadata={"json": "to"})
+    rerouted: tuple[str, ...]
+    rerouted_outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RenameRecord(RewriteRecord):
+    """rename: old -> new names of main-graph tensors (or of nodes, with ``nodes``)."""
+
+    op: ClassVar[str] = "rename"
+    renamed: dict[str, str]
+    nodes: bool
+
+
+@dataclass(frozen=True)
+class BypassRecord(RewriteRecord):
+    """bypass: the removed nodes, the input slot their readers now read, what was rerouted."""
+
+    op: ClassVar[str] = "bypass"
+    removed: tuple[str, ...]
+    input: int
+    rerouted: tuple[str, ...]
+    rerouted_outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MergeRecord(RewriteRecord):
+    """merge: ``connect`` pairs (first-model tensor, second-model input it feeds), the second
+    model's renamed names, the prefix used, the merged graph outputs."""
+
+    op: ClassVar[str] = "merge"
+    connect: tuple[tuple[str, str], ...]
+    renamed: dict[str, str]
+    prefix: str
+    outputs: tuple[str, ...]
 
 
 def rewrites(model: onnx.ModelProto) -> list[dict[str, Any]]:
-    """The rewrite records of ``model`` (empty when none or unreadable)."""
+    """The rewrite log of ``model`` as stored (JSON objects; empty when none or unreadable)."""
     for prop in model.metadata_props:
         if prop.key == REWRITES_KEY:
             try:
@@ -27,10 +248,28 @@ def rewrites(model: onnx.ModelProto) -> list[dict[str, Any]]:
     return []
 
 
-def add_rewrite(model: onnx.ModelProto, record: dict[str, Any]) -> None:
-    """Append ``record`` to the model's rewrite log. Mutates model. Deterministic JSON."""
+def records(model: onnx.ModelProto) -> list[RewriteRecord]:
+    """The rewrite log of ``model`` as typed records, oldest first.
+
+    Raises:
+        UsageError: a record that does not read (see :meth:`RewriteRecord.from_json`).
+    """
+    return [RewriteRecord.from_json(r) for r in rewrites(model)]
+
+
+def as_record(record: RewriteRecord | Mapping[str, Any]) -> RewriteRecord:
+    """``record`` typed (a JSON object is read strictly)."""
+    return record if isinstance(record, RewriteRecord) else RewriteRecord.from_json(record)
+
+
+def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any]) -> None:
+    """Append ``record`` to the model's rewrite log. Mutates model. Deterministic JSON.
+
+    Raises:
+        UsageError: ``record`` is a JSON object that does not read as a record.
+    """
     log = rewrites(model)
-    log.append(record)
+    log.append(as_record(record).to_json())
     text = json.dumps(log, sort_keys=True, separators=(",", ":"))
     for prop in model.metadata_props:
         if prop.key == REWRITES_KEY:

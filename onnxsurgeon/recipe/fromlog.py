@@ -13,62 +13,70 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..record import (
+    BypassRecord,
+    CopyRecord,
+    ExtractRecord,
+    InsertRecord,
+    MergeRecord,
+    RenameRecord,
+    RerouteRecord,
+    RewriteRecord,
+    as_record,
+)
 from .format import Recipe, RecipeError, parse_recipe
 
 
-def _copy_prefix(record: Mapping[str, Any]) -> str:
-    from ..verify.log import _copy_prefix as prefix
-
-    return prefix(record)
-
-
-def step_for_record(record: Mapping[str, Any], number: int) -> dict[str, Any]:
-    """The recipe step (``{verb: {key: value}}``) that replays one rewrite record.
+def step_for_record(record: RewriteRecord | Mapping[str, Any], number: int) -> dict[str, Any]:
+    """The recipe step (``{verb: {key: value}}``) that replays one rewrite record (typed, or its
+    JSON object read strictly).
 
     Raises:
         RecipeError: the record cannot be replayed from the log alone (an inserted user graph or
             framework function is not stored in it; an unknown op).
     """
-    op = record.get("op")
-    where = f"rewrite {number} ({op})"
-    if op == "extract":
-        return {"extract": {"outputs": list(record["outputs"]),
-                            "inputs": list(record.get("inputs") or [])}}
-    if op == "copy":
+    try:
+        rec = as_record(record)
+    except UsageError as exc:
+        raise RecipeError(f"rewrite {number}: {exc}") from None
+    where = f"rewrite {number} ({rec.op})"
+    if isinstance(rec, ExtractRecord):
+        return {"extract": {"outputs": list(rec.outputs), "inputs": list(rec.inputs)}}
+    if isinstance(rec, CopyRecord):
+        from ..verify.log import _copy_prefix
+
         try:
-            prefix = _copy_prefix(record)
+            prefix = _copy_prefix(rec)
         except UsageError as exc:
             raise RecipeError(f"{where}: {exc}") from None
-        return {"copy": {"outputs": list(dict(record["outputs"])),
-                         "weights": str(record.get("weights", "independent")), "prefix": prefix,
-                         "replace_inputs": dict(record.get("replace_inputs") or {})}}
-    if op == "insert":
-        if record.get("block") in (None, "graph"):
+        return {"copy": {"outputs": list(rec.outputs), "weights": rec.weights, "prefix": prefix,
+                         "replace_inputs": dict(rec.replace_inputs)}}
+    if isinstance(rec, InsertRecord):
+        if rec.block == "graph":
             raise RecipeError(
                 f"{where}: the inserted block was a user graph or function, which the rewrite log "
                 "does not store; write that step by hand (insert: {at: ..., graph: FILE.onnx})")
-        step: dict[str, Any] = {"at": str(record["at"]), "op": str(record["block"]),
-                                "as_output": bool(record.get("as_output"))}
-        if record.get("params"):
-            step["params"] = dict(record["params"])
+        step: dict[str, Any] = {"at": rec.at, "op": rec.block, "as_output": rec.as_output}
+        if rec.params:
+            step["params"] = dict(rec.params)
         return {"insert": step}
-    if op == "reroute":
-        step = {"from": str(record["from"]), "to": str(record["to"])}
-        if not record.get("rerouted_outputs"):
-            step["consumers"] = list(record.get("rerouted") or [])
+    if isinstance(rec, RerouteRecord):
+        step = {"from": rec.source, "to": rec.target}
+        if not rec.rerouted_outputs:
+            step["consumers"] = list(rec.rerouted)
         return {"reroute": step}
-    if op == "rename":
-        return {"rename": {"mapping": dict(record["renamed"]), "nodes": bool(record.get("nodes"))}}
-    if op == "bypass":
-        return {"bypass": {"nodes": list(record["removed"]), "input": int(record.get("input", 0))}}
-    if op == "merge":
+    if isinstance(rec, RenameRecord):
+        return {"rename": {"mapping": dict(rec.renamed), "nodes": rec.nodes}}
+    if isinstance(rec, BypassRecord):
+        return {"bypass": {"nodes": list(rec.removed), "input": rec.input}}
+    if isinstance(rec, MergeRecord):
         raise RecipeError(
             f"{where}: the second model of a merge is not stored in the rewrite log; write that "
             "step by hand (merge: {second: FILE.onnx, connect: {...}})")
-    raise RecipeError(f"{where}: no recipe step replays rewrite op {op!r}")
+    raise RecipeError(f"{where}: no recipe step replays rewrite op {rec.op!r}")
 
 
-def recipe_from_log(records: Sequence[Mapping[str, Any]], *, source: str = "model",
+def recipe_from_log(records: Sequence[RewriteRecord | Mapping[str, Any]], *, source: str = "model",
                     base_dir: str | Path = ".") -> Recipe:
     """The recipe whose steps replay ``records`` (oldest first), checked against the schema.
 

@@ -18,7 +18,7 @@ import onnx
 from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
-from ..record import add_rewrite
+from ..record import BypassRecord, add_rewrite
 from ..select import Selector
 from ..types import TypeOracle, dtype_name
 from ._edges import check_types, rewire
@@ -244,8 +244,8 @@ def bypass(
         _rename_tensors(GraphIndex(proto), renames)
     for i in sorted(removed, reverse=True):
         del proto.graph.node[i]
-    add_rewrite(proto, {"op": "bypass", "removed": names, "input": input, "rerouted": rerouted,
-                        "rerouted_outputs": rerouted_outputs})
+    add_rewrite(proto, BypassRecord(removed=tuple(names), input=input, rerouted=tuple(rerouted),
+                                    rerouted_outputs=tuple(rerouted_outputs)))
     return BypassResult(names, rerouted, rerouted_outputs)
 
 

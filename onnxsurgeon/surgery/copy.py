@@ -9,16 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import onnx
 
-from .. import record
 from ..closure import closure
 from ..errors import RewriteError, UsageError
 from ..index import GraphIndex, has_subgraphs, subgraphs
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..protos import rename_scoped
+from ..record import CopyRecord, add_rewrite, as_record
 from ..select import Selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
 
@@ -252,12 +253,12 @@ def copy(
     # the record stays small: every copied name is ``prefix`` + its original (the copied nodes
     # are the closure of the outputs, which verify recomputes), so only the names the
     # allocator had to change are listed
-    record.add_rewrite(proto, {
-        "op": "copy", "outputs": result.outputs, "prefix": prefix,
-        "initializers": _exceptions(init_map, prefix), "nodes": _exceptions(node_map, prefix),
-        "copied": {"nodes": len(copy_nodes), "initializers": len(init_map)},
-        "weights": mode.value, "replace_inputs": repl,
-    })
+    add_rewrite(proto, CopyRecord(
+        outputs=result.outputs, prefix=prefix, initializers=_exceptions(init_map, prefix),
+        nodes=_exceptions(node_map, prefix),
+        copied={"nodes": len(copy_nodes), "initializers": len(init_map)},
+        weights=mode.value, replace_inputs=repl,
+    ))
     return result
 
 
@@ -267,22 +268,25 @@ def _exceptions(renames: dict[str, str], prefix: str) -> dict[str, str]:
 
 
 def copied_names(
-    index: GraphIndex, record: Mapping[str, object]
+    index: GraphIndex, record: CopyRecord | Mapping[str, Any]
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The node and initializer rename maps of a copy ``record``, recomputed on the rewritten
     model ``index`` describes: the copied nodes are the closure of the record's outputs (the
     originals keep their positions; under shared weights Constants were not copied), each copy
     named ``prefix`` + its name unless the record lists an exception. Records written before
     the prefix rule carry the full maps and are returned as they are. O(closure)."""
-    nodes = {str(k): str(v) for k, v in dict(record.get("nodes") or {}).items()}  # type: ignore[call-overload]
-    inits = {str(k): str(v) for k, v in dict(record.get("initializers") or {}).items()}  # type: ignore[call-overload]
-    prefix = record.get("prefix")
-    if not isinstance(prefix, str):
+    typed = as_record(record)
+    if not isinstance(typed, CopyRecord):
+        raise UsageError(f"a '{typed.op}' record is not a copy record")
+    record = typed
+    nodes, inits = dict(record.nodes), dict(record.initializers)
+    prefix = record.prefix
+    if prefix is None:
         return nodes, inits
-    outputs = [str(o) for o in dict(record.get("outputs") or {})]  # type: ignore[call-overload]
-    stops = [str(a) for a in dict(record.get("replace_inputs") or {})]  # type: ignore[call-overload]
+    outputs = list(record.outputs)
+    stops = list(record.replace_inputs)
     cl = closure(index, outputs, stop_at=stops)
-    shared = record.get("weights") == Weights.SHARED.value
+    shared = record.weights == Weights.SHARED.value
     node_map: dict[str, str] = {}
     for i in cl.nodes:
         node = index.graph.node[i]

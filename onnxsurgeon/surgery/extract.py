@@ -13,11 +13,11 @@ from operator import attrgetter
 
 import onnx
 
-from .. import record
 from ..errors import InvalidModelError, RewriteError, UsageError
 from ..index import GraphIndex, body_captures, has_subgraphs
 from ..io import Model, as_model, indexed
 from ..names import NameAllocator
+from ..record import ExtractRecord, add_rewrite
 from ..select import Selector
 from ..types import TypeOracle, is_complete, known_value_info
 from ._edgewalk import propagate_edges, walk_edges
@@ -284,7 +284,7 @@ def extract(
     graph.input.extend(input_copies)
     del graph.output[:]
     graph.output.extend(new_outputs)
-    record.add_rewrite(proto, {"op": "extract", "outputs": outs, "inputs": stops})
+    add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
     return ExtractResult(
         outputs=outs,
         inputs=[vi.name for vi in input_copies],

@@ -26,7 +26,7 @@ from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model, is_external, iter_tensors
 from ..names import NameAllocator, all_names
 from ..protos import set_default_opset
-from ..record import add_rewrite
+from ..record import MergeRecord, add_rewrite
 from ..select import NAME_MAP_KEY, Selector, name_map
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._edges import check_types
@@ -297,9 +297,9 @@ def merge(
             entry = host.metadata_props.add()
             entry.key, entry.value = NAME_MAP_KEY, text
     record_renames = dict(renames)
-    add_rewrite(host, {
-        "op": "merge", "connect": [[src, dst] for dst, src in links.items()],
-        "renamed": record_renames, "prefix": used_prefix, "outputs": list(chosen),
-    })
+    add_rewrite(host, MergeRecord(
+        connect=tuple((src, dst) for dst, src in links.items()), renamed=record_renames,
+        prefix=used_prefix, outputs=tuple(chosen),
+    ))
     return MergeResult([vi.name for vi in g.input if vi.name not in {t.name for t in g.initializer}],
                        list(chosen), record_renames, used_prefix)

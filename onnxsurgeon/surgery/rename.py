@@ -20,7 +20,7 @@ import onnx
 from ..errors import NotFoundError, UsageError
 from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
 from ..io import Model, as_model
-from ..record import add_rewrite
+from ..record import RenameRecord, add_rewrite
 from ..select import NAME_MAP_KEY, Selector, name_map
 from ._edges import rewire
 
@@ -308,5 +308,5 @@ def rename(
                 by_body.setdefault(id(g), (g, {}))[1][old] = new
         for g, ren in by_body.values():
             _rename_in_scope(g, ren)
-    add_rewrite(proto, {"op": "rename", "renamed": dict(renamed), "nodes": bool(nodes)})
+    add_rewrite(proto, RenameRecord(renamed=dict(renamed), nodes=bool(nodes)))
     return RenameResult(dict(renamed), bool(nodes))

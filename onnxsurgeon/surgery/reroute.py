@@ -12,7 +12,7 @@ from ..closure import closure
 from ..errors import NotFoundError, RewriteError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
-from ..record import add_rewrite
+from ..record import RerouteRecord, add_rewrite
 from ..select import Selector
 from ..types import TypeOracle
 from ._edges import check_types, rewire
@@ -148,8 +148,6 @@ def reroute(
         rerouted_outputs.append(src)
     if movers and first is not None:
         _reorder(proto.graph, movers, first)
-    add_rewrite(proto, {
-        "op": "reroute", "from": src, "to": tgt, "rerouted": rerouted,
-        "rerouted_outputs": rerouted_outputs,
-    })
+    add_rewrite(proto, RerouteRecord(source=src, target=tgt, rerouted=tuple(rerouted),
+                                     rerouted_outputs=tuple(rerouted_outputs)))
     return RerouteResult(rerouted, rerouted_outputs)

@@ -9,7 +9,6 @@ in the record) is a usage error that says to verify after each step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -17,23 +16,33 @@ import onnx
 
 from ..errors import SurgeryError, UsageError
 from ..io import Model
-from ..record import rewrites
+from ..record import (
+    BypassRecord,
+    CopyRecord,
+    ExtractRecord,
+    InsertRecord,
+    MergeRecord,
+    RenameRecord,
+    RerouteRecord,
+    RewriteRecord,
+    records,
+)
 from .report import PairReport, VerifyReport, make_report
 from .rewrite import verify_rewrite
 from .run import ModelLike, to_model
 
 
-def _copy_prefix(record: Mapping[str, Any]) -> str:
-    if isinstance(record.get("prefix"), str):
-        return str(record["prefix"])
-    for orig, new in dict(record.get("outputs", {})).items():
-        at = str(new).rfind(str(orig))
+def _copy_prefix(record: CopyRecord) -> str:
+    if record.prefix is not None:
+        return record.prefix
+    for orig, new in record.outputs.items():
+        at = new.rfind(orig)
         if at >= 0:
-            return str(new)[:at]
+            return new[:at]
     raise UsageError("the copy record names no output whose copy contains its name")
 
 
-def replay(model: Model, record: Mapping[str, Any]) -> None:
+def replay(model: Model, record: RewriteRecord) -> None:
     """Apply the rewrite ``record`` describes to ``model`` with the surgery verbs. Mutates model.
 
     Raises:
@@ -42,30 +51,29 @@ def replay(model: Model, record: Mapping[str, Any]) -> None:
     """
     from ..surgery import bypass, copy, extract, insert, rename, reroute
 
-    op = record.get("op")
-    if op == "extract":
-        extract(model, list(record["outputs"]), inputs=list(record.get("inputs", [])))
-    elif op == "copy":
-        copy(model, list(dict(record["outputs"])), weights=str(record.get("weights", "independent")),
-             prefix=_copy_prefix(record), replace_inputs=dict(record.get("replace_inputs") or {}) or None)
-    elif op == "insert":
-        if record.get("block") in (None, "graph"):
+    if isinstance(record, ExtractRecord):
+        extract(model, list(record.outputs), inputs=list(record.inputs))
+    elif isinstance(record, CopyRecord):
+        copy(model, list(record.outputs), weights=record.weights, prefix=_copy_prefix(record),
+             replace_inputs=dict(record.replace_inputs) or None)
+    elif isinstance(record, InsertRecord):
+        if record.block == "graph":
             raise UsageError("an inserted user graph is not stored in the rewrite log")
-        insert(model, str(record["at"]), op=str(record["block"]), params=dict(record.get("params") or {}),
-               as_output=bool(record.get("as_output")))
-    elif op == "reroute":
-        consumers = None if record.get("rerouted_outputs") else list(record.get("rerouted", []))
-        reroute(model, str(record["from"]), str(record["to"]), consumers=consumers or None)
-    elif op == "rename":
-        rename(model, dict(record["renamed"]), nodes=bool(record.get("nodes")))
-    elif op == "bypass":
-        bypass(model, list(record["removed"]), input=int(record.get("input", 0)))
-    elif op == "merge":
+        insert(model, record.at, op=record.block, params=dict(record.params),
+               as_output=record.as_output)
+    elif isinstance(record, RerouteRecord):
+        consumers = None if record.rerouted_outputs else list(record.rerouted)
+        reroute(model, record.source, record.target, consumers=consumers or None)
+    elif isinstance(record, RenameRecord):
+        rename(model, dict(record.renamed), nodes=record.nodes)
+    elif isinstance(record, BypassRecord):
+        bypass(model, list(record.removed), input=record.input)
+    elif isinstance(record, MergeRecord):
         raise UsageError("the second model of a merge is not stored in the rewrite log")
     else:
-        raise UsageError(f"rewrite record op {op!r} is unknown")
-    if rewrites(model.proto)[-1] != dict(record):
-        raise UsageError(f"replaying the {op} record does not reproduce it")
+        raise UsageError(f"rewrite record op {record.op!r} cannot be replayed")
+    if records(model.proto)[-1] != record:
+        raise UsageError(f"replaying the {record.op} record does not reproduce it")
 
 
 def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> VerifyReport:
@@ -79,7 +87,7 @@ def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> Ver
             before the last cannot be replayed.
     """
     orig_model, new_model = to_model(original), to_model(rewritten)
-    before, after = rewrites(orig_model.proto), rewrites(new_model.proto)
+    before, after = records(orig_model.proto), records(new_model.proto)
     if after[:len(before)] != before:
         raise UsageError(
             "the rewritten model's rewrite log does not continue the original's; give the model "
@@ -106,12 +114,12 @@ def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> Ver
                 replay(nxt, record)
             except SurgeryError as exc:
                 raise UsageError(
-                    f"rewrite {k + 1} of {len(steps)} ({record.get('op')}) cannot be replayed: "
+                    f"rewrite {k + 1} of {len(steps)} ({record.op}) cannot be replayed: "
                     f"{exc}; verify after each step (--verify on each command)"
                 ) from None
         reports.append(verify_rewrite(current, nxt, record, **options))
         current = nxt
-    return merge_reports(reports, [str(r.get("op")) for r in steps])
+    return merge_reports(reports, [r.op for r in steps])
 
 
 def merge_reports(reports: list[VerifyReport], ops: list[str], *,

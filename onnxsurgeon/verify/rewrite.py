@@ -32,6 +32,14 @@ from ..index import GraphIndex
 from ..io import Model
 from ..names import NameAllocator
 from ..protos import default_opset, rename_reads
+from ..record import (
+    CopyRecord,
+    ExtractRecord,
+    InsertRecord,
+    RerouteRecord,
+    RewriteRecord,
+    as_record,
+)
 from ..select import Selector
 from .compare import make_samples
 from .inputs import InputsLike, Sample
@@ -210,17 +218,17 @@ def _isolate_block(rewritten: Staged, at: str, processed: str) -> Model:
     return Model(proto, base_dir=rewritten.model.base_dir)
 
 
-def _fresh_block(record: Mapping[str, Any], elem_type: int, opset: int,
+def _fresh_block(record: InsertRecord, elem_type: int, opset: int,
                  shape: Sequence[int | str | None] | None,
                  value_type: onnx.TypeProto | None = None) -> onnx.ModelProto | None:
-    block = record.get("block")
+    block = record.block
     if not block or block == "graph":
         return None
     try:
         from ..processing import make_block
     except ImportError:
         return None
-    params = record.get("params") or {}
+    params = record.params
     return make_block(str(block), dict(params), elem_type=elem_type, opset=opset, shape=shape,
                       value_type=value_type)
 
@@ -245,10 +253,10 @@ class _Context:
         return Staged(model, self.ws, label, threads=self.threads, limits=self.limits)
 
 
-def _check_extract(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+def _check_extract(ctx: _Context, record: ExtractRecord, check: _Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     outs = list(new.output_names)
-    stops = [s for s in record.get("inputs", []) if s in new.index.inputs]
+    stops = [s for s in record.inputs if s in new.index.inputs]
     known = [n for n in outs + stops if orig.is_tensor(n)]
     for n in outs:
         if not orig.is_tensor(n):
@@ -275,11 +283,11 @@ def _untouched(check: _Check, orig: Staged, new: Staged, orig_vals: Values, new_
                       sides=sides)
 
 
-def _check_copy(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
-    pairs = {_resolve(new, k): v for k, v in dict(record.get("outputs", {})).items()}
+    pairs = {_resolve(new, k): v for k, v in record.outputs.items()}
     replace = {_resolve(orig, a): _resolve(new, b)
-               for a, b in dict(record.get("replace_inputs") or {}).items()}
+               for a, b in record.replace_inputs.items()}
     from ..surgery.copy import copied_names
 
     node_map, tensor_map = copied_names(new.index, record)
@@ -373,10 +381,10 @@ def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Seque
                           exact=True, sides=lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
 
 
-def _check_insert(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
-    at = _resolve(orig, str(record["at"]))
-    processed = _resolve(new, str(record["processed"]))
+    at = _resolve(orig, record.at)
+    processed = _resolve(new, record.processed)
     orig_vals = _run_all(orig, feeds, [at, *orig.output_names])
     new_vals = _run_all(new, feeds, [at, processed, *new.output_names])
 
@@ -393,14 +401,14 @@ def _check_insert(ctx: _Context, record: Mapping[str, Any], check: _Check) -> No
     if fresh is not None:
         block = ctx.stage(Model(fresh), "block")
         b_in, b_out = block.input_names[0], block.output_names[0]
-        block_nodes = [new.index.node_names.get(n) for n in record.get("block_nodes", [])]
+        block_nodes = [new.index.node_names.get(n) for n in record.block_nodes]
         ours = list(block.index.graph.node)
         if len(block_nodes) == len(ours) and all(j is not None for j in block_nodes):
             for mine, j in zip(ours, block_nodes, strict=True):
                 theirs = new.index.graph.node[int(j or 0)]
                 if mine.op_type == theirs.op_type:
                     mapping.update(zip(mine.output, theirs.output, strict=False))
-        check.notes.append(f"block '{record.get('block')}' rebuilt from the record's parameters")
+        check.notes.append(f"block '{record.block}' rebuilt from the record's parameters")
     else:
         block = ctx.stage(_isolate_block(new, at, processed), "block")
         b_in, b_out = at, processed
@@ -412,38 +420,42 @@ def _check_insert(ctx: _Context, record: Mapping[str, Any], check: _Check) -> No
     check.compare("block", b_out, processed, block_vals, new_vals, dtype=_dtype(new, processed),
                   exact=False, sides=lambda k: (Side(block, block_feeds[k]), Side(new, feeds[k])),
                   mapping=mapping, strict=True)
-    as_output = bool(record.get("as_output"))
-    rerouted = [] if as_output else list(record.get("rerouted", []))
-    rerouted_outputs = [] if as_output else list(record.get("rerouted_outputs", []))
+    as_output = record.as_output
+    rerouted = [] if as_output else list(record.rerouted)
+    rerouted_outputs = [] if as_output else list(record.rerouted_outputs)
     _check_downstream(ctx, check, at, rerouted, rerouted_outputs,
                       lambda k: new_vals[k][processed], processed, 1 if as_output else 0,
                       orig_vals, new_vals)
 
 
-def _check_reroute(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+def _check_reroute(ctx: _Context, record: RerouteRecord, check: _Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
-    source = _resolve(orig, str(record["from"]))
-    target = _resolve(orig, str(record["to"]))
+    source = _resolve(orig, record.source)
+    target = _resolve(orig, record.target)
     orig_vals = _run_all(orig, feeds, [target, *orig.output_names])
     new_vals = _run_all(new, feeds, new.output_names)
-    _check_downstream(ctx, check, source, list(record.get("rerouted", [])),
-                      list(record.get("rerouted_outputs", [])),
+    _check_downstream(ctx, check, source, list(record.rerouted), list(record.rerouted_outputs),
                       lambda k: orig_vals[k][target], target, 0, orig_vals, new_vals)
 
 
-_CHECKS: dict[str, Callable[[_Context, Mapping[str, Any], _Check], None]] = {
-    "extract": _check_extract, "copy": _check_copy, "insert": _check_insert,
-    "reroute": _check_reroute,
+_CHECKS: dict[type[RewriteRecord], Callable[[_Context, Any, _Check], None]] = {
+    ExtractRecord: _check_extract, CopyRecord: _check_copy, InsertRecord: _check_insert,
+    RerouteRecord: _check_reroute,
 }
+"""The check of each record type (a new verb registers its own here)."""
 
 
-def verify_rewrite(original: ModelLike, rewritten: ModelLike, record: Mapping[str, Any], *,
+def verify_rewrite(original: ModelLike, rewritten: ModelLike,
+                   record: RewriteRecord | Mapping[str, Any], *,
                    inputs: InputsLike | None = None, seed: int = 0,
                    dims: Mapping[str, int] | None = None, samples: int | None = None,
                    batch: int = DEFAULT_BATCH, threads: int = 0,
                    locate_divergence: bool = True, isolate: bool = False,
                    timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
     """Check the invariant ``record`` (one rewrite of ``original`` into ``rewritten``) implies.
+
+    ``record`` is a typed :class:`~onnxsurgeon.record.RewriteRecord` or its JSON object (read
+    strictly: a missing or misspelt key is an error, never a default).
 
     See the module docstring for what each op must satisfy. Inputs are those of ``original``
     (random unless ``inputs`` is given). When a check fails the first differing tensor is located.
@@ -456,15 +468,20 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike, record: Mapping[st
     """
     from .verbs import checks
 
-    known = {**_CHECKS, **checks()}
-    op = record.get("op")
-    if op not in known:
-        raise UsageError(f"rewrite record op {op!r} is unknown; expected one of {sorted(known)}")
+    typed = as_record(record)
+    run_check = _CHECKS.get(type(typed))
+    if run_check is None:
+        known = checks()
+        if typed.op not in known:
+            raise UsageError(f"rewrite record op {typed.op!r} has no check; expected one of "
+                             f"{sorted([c.op for c in _CHECKS] + list(known))}")
+        run_check = known[typed.op]
     limits = make_limits(isolate, timeout, memory_limit)
     orig_model, new_model = to_model(original), to_model(rewritten)
     with Workspace() as ws:
         ctx = _Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
                        dims=dims, samples=samples, limits=limits)
         check = _Check(batch)
-        known[str(op)](ctx, record, check)
-        return check.report(f"rewrite:{op}", len(ctx.feeds), locate_divergence=locate_divergence)
+        run_check(ctx, typed, check)
+        return check.report(f"rewrite:{typed.op}", len(ctx.feeds),
+                            locate_divergence=locate_divergence)

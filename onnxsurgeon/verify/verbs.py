@@ -20,7 +20,7 @@ import onnx
 from ..errors import UsageError
 from ..index import GraphIndex
 from ..io import Model
-from ..record import rewrites
+from ..record import BypassRecord, MergeRecord, RenameRecord, as_record, records
 from .compare import make_samples
 from .inputs import InputsLike
 from .isolate import make_limits
@@ -30,10 +30,10 @@ from .rewrite import _Check, _Context, _dtype, _node_position, _run_all
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 
-def _check_rename(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+def _check_rename(ctx: _Context, record: RenameRecord, check: _Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
-    renamed = {str(k): str(v) for k, v in dict(record.get("renamed", {})).items()}
-    tensors = {} if record.get("nodes") else renamed
+    renamed = dict(record.renamed)
+    tensors = {} if record.nodes else renamed
     new_feeds = [{tensors.get(k, k): v for k, v in f.items()} for f in feeds]
     names = list(dict.fromkeys([*orig.output_names,
                                 *(n for n in tensors if orig.is_tensor(n))]))
@@ -56,12 +56,12 @@ def _check_rename(ctx: _Context, record: Mapping[str, Any], check: _Check) -> No
                       sides=sides, mapping=tensors)
 
 
-def _identity_reference(original: Model, record: Mapping[str, Any]) -> Model:
+def _identity_reference(original: Model, record: BypassRecord) -> Model:
     """The original with every removed node replaced by ``Identity(bypassed input)``."""
     proto = onnx.ModelProto()
     proto.CopyFrom(original.proto)
-    removed = list(record.get("removed", []))
-    slot = int(record.get("input", 0))
+    removed = list(record.removed)
+    slot = record.input
     index = GraphIndex(proto)
     for name in removed:
         k = _node_position(index, str(name))
@@ -77,7 +77,7 @@ def _identity_reference(original: Model, record: Mapping[str, Any]) -> Model:
     return Model(proto, base_dir=original.base_dir)
 
 
-def _check_bypass(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+def _check_bypass(ctx: _Context, record: BypassRecord, check: _Check) -> None:
     """Outputs pair by position: a graph output keeps its name, or (``rerouted_outputs``) takes
     the bypassed input's name."""
     new, feeds = ctx.new, ctx.feeds
@@ -99,7 +99,7 @@ def _check_bypass(ctx: _Context, record: Mapping[str, Any], check: _Check) -> No
                       sides=sides)
 
 
-def _check_merge(ctx: _Context, record: Mapping[str, Any], check: _Check) -> None:
+def _check_merge(ctx: _Context, record: MergeRecord, check: _Check) -> None:
     raise UsageError(
         "a merge is checked against its second model, which the rewrite log does not store; use "
         "'onnxsurgeon merge ... --verify' or onnxsurgeon.verify.verify_merge(first, second, merged)"
@@ -107,7 +107,8 @@ def _check_merge(ctx: _Context, record: Mapping[str, Any], check: _Check) -> Non
 
 
 def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
-                 record: Mapping[str, Any] | None = None, inputs: InputsLike | None = None,
+                 record: MergeRecord | Mapping[str, Any] | None = None,
+                 inputs: InputsLike | None = None,
                  seed: int = 0, dims: Mapping[str, int] | None = None, samples: int | None = None,
                  batch: int = DEFAULT_BATCH, threads: int = 0, isolate: bool = False,
                  timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
@@ -120,13 +121,16 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
     """
     new_model = to_model(merged)
     if record is None:
-        log = rewrites(new_model.proto)
-        if not log or log[-1].get("op") != "merge":
+        log = records(new_model.proto)
+        if not log or not isinstance(log[-1], MergeRecord):
             raise UsageError("the merged model's last rewrite is not a merge; pass record=")
         record = log[-1]
-    renamed = {str(k): str(v) for k, v in dict(record.get("renamed", {})).items()}
+    typed = as_record(record)
+    if not isinstance(typed, MergeRecord):
+        raise UsageError(f"record= is a '{typed.op}' record; pass the merge record")
+    renamed = dict(typed.renamed)
     back = {v: k for k, v in renamed.items()}
-    connect = [(str(a), str(b)) for a, b in record.get("connect", [])]
+    connect = list(typed.connect)
     limits = make_limits(isolate, timeout, memory_limit)
     with Workspace() as ws:
         fst = Staged(to_model(first), ws, "first", threads=threads, limits=limits)
@@ -159,6 +163,6 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
         return check.report("rewrite:merge", len(feeds), locate_divergence=False)
 
 
-def checks() -> dict[str, Callable[[_Context, Mapping[str, Any], _Check], None]]:
+def checks() -> dict[str, Callable[[_Context, Any, _Check], None]]:
     """op -> invariant check of the verbs this module covers."""
     return {"rename": _check_rename, "bypass": _check_bypass, "merge": _check_merge}
