@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..record import (
+    RECORD_TYPES,
     BypassRecord,
     CopyRecord,
     ExtractRecord,
@@ -35,11 +36,18 @@ def step_for_record(record: RewriteRecord | Mapping[str, Any], number: int) -> d
         RecipeError: the record cannot be replayed from the log alone (an inserted user graph or
             framework function is not stored in it; an unknown op).
     """
+    op = record.op if isinstance(record, RewriteRecord) else record.get("op")
+    where = f"rewrite {number} ({op})"
+    if op == MergeRecord.op:  # whatever the record says, its second model is not in the log
+        raise RecipeError(
+            f"{where}: the second model of a merge is not stored in the rewrite log; write that "
+            "step by hand (merge: {second: FILE.onnx, connect: {...}})")
+    if op not in RECORD_TYPES:
+        raise RecipeError(f"{where}: no recipe step replays rewrite op {op!r}")
     try:
         rec = as_record(record)
     except UsageError as exc:
         raise RecipeError(f"rewrite {number}: {exc}") from None
-    where = f"rewrite {number} ({rec.op})"
     if isinstance(rec, ExtractRecord):
         return {"extract": {"outputs": list(rec.outputs), "inputs": list(rec.inputs)}}
     if isinstance(rec, CopyRecord):
@@ -69,10 +77,6 @@ def step_for_record(record: RewriteRecord | Mapping[str, Any], number: int) -> d
         return {"rename": {"mapping": dict(rec.renamed), "nodes": rec.nodes}}
     if isinstance(rec, BypassRecord):
         return {"bypass": {"nodes": list(rec.removed), "input": rec.input}}
-    if isinstance(rec, MergeRecord):
-        raise RecipeError(
-            f"{where}: the second model of a merge is not stored in the rewrite log; write that "
-            "step by hand (merge: {second: FILE.onnx, connect: {...}})")
     raise RecipeError(f"{where}: no recipe step replays rewrite op {rec.op!r}")
 
 

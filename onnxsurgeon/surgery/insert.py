@@ -14,7 +14,6 @@ Opset reconciliation (the block's default-domain opset ``b`` vs the host's ``h``
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,7 @@ from ..protos import (
     set_default_opset,
     weightless_copy,
 )
-from ..record import add_rewrite
+from ..record import InsertRecord, add_rewrite
 from ..select import Selector
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._edges import check_types, rewire
@@ -449,15 +448,12 @@ def insert(
     params: Mapping[str, ParamValue] | None = None,
     graph: onnx.ModelProto | Model | None = None,
     as_output: bool = False,
-    func: Any = None,
-    framework: str | None = None,
 ) -> InsertResult:
     """Splice a processing block at tensor ``at``. Mutates model.
 
-    ``func`` with ``framework="tf"|"torch"`` splices a function written in TensorFlow or PyTorch:
-    it is exported to an ONNX block for the activation's dtype and shape by
-    ``onnxsurgeon.converters.insert_function`` (imported only on this path, so the core never
-    loads a framework unless the caller hands it a framework function).
+    A function written in TensorFlow or PyTorch is spliced by
+    ``onnxsurgeon.converters.insert_function(model, at, func, framework)``, which exports it to
+    a block and calls this function (the core never imports the converters).
 
     The block is a built-in (``op``, see :mod:`onnxsurgeon.processing`) or any model with one
     input and one output (``graph``). Its names are made unique under ``"<at>/<block>/"``, its
@@ -480,16 +476,6 @@ def insert(
         RewriteError: block with several inputs or outputs, dtype or shape mismatch, opsets that
             cannot be reconciled, clashing domain versions.
     """
-    if func is not None:
-        if op is not None or graph is not None or params:
-            raise UsageError("give func alone: it replaces op/params/graph")
-        if framework not in ("tf", "torch"):
-            raise UsageError(f"func needs framework='tf' or 'torch', got {framework!r}")
-        converters = importlib.import_module("onnxsurgeon.converters")
-        result: InsertResult = converters.insert_function(model, at, func, framework, as_output=as_output)
-        return result
-    if framework is not None:
-        raise UsageError("framework only applies together with func=")
     m = as_model(model)
     host = m.proto
     if (op is None) == (graph is None):
@@ -562,11 +548,10 @@ def insert(
     rerouted, rerouted_outputs = _splice(host, index, plan)
     if fresh_types:
         _retype(host, fresh_types)
-    add_rewrite(host, {
-        "op": "insert", "at": at_name, "processed": processed,
-        "block": op if op is not None else "graph", "params": record_params,
-        "block_nodes": block_nodes, "rerouted": rerouted, "rerouted_outputs": rerouted_outputs,
-        "as_output": bool(as_output),
-    })
+    add_rewrite(host, InsertRecord(
+        at=at_name, processed=processed, block=op if op is not None else "graph",
+        params=record_params, block_nodes=tuple(block_nodes), rerouted=tuple(rerouted),
+        rerouted_outputs=tuple(rerouted_outputs), as_output=bool(as_output),
+    ))
     return InsertResult(processed, rerouted, rerouted_outputs, block_nodes)
 
