@@ -263,6 +263,7 @@ def align_names(
 
 
 def common_prefix_len(a: str, b: str) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

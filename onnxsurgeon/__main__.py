@@ -1,3 +1,5 @@
+"""``python -m onnxsurgeon``: the command line."""
+
 from __future__ import annotations
 
 import sys

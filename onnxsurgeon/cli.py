@@ -121,6 +121,7 @@ def _add_html_flag(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every command (the public CLI contract)."""
     parser = _Parser(
         prog="onnxsurgeon",
         description="Cut, copy and splice ONNX models; prove the result with onnxruntime.",
@@ -719,6 +720,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (see the module docstring)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

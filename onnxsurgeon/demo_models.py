@@ -14,7 +14,7 @@ OPSET = 17
 
 
 def seed_cnn() -> onnx.ModelProto:
-    """The seed's network with TensorFlow-style names:
+    """The seed's network with TensorFlow-style names.
 
     input:0[1,8,8,3] -> network/layer_conv5 (Conv + Relu, NHWC via Transpose) -> flatten ->
     network/fc1 (MatMul + BiasAdd) -> logits; the activation also feeds a side branch

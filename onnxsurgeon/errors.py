@@ -9,10 +9,10 @@ stays one line whatever names an untrusted model carries."""
 
 
 class SurgeryError(Exception):
-    """Base class of every error onnxsurgeon raises on purpose (bad input, refused rewrite).
+    r"""Base class of every error onnxsurgeon raises on purpose (bad input, refused rewrite).
 
     The message is always one line: control characters coming from names inside an untrusted
-    model (newlines, escapes) are shown as ``\\xNN``.
+    model (newlines, escapes) are shown as ``\xNN``.
     """
 
     def __init__(self, *args: object) -> None:

@@ -47,6 +47,7 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
 
 
 def has_subgraphs(node: onnx.NodeProto) -> bool:
+    """True when ``node`` holds a graph attribute (If branches, Loop/Scan bodies, ...)."""
     for attr in node.attribute:
         if attr.type == AttributeProto.GRAPH or attr.type == AttributeProto.GRAPHS:
             return True

@@ -17,6 +17,8 @@ from .types import dtype_name
 
 @dataclass(frozen=True)
 class TensorSummary:
+    """Name, dtype and shape of one graph input or output."""
+
     name: str
     dtype: str
     shape: list[int | str | None] | None
@@ -164,4 +166,5 @@ def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
 
 
 def inspection_json(model: Model | onnx.ModelProto) -> str:
+    """The ``inspect --json`` text of ``model``."""
     return json.dumps(inspect_model(model).to_json(), indent=2, sort_keys=False)

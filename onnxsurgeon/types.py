@@ -173,6 +173,7 @@ def renamed_value_info(vi: onnx.ValueInfoProto | None, name: str) -> onnx.ValueI
 
 
 def dtype_name(elem_type: int) -> str:
+    """``TensorProto.FLOAT`` -> ``"float"``; ``"unknown"`` for 0."""
     if elem_type == 0:
         return "unknown"
     try:

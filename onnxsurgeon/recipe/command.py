@@ -161,6 +161,7 @@ def run_task(recipe_path: str, source: str, output: str, options: dict[str, Any]
 
 
 def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
+    """``onnxsurgeon apply``: run a recipe (see the module docstring)."""
     from ..cli import _out, _Progress
 
     recipe = load_recipe(args.recipe)
@@ -202,6 +203,7 @@ def to_yaml(recipe: Recipe) -> str:
 
 
 def cmd_recipe(args: argparse.Namespace) -> int:
+    """``onnxsurgeon recipe MODEL``: print the recipe that replays its rewrite log."""
     from ..cli import _load, _out
     from ..record import rewrites
     from .fromlog import recipe_from_log
@@ -213,4 +215,5 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 
 
 def emit_error(text: str) -> None:
+    """One error line on stderr, as the CLI writes it."""
     sys.stderr.write(f"onnxsurgeon: error: {text}\n")

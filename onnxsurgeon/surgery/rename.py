@@ -52,7 +52,7 @@ def _compile(regex: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple
 
 def _apply(compiled: list[tuple[re.Pattern[str], str]], names: Iterable[str],
            skip: Mapping[str, str]) -> dict[str, str]:
-    """old -> new for every name some pattern changes (patterns chain in order)."""
+    """Old -> new for every name some pattern changes (patterns chain in order)."""
     found: dict[str, str] = {}
     hits = [0] * len(compiled)
     for name in names:

@@ -164,5 +164,5 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
 
 
 def checks() -> dict[str, Callable[[_Context, Any, _Check], None]]:
-    """op -> invariant check of the verbs this module covers."""
+    """Op -> invariant check of the verbs this module covers."""
     return {"rename": _check_rename, "bypass": _check_bypass, "merge": _check_merge}
