@@ -25,7 +25,7 @@ from ..errors import NotFoundError, RewriteError, UsageError
 from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model, is_external, iter_tensors
 from ..names import NameAllocator, all_names
-from ..protos import set_default_opset
+from ..protos import rename_scoped, set_default_opset
 from ..record import MergeRecord, add_rewrite
 from ..select import NAME_MAP_KEY, Selector, name_map
 from ..types import TypeOracle, is_complete, renamed_value_info
@@ -104,24 +104,10 @@ def _apply_names(second: onnx.ModelProto, renames: Mapping[str, str], prefix: st
                  names: NameAllocator, first_nodes: set[str]) -> None:
     """Rename every tensor of every graph of ``second`` by ``renames`` and its node names that
     the first model uses. Mutates second (a private copy)."""
-    def ren(name: str) -> str:
-        return renames.get(name, name) if name else name
-
-    for g in iter_graphs(second.graph):
-        for field in (g.input, g.output, g.value_info):
-            for vi in field:
-                vi.name = ren(vi.name)
-        for t in g.initializer:
-            t.name = ren(t.name)
-        for st in g.sparse_initializer:
-            st.values.name = ren(st.values.name)
-        for node in g.node:
-            if node.name and node.name in first_nodes:
-                node.name = names.fresh(prefix + node.name)
-            for k, n in enumerate(node.input):
-                node.input[k] = ren(n)
-            for k, n in enumerate(node.output):
-                node.output[k] = ren(n)
+    rename_scoped(
+        [second.graph], {}, depth=0, define=lambda name: renames.get(name, name),
+        node_name=lambda node: (names.fresh(prefix + node.name)
+                                if node.name and node.name in first_nodes else node.name))
 
 
 def _relocate(second: onnx.ModelProto, base: Path | None, alias: str) -> None:

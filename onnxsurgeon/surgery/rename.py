@@ -20,9 +20,9 @@ import onnx
 from ..errors import NotFoundError, UsageError
 from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
 from ..io import Model, as_model
+from ..protos import rename_scoped, rename_tensors
 from ..record import RenameRecord, add_rewrite
 from ..select import NAME_MAP_KEY, Selector, name_map
-from ._edges import rewire
 
 
 @dataclass(frozen=True)
@@ -104,35 +104,9 @@ def _defining_bodies(index: GraphIndex, names: Iterable[str]) -> dict[str, list[
 
 def _rename_in_scope(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
     """Rename, in ``graph`` (a nested body that defines every key of ``renames``) and in the
-    bodies below it that do not redefine a name, every definition and read. Each element is
-    renamed once, so swaps work. Iterative; O(size of the bodies)."""
-    stack: list[tuple[onnx.GraphProto, Mapping[str, str]]] = [(graph, renames)]
-    while stack:
-        g, ren = stack.pop()
-        if g is not graph:
-            shadowed = graph_defined_names(g) & ren.keys()
-            if shadowed:
-                ren = {k: v for k, v in ren.items() if k not in shadowed}
-            if not ren:
-                continue
-        for field in (g.input, g.output, g.value_info):
-            for vi in field:
-                if vi.name in ren:
-                    vi.name = ren[vi.name]
-        for t in g.initializer:
-            if t.name in ren:
-                t.name = ren[t.name]
-        for st in g.sparse_initializer:
-            if st.values.name in ren:
-                st.values.name = ren[st.values.name]
-        for node in g.node:
-            for k, name in enumerate(node.input):
-                if name in ren:
-                    node.input[k] = ren[name]
-            for k, name in enumerate(node.output):
-                if name in ren:
-                    node.output[k] = ren[name]
-            stack.extend((sub, ren) for sub in subgraphs(node))
+    bodies below it, every definition and read. Each element is renamed once, so swaps work.
+    Iterative; O(size of the bodies)."""
+    rename_scoped([graph], {}, define=lambda name: renames.get(name, name))
 
 
 def _check_inner_names(inner: Mapping[str, str], renamed: Mapping[str, str],
@@ -194,29 +168,11 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, s
 
 
 def _rename_tensors(index: GraphIndex, renamed: Mapping[str, str]) -> None:
-    """Apply ``renamed`` to every tie of each main-graph tensor. Every element is renamed once,
-    from the state before the call, so swaps (a->b, b->a) work. O(nodes + edges)."""
-    graph = index.graph
-    for old, new in renamed.items():
-        i = index.producer.get(old)
-        if i is not None:
-            outs = graph.node[i].output
-            for k, name in enumerate(outs):
-                if name == old:
-                    outs[k] = new
-    uses = {old: list(index.consumers.get(old, ())) for old in renamed}
-    for old, new in renamed.items():
-        rewire(index, uses[old], new)
-    for field in (graph.input, graph.output, graph.value_info):
-        for vi in field:
-            if vi.name in renamed:
-                vi.name = renamed[vi.name]
-    for t in graph.initializer:
-        if t.name in renamed:
-            t.name = renamed[t.name]
-    for st in graph.sparse_initializer:
-        if st.values.name in renamed:
-            st.values.name = renamed[st.values.name]
+    """Apply ``renamed`` to every tie of each main-graph tensor (definition, reads in every
+    scope that does not shadow it, value_info, graph outputs) and to the converters' name map.
+    Every element is renamed once, from the state before the call, so swaps (a->b, b->a) work.
+    O(model size)."""
+    rename_tensors(index.model, renamed)
     model = index.model
     fmap = name_map(model)
     if fmap and any(v in renamed for v in fmap.values()):
