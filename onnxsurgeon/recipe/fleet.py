@@ -4,8 +4,8 @@ Every model is one task, :func:`onnxsurgeon.recipe.command.run_task`: load, appl
 to ``OUTDIR/<model file name>``, and one JSON line saying what happened. Locally each task runs in
 its own child process (``python -m onnxsurgeon.recipe.fleet``), at most ``jobs`` at a time, so a
 model that crashes or exhausts memory takes only its own process down. With Ray the same
-function runs as a Ray task (a local instance, or a cluster whose workers see the same paths:
-a shared filesystem). A failed model never stops the others; the fleet's exit code is 1 when
+function runs as a Ray task (:mod:`onnxsurgeon.cluster`: a local instance, or a cluster whose
+workers see the same paths, a shared filesystem). A failed model never stops the others; the fleet's exit code is 1 when
 any failed.
 """
 
@@ -77,34 +77,14 @@ def run_local(recipe: str, tasks: Sequence[Task], options: dict[str, Any], *,
 
 def run_ray(recipe: str, tasks: Sequence[Task], options: dict[str, Any], *,
             address: str | None, jobs: int) -> Iterator[dict[str, Any]]:
-    """Each task as a Ray task; starts (and stops) a local Ray instance when none is connected
-    and no ``address`` is given. Lines in completion order.
-
-    Raises:
-        UsageError: Ray is not installed.
-    """
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--ray needs Ray; pip install 'onnxsurgeon[ray]'") from None
+    """Each task as a Ray task (:func:`onnxsurgeon.cluster.ray_map`); lines in completion
+    order."""
+    from ..cluster import ray_map
     from .command import run_task
 
-    started = False
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
-        started = True
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
-        pending = [remote.remote(recipe, src, out, options) for src, out in tasks]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
-    finally:
-        if started:
-            ray.shutdown()
+    args = [(recipe, src, out, options) for src, out in tasks]
+    for _, line in ray_map(run_task, args, address=address, cpus=jobs):
+        yield line
 
 
 def _table(lines: Sequence[dict[str, Any]]) -> str:
