@@ -343,10 +343,11 @@ def test_recipe_command_refuses_what_the_log_cannot_replay(tmp_path):
     assert proc.returncode == 2 and "rewrite 1 (insert)" in proc.stderr and "user graph" in proc.stderr
     proc = cli("recipe", SEED)
     assert proc.returncode == 2 and "records no rewrite" in proc.stderr
-    with pytest.raises(RecipeError, match="no recipe step replays"):
-        recipe_from_log([{"op": "transmogrify"}])
+    from onnxsurgeon.record import MergeRecord
+
+    merged = MergeRecord(connect=(("a", "b"),), renamed={}, prefix="p/", outputs=("y",))
     with pytest.raises(RecipeError, match="rewrite 1 .merge.: the second model"):
-        recipe_from_log([{"op": "merge", "connect": [["a", "b"]]}])
+        recipe_from_log([merged])
 
 
 def test_paths_are_relative_to_the_recipe_file(tmp_path):

@@ -23,7 +23,7 @@ import onnx
 
 from ..errors import SurgeryError
 from ..io import Model, as_model
-from ..record import rewrites
+from ..record import RewriteRecord, records, rewrites
 from .format import Recipe, Step
 from .spec import Kind, StepContext
 from .steps import STEPS
@@ -207,7 +207,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
     steps = recipe.steps
     last_check = len(steps) if verify and not plan else max(
         (k for k, s in enumerate(steps) if s.verb == "verify"), default=-1)
-    pending: list[tuple[Model, dict[str, Any], Step]] = []
+    pending: list[tuple[Model, RewriteRecord, Step]] = []
     outcomes: list[StepOutcome] = []
     reports: list[tuple[int | str, Any]] = []
     base_options = dict(verify_options or {})
@@ -240,7 +240,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
             raise step_error(recipe, step, params, exc) from None
         account = _account(before.proto, m.proto) if plan and before is not None else None
         if before is not None and k < last_check:
-            new = rewrites(m.proto)[logged:]
+            new = records(m.proto)[logged:]
             pending.extend((before, record, step) for record in new[-1:])
         outcomes.append(StepOutcome(step, result, plan=account))
         if progress is not None:
@@ -253,7 +253,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
     return ApplyResult(tuple(outcomes), recipe.sha256(), plan, len(steps), tuple(reports))
 
 
-def _checkpoint(model: Model, pending: list[tuple[Model, dict[str, Any], Step]],
+def _checkpoint(model: Model, pending: list[tuple[Model, RewriteRecord, Step]],
                 options: Mapping[str, Any], base_dir: Path) -> Any:
     """One report proving each pending rewrite against the model just before it."""
     from ..verify import verify_rewrite

@@ -205,11 +205,11 @@ def to_yaml(recipe: Recipe) -> str:
 def cmd_recipe(args: argparse.Namespace) -> int:
     """``onnxsurgeon recipe MODEL``: print the recipe that replays its rewrite log."""
     from ..cli import _load, _out
-    from ..record import rewrites
+    from ..record import records
     from .fromlog import recipe_from_log
 
     model = _load(args.model)
-    recipe = recipe_from_log(rewrites(model.proto), source=args.model)
+    recipe = recipe_from_log(records(model.proto), source=args.model)
     _out(json.dumps(recipe.to_data(), indent=2, sort_keys=True) if args.json else to_yaml(recipe))
     return EXIT_OK
 

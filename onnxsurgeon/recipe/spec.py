@@ -73,7 +73,7 @@ class StepContext:
 
 StepRun = Callable[[Any, Mapping[str, Any], StepContext], dict[str, Any]]
 """Runs one step on a model (mutating it) and returns the verb's own ``--json`` result."""
-StepCheck = Callable[[Any, Any, Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], Any]
+StepCheck = Callable[[Any, Any, Any, Mapping[str, Any], Mapping[str, Any]], Any]
 """(model before, model after, rewrite record, step keys, verify options) -> VerifyReport."""
 
 

@@ -75,7 +75,7 @@ def _merge(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]
     return {"inputs": r.inputs, "outputs": r.outputs, "renamed": r.renamed, "prefix": r.prefix}
 
 
-def _verify_merge(before: Any, after: Any, record: Mapping[str, Any], p: Mapping[str, Any],
+def _verify_merge(before: Any, after: Any, record: Any, p: Mapping[str, Any],
                   options: Mapping[str, Any]) -> Any:
     from ..io import load
     from ..verify import verify_merge
