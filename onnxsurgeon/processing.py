@@ -353,6 +353,18 @@ _BUILDERS: dict[str, Callable[[_Builder, dict[str, Any], int | None], None]] = {
 }
 
 
+def min_opset_for(name: str, value_type: onnx.TypeProto | None = None) -> int:
+    """The oldest default-domain opset block ``name`` can be built for, for a value of type
+    ``value_type`` (sequences and optionals need a newer Identity)."""
+    kind = value_type.WhichOneof("value") if value_type is not None else None
+    need = _spec(name).min_opset
+    if kind == "sequence_type":
+        need = max(need, SEQUENCE_IDENTITY_OPSET)
+    elif kind == "optional_type":
+        need = max(need, OPTIONAL_IDENTITY_OPSET)
+    return need
+
+
 def opset_for_import(model: onnx.ModelProto, name: str) -> int:
     """The default-domain opset to import into a model that imports none (it imports only
     ``ai.onnx.ml`` or custom domains, so no node of it changes): the oldest ai.onnx opset released

@@ -25,7 +25,13 @@ from ..errors import RewriteError, UsageError
 from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model, is_external, iter_tensors, read_tensor
 from ..names import NameAllocator
-from ..processing import ParamValue, make_block, normalize_params, opset_for_import
+from ..processing import (
+    ParamValue,
+    make_block,
+    min_opset_for,
+    normalize_params,
+    opset_for_import,
+)
 from ..protos import (
     DEFAULT_DOMAINS,
     default_opset,
@@ -502,10 +508,14 @@ def insert(
         record_params = normalize_params(op, params)
         h = default_opset(host)
         new_host_opset: int | None = None
+        at_value_type = at_vi.type if at_vi is not None else None
         if h is None:  # an ai.onnx.ml-only host: it gets a default-domain import
             h = new_host_opset = opset_for_import(host, op)
+        need = min_opset_for(op, at_value_type)
+        if h < need and not changed_ops(_default_nodes(host, functions=True), h, need):
+            h = new_host_opset = need  # a pure version bump: no host op changes meaning
         block = make_block(op, record_params, elem_type=at_type, opset=h, shape=at_shape,
-                           value_type=at_vi.type if at_vi is not None else None)
+                           value_type=at_value_type)
     else:
         assert graph is not None
         block, label = _prepare_graph_block(graph)
