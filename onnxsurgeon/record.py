@@ -206,7 +206,8 @@ class RerouteRecord(RewriteRecord):
 
 @dataclass(frozen=True)
 class RenameRecord(RewriteRecord):
-    """rename: old -> new names of main-graph tensors (or of nodes, with ``nodes``)."""
+    """rename: old -> new names of tensors (main graph or nested bodies; or of main-graph nodes,
+    with ``nodes``)."""
 
     op: ClassVar[str] = "rename"
     renamed: dict[str, str]
