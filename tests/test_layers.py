@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "io": 5, "processing": 5,
     "surgery": 6, "inspect": 6, "interop": 6, "diff": 6,
     "verify": 7,
-    "recipe": 8, "demo": 8, "demo_models": 8, "cli": 8, "__main__": 8,
+    "recipe": 8, "cluster": 8, "demo": 8, "demo_models": 8, "cli": 8, "__main__": 8,
 }
 """Top-level module or subpackage of ``onnxsurgeon`` -> layer (ARCHITECTURE.md). An import must
 point to a lower layer, or stay inside its own module/subpackage; the orchestration layer (8: the
