@@ -9,8 +9,9 @@ from typing import Any
 
 import onnx
 
+from .external import is_external
 from .index import iter_graphs
-from .io import Model, as_model, is_external
+from .io import Model, as_model
 from .select import name_map
 from .types import dtype_name
 

@@ -22,7 +22,8 @@ from typing import Any
 import onnx
 
 from .errors import UsageError
-from .io import Model, as_model, is_external, iter_tensors
+from .external import is_external, iter_tensors
+from .io import Model, as_model
 
 
 def _need(module: str, package: str) -> Any:

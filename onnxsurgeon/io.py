@@ -34,26 +34,19 @@ from .checking import Check, check_written, full_check_for
 from .datastream import RangeWriter, shared_location
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
-    ExternalRef,
-    check_inline_tensor,
     check_tensors,
-    element_count,
-    expected_nbytes,
     is_external,
     iter_tensors,
-    open_external,
-    read_tensor,
     resolve_external,
 )
 from .index import GraphIndex, NodeEdges
 from .validate import validate_producers
 
 __all__ = [
-    "ExternalRef", "Model", "as_model", "check_inline_tensor", "element_count", "expected_nbytes",
-    "handed_over",
-    "indexed", "is_external", "iter_tensors", "load", "open_external", "parse_model", "read_tensor",
-    "resolve_external", "save", "validate_tensors",
+    "Model", "as_model", "handed_over", "indexed", "load", "parse_model", "save", "validate_tensors",
 ]
+"""External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
+and are imported from there, not through io."""
 
 PROTOBUF_LIMIT = 2**31 - 1
 """Largest serialized ModelProto protobuf allows."""

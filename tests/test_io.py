@@ -20,8 +20,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsurgeon import errors
 from onnxsurgeon.closure import closure
+from onnxsurgeon.external import read_tensor
 from onnxsurgeon.index import GraphIndex
-from onnxsurgeon.io import load, read_tensor, save
+from onnxsurgeon.io import load, save
 
 from . import builders
 

@@ -136,6 +136,25 @@ def test_the_cli_may_dispatch_to_converters_and_verify_may_replay_surgery():
     assert layer_violations("import onnxruntime", "onnxsurgeon.verify.run") == []
 
 
+EXTERNAL_NAMES = {"ExternalRef", "check_inline_tensor", "element_count", "expected_nbytes",
+                  "is_external", "iter_tensors", "open_external", "read_tensor",
+                  "resolve_external"}
+
+
+def test_external_data_helpers_are_imported_from_external_not_through_io():
+    import onnxsurgeon.io as io_module
+
+    assert not EXTERNAL_NAMES & set(io_module.__all__)
+    bad = []
+    for path in [*sorted((ROOT / "onnxsurgeon").rglob("*.py")), *sorted((ROOT / "tests").glob("*.py")),
+                 *sorted((ROOT / "converters").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.ImportFrom) and (node.module or "").endswith("io")
+                    and (node.module or "").split(".")[-1] == "io"):
+                bad += [f"{path.name}: {a.name}" for a in node.names if a.name in EXTERNAL_NAMES]
+    assert bad == []
+
+
 def _tool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=600, input=stdin)

@@ -22,6 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxsurgeon
+import onnxsurgeon.external
 from onnxsurgeon import cli, errors
 from onnxsurgeon.io import load
 
@@ -354,6 +355,6 @@ def test_inline_weights_are_checked_before_allocation():
     del t.dims[:]
     t.dims.extend([2**30, 2**30])
     with pytest.raises(errors.InvalidModelError):
-        onnxsurgeon.io.check_inline_tensor(t)
+        onnxsurgeon.external.check_inline_tensor(t)
     with pytest.raises(errors.InvalidModelError):
-        onnxsurgeon.io.read_tensor(t, None)
+        onnxsurgeon.external.read_tensor(t, None)

@@ -22,8 +22,9 @@ import onnx
 
 from ..closure import downstream_nodes
 from ..errors import RewriteError, UsageError
+from ..external import is_external, iter_tensors, read_tensor
 from ..index import GraphIndex, iter_graphs
-from ..io import Model, as_model, is_external, iter_tensors, read_tensor
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..processing import (
     ParamValue,

@@ -22,8 +22,9 @@ from pathlib import Path
 import onnx
 
 from ..errors import NotFoundError, RewriteError, UsageError
+from ..external import is_external, iter_tensors
 from ..index import GraphIndex, iter_graphs
-from ..io import Model, as_model, is_external, iter_tensors
+from ..io import Model, as_model
 from ..names import NameAllocator, all_names
 from ..protos import rename_scoped, set_default_opset
 from ..record import MergeRecord, add_rewrite

@@ -25,8 +25,8 @@ import onnx
 from onnx import helper
 
 from ..closure import closure
+from ..external import read_tensor
 from ..index import GraphIndex
-from ..io import read_tensor
 from ..select import name_map, node_module
 from .report import Divergence, PairAccumulator
 from .run import DEFAULT_BATCH, Staged

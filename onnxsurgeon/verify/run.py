@@ -30,8 +30,9 @@ from onnx import TensorProto, helper
 
 from ..checking import Check
 from ..errors import InvalidModelError
+from ..external import is_external, iter_tensors
 from ..index import GraphIndex
-from ..io import Model, as_model, is_external, iter_tensors, load, save
+from ..io import Model, as_model, load, save
 from ..names import NameAllocator
 from ..types import TypeOracle
 
