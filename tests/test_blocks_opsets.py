@@ -261,7 +261,7 @@ def _backend_case(name: str):
 @pytest.mark.parametrize("case", [
     "test_not_2d", "test_and_bcast4v3d", "test_xor2d",                    # opsets 1 and 7
     "test_ai_onnx_ml_binarizer", "test_ai_onnx_ml_array_feature_extractor",  # ai.onnx.ml only
-    "test_if_seq", "test_sequence_insert_at_back", "test_sequence_map_add_2_sequences",  # seqs
+    "test_if_seq", "test_loop13_seq", "test_sequence_map_add_2_sequences",  # sequence values
     "test_split_to_sequence_1", "test_identity_opt",                         # ... and optional
 ])
 def test_identity_at_the_output_of_onnx_backend_models(case):

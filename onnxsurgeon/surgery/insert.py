@@ -104,9 +104,13 @@ _SEMANTIC_CHANGES = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
 
 
 def _signature(schema: onnx.defs.OpSchema) -> tuple[object, ...]:
+    """Attributes, inputs/outputs and arities; type parameters by position, not by name
+    (Identity-14 renamed T to V when it took sequences)."""
     attrs = tuple(sorted((n, a.type, a.required, a.default_value.SerializeToString())
                          for n, a in schema.attributes.items()))
-    ios = tuple((f.name, f.type_str, f.option) for f in [*schema.inputs, *schema.outputs])
+    params = {tc.type_param_str: f"#{k}" for k, tc in enumerate(schema.type_constraints)}
+    ios = tuple((f.name, params.get(f.type_str, f.type_str), f.option)
+                for f in [*schema.inputs, *schema.outputs])
     return attrs, ios, schema.min_input, schema.max_input, schema.min_output, schema.max_output
 
 
@@ -130,11 +134,11 @@ def _types_only_change(op: str, a: int, b: int) -> bool:
     for older, newer in zip(schemas, schemas[1:], strict=False):
         if _signature(newer) != first:
             return False
-        old_types = {tc.type_param_str: set(tc.allowed_type_strs) for tc in older.type_constraints}
-        new_types = {tc.type_param_str: set(tc.allowed_type_strs) for tc in newer.type_constraints}
-        if old_types.keys() != new_types.keys():
+        old_types = [set(tc.allowed_type_strs) for tc in older.type_constraints]
+        new_types = [set(tc.allowed_type_strs) for tc in newer.type_constraints]
+        if len(old_types) != len(new_types):
             return False
-        if any(not old_types[k] <= new_types[k] for k in old_types):
+        if any(not o <= n for o, n in zip(old_types, new_types, strict=True)):
             return False
     return True
 
