@@ -282,3 +282,17 @@ def test_merge_past_2gb_streams_both_data_files(tmp_path):
     assert markers == {"W0": 1.5, "W1": 2.5, "big/W0": 10.5, "big/W1": 11.5}
     assert [o.name for o in merged.proto.graph.output] == ["big/y0", "big/y1", "y1"]
     onnx.checker.check_model(str(out))
+
+
+def test_an_ai_onnx_ml_only_first_model_gets_the_default_domain_import():
+    scaler = helper.make_node("Scaler", ["x"], ["y"], name="scale", domain="ai.onnx.ml",
+                              offset=[0.5, -1.0, 2.0, 0.0], scale=[2.0, 0.5, 1.5, 1.0])
+    g = helper.make_graph([scaler], "ml", [helper.make_tensor_value_info("x", F, [2, 4])],
+                          [helper.make_tensor_value_info("y", F, [2, 4])])
+    first = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 3)])
+    second = mlp(name="net")
+    model = clone(first)
+    merge(model, second, connect={"y": "x"})
+    assert {o.domain: o.version for o in model.opset_import} == {"ai.onnx.ml": 3, "": 17}
+    onnx.checker.check_model(model, full_check=True)
+    assert verify_merge(first, second, model).ok
