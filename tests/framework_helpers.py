@@ -4,11 +4,10 @@ graph optimizations disabled, and reading any tensor of a model by exposing it a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -16,27 +15,7 @@ RTOL = 1e-3
 ATOL = 1e-5
 
 
-def run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-        extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """All graph outputs (plus the tensors ``extra``) of ``model`` on ``feeds``."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for name in extra:
-        if name not in have:
-            m.graph.output.append(onnx.ValueInfoProto(name=name))
-            have.add(name)
-    if extra:
-        m = onnx.shape_inference.infer_shapes(m)
-        known = {vi.name: vi for vi in list(m.graph.value_info) + list(m.graph.input)}
-        for o in m.graph.output:
-            if not o.type.HasField("tensor_type") and o.name in known:
-                o.CopyFrom(known[o.name])
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+from tests.conftest import run as run  # noqa: E402 - the shared onnxruntime helper
 
 
 def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float = RTOL,

@@ -4,19 +4,12 @@ the references do not share bugs with the verbs under test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
-
-def run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+from tests.conftest import run as run  # noqa: E402 - the shared onnxruntime helper
 
 
 def typed(model: onnx.ModelProto, name: str) -> onnx.ValueInfoProto:

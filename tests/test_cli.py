@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from tests import builders
@@ -28,11 +27,7 @@ def _save(model: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def _run(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+from tests.conftest import run as _run  # noqa: E402 - the shared onnxruntime helper
 
 
 def _sha(path: Path) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -14,13 +13,8 @@ from onnxsurgeon.record import rewrites
 from onnxsurgeon.surgery import extract
 from tests import builders
 
-
 # ----------------------------------------------------------------------------- helpers
-def session(model: onnx.ModelProto | str) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    src = model if isinstance(model, str) else model.SerializeToString()
-    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+from tests.conftest import run, session  # noqa: E402 - the shared onnxruntime helpers
 
 
 def _np_dtype(elem: int) -> np.dtype:
@@ -42,20 +36,7 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0, dims: int = 2) -> dict[s
 
 def run_exposed(model: onnx.ModelProto, names, feeds) -> dict[str, np.ndarray]:
     """Values of ``names`` in ``model`` (intermediate tensors exposed as extra outputs of a copy)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for n in names:
-        if n not in have:
-            m.graph.output.append(onnx.ValueInfoProto(name=n))
-    s = session(m)
-    outs = [o.name for o in s.get_outputs()]
-    return dict(zip(outs, s.run(None, feeds), strict=True))
-
-
-def run(model, feeds) -> dict[str, np.ndarray]:
-    s = session(model)
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds), strict=True))
+    return run(model, feeds, list(names))
 
 
 def check_extract_exact(original: onnx.ModelProto, extracted: onnx.ModelProto, stops=()):

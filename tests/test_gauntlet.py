@@ -32,6 +32,8 @@ import onnxruntime as ort
 import pytest
 
 from tests import gauntlet_models as gm
+from tests.conftest import run as conftest_run
+from tests.conftest import session
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
@@ -65,18 +67,8 @@ def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[st
     return proc
 
 
-def session(path: Path) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
 def session_from(model: onnx.ModelProto) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return session(model)
 
 
 ORT_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
@@ -85,17 +77,7 @@ ORT_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(d
 
 def run(path: Path, feeds: dict[str, np.ndarray], extra: list[str] = ()) -> dict[str, np.ndarray]:
     """All graph outputs of `path` (plus main-graph tensors `extra`, exposed as outputs)."""
-    if extra:
-        m = onnx.load(str(path))
-        have = {o.name for o in m.graph.output}
-        m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in extra if n not in have)
-        tmp = path.with_name(path.stem + ".probe.onnx")
-        onnx.save_model(m, str(tmp))  # external data stays where it is (same folder)
-        path = tmp
-    sess = session(path)
-    names = [i.name for i in sess.get_inputs()]
-    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {k: feeds[k] for k in names}), strict=True))
-    return out
+    return conftest_run(path, feeds, extra, only_model_inputs=True)
 
 
 def checked(path: Path) -> onnx.ModelProto:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -29,13 +28,7 @@ from . import builders
 F = TensorProto.FLOAT
 
 
-def run(model: onnx.ModelProto | Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    src = str(model) if isinstance(model, Path) else model.SerializeToString()
-    sess = ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(None, feeds), strict=True))
+from tests.conftest import run  # noqa: E402 - the shared onnxruntime helper
 
 
 def _rich_model() -> onnx.ModelProto:

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
 from onnxsurgeon.errors import RewriteError, UsageError
 from onnxsurgeon.processing import BUILTIN_BLOCKS, make_block, parse_op
+from tests.conftest import session
 
 OPSETS = list(range(11, 24))
 SHAPE = (2, 3, 4, 5)
 
 
 def run_block(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, {"x": x})[0]
+    return session(model).run(None, {"x": x})[0]
 
 
 def data(seed: int = 0, dtype=np.float32) -> np.ndarray:

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import yaml
 from onnx import TensorProto, helper
@@ -47,12 +46,7 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run(path: Path | onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    src = path.SerializeToString() if isinstance(path, onnx.ModelProto) else str(path)
-    sess = ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+from tests.conftest import run  # noqa: E402 - the shared onnxruntime helper
 
 
 def write_recipe(path: Path, steps: list[dict[str, Any]], **top: Any) -> Path:

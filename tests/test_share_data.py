@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from onnxsurgeon import errors
@@ -18,6 +17,7 @@ from onnxsurgeon.io import load, save
 from onnxsurgeon.surgery import Weights, copy, insert
 
 from . import builders
+from .conftest import run
 
 X = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
 
@@ -31,10 +31,7 @@ def _external_model(folder: Path, location: str = "cnn.onnx.data") -> Path:
 
 
 def _run(path: Path) -> dict[str, np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": X}), strict=True))
+    return run(path, {"x": X})
 
 
 def _locations(path: Path) -> set[str]:

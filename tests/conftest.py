@@ -1,0 +1,78 @@
+"""Shared test helpers: onnxruntime runs with graph optimizations off (exact, op by op), written
+without onnxsurgeon code so references do not share bugs with the code under test.
+
+Test modules import them (``from tests.conftest import run, session``); one definition replaces
+the session helpers every test file used to carry.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+ModelSource = onnx.ModelProto | str | os.PathLike[str]
+
+
+def session(model: ModelSource) -> ort.InferenceSession:
+    """A CPU session of ``model`` (a proto, or a file path so external data resolves) with graph
+    optimizations disabled and warnings silenced."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+
+
+def _exposed(model: onnx.ModelProto, extra: Sequence[str]) -> onnx.ModelProto:
+    """A copy of ``model`` with the tensors ``extra`` as additional outputs (typed by shape
+    inference where it can, untyped otherwise)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for name in extra:
+        if name not in have:
+            m.graph.output.append(onnx.ValueInfoProto(name=name))
+            have.add(name)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m)
+    except Exception:  # noqa: BLE001 - untyped outputs run as well
+        return m
+    known = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    for o in m.graph.output:
+        if not o.type.HasField("tensor_type") and o.name in known:
+            o.CopyFrom(known[o.name])
+    return m
+
+
+def run(model: ModelSource, feeds: Mapping[str, np.ndarray], extra: Sequence[str] = (), *,
+        only_model_inputs: bool = False) -> dict[str, np.ndarray]:
+    """All graph outputs of ``model`` (plus the tensors ``extra``) on ``feeds``.
+
+    A model given as a path keeps its external data: with ``extra`` a probe copy is written
+    beside it (references stay valid) and removed once the session holds it.
+    ``only_model_inputs`` drops feeds the model does not take.
+    """
+    probe: Path | None = None
+    if extra and isinstance(model, onnx.ModelProto):
+        model = _exposed(model, extra)
+    elif extra:
+        path = Path(model)
+        proto = _exposed(onnx.load(str(path), load_external_data=False), extra)
+        probe = path.with_name(path.stem + ".probe.onnx")
+        onnx.save_model(proto, str(probe))
+        model = probe
+    try:
+        sess = session(model)
+    finally:
+        if probe is not None:
+            probe.unlink()
+    names = [o.name for o in sess.get_outputs()]
+    if only_model_inputs:
+        wanted = {i.name for i in sess.get_inputs()}
+        feeds = {k: v for k, v in feeds.items() if k in wanted}
+    return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
