@@ -144,6 +144,27 @@ def build_external(folder: Path, megabytes: int, name: str) -> tuple[Path, int]:
     return path, blocks
 
 
+def build_in_child(kind: str, *args: object) -> str:
+    """Build a model in a child process and return what it prints. The benchmark process must
+    stay small: Linux carries a process's peak RSS across fork + exec, so every job it starts
+    would report at least the parent's peak."""
+    proc = subprocess.run([PY, __file__, "--build", kind, *map(str, args)], check=True,
+                          capture_output=True, text=True)
+    return proc.stdout.strip()
+
+
+def _build_main(kind: str, args: Sequence[str]) -> None:
+    import onnx
+
+    if kind == "chain":
+        path, blocks, distinct, width = args
+        onnx.save(build_chain(int(blocks), distinct=distinct == "1", width=int(width)), path)
+    else:
+        folder, megabytes, name = args
+        _, blocks = build_external(Path(folder), int(megabytes), name)
+        print(blocks)
+
+
 # ---------------------------------------------------------------------------- measurement
 @dataclass
 class Sample:
@@ -399,6 +420,10 @@ def plot(out: Path, rows: list[Row]) -> Path | None:
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--build"]:
+        _build_main(argv[1], argv[2:])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,30000,90000,270000",
                         help="node counts of the chains (comma separated)")
@@ -418,24 +443,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.sizes, args.repeat, args.external_mb, args.big_mb = "120", 1, 4, 0
         args.shapes, args.peer_max_nodes, args.gs_shared_max_nodes = "distinct", 120, 0
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python benchmarks/run.py", *argv])
     rows: list[Row] = []
     loads: list[str] = []
     notes: list[str] = []
     available = []
+    from importlib.util import find_spec
+
     for peer, module in (("onnx.utils.extract_model", "onnx"), ("onnx-graphsurgeon",
                                                                  "onnx_graphsurgeon"),
                          ("onnx-ir", "onnx_ir")):
-        try:
-            __import__(module)
+        if find_spec(module) is not None:  # not imported: this process stays small
             available.append(peer)
-        except ImportError:
+        else:
             notes.append(f"{peer} is not installed: not measured")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="osg-bench-") as tmpname:
         tmp = Path(tmpname)
-        import onnx
-
         for shape in args.shapes.split(","):
             distinct = shape == "distinct"
             width = 16 if distinct else 4
@@ -444,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 folder = tmp / f"{shape}{n}"
                 folder.mkdir()
                 src = folder / "chain.onnx"
-                onnx.save(build_chain(blocks, distinct=distinct, width=width), str(src))
+                build_in_child("chain", src, blocks, int(distinct), width)
                 peers = [p for p in available if n <= args.peer_max_nodes and not (
                     p == "onnx-graphsurgeon" and not distinct and n > args.gs_shared_max_nodes)]
                 if args.smoke:
@@ -459,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not mb:
                 continue
             folder = tmp / label.replace(" ", "_").replace(">", "")
-            src, blocks = build_external(folder, mb, "model.onnx")
+            blocks = int(build_in_child("external", folder, mb, "model.onnx"))
+            src = folder / "model.onnx"
             size_gb = os.path.getsize(str(src) + ".data") / 1e9
             big = size_gb > 2
             peers = [p for p in available if p == "onnx-ir" and not args.smoke]
