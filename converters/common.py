@@ -78,43 +78,30 @@ class ConversionReport:
 
 
 # ------------------------------------------------------------------------------ running onnx
-def ort_session(model: onnx.ModelProto) -> Any:
-    """An onnxruntime CPU session with graph optimizations disabled (exact, op-by-op)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
 def run_onnx(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Graph outputs of ``model`` on ``feeds``, by name."""
-    sess = ort_session(model)
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+    """Graph outputs of ``model`` on ``feeds``, by name, run by verify's engine (onnxruntime,
+    CPU, graph optimizations off: exact, op by op)."""
+    from onnxsurgeon.verify import run_model
+
+    return run_model(model, feeds)
 
 
 def run_all_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every typed main-graph node output of ``model`` on ``feeds`` (for value-based name maps).
+    """Every graph output and typed main-graph node output of ``model`` on ``feeds`` (for
+    value-based name maps), run by verify's engine in one session. O(activations) memory."""
+    from onnxsurgeon.verify import run_model
 
-    Runs a copy whose outputs are all node outputs shape inference can type. O(activations) memory.
-    """
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    infos = infer_value_infos(probe)
-    g = probe.graph
-    have = {o.name for o in g.output}
-    for node in g.node:
+    infos = infer_value_infos(model)
+    names = [o.name for o in model.graph.output]
+    have = set(names)
+    for node in model.graph.node:
         for out in node.output:
-            if not out or out in have:
-                continue
             vi = infos.get(out)
-            if vi is None or not vi.type.HasField("tensor_type") or vi.type.tensor_type.elem_type == 0:
-                continue
-            have.add(out)
-            g.output.append(onnx.helper.make_tensor_value_info(out, vi.type.tensor_type.elem_type, None))
-    return run_onnx(probe, feeds)
+            if (out and out not in have and vi is not None and vi.type.HasField("tensor_type")
+                    and vi.type.tensor_type.elem_type != 0):
+                have.add(out)
+                names.append(out)
+    return run_model(model, feeds, outputs=names, batch=max(2, len(names)))
 
 
 def compare_outputs(
