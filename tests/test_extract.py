@@ -336,3 +336,30 @@ def test_keep_only_both_strategies(step):
     keep = sorted(set(keep))
     keep_only(model.graph.node, keep)
     assert [n.SerializeToString() for n in model.graph.node] == [before[i] for i in keep]
+
+
+# ------------------------------------------------ gauntlet regression (moved from test_gauntlet.py)
+
+
+def _ok(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-2000:]}"
+    return proc
+
+
+def test_regression_contrib_op_outputs_are_typed_by_onnxruntime(tmp_path):
+    """Bug 2: nothing downstream of a com.microsoft op had a type (onnx has no schema for it):
+    extract/copy/insert refused, verify wrote 'tensor data type 0' models."""
+    import onnx
+    from onnx import TensorProto
+
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.types import TypeOracle
+    from tests import gauntlet_models as gm
+    from tests.cli_helpers import cli
+
+    model = onnx.load(str(gm.custom_domain(tmp_path)))
+    oracle = TypeOracle(GraphIndex(model))
+    assert oracle.elem_type("g") == TensorProto.FLOAT and oracle.shape("g") == [2, 32]
+    dst = tmp_path / "x.onnx"
+    _ok(cli("extract", tmp_path / "custom_domain.onnx", "-o", dst, "--outputs", "g", "--verify"))
+    assert onnx.load(str(dst)).graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT

@@ -236,3 +236,54 @@ def test_torch_placeholder_scope_is_not_a_module():
     entry.key = "pkg.torch.onnx.name_scopes"
     entry.value = "['', 'blocks.0', '_empty_nn_module_stack_from_metadata_hook', 'relu']"
     assert node_module(inner) == "blocks.0"
+
+
+# ------------------------------------------------ gauntlet regression (moved from test_gauntlet.py)
+
+
+def test_regression_unknown_rank_is_not_a_scalar(tmp_path):
+    """Bug 4: onnxruntime reports an unknown rank as [], which was taken for a scalar (rank 0),
+    so insert/copy wrote models the checker rejects (exit 3)."""
+    import onnx
+
+    from onnxsurgeon.ortinfer import ort_value_infos
+    from tests import gauntlet_models as gm
+
+    model = onnx.load(str(gm.loop_rnn(tmp_path)))
+    vi = ort_value_infos(model, ["h_last", "h0"])
+    assert not vi["h_last"].type.tensor_type.HasField("shape")
+    assert len(vi["h0"].type.tensor_type.shape.dim) == 2
+
+
+def test_regression_module_path_ignores_shared_constants_shapes_and_unscoped_glue():
+    """Bug 6: 'enc.layers.0' (TorchScript shares Constant / Shape->Gather outputs across layers)
+    and 'm.h.0' (dynamo drops the scope of GPT-2's qkv Split) were ambiguous."""
+    from onnx import TensorProto, helper
+
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.select import Selector
+
+    n = helper.make_node
+    nodes = [
+        n("Constant", [], ["/blk/Constant_output_0"], name="/blk/Constant",
+          value=helper.make_tensor("c", TensorProto.INT64, [1], [-1])),
+        n("Shape", ["x"], ["/blk/Shape_output_0"], name="/blk/Shape"),
+        n("Gather", ["/blk/Shape_output_0", "zero"], ["/blk/Gather_output_0"], name="/blk/Gather", axis=0),
+        n("Relu", ["x"], ["/blk/lin/Relu_output_0"], name="/blk/lin/Relu"),
+        n("Split", ["/blk/lin/Relu_output_0"], ["s0", "s1"], name="split_no_scope", axis=1, num_outputs=2),
+        n("Add", ["s0", "s1"], ["/blk/Add_output_0"], name="/blk/Add"),
+        n("Reshape", ["/blk/Add_output_0", "/blk/Constant_output_0"], ["/head/Reshape_output_0"], name="/head/Reshape"),
+        n("Unsqueeze", ["/blk/Gather_output_0", "zero1"], ["/head/U_output_0"], name="/head/Unsqueeze"),
+        n("Expand", ["/head/Reshape_output_0", "/head/U_output_0"], ["e"], name="/head/Expand"),
+        # dynamo-style symbolic-size arithmetic: a size taken outside the module, reshaped inside
+        n("Shape", ["x"], ["pre_shape"], name="/pre/Shape"),
+        n("Mul", ["pre_shape", "two"], ["/blk/size_output_0"], name="/blk/size"),
+        n("Reshape", ["e", "/blk/size_output_0"], ["y"], name="/head/Reshape2"),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+                           helper.make_tensor("two", TensorProto.INT64, [1], [1]),
+                           helper.make_tensor("zero1", TensorProto.INT64, [1], [0])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    assert Selector(GraphIndex(model)).resolve("blk") == "/blk/Add_output_0"

@@ -437,3 +437,21 @@ def test_same_call_twice_is_byte_identical():
     insert(c, "h", graph=blk)
     insert(d, "h", graph=blk)
     assert serialized(c) == serialized(d)
+
+
+# ------------------------------------------------ gauntlet regression (moved from test_gauntlet.py)
+
+
+def test_regression_insert_as_output_of_unknown_rank_is_a_usage_error(tmp_path):
+    import onnx
+    import pytest
+
+    from onnxsurgeon.errors import RewriteError
+    from onnxsurgeon.surgery import insert
+    from tests import gauntlet_models as gm
+
+    model = onnx.load(str(gm.loop_rnn(tmp_path)))
+    before = model.SerializeToString()
+    with pytest.raises(RewriteError, match="rank of tensor 'h_last' is unknown"):
+        insert(model, "h_last", op="identity", as_output=True)
+    assert model.SerializeToString() == before

@@ -494,3 +494,17 @@ def test_unchanged_external_model_runs_in_place_and_variants_stage_a_copy(tmp_pa
     with Workspace() as ws:
         assert Staged(changed, ws, "m").source_path is None
     assert not ws.dir.exists()
+
+
+# ------------------------------------------------ gauntlet regression (moved from test_gauntlet.py)
+
+
+def test_regression_sequence_of_maps_outputs_are_compared():
+    """Bug 5: every ZipMap output (scikit-learn classifiers) failed verification."""
+    from onnxsurgeon.verify import compare_arrays
+
+    a = [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.5}]
+    assert compare_arrays(a, [dict(d) for d in a], exact=True).ok
+    assert not compare_arrays(a, [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.6}], exact=True).ok
+    assert not compare_arrays(a, a[:1]).ok
+    assert not compare_arrays(a, [{0: 0.25, 2: 0.75}, {0: 0.5, 1: 0.5}]).ok

@@ -313,3 +313,21 @@ def test_a_bug_inside_a_loop_body_is_caught():
     report = verify_log(original, new)
     assert not report.ok
     assert report.divergence is not None and report.divergence.node == loop_copy.name
+
+
+# ------------------------------------------------ gauntlet regression (moved from test_gauntlet.py)
+
+
+def _ok(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-2000:]}"
+    return proc
+
+
+def test_regression_float16_rewrites_verify_within_tolerance(tmp_path):
+    """Bug 1: onnxruntime's CPU provider computes float16 chains in float32, so a cut value fed
+    back is rounded differently: extract --inputs / insert / reroute --verify always failed."""
+    from tests import gauntlet_models as gm
+    from tests.cli_helpers import cli
+    src = gm.fp16_weights(tmp_path)
+    proc = _ok(cli("reroute", src, "-o", tmp_path / "r.onnx", "--from", "r2", "--to", "mm1", "--verify"))
+    assert "float16 tensors compared within tolerance" in proc.stdout
