@@ -51,3 +51,15 @@ def ray_map(fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], *, address
     finally:
         if started:
             ray.shutdown()
+
+
+def ray_shards(address: str | None, cpus: int) -> Callable[[Callable[[Any], Any], Sequence[Any]],
+                                                          list[Any]]:
+    """A shard map for :func:`onnxsurgeon.verify.compare` (``shards=``): every shard job a Ray
+    task, results in job order."""
+
+    def run(fn: Callable[[Any], Any], jobs: Sequence[Any]) -> list[Any]:
+        return [r for _, r in ray_map(fn, [(job,) for job in jobs], address=address, cpus=cpus,
+                                      ordered=True)]
+
+    return run
