@@ -2,7 +2,10 @@
 
 Each builder returns ``fn(feeds) -> list[np.ndarray]``: it receives the ONNX candidate's input
 arrays by name (in the candidate's input order) and returns the framework's outputs in order, the
-form :func:`onnxsurgeon.verify.verify_against` takes.
+form :func:`onnxsurgeon.verify.verify_against` takes. ``fn.intermediates(feeds, names)`` gives
+the values of framework names the converters' name map knows (torch module paths through
+forward hooks; Keras layer names through a probe model), so the first difference is located
+through the name map as between two ONNX models.
 """
 
 from __future__ import annotations
@@ -41,6 +44,27 @@ def tf_reference(source: Any, *, inputs: Sequence[str] | None = None,
     def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(a) for a in frozen.run_reference(_ordered(feeds, names))]
 
+    def intermediates(feeds: Mapping[str, np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        """Outputs of the Keras layers named in ``wanted`` (Keras sources only)."""
+        model = frozen.keras_model
+        if model is None:
+            return {}
+        import keras
+
+        layers = {layer.name: layer for layer in model.layers}
+        keys = [w for w in wanted if w in layers
+                and not isinstance(layers[w], keras.layers.InputLayer)]
+        if not keys:
+            return {}
+        try:
+            probe = keras.Model(model.inputs, [layers[k].output for k in keys])
+            values = probe(_ordered(feeds, names), training=False)
+        except Exception:  # noqa: BLE001 - subclassed models have no symbolic layer outputs
+            return {}
+        values = values if isinstance(values, (list, tuple)) else [values]
+        return {k: np.asarray(v) for k, v in zip(keys, values, strict=True)}
+
+    run.intermediates = intermediates  # type: ignore[attr-defined]
     return run
 
 
@@ -61,4 +85,25 @@ def torch_reference(factory: str | Any) -> ReferenceFn:
         flat = result if isinstance(result, (list, tuple)) else [result]
         return [t.detach().cpu().numpy() for t in flat]
 
+    def intermediates(feeds: Mapping[str, np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        """Outputs of the submodules at the module paths in ``wanted`` (forward hooks)."""
+        seen: dict[str, np.ndarray] = {}
+        paths = dict(module.named_modules())
+
+        def hook(path: str) -> Any:
+            def keep(_m: Any, _i: Any, out: Any) -> None:
+                first = out[0] if isinstance(out, (list, tuple)) and out else out
+                if isinstance(first, torch.Tensor):
+                    seen[path] = first.detach().cpu().numpy().copy()
+            return keep
+
+        handles = [paths[p].register_forward_hook(hook(p)) for p in wanted if p and p in paths]
+        try:
+            run(feeds)
+        finally:
+            for h in handles:
+                h.remove()
+        return seen
+
+    run.intermediates = intermediates  # type: ignore[attr-defined]
     return run

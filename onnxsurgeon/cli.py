@@ -55,6 +55,29 @@ def _dim(value: str) -> tuple[str, int]:
     return name, int(right)
 
 
+def _range(value: str) -> tuple[str, tuple[float, float]]:
+    name, sep, bounds = value.rpartition("=")
+    lo, comma, hi = bounds.partition(",")
+    try:
+        low, high = float(lo), float(hi)
+    except ValueError:
+        comma = ""
+    if not comma or (sep and not name) or not low < high:
+        raise argparse.ArgumentTypeError(
+            f"expected LO,HI or NAME=LO,HI with LO < HI, got {value!r} (negative bounds: "
+            "--range=-1,1)")
+    return (name if sep else "*"), (low, high)
+
+
+def _add_input_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--range", dest="ranges", type=_range, action="append", default=[],
+                   metavar="[NAME=]LO,HI",
+                   help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
+                        "NAME= for one input (integers too, e.g. token ids); repeatable")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="exit 0 (with a warning) when nothing compared could show a difference")
+
+
 def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="input .onnx file (never modified)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
@@ -78,6 +101,12 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _positive_count(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return int(value)
+
+
 def _positive_int(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number of MB, got {value!r}")
@@ -98,8 +127,10 @@ def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_verify_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
-                   help="after writing, check this rewrite's invariant with onnxruntime (exit 1 if it fails)")
+                   help="check this rewrite's invariant with onnxruntime before writing (exit 1 "
+                        "and nothing written if it fails or is inconclusive)")
     _add_isolation_flags(p)
+    _add_input_flags(p)
 
 
 def _context(value: str) -> int:
@@ -240,7 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dim", type=_dim, action="extend", nargs="+", default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
-    p.add_argument("--samples", type=int, default=None, metavar="N", help="random input samples")
+    p.add_argument("--samples", type=_positive_count, default=None, metavar="N",
+                   help="random input samples (default 2)")
+    _add_input_flags(p)
+    p.add_argument("--save-inputs", metavar="FILE.npz",
+                   help="write the random inputs used to FILE.npz (replay them with --inputs)")
+    p.add_argument("--deep", action="store_true",
+                   help="compare every tensor both models share, layer by layer, with a "
+                        "per-tensor error table")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="with --deep: plot the error of every shared tensor against depth")
     p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
     p.add_argument("--against-tf", metavar="SOURCE",
                    help="instead of REFERENCE.onnx, compare CANDIDATE with this TF source "
@@ -318,13 +358,17 @@ def _print_report(report: Any, as_json: bool) -> None:
         _out(json.dumps(report.to_json(), indent=2))
         return
     table = report.rich_table() if sys.stdout.isatty() else None
-    if table is None:
+    if table is None or (report.deep is not None and report.deep.forced):
         _out(report.to_text())
         return
     from rich.console import Console
 
     console = Console()
+    for name, text in report.inputs.items():
+        console.print(f"input {name}: {text}", markup=False, highlight=False)
     console.print(table)
+    if report.deep is not None:
+        console.print(report.deep.summary(), markup=False, highlight=False)
     if report.divergence is not None:
         console.print(report.divergence.to_text(), markup=False, highlight=False)
     for note in report.notes:
@@ -383,32 +427,47 @@ def _isolation(args: argparse.Namespace) -> dict[str, Any]:
     return {"isolate": True, "timeout": timeout, "memory_limit": memory}
 
 
-def _verify_after(source: str, rewritten_path: str, args: argparse.Namespace) -> int:
-    return EXIT_OK if _verify_report(source, rewritten_path, args).ok else EXIT_VERIFY_FAILED
+def _ranges(args: argparse.Namespace) -> dict[str, tuple[float, float]] | None:
+    return dict(getattr(args, "ranges", None) or []) or None
 
 
-def _verify_report(source: str, rewritten_path: str, args: argparse.Namespace) -> Any:
+def _exit_code(report: Any, args: argparse.Namespace) -> int:
+    """0 for pass; 1 for fail; 1 for inconclusive (one line on stderr saying why and what to
+    do) unless --allow-inconclusive (0 and a warning)."""
+    if report.verdict == "pass":
+        return EXIT_OK
+    if report.verdict == "inconclusive":
+        if getattr(args, "allow_inconclusive", False):
+            _warn(f"{report.reason or 'inconclusive'} (allowed by --allow-inconclusive)")
+            return EXIT_OK
+        sys.stderr.write(f"onnxsurgeon: {report.reason or 'inconclusive'}\n")
+    return EXIT_VERIFY_FAILED
+
+
+def _verify_in_memory(args: argparse.Namespace, model: Any,
+                      check: Callable[[Any], Any] | None = None) -> Any:
+    """With --verify: the report on the rewritten ``model`` (``check(model)``, by default its
+    rewrite log against the input file), printed to stdout (stderr with --json); else None."""
+    if not getattr(args, "verify", False):
+        return None
     from .io import load
     from .verify import verify_log
 
-    as_json = getattr(args, "json", False)
-    report = verify_log(load(source), load(rewritten_path), **_isolation(args))
-    sys.stderr.write(report.to_text() + "\n") if as_json else _out(report.to_text())
+    if check is not None:
+        report = check(model)
+    else:
+        report = verify_log(load(args.model), model, ranges=_ranges(args), **_isolation(args))
+    sys.stderr.write(report.to_text() + "\n") if getattr(args, "json", False) else _out(report.to_text())
     return report
 
 
-def _finish(args: argparse.Namespace, model: Any, summary: str) -> int:
-    """The tail every rewriting verb shares: ``--verify``, then ``--html`` (coloured by the
-    verification when both are given). ``model`` is the rewritten model, already written."""
-    report = _verify_report(args.model, args.output, args) if args.verify else None
+def _html_of(args: argparse.Namespace, model: Any, summary: str, report: Any) -> None:
+    """``--html``: draw the rewrite, coloured by the verification when there was one."""
     if getattr(args, "html", None):
         from .io import as_model
 
         _write_html(_load(args.model).proto, as_model(model).proto, args.html, args,
                     summary=summary, report=report)
-    if report is None:
-        return EXIT_OK
-    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
 
 
 def _write_html(before: Any, after: Any, path: str, args: argparse.Namespace, *, summary: str,
@@ -462,19 +521,28 @@ Summary = tuple[dict[str, Any], str]
 """What a rewriting command reports: the JSON object for ``--json`` and the one-line text."""
 
 
-def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary]) -> int:
+def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary],
+             check: Callable[[Any], Any] | None = None) -> int:
     """The skeleton every rewriting command shares: refuse ``-o`` onto the input, load (warnings
-    on stderr), ``apply`` the verb to the model (it returns the summary), save atomically with
-    the checker guarantee, print the summary (JSON with ``--json``), then ``--verify`` and
-    ``--html`` (see :func:`_finish`)."""
+    on stderr), ``apply`` the verb to the model (it returns the summary); with ``--verify`` check
+    it in memory first (``check``, default its rewrite log; nothing is written unless it passes);
+    save atomically with the checker guarantee, print the summary (JSON with ``--json``), then
+    ``--html`` (coloured by the verification when both are given)."""
     from .io import handed_over
 
     _check_paths(args.model, args.output)
     model = handed_over(_load(args.model))  # nothing touches the proto before the verb
     summary, text = apply(model)
+    report = _verify_in_memory(args, model, check)
+    code = EXIT_OK if report is None else _exit_code(report, args)
+    if code != EXIT_OK:
+        sys.stderr.write(f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
+        _html_of(args, model, text, report)
+        return code
     _write(model, args.output, args.model, share_data=bool(getattr(args, "share_data", False)))
     _out(json.dumps(summary, indent=2) if args.json else text)
-    return _finish(args, model, text)
+    _html_of(args, model, text, report)
+    return EXIT_OK
 
 
 def _inspect_around(args: argparse.Namespace) -> int:
@@ -519,7 +587,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     _out(f"drew {args.before} -> {args.after} -> {args.output}")
     if report is None:
         return EXIT_OK
-    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+    return _exit_code(report, args)
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
@@ -637,14 +705,11 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 f"{len(result.renamed)} names of SECOND changed (prefix '{result.prefix}') "
                 f"-> {args.output}")
 
-    verify, args.verify = args.verify, False
-    code = _rewrite(args, apply)
-    if not verify:
-        return code
-    report = verify_merge(load(args.model), load(args.second), load(args.output),
-                          **_isolation(args))
-    sys.stderr.write(report.to_text() + "\n") if args.json else _out(report.to_text())
-    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+    def check(model: Any) -> Any:
+        return verify_merge(load(args.model), load(args.second), model, ranges=_ranges(args),
+                            **_isolation(args))
+
+    return _rewrite(args, apply, check)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -660,21 +725,39 @@ def _cmd_verify(args: argparse.Namespace) -> int:
               else converters.torch_reference(args.against_torch))
         report = verify.verify_against(
             fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol, seed=args.seed,
-            dims=dict(args.dim) or None, samples=args.samples, **_isolation(args))
+            dims=dict(args.dim) or None, samples=args.samples, ranges=_ranges(args),
+            save_inputs=args.save_inputs, **_isolation(args))
         _print_report(report, args.json)
-        return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+        return _exit_code(report, args)
+    if args.plot and not args.deep:
+        raise UsageError("--plot draws the --deep comparison; add --deep")
+    if args.plot:
+        from .verify.plot import require_matplotlib
+
+        require_matplotlib()
     reference, candidate = _load(args.reference), _load(args.candidate)
     if args.rewrite_log:
-        report = verify.verify_log(reference, candidate, **_isolation(args))
+        if args.deep:
+            raise UsageError("--deep compares two models tensor by tensor; drop --rewrite-log "
+                             "(which checks each rewrite's own invariant) or --deep")
+        report = verify.verify_log(reference, candidate, inputs=args.inputs, seed=args.seed,
+                                   dims=dict(args.dim) or None, samples=args.samples,
+                                   ranges=_ranges(args), save_inputs=args.save_inputs,
+                                   **_isolation(args))
     else:
         report = verify.compare(
             reference, candidate, pairs=dict(args.pair) or None, inputs=args.inputs,
             rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
             samples=args.samples, exact=args.exact, progress=_Progress("verify"),
+            ranges=_ranges(args), save_inputs=args.save_inputs, deep=args.deep,
             **_isolation(args),
         )
+    if args.plot and report.deep is not None:
+        from .verify.plot import plot_deep
+
+        plot_deep(report.deep, args.plot)
     _print_report(report, args.json)
-    return EXIT_OK if report.ok else EXIT_VERIFY_FAILED
+    return _exit_code(report, args)
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:

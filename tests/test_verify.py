@@ -242,7 +242,12 @@ def test_random_inputs_respect_dtype_shape_and_seed():
     assert a[0]["h"].dtype == np.float16 and a[0]["h"].shape == (4, 2)
     assert a[0]["flag"].dtype == np.bool_
     assert np.array_equal(a[0]["h"], b[0]["h"])
-    assert np.array_equal(a[1]["h"], -a[0]["h"]) and np.array_equal(a[1]["flag"], ~a[0]["flag"])
+    # default: independent samples, floats uniform in [-1, 1)
+    assert not np.array_equal(a[1]["h"], a[0]["h"]) and not np.array_equal(a[1]["h"], -a[0]["h"])
+    assert all(s["h"].min() >= -1 and s["h"].max() < 1 for s in a)
+    # mirror pairs (models holding an If): the odd sample mirrors the even one within its range
+    m = random_samples(specs, seed=3, samples=2, dims={"n": 4}, mirror=True)
+    assert np.array_equal(m[1]["h"], -m[0]["h"]) and np.array_equal(m[1]["flag"], ~m[0]["flag"])
     assert not np.array_equal(random_samples(specs, seed=4)[0]["h"], a[0]["h"])
     assert compare(model, model, dims={"n": 4}, samples=2).ok
 

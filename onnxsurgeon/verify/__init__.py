@@ -22,7 +22,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .compare import compare, default_samples, verify_against
+from .accumulate import TOLERANCES, PairAccumulator, compare_arrays, default_tolerance
+from .against import verify_against
+from .compare import compare, default_samples
 from .inputs import InputSpec, NpzSamples, input_specs, random_samples, stream_samples, user_samples
 from .isolate import (
     Limits,
@@ -33,14 +35,16 @@ from .isolate import (
 )
 from .locate import locate
 from .log import verify_log
+from .render import format_report
 from .report import (
-    TOLERANCES,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    DeepResult,
     Divergence,
     PairReport,
+    TensorError,
     VerifyReport,
-    compare_arrays,
-    default_tolerance,
-    format_report,
 )
 from .rewrite import verify_rewrite
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
@@ -62,7 +66,8 @@ def run_model(model: ModelLike, feeds: Mapping[str, np.ndarray], *,
 
 
 __all__ = [
-    "DEFAULT_BATCH", "TOLERANCES", "Divergence", "InputSpec", "Limits", "ModelLike",
+    "DEFAULT_BATCH", "FAIL", "INCONCLUSIVE", "PASS", "TOLERANCES", "DeepResult",
+    "PairAccumulator", "TensorError", "Divergence", "InputSpec", "Limits", "ModelLike",
     "ModelMemoryError", "ModelRunError", "ModelTimeoutError", "NpzSamples", "PairReport",
     "ResourceLimitError", "VerifyReport", "compare", "compare_arrays", "default_samples",
     "default_tolerance", "format_report", "input_specs", "locate", "make_limits",

@@ -2,57 +2,160 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..errors import SurgeryError
-from ..select import Selector
+from ..errors import SurgeryError, UsageError
+from ..select import Selector, name_map
+from ..types import dtype_name
+from .accumulate import PairAccumulator
+from .deep import node_check, saturation_bounds
+from .deepen import settle
 from .inputs import (
+    ALL_FLOATS,
     InputsLike,
+    InputSpec,
+    Range,
     Sample,
+    describe_inputs,
     has_if,
     input_specs,
     merge_specs,
     random_samples,
+    save_samples,
     stream_samples,
     user_samples,
 )
 from .isolate import ResourceLimitError, make_limits
-from .locate import Side, locate, numpy_dtype_name
-from .report import PairAccumulator, PairReport, VerifyReport, make_report
+from .locate import Side, describe, locate, numpy_dtype_name
+from .report import DeepResult, Divergence, PairReport, VerifyReport, make_report
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
 
-AGAINST_TOLERANCE = (1e-3, 1e-5)
-"""(rtol, atol) floor for float comparisons against the source framework."""
-
 PairsLike = Mapping[str, str] | Sequence[tuple[str, str]]
-ReferenceFn = Callable[[dict[str, np.ndarray]], Mapping[str, Any] | Sequence[Any]]
-"""A callable mapping the candidate's input arrays to reference outputs (by name or in order)."""
+
+
+DEFAULT_SAMPLES = 2
+"""Random samples drawn by default: two, so a tensor that does not vary with the input shows."""
 
 
 def default_samples(*protos: Any) -> int:
-    """2 when any model holds an If (so sign-dependent branches both run), else 1."""
-    return 2 if any(has_if(p) for p in protos) else 1
+    """Random samples drawn by default: :data:`DEFAULT_SAMPLES` (mirror pairs when a model holds
+    an If, so sign-dependent branches both run)."""
+    return DEFAULT_SAMPLES
+
+
+@dataclass
+class Feeds:
+    """The samples of a verification, what each input got, and notes about them."""
+
+    samples: Sequence[Sample]
+    described: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+def _check_options(specs: Sequence[InputSpec], dims: Mapping[str, int] | None,
+                   ranges: Mapping[str, Range] | None) -> None:
+    symbols = {d for s in specs if s.shape for d in s.shape if isinstance(d, str)}
+    for name in dims or {}:
+        if name not in symbols:
+            raise UsageError(
+                f"--dim {name}=...: no input has a dimension named '{name}' (symbolic dims: "
+                f"{sorted(symbols)[:8]}); use one of those names"
+            )
+    names = {s.name for s in specs}
+    for name in ranges or {}:
+        if name != ALL_FLOATS and name not in names:
+            raise UsageError(
+                f"--range {name}=...: the models have no input '{name}' (inputs: "
+                f"{sorted(names)[:8]}); use one of those names"
+            )
+
+
+def _check_same_inputs(groups: Sequence[tuple[str, Sequence[InputSpec]]], user: bool) -> None:
+    """Refuse models fed differently: an input name one lacks, or one name with two types."""
+    if len(groups) < 2:
+        return
+    (la, a), (lb, b) = groups[0], groups[1]
+    ta, tb = {s.name: s.elem_type for s in a}, {s.name: s.elem_type for s in b}
+    for name in sorted(set(ta) & set(tb)):
+        if ta[name] and tb[name] and ta[name] != tb[name]:
+            raise UsageError(
+                f"input '{name}' is {dtype_name(ta[name])} in the {la} but {dtype_name(tb[name])} "
+                f"in the {lb}; the models cannot be fed the same data, so comparing them means "
+                "nothing; compare models with the same inputs"
+            )
+    if set(ta) != set(tb) and not user:
+        raise UsageError(
+            f"the models take different inputs ({la}: {sorted(ta)[:6]}, {lb}: {sorted(tb)[:6]}); "
+            "random data for one is no input to the other: give --inputs FILE.npz holding every "
+            "input, or compare models with the same inputs"
+        )
 
 
 def make_samples(staged: Sequence[Staged], *, inputs: InputsLike | None, seed: int,
                  dims: Mapping[str, int] | None, samples: int | None,
                  progress: Callable[[int, int], None] | None = None,
-                 stream: bool = False) -> Sequence[Sample]:
+                 stream: bool = False, ranges: Mapping[str, Range] | None = None,
+                 save_inputs: str | os.PathLike | None = None,
+                 same_inputs: bool = False) -> Feeds:
     """The samples fed to every model in ``staged`` (their inputs merged, first model first).
 
-    With ``stream``, an .npz folder (or file) gives a lazy sequence that reads one file per
-    sample on demand (:class:`~.inputs.NpzSamples`); otherwise every sample is loaded now.
+    With ``stream``, an .npz folder (or file) gives a lazy sequence that reads one sample at a
+    time on demand (:class:`~.inputs.NpzSamples`); otherwise every sample is loaded now. Random
+    samples: ``samples`` (default :data:`DEFAULT_SAMPLES`), floats uniform in ``ranges[name]``,
+    ``ranges["*"]`` or ``[-1, 1)``. ``save_inputs`` writes the random samples to an .npz file.
+    ``same_inputs`` refuses models whose inputs differ (names, or types of one name).
+
+    Raises:
+        UsageError: unusable inputs, a --dim or --range naming no input, models fed differently.
     """
-    specs = merge_specs(*(input_specs(s.index, s.oracle) for s in staged))
+    groups = [(s.label, input_specs(s.index, s.oracle)) for s in staged]
+    specs = merge_specs(*(g for _, g in groups))
+    if same_inputs:
+        _check_same_inputs(groups, inputs is not None)
+    _check_options(specs, dims, ranges)
     if inputs is not None:
+        if ranges:
+            raise UsageError("--range shapes random inputs; it does nothing with --inputs: drop one")
+        if save_inputs is not None:
+            raise UsageError("--save-inputs saves random inputs; --inputs already names a file: "
+                             "drop one")
+        converted: dict[str, str] = {}
+        feeds: Sequence[Sample]
         if stream:
-            return stream_samples(inputs, specs)
-        return user_samples(inputs, specs, progress=progress)
+            feeds = stream_samples(inputs, specs)
+        else:
+            feeds = user_samples(inputs, specs, progress=progress, converted=converted)
+        where = str(inputs) if isinstance(inputs, (str, os.PathLike)) else "the given arrays"
+        described = {s.name: f"from {where}" for s in specs}
+        feeds_obj = Feeds(feeds, described)
+        feeds_obj.notes.extend(_conversion_notes(converted))
+        if len(feeds) == 1:
+            feeds_obj.notes.append("one sample: whether tensors vary with the input is not "
+                                   "measured; give several samples to tell constant outputs")
+        return feeds_obj
     count = samples if samples is not None else default_samples(*(s.model.proto for s in staged))
-    return random_samples(specs, seed=seed, samples=count, dims=dims)
+    mirror = any(has_if(s.model.proto) for s in staged)
+    default = (ranges or {}).get(ALL_FLOATS)
+    named = {k: v for k, v in (ranges or {}).items() if k != ALL_FLOATS}
+    drawn = random_samples(specs, seed=seed, samples=count, dims=dims, ranges=named,
+                           default=default, mirror=mirror)
+    described = describe_inputs(specs, dims=dims, ranges=named, default=default, mirror=mirror)
+    out = Feeds(drawn, described)
+    if save_inputs is not None:
+        path = save_samples(save_inputs, drawn)
+        out.notes.append(f"inputs saved to {path}; replay them with --inputs {path}")
+    if count == 1:
+        out.notes.append("one sample: whether tensors vary with the input is not measured")
+    return out
+
+
+def _conversion_notes(converted: Mapping[str, str]) -> list[str]:
+    return [f"input '{n}' converted {c} to the model's type" for n, c in converted.items()]
 
 
 def _resolve_pairs(ref: Staged, cand: Staged, pairs: PairsLike | None) -> list[tuple[str, str]]:
@@ -82,23 +185,46 @@ def _branch_notes(conds: dict[str, str], seen: dict[str, set[bool]], samples: in
     return notes
 
 
+def _shared_names(ref: Staged, cand: Staged) -> dict[str, str]:
+    """Reference -> candidate tensor names the converters' name maps pair (framework names both
+    models record), where they differ."""
+    rmap, cmap = name_map(ref.model.proto), name_map(cand.model.proto)
+    out: dict[str, str] = {}
+    for key in rmap.keys() & cmap.keys():
+        r, c = rmap[key], cmap[key]
+        if r != c and ref.is_tensor(r) and cand.is_tensor(c):
+            out.setdefault(r, c)
+    return out
+
+
 def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | None = None,
             inputs: InputsLike | None = None, rtol: float | None = None,
             atol: float | None = None, seed: int = 0, dims: Mapping[str, int] | None = None,
             samples: int | None = None, exact: bool = False, locate_divergence: bool = True,
             batch: int = DEFAULT_BATCH, threads: int = 0,
             progress: Callable[[int, int], None] | None = None, isolate: bool = False,
-            timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
+            timeout: float | None = None, memory_limit: int | None = None,
+            ranges: Mapping[str, Range] | None = None,
+            save_inputs: str | os.PathLike | None = None, deep: bool = False) -> VerifyReport:
     """Run ``reference`` and ``candidate`` on the same inputs and compare paired tensors.
 
     Pairs default to the graph outputs both models name alike; ``pairs`` names them explicitly
     (reference -> candidate; any tensor, resolved with :class:`~onnxsurgeon.select.Selector`).
     Inputs are ``inputs`` (an .npz file, a folder of them, feed dicts) or seeded random samples
-    (``samples`` of them; default 2 when a model holds an If, else 1; symbolic dims from ``dims``,
-    default 1). When a pair fails, the first tensor where the models part is located.
+    (``samples`` of them, default 2; floats uniform in ``[-1, 1)`` or ``ranges[name]`` /
+    ``ranges["*"]``; symbolic dims from ``dims``, default 1); ``save_inputs`` writes them to an
+    .npz file that ``inputs`` replays. Models fed differently (input names or types) are refused.
 
-    A folder of .npz files is streamed: one file is read per sample, both models run on it, the
-    per-pair statistics are folded in, and its arrays are dropped before the next file is read
+    Every pair is judged informative or not (could it show a difference at all?). Pairs that
+    agree but are not informative are settled deeper (:func:`~.deepen.settle`): the tensors both
+    models share on the way to them are compared; ``deep`` compares every shared tensor. The
+    verdict is "fail" when anything differs, "inconclusive" when a pair could show nothing and
+    nothing deeper settled it, else "pass". When the models differ, the first tensor where they
+    part is located and its node is checked alone on the reference's inputs (a wrong node, or
+    drift it inherited).
+
+    A folder of .npz files is streamed: one sample is read, both models run on it, the per-pair
+    statistics are folded in, and its arrays are dropped before the next is read
     (``progress(done, total)`` is called after each sample).
 
     ``isolate`` runs every onnxruntime session in a child process that may take ``timeout``
@@ -106,7 +232,7 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
     either implies ``isolate``); see :mod:`onnxsurgeon.verify.isolate`.
 
     Returns:
-        A :class:`VerifyReport`; ``ok`` is False when any pair differs or nothing was compared.
+        A :class:`VerifyReport`; ``ok`` only when the verdict is "pass".
 
     Raises:
         SurgeryError: unknown pair names, unusable inputs, or a reference that cannot run.
@@ -122,13 +248,17 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
             return make_report([], samples=0, kind="compare", reason=(
                 f"nothing was compared: no output names in common (reference {ref.output_names[:6]}, "
                 f"candidate {cand.output_names[:6]}); pair them with --pair R=C"))
-        feeds = make_samples([ref, cand], inputs=inputs, seed=seed, dims=dims, samples=samples,
-                             stream=True)
+        made = make_samples([ref, cand], inputs=inputs, seed=seed, dims=dims, samples=samples,
+                            stream=True, ranges=ranges, save_inputs=save_inputs,
+                            same_inputs=True)
+        feeds = made.samples
+        notes = list(made.notes)
         conds = _if_conditions(ref)
         ref_names = list(dict.fromkeys([r for r, _ in pair_list] + list(conds.values())))
         cand_names = list(dict.fromkeys(c for _, c in pair_list))
         accs = [PairAccumulator(r, c, rtol=rtol, atol=atol, exact=exact,
-                                dtype=numpy_dtype_name(ref.elem_type(r)))
+                                dtype=numpy_dtype_name(ref.elem_type(r)),
+                                bounds=saturation_bounds(ref, r))
                 for r, c in pair_list]
         seen: dict[str, set[bool]] = {}
         ran = True
@@ -154,88 +284,59 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                         seen.setdefault(cond, set()).add(bool(value.reshape(-1)[0]))
                 del feed, rvals, cvals  # a streamed dataset keeps one sample alive at a time
         reports = [acc.result() for acc in accs]
-        notes = _branch_notes(conds, seen, len(feeds))
+        notes.extend(_conversion_notes(getattr(feeds, "converted", {})))
+        notes.extend(_branch_notes(conds, seen, len(feeds)))
+        deep_result = None
+        mapping = _shared_names(ref, cand)
+        if ran:
+            reports, deep_result = settle(ref, cand, feeds, feeds, reports, mapping=mapping,
+                                          forced=deep, rtol=rtol, atol=atol, exact=exact,
+                                          dims=dims, notes=notes)
         divergence = None
-        failed = next((p for p in reports if not p.ok), None)
-        if failed is not None and locate_divergence and ran:
-            sample = feeds[failed.worst_sample or 0]
-            try:
-                divergence = locate(Side(ref, sample), Side(cand, sample), failed.reference,
-                                    mapping={failed.reference: failed.candidate}, rtol=rtol,
-                                    atol=atol, exact=exact, batch=batch)
-            except ResourceLimitError:
-                raise
-            except SurgeryError as exc:
-                notes.append(f"could not locate the first difference: {exc}")
+        if locate_divergence and ran:
+            divergence = _locate(ref, cand, feeds, reports, deep_result, mapping, notes,
+                                 rtol=rtol, atol=atol, exact=exact, batch=batch)
         return make_report(reports, samples=len(feeds), kind="compare", notes=notes,
-                           divergence=divergence)
+                           divergence=divergence, inputs=made.described, deep=deep_result)
 
 
-def verify_against(reference_fn: ReferenceFn, candidate: ModelLike, *,
-                   pairs: PairsLike | None = None, inputs: InputsLike | None = None,
-                   rtol: float | None = None, atol: float | None = None, seed: int = 0,
-                   dims: Mapping[str, int] | None = None, samples: int | None = None,
-                   threads: int = 0, isolate: bool = False, timeout: float | None = None,
-                   memory_limit: int | None = None) -> VerifyReport:
-    """Compare ``candidate`` with reference outputs computed by ``reference_fn`` (the hook the
-    converters plug TensorFlow / PyTorch into; the core never imports them).
-
-    ``reference_fn`` receives the candidate's input arrays by name and returns outputs by name
-    (a mapping) or in the candidate's output order (a sequence). ``pairs`` maps reference keys
-    to candidate tensors (default: the candidate's outputs, by name or position). Float tolerances
-    are at least rtol 1e-3 / atol 1e-5 unless given. An .npz folder is streamed and the
-    isolation options are those of :func:`compare`.
-    """
-    limits = make_limits(isolate, timeout, memory_limit)
-    cand_model = to_model(candidate)
-    with Workspace() as ws:
-        cand = Staged(cand_model, ws, "candidate", threads=threads, limits=limits)
-        feeds = make_samples([cand], inputs=inputs, seed=seed, dims=dims, samples=samples,
-                             stream=True)
-        pair_list: list[tuple[str, str]] | None = None
-        if pairs is not None:
-            items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
-            csel = Selector(cand.index)
-            pair_list = [(r, csel.resolve(c)) for r, c in items]
-        accs: dict[tuple[str, str], PairAccumulator] = {}
-        names = list(cand.output_names) if pair_list is None else [c for _, c in pair_list]
-        with cand.session(list(dict.fromkeys(names))) as crun:
-            for k in range(len(feeds)):
-                feed = feeds[k]
-                cvals = crun.run(feed)
-                got = reference_fn({n: v.copy() for n, v in feed.items()})
-                ref_vals = _reference_values(got, cand.output_names)
-                current = pair_list or [(n, n) for n in cand.output_names if n in ref_vals]
-                for r, c in current:
-                    if (r, c) not in accs:
-                        dtype = numpy_dtype_name(cand.elem_type(c))
-                        lo_r, lo_a = _against_tolerance(dtype)
-                        accs[(r, c)] = PairAccumulator(
-                            r, c, dtype=dtype, rtol=lo_r if rtol is None else rtol,
-                            atol=lo_a if atol is None else atol)
-                    if r not in ref_vals:
-                        accs[(r, c)].fail(f"the reference returned no '{r}'")
-                        continue
-                    accs[(r, c)].add(np.asarray(ref_vals[r]), cvals[c], k)
-                del feed, cvals, got, ref_vals
-        return make_report([a.result() for a in accs.values()], samples=len(feeds), kind="against")
+def _locate(ref: Staged, cand: Staged, feeds: Sequence[Sample], reports: Sequence[PairReport],
+            deep: DeepResult | None, mapping: Mapping[str, str], notes: list[str], *,
+            rtol: float | None, atol: float | None, exact: bool, batch: int) -> Divergence | None:
+    """Where the models part: bisection from the first failing pair, else the deep comparison's
+    first difference; then its node alone on the reference's inputs (wrong node or drift)."""
+    failed = next((p for p in reports if not p.agree), None)
+    divergence: Divergence | None = None
+    sample: Sample | None = None
+    if failed is not None:
+        sample = feeds[failed.worst_sample or 0]
+        try:
+            divergence = locate(Side(ref, sample), Side(cand, sample), failed.reference,
+                                mapping={**mapping, failed.reference: failed.candidate},
+                                rtol=rtol, atol=atol, exact=exact, batch=batch)
+        except ResourceLimitError:
+            raise
+        except SurgeryError as exc:
+            notes.append(f"could not locate the first difference: {exc}")
+    if divergence is None and deep is not None and deep.first_difference is not None:
+        first = deep.first_difference
+        divergence = describe(ref, cand, first.tensor, {**mapping, first.tensor: first.candidate},
+                              max_abs=first.max_abs_diff)
+    if divergence is None:
+        return None
+    if sample is None:
+        sample = feeds[0]
+    try:
+        cause = node_check(ref, cand, sample, sample, divergence.tensor,
+                           divergence.candidate_tensor, mapping=mapping, rtol=rtol, atol=atol,
+                           exact=exact)
+    except ResourceLimitError:
+        raise
+    except SurgeryError:
+        cause = None
+    if cause is not None:
+        divergence = replace(divergence, cause=cause[0], cause_detail=cause[1])
+    return divergence
 
 
-def _reference_values(got: Mapping[str, Any] | Sequence[Any], outputs: list[str]) -> dict[str, Any]:
-    if isinstance(got, Mapping):
-        return {str(k): v for k, v in got.items()}
-    if isinstance(got, np.ndarray):
-        got = [got]
-    return dict(zip(outputs, list(got), strict=False))
-
-
-def _against_tolerance(dtype: str) -> tuple[float, float]:
-    from .report import default_tolerance
-
-    rtol, atol = default_tolerance(dtype)
-    if rtol == 0.0 and atol == 0.0:
-        return rtol, atol
-    return max(rtol, AGAINST_TOLERANCE[0]), max(atol, AGAINST_TOLERANCE[1])
-
-
-__all__ = ["PairReport", "compare", "default_samples", "make_samples", "verify_against"]
+__all__ = ["PairReport", "compare", "default_samples", "make_samples"]

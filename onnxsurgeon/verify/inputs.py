@@ -1,15 +1,20 @@
 """Input samples for verification: seeded random arrays that respect each input's dtype and shape,
 or user data from an ``.npz`` file or a folder of them.
 
-Random samples come in sign pairs: sample ``2k + 1`` is the negation of sample ``2k`` for floating
-inputs and the complement for bool inputs, so a branch condition that depends on the sign of an
-input (``ReduceSum(x) > 0``) takes both branches with two samples. Integer inputs that index a
-table (``Gather`` / embedding) are drawn inside the table, whose size is read from the graph.
+Random floats are uniform in ``[-1, 1)`` by default (see :data:`DEFAULT_FLOAT_RANGE`), or in a
+range per input. For models holding an If, samples come in mirror pairs: sample ``2k + 1`` is the
+mirror of sample ``2k`` within its range (the negation for ``[-1, 1)``; bools complemented), so a
+branch condition that depends on the sign of an input (``ReduceSum(x) > 0``) takes both branches
+with two samples. Integer inputs that index a table (``Gather`` / embedding) are drawn inside the
+table, whose size is read from the graph.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,14 +142,82 @@ def _concrete_shape(spec: InputSpec, dims: Mapping[str, int]) -> tuple[int, ...]
     return tuple(out)
 
 
-def random_samples(specs: Sequence[InputSpec], *, seed: int = 0, samples: int = 1,
-                   dims: Mapping[str, int] | None = None) -> list[Sample]:
-    """``samples`` feed dicts of seeded random values. Deterministic in (specs, seed, dims).
+DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
+"""Floating inputs are drawn uniform in ``[-1, 1)`` unless a range is given. Polygraphy draws
+``[0, 1)``; this keeps its scale (normalized images, unit-range audio and features stay out of
+the saturating ends of softmax/sigmoid heads, where standard normal values at +-4.5 drove a
+ResNet50 softmax to exactly 1.0) and covers both signs, so sign-dependent paths (Relu, Abs, an
+If on a sign) run both ways."""
 
-    Floats are standard normal, bools fair coins, integers uniform in ``[0, high)`` (the table size
-    for index inputs). Odd samples negate floats and complement bools of the sample before them.
+Range = tuple[float, float]
+"""A half-open ``[lo, hi)`` range for random values."""
+ALL_FLOATS = "*"
+"""The key of a ranges mapping that applies to every floating input without its own range."""
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+def _spec_range(spec: InputSpec, ranges: Mapping[str, Range], default: Range | None) -> Range:
+    if spec.name in ranges:
+        return ranges[spec.name]
+    if spec.elem_type in _FLOAT_TYPES:
+        return default if default is not None else DEFAULT_FLOAT_RANGE
+    return (0, spec.high or DEFAULT_INT_HIGH)
+
+
+def _int_bounds(spec: InputSpec, dtype: np.dtype, lo: float, hi: float) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    low, high = max(int(math.ceil(lo)), int(info.min)), min(int(math.ceil(hi)), int(info.max) + 1)
+    if high <= low:
+        raise UsageError(
+            f"range [{lo:g},{hi:g}) of input '{spec.name}' holds no {dtype.name} value; give "
+            "--range NAME=LO,HI with LO < HI"
+        )
+    return low, high
+
+
+def describe_inputs(specs: Sequence[InputSpec], *, dims: Mapping[str, int] | None = None,
+                    ranges: Mapping[str, Range] | None = None, default: Range | None = None,
+                    mirror: bool = False) -> dict[str, str]:
+    """Per input, the distribution :func:`random_samples` draws it from, e.g.
+    ``"uniform[-1,1) float32 1x3x8x8"``."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        dtype = _numpy_dtype(spec.elem_type, spec.name)
+        shape = _shape_text(_concrete_shape(spec, dict(dims or {})))
+        if spec.elem_type == TensorProto.BOOL:
+            text = f"fair coin {dtype.name} {shape}"
+        else:
+            lo, hi = _spec_range(spec, dict(ranges or {}), default)
+            if spec.elem_type in _FLOAT_TYPES:
+                text = f"uniform[{lo:g},{hi:g}) {dtype.name} {shape}"
+            else:
+                low, high = _int_bounds(spec, dtype, lo, hi)
+                text = f"integers[{low},{high}) {dtype.name} {shape}"
+                if spec.name not in (ranges or {}) and spec.high:
+                    text += " (indexes a table of that size)"
+        if mirror:
+            text += "; odd samples mirror the one before"
+        out[spec.name] = text
+    return out
+
+
+def random_samples(specs: Sequence[InputSpec], *, seed: int = 0, samples: int = 1,
+                   dims: Mapping[str, int] | None = None, ranges: Mapping[str, Range] | None = None,
+                   default: Range | None = None, mirror: bool = False) -> list[Sample]:
+    """``samples`` feed dicts of seeded random values. Deterministic in (specs, seed, dims, ranges).
+
+    Floats are uniform in ``[-1, 1)`` (:data:`DEFAULT_FLOAT_RANGE`), bools fair coins, integers
+    uniform in ``[0, high)`` (the table size for index inputs, else :data:`DEFAULT_INT_HIGH`).
+    ``ranges`` gives ``[lo, hi)`` per input name (integers take the whole numbers in it),
+    ``default`` for every floating input without one. Samples are independent; with ``mirror`` (models
+    holding an If, so a sign-dependent branch takes both ways) each odd sample mirrors the one
+    before within its range (``lo + hi - x``: the negation for ``[-1, 1)``; bools complemented).
     """
     dims = dict(dims or {})
+    ranges = dict(ranges or {})
     for key, value in dims.items():
         if not isinstance(value, int) or value < 0:
             raise UsageError(f"dimension {key}={value!r} must be a non-negative integer")
@@ -155,20 +228,20 @@ def random_samples(specs: Sequence[InputSpec], *, seed: int = 0, samples: int = 
         for j, spec in enumerate(specs):
             dtype = _numpy_dtype(spec.elem_type, spec.name)
             shape = _concrete_shape(spec, dims)
-            rng = np.random.default_rng([seed, pair, j])
-            if spec.elem_type in _FLOAT_TYPES:
-                normal = rng.standard_normal(shape)
-                feed[spec.name] = (-normal if odd else normal).astype(dtype)
-            elif spec.elem_type == TensorProto.BOOL:
+            flip = bool(odd and mirror)
+            rng = np.random.default_rng([seed, pair, j] if mirror else [seed, k, j])
+            if spec.elem_type == TensorProto.BOOL:
                 coin = rng.random(shape) < 0.5
-                feed[spec.name] = ~coin if odd else coin
+                feed[spec.name] = ~coin if flip else coin
+                continue
+            lo, hi = _spec_range(spec, ranges, default)
+            if spec.elem_type in _FLOAT_TYPES:
+                u = lo + (hi - lo) * rng.random(shape)
+                feed[spec.name] = (lo + hi - u if flip else u).astype(dtype)
             else:
-                high = spec.high or DEFAULT_INT_HIGH
-                info = np.iinfo(dtype)
-                high = min(high, int(info.max) + 1)
-                if odd:
-                    rng = np.random.default_rng([seed, pair, j, 1])
-                feed[spec.name] = rng.integers(0, high, size=shape).astype(dtype)
+                low, high = _int_bounds(spec, dtype, lo, hi)
+                v = rng.integers(low, high, size=shape)
+                feed[spec.name] = (low + high - 1 - v if flip else v).astype(dtype)
         out.append(feed)
     return out
 
@@ -186,7 +259,10 @@ def _check_names(names: Sequence[str], specs: Sequence[InputSpec], where: str) -
         raise UsageError(f"{where} lacks input(s) {missing[:8]}; add them to the file")
 
 
-def _check_sample(sample: Mapping[str, np.ndarray], specs: Sequence[InputSpec], where: str) -> Sample:
+def _check_sample(sample: Mapping[str, np.ndarray], specs: Sequence[InputSpec], where: str,
+                  converted: dict[str, str] | None = None) -> Sample:
+    """``sample`` checked against ``specs``; arrays of another dtype of the same kind are
+    converted and recorded in ``converted`` (input name -> "float64 -> float32")."""
     by_name = {s.name: s for s in specs}
     _check_names(list(sample), specs, where)
     feed: Sample = {}
@@ -195,6 +271,8 @@ def _check_sample(sample: Mapping[str, np.ndarray], specs: Sequence[InputSpec], 
         want = _numpy_dtype(spec.elem_type, name) if spec.elem_type else arr.dtype
         if arr.dtype != want:
             if np.can_cast(arr.dtype, want, casting="same_kind"):
+                if converted is not None:
+                    converted[name] = f"{arr.dtype} -> {want}"
                 arr = arr.astype(want)
             else:
                 raise UsageError(
@@ -232,6 +310,10 @@ def npz_files(path: str | os.PathLike) -> list[Path]:
     return [p]
 
 
+SAMPLE_KEY = re.compile(r"^sample(\d+)/(.+)$")
+"""Array names of an .npz file holding several samples: ``sample<k>/<input name>``."""
+
+
 def _npz_names(path: Path) -> list[str]:
     """The array names of an .npz file (its zip directory only; no array is read)."""
     try:
@@ -241,23 +323,74 @@ def _npz_names(path: Path) -> list[str]:
         raise UsageError(f"cannot read inputs file '{path}': {exc}; give a numpy .npz file") from None
 
 
-class NpzSamples(Sequence[Sample]):
-    """The samples of a list of .npz files, read one file at a time (bounded memory).
+def _entries(path: Path) -> list[tuple[Path, int | None, list[str]]]:
+    """(file, sample number or None, input names) per sample an .npz file holds."""
+    names = _npz_names(path)
+    matched = [SAMPLE_KEY.match(n) for n in names]
+    if not names or not all(matched):
+        return [(path, None, names)]
+    by_sample: dict[int, list[str]] = {}
+    for m in matched:
+        assert m is not None
+        by_sample.setdefault(int(m.group(1)), []).append(m.group(2))
+    return [(path, k, by_sample[k]) for k in sorted(by_sample)]
 
-    Construction checks every file's array names (the zip directory only); each sample is read
-    and checked (dtypes, fixed dims) when it is indexed or iterated, and nothing is cached, so a
-    loop that drops each sample before the next keeps one sample in memory. Indexing a sample
-    again reads its file again.
+
+def _read_entry(path: Path, k: int | None) -> dict[str, np.ndarray]:
+    if k is None:
+        return _read_npz(path)
+    prefix = f"sample{k}/"
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {n[len(prefix):]: data[n] for n in data.files if n.startswith(prefix)}
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read inputs file '{path}': {exc}; give a numpy .npz file") from None
+
+
+def save_samples(path: str | os.PathLike, samples: Sequence[Sample]) -> Path:
+    """Write ``samples`` to one .npz file that ``--inputs`` replays: the arrays by input name
+    for one sample, ``sample<k>/<name>`` for several. Atomic (a temporary file, then a rename)."""
+    target = Path(path)
+    if target.suffix != ".npz":
+        raise UsageError(f"--save-inputs needs a .npz file name, got '{target}'")
+    arrays: dict[str, np.ndarray] = {}
+    for k, sample in enumerate(samples):
+        for name, value in sample.items():
+            arrays[name if len(samples) == 1 else f"sample{k}/{name}"] = value
+    tmp = target.with_name(f".{target.name}.tmp.npz")
+    try:
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise UsageError(f"cannot write inputs file '{target}': {exc}; choose another path") from None
+    return target
+
+
+class NpzSamples(Sequence[Sample]):
+    """The samples of a list of .npz files, read one sample at a time (bounded memory).
+
+    A file holds one sample (arrays named by input) or several (``sample<k>/<name>``, as
+    :func:`save_samples` writes them). Construction checks every sample's array names (the zip
+    directory only); each sample is read and checked (dtypes, fixed dims) when it is indexed or
+    iterated, and nothing is cached, so a loop that drops each sample before the next keeps one
+    sample in memory. Indexing a sample again reads it again. Arrays converted to the model's
+    dtype are recorded in ``converted`` (input name -> "float64 -> float32").
     """
 
     def __init__(self, files: Sequence[Path], specs: Sequence[InputSpec]) -> None:
         self.files = list(files)
         self.specs = list(specs)
+        self.converted: dict[str, str] = {}
+        self.entries: list[tuple[Path, int | None]] = []
         for f in self.files:
-            _check_names(_npz_names(f), self.specs, f"inputs file '{f.name}'")
+            for path, k, names in _entries(f):
+                _check_names(names, self.specs, _where(path, k))
+                self.entries.append((path, k))
 
     def __len__(self) -> int:
-        return len(self.files)
+        return len(self.entries)
 
     @overload
     def __getitem__(self, k: int) -> Sample: ...
@@ -268,36 +401,43 @@ class NpzSamples(Sequence[Sample]):
     def __getitem__(self, k: int | slice) -> Sample | list[Sample]:
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
-        f = self.files[k]
-        return _check_sample(_read_npz(f), self.specs, f"inputs file '{f.name}'")
+        path, j = self.entries[k]
+        return _check_sample(_read_entry(path, j), self.specs, _where(path, j), self.converted)
 
     def __iter__(self) -> Iterator[Sample]:
-        for k in range(len(self.files)):
+        for k in range(len(self.entries)):
             yield self[k]
+
+
+def _where(path: Path, k: int | None) -> str:
+    return f"inputs file '{path.name}'" + ("" if k is None else f" sample {k}")
 
 
 def stream_samples(inputs: InputsLike, specs: Sequence[InputSpec]) -> Sequence[Sample]:
     """Like :func:`user_samples`, but an .npz path or folder gives a lazy :class:`NpzSamples`
-    (one file read per sample, on demand) instead of a list holding every sample."""
+    (one sample read at a time, on demand) instead of a list holding every sample."""
     if isinstance(inputs, (str, os.PathLike)):
         return NpzSamples(npz_files(inputs), specs)
     return user_samples(inputs, specs)
 
 
 def user_samples(inputs: InputsLike, specs: Sequence[InputSpec], *,
-                 progress: Callable[[int, int], None] | None = None) -> list[Sample]:
+                 progress: Callable[[int, int], None] | None = None,
+                 converted: dict[str, str] | None = None) -> list[Sample]:
     """Feed dicts from user data, checked against ``specs`` (names, dtypes, fixed dims)."""
     if isinstance(inputs, (str, os.PathLike)):
-        files = npz_files(inputs)
+        lazy = NpzSamples(npz_files(inputs), specs)
         out = []
-        for i, f in enumerate(files):
-            out.append(_check_sample(_read_npz(f), specs, f"inputs file '{f.name}'"))
+        for i in range(len(lazy)):
+            out.append(lazy[i])
             if progress is not None:
-                progress(i + 1, len(files))
+                progress(i + 1, len(lazy))
+        if converted is not None:
+            converted.update(lazy.converted)
         return out
     if isinstance(inputs, Mapping):
-        return [_check_sample(inputs, specs, "the inputs")]
-    return [_check_sample(s, specs, f"input sample {i}") for i, s in enumerate(inputs)]
+        return [_check_sample(inputs, specs, "the inputs", converted)]
+    return [_check_sample(s, specs, f"input sample {i}", converted) for i, s in enumerate(inputs)]
 
 
 def merge_specs(*groups: Sequence[InputSpec]) -> list[InputSpec]:

@@ -28,7 +28,8 @@ from ..closure import closure
 from ..external import read_tensor
 from ..index import GraphIndex
 from ..select import name_map, node_module
-from .report import Divergence, PairAccumulator
+from .accumulate import PairAccumulator
+from .report import Divergence
 from .run import DEFAULT_BATCH, Staged
 
 
@@ -168,12 +169,20 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
 
 def _describe(ref: Side, cand: Side, tensor: str, prober: _Prober,
               mapping: Mapping[str, str]) -> Divergence:
-    rindex, cindex = ref.staged.index, cand.staged.index
+    return describe(ref.staged, cand.staged, tensor, mapping,
+                    max_abs=prober.known.get(tensor, (True, None))[1], sessions=prober.sessions)
+
+
+def describe(ref: Staged, cand: Staged, tensor: str, mapping: Mapping[str, str], *,
+             max_abs: float | None, sessions: int = 0) -> Divergence:
+    """A :class:`Divergence` for the reference tensor ``tensor`` (its node, framework name,
+    module, differing weights, rewired inputs and changed attributes)."""
+    rindex, cindex = ref.index, cand.index
     other = mapping.get(tensor, tensor)
     cnode = cindex.graph.node[cindex.producer[other]]
     rnode = rindex.graph.node[rindex.producer[tensor]]
     framework = None
-    for model in (cand.staged.model.proto, ref.staged.model.proto):
+    for model in (cand.model.proto, ref.model.proto):
         inverse: dict[str, str] = {}
         for key, value in name_map(model).items():
             inverse.setdefault(value, key)
@@ -184,7 +193,7 @@ def _describe(ref: Side, cand: Side, tensor: str, prober: _Prober,
     for name in rnode.input:
         cname = mapping.get(name, name)
         if (rindex.initializers.get(name, -1) >= 0 and cindex.initializers.get(cname, -1) >= 0
-                and not _same_initializer(ref.staged, cand.staged, name, cname)):
+                and not _same_initializer(ref, cand, name, cname)):
             weights.append(name)
     r_inputs = tuple(mapping.get(n, n) for n in rnode.input)
     c_inputs = tuple(cnode.input)
@@ -193,12 +202,12 @@ def _describe(ref: Side, cand: Side, tensor: str, prober: _Prober,
         tensor=tensor, candidate_tensor=other,
         node=cindex.node_label(cindex.producer[other]), op_type=cnode.op_type,
         framework_name=framework, module=node_module(cnode) or node_module(rnode),
-        max_abs_diff=prober.known.get(tensor, (True, None))[1],
+        max_abs_diff=max_abs,
         differing_weights=tuple(weights),
         reference_inputs=tuple(rnode.input) if differ else None,
         candidate_inputs=c_inputs if differ else None,
         attribute_changes=_attribute_changes(rnode, cnode),
-        sessions=prober.sessions,
+        sessions=sessions,
     )
 
 

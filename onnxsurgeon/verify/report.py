@@ -1,9 +1,14 @@
-"""Comparing arrays and reporting: tolerances by dtype, per-pair statistics, the report types.
+"""The report types of a verification and their JSON form.
 
-An element fails only when its absolute difference exceeds ``atol`` *and* its relative difference
-exceeds ``rtol`` (relative to the reference). NaN and Inf must sit at the same positions (Inf with
-the same sign) and are otherwise ignored by the statistics. A shape or dtype mismatch fails the
-pair. ``exact`` compares bit patterns. A report with no pair compared is a failure.
+* :class:`PairReport` -- one compared pair: statistics, whether it was informative (could show a
+  difference at all) and its verdict;
+* :class:`Divergence` -- where two models part;
+* :class:`TensorError` / :class:`DeepResult` -- the layer-wise comparison (``--deep`` and the
+  automatic deepening of pairs that are not informative);
+* :class:`VerifyReport` -- the whole outcome with its verdict: ``"pass"``, ``"fail"`` or
+  ``"inconclusive"`` (nothing compared could show a difference). ``ok`` is True only for pass.
+
+Comparing arrays lives in :mod:`.accumulate`, rendering text in :mod:`.render`.
 """
 
 from __future__ import annotations
@@ -12,27 +17,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+VERDICTS = (PASS, FAIL, INCONCLUSIVE)
 
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float32": (1e-4, 1e-5),
-    "float64": (1e-4, 1e-5),
-    "float16": (1e-3, 2.5e-3),
-    "bfloat16": (1e-2, 2e-2),
-}
-"""Default (rtol, atol) by dtype name; other float8-like types use bfloat16's, ints/bool exact."""
-
-
-def default_tolerance(dtype_name: str) -> tuple[float, float]:
-    """(rtol, atol) for a numpy/ONNX dtype name; (0, 0) for integers, bool and strings."""
-    name = dtype_name.lower()
-    if name in TOLERANCES:
-        return TOLERANCES[name]
-    if name.startswith("float8") or name.startswith("float4"):
-        return TOLERANCES["bfloat16"]
-    if name == "float":
-        return TOLERANCES["float32"]
-    return (0.0, 0.0)
+INCONCLUSIVE_ADVICE = ("give real inputs (--inputs FILE.npz), another --range LO,HI, or --deep to "
+                       "compare every shared tensor")
 
 
 def _finite_or_none(x: float | None) -> float | None:
@@ -47,6 +36,18 @@ class PairReport:
 
     Non-finite statistics are ``None`` in JSON. ``reason`` says why a pair failed beyond value
     differences (shape, dtype, NaN/Inf positions, missing tensor, run failure).
+
+    Attributes:
+        verdict: "pass" (informative and agrees), "fail" (differs), or "inconclusive" (agrees
+            but could not have shown a difference, and nothing deeper settled it).
+        ok: ``verdict == "pass"``.
+        agree: the values agree within tolerance (whatever their informativeness).
+        informative: the pair could show a difference; ``why`` says why not (constant across
+            samples, saturated, non-finite everywhere).
+        evidence: what settled a pair that was not informative (a deeper tensor that differs,
+            or an identical graph from informative tensors that agree).
+        label: how the reference value was computed, when it is not simply the reference
+            tensor (e.g. "linear recomputed with relu_1 := conv2d_1").
     """
 
     reference: str
@@ -67,16 +68,36 @@ class PairReport:
     exact: bool = False
     check: str = ""
     reason: str | None = None
+    verdict: str = ""
+    agree: bool | None = None
+    informative: bool = True
+    why: str | None = None
+    evidence: str | None = None
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.verdict:
+            object.__setattr__(self, "verdict", PASS if self.ok else FAIL)
+        if self.agree is None:
+            object.__setattr__(self, "agree", self.ok)
 
     @property
     def mismatch_percent(self) -> float:
         return 100.0 * self.mismatches / self.elements if self.elements else 0.0
 
+    @property
+    def reference_text(self) -> str:
+        """The reference side as the table shows it."""
+        return self.label or self.reference
+
     def to_json(self) -> dict[str, Any]:
         return {
             "reference": self.reference, "candidate": self.candidate,
+            "reference_label": self.reference_text,
             "max_abs_diff": _finite_or_none(self.max_abs_diff),
             "max_rel_diff": _finite_or_none(self.max_rel_diff), "ok": self.ok,
+            "verdict": self.verdict, "agree": self.agree, "informative": self.informative,
+            "why": self.why, "evidence": self.evidence,
             "mismatches": self.mismatches, "elements": self.elements,
             "mismatch_percent": round(self.mismatch_percent, 6),
             "worst_index": None if self.worst_index is None else list(self.worst_index),
@@ -102,6 +123,9 @@ class Divergence:
         reference_inputs / candidate_inputs: the node's inputs in each model, when they differ.
         attribute_changes: "name: reference -> candidate" for attributes that differ.
         sessions: onnxruntime sessions the search used.
+        cause: "wrong node" (fed the reference's inputs, the node still differs) or "inherited
+            drift" (fed the reference's inputs it agrees: only its inputs drifted); None when
+            not checked. ``cause_detail`` says what was measured.
     """
 
     tensor: str
@@ -116,6 +140,8 @@ class Divergence:
     candidate_inputs: tuple[str, ...] | None = None
     attribute_changes: tuple[str, ...] = ()
     sessions: int = 0
+    cause: str | None = None
+    cause_detail: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +152,7 @@ class Divergence:
             "reference_inputs": None if self.reference_inputs is None else list(self.reference_inputs),
             "candidate_inputs": None if self.candidate_inputs is None else list(self.candidate_inputs),
             "attribute_changes": list(self.attribute_changes), "sessions": self.sessions,
+            "cause": self.cause, "cause_detail": self.cause_detail,
         }
 
     def to_text(self) -> str:
@@ -146,19 +173,108 @@ class Divergence:
         if self.reference_inputs is not None and self.candidate_inputs is not None:
             text += (f"; it reads {list(self.reference_inputs)} in the reference but "
                      f"{list(self.candidate_inputs)} in the candidate")
+        if self.cause:
+            text += f"; {self.cause}" + (f" ({self.cause_detail})" if self.cause_detail else "")
+        return text
+
+
+@dataclass(frozen=True)
+class TensorError:
+    """One tensor of a layer-wise comparison.
+
+    Attributes:
+        tensor / candidate: its name in the reference and in the candidate.
+        node / op_type: the reference node producing it.
+        position: index of that node in the reference's topological order.
+        depth: longest path (in nodes) from a graph input to that node.
+        max_abs_diff / max_rel_diff: over every sample (None when nothing finite was compared).
+        ok: the values agree within tolerance.
+        informative: the tensor could show a difference (``why`` says why not).
+    """
+
+    tensor: str
+    candidate: str
+    node: str
+    op_type: str
+    position: int
+    depth: int
+    max_abs_diff: float | None
+    max_rel_diff: float | None
+    ok: bool
+    informative: bool
+    why: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tensor": self.tensor, "candidate": self.candidate, "node": self.node,
+            "op_type": self.op_type, "position": self.position, "depth": self.depth,
+            "max_abs_diff": _finite_or_none(self.max_abs_diff),
+            "max_rel_diff": _finite_or_none(self.max_rel_diff), "ok": self.ok,
+            "informative": self.informative, "why": self.why,
+        }
+
+
+@dataclass(frozen=True)
+class DeepResult:
+    """A layer-wise comparison: every compared tensor in the reference's topological order.
+
+    Attributes:
+        tensors: one :class:`TensorError` per compared tensor, topological order.
+        forced: True for ``--deep`` (every shared tensor); False for the automatic deepening of
+            pairs that were not informative (their ancestors only).
+        skipped: shared names not compared (shapes differ at run time, not tensors).
+        batches: sessions per model (tensors are exposed in bounded batches).
+    """
+
+    tensors: tuple[TensorError, ...]
+    forced: bool = False
+    skipped: int = 0
+    batches: int = 0
+
+    @property
+    def first_difference(self) -> TensorError | None:
+        return next((t for t in self.tensors if not t.ok), None)
+
+    @property
+    def informative(self) -> int:
+        return sum(1 for t in self.tensors if t.informative)
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.first_difference
+        return {
+            "forced": self.forced, "compared": len(self.tensors),
+            "informative": self.informative, "skipped": self.skipped, "batches": self.batches,
+            "first_difference": None if first is None else first.tensor,
+            "tensors": [t.to_json() for t in self.tensors],
+        }
+
+    def summary(self) -> str:
+        first = self.first_difference
+        text = (f"deep comparison: {len(self.tensors)} shared tensors compared "
+                f"({self.informative} informative")
+        text += f", {self.skipped} skipped: shapes differ)" if self.skipped else ")"
+        if first is not None:
+            text += (f"; first difference at '{first.tensor}' (node '{first.node}', "
+                     f"{first.op_type}, position {first.position})")
+        else:
+            text += "; all agree"
         return text
 
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """The outcome of a verification. ``ok`` is False when any pair failed or nothing was compared.
+    """The outcome of a verification.
 
     Attributes:
+        verdict: "pass", "fail" or "inconclusive"; ``ok`` is True only for "pass".
         pairs: one entry per compared pair (rewrite checks label theirs with ``check``).
         samples: input samples run.
         kind: "compare", "against", or "rewrite:<op>".
+        reason: why the verification failed or was inconclusive beyond the pairs, and what to do.
         divergence: where the models part, when a pair failed and it could be located.
         notes: facts worth knowing (branches never taken, a rewrite check skipped and why).
+        inputs: per input name, the data it got ("uniform[-1,1) float32 1x3x8x8", "from d.npz").
+        deep: the layer-wise comparison, when one ran.
     """
 
     ok: bool
@@ -168,313 +284,88 @@ class VerifyReport:
     reason: str | None = None
     divergence: Divergence | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    verdict: str = ""
+    inputs: dict[str, str] = field(default_factory=dict)
+    deep: DeepResult | None = None
+
+    def __post_init__(self) -> None:
+        if not self.verdict:
+            object.__setattr__(self, "verdict", PASS if self.ok else FAIL)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: ``{"ok", "pairs": [{"reference", "candidate", "max_abs_diff",
-        "max_rel_diff", "ok", ...}], ...}``."""
+        """A JSON-ready dict: ``{"verdict", "ok", "pairs": [{"reference", "candidate",
+        "verdict", "informative", "why", "max_abs_diff", ...}], "inputs", "deep", ...}``."""
         return {
-            "ok": self.ok, "pairs": [p.to_json() for p in self.pairs], "samples": self.samples,
-            "kind": self.kind, "reason": self.reason,
+            "verdict": self.verdict, "ok": self.ok, "pairs": [p.to_json() for p in self.pairs],
+            "samples": self.samples, "kind": self.kind, "reason": self.reason,
+            "inputs": dict(self.inputs),
             "divergence": None if self.divergence is None else self.divergence.to_json(),
+            "deep": None if self.deep is None else self.deep.to_json(),
             "notes": list(self.notes),
         }
 
     def summary(self) -> str:
         """One line: verdict, pairs, worst difference, and where the models part."""
-        failed = [p for p in self.pairs if not p.ok]
+        agree = [p for p in self.pairs if p.agree]
         diffs = [p.max_abs_diff for p in self.pairs if p.max_abs_diff is not None]
         worst = f", max abs diff {max(diffs):.3g}" if diffs else ""
-        head = "ok" if self.ok else "FAILED"
-        text = (f"{head}: {len(self.pairs) - len(failed)}/{len(self.pairs)} pairs agree over "
-                f"{self.samples} sample(s){worst}")
+        head = {PASS: "ok", FAIL: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}[self.verdict]
+        blind = sum(1 for p in agree if not p.informative)
+        text = (f"{head}: {len(agree)}/{len(self.pairs)} pairs agree over "
+                f"{self.samples} sample(s)" + (f" ({blind} not informative)" if blind else "")
+                + worst)
         if self.reason:
             text += f"; {self.reason}"
         if self.divergence is not None:
             text += f"; {self.divergence.to_text()}"
         return text
 
-    def to_text(self) -> str:
-        """A plain-text table plus the summary (what the CLI prints without --json)."""
-        return format_report(self)
+    def to_text(self, *, deep_table: bool | None = None) -> str:
+        """A plain-text table plus the summary (what the CLI prints without --json); the
+        per-tensor table of a deep comparison when ``deep_table`` (default: when forced)."""
+        from .render import format_report
+
+        return format_report(self, deep_table=deep_table)
 
     def rich_table(self) -> Any:
         """The pairs as a ``rich.table.Table`` (None when rich is not installed)."""
-        try:
-            from rich.table import Table
-        except ImportError:
-            return None
-        table = Table(title=self.summary())
-        for column in _COLUMNS:
-            table.add_column(column, justify="right" if column not in ("reference", "candidate",
-                                                                      "check") else "left")
-        for row in _rows(self):
-            table.add_row(*row)
-        return table
+        from .render import rich_table
+
+        return rich_table(self)
 
 
-_COLUMNS = ("check", "reference", "candidate", "ok", "max_abs", "max_rel", "mismatch", "cosine",
-            "worst")
+def overall_verdict(pairs: list[PairReport] | tuple[PairReport, ...], samples: int,
+                    deep: DeepResult | None = None) -> str:
+    """The report's verdict: "fail" when any pair fails (or a deep tensor differs),
+    "inconclusive" when any pair is, else "pass". Nothing compared is a failure."""
+    if not pairs or samples <= 0:
+        return FAIL
+    if any(p.verdict == FAIL for p in pairs):
+        return FAIL
+    if deep is not None and deep.first_difference is not None:
+        return FAIL
+    if any(p.verdict == INCONCLUSIVE for p in pairs):
+        return INCONCLUSIVE
+    return PASS
 
 
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    return f"{x:.3g}"
-
-
-def _rows(report: VerifyReport) -> list[tuple[str, ...]]:
-    rows: list[tuple[str, ...]] = []
-    for p in report.pairs:
-        worst = "-" if p.worst_index is None else str(list(p.worst_index))
-        if p.worst_sample:
-            worst += f"@{p.worst_sample}"
-        ok = "ok" if p.ok else ("FAIL: " + p.reason if p.reason else "FAIL")
-        rows.append((p.check or "-", p.reference, p.candidate, ok, _fmt(p.max_abs_diff),
-                     _fmt(p.max_rel_diff), f"{p.mismatches} ({p.mismatch_percent:.2g}%)",
-                     _fmt(p.cosine), worst))
-    return rows
-
-
-def format_report(report: VerifyReport) -> str:
-    """The report as an aligned plain-text table followed by notes and the summary line."""
-    rows = [_COLUMNS, *_rows(report)]
-    show_check = any(p.check for p in report.pairs)
-    if not show_check:
-        rows = [r[1:] for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-             for r in rows]
-    if len(rows) == 1:
-        lines = []
-    lines.extend(f"note: {n}" for n in report.notes)
-    lines.append(report.summary())
-    return "\n".join(lines)
-
-
-# -------------------------------------------------------------------------------- comparing
-def _as_comparable(a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "fc":
-        return a
-    if a.dtype.kind in "iub":
-        return a
-    if a.dtype.name in ("bfloat16",) or a.dtype.name.startswith("float8"):
-        return a.astype(np.float32)
-    return a
-
-
-def _structure(value: Any, path: str = "") -> list[tuple[str, Any]] | None:
-    """(path, leaf) pairs of a sequence/map value in a stable order; None when not one.
-    Iterative-enough: ONNX sequences and maps nest at most a few levels."""
-    if isinstance(value, (np.ndarray, int, float, bool, np.generic)):
-        return [(path, value)]
-    if isinstance(value, dict):
-        out: list[tuple[str, Any]] = []
-        for k in sorted(value, key=repr):
-            sub = _structure(value[k], f"{path}/{k!r}")
-            if sub is None:
-                return None
-            out += sub
-        return out
-    if isinstance(value, (list, tuple)):
-        out = [(f"{path}#len", len(value))]
-        for i, v in enumerate(value):
-            sub = _structure(v, f"{path}[{i}]")
-            if sub is None:
-                return None
-            out += sub
-        return out
-    return None
-
-
-class PairAccumulator:
-    """Folds the comparison of one pair over several samples into a :class:`PairReport`."""
-
-    def __init__(self, reference: str, candidate: str, *, dtype: str = "", rtol: float | None = None,
-                 atol: float | None = None, exact: bool = False, check: str = "") -> None:
-        self.reference, self.candidate, self.check = reference, candidate, check
-        self.dtype = dtype
-        self.rtol, self.atol, self.exact = rtol, atol, exact
-        self.max_abs = 0.0
-        self.max_rel = 0.0
-        self.mismatches = 0
-        self.elements = 0
-        self.worst_index: tuple[int, ...] | None = None
-        self.worst_sample: int | None = None
-        self.worst_abs = 0.0
-        self._worst_failing = False
-        self.cosine: float | None = None
-        self.reason: str | None = None
-        self.shape: tuple[int, ...] | None = None
-        self.candidate_shape: tuple[int, ...] | None = None
-        self.samples = 0
-
-    def fail(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-
-    def tolerances(self) -> tuple[float, float]:
-        rtol, atol = default_tolerance(self.dtype)
-        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
-
-    def add(self, ref: Any, cand: Any, sample: int = 0) -> bool:
-        """Compare one sample; returns True when it agrees."""
-        self.samples += 1
-        if not isinstance(ref, np.ndarray) or not isinstance(cand, np.ndarray):
-            # sequence / map outputs (ZipMap in every scikit-learn classifier): compared leaf by
-            # leaf once their structure (lengths, keys) agrees (gauntlet bug: always failed)
-            ref_leaves, cand_leaves = _structure(ref), _structure(cand)
-            if ref_leaves is None or cand_leaves is None:
-                self.fail("not a tensor, sequence or map")
-                return False
-            if [k for k, _ in ref_leaves] != [k for k, _ in cand_leaves]:
-                self.fail("sequence or map structure (lengths, keys) differs from the reference's")
-                return False
-            if not ref_leaves:
-                return True
-            ref = np.concatenate([np.asarray(v).ravel() for _, v in ref_leaves])
-            cand = np.concatenate([np.asarray(v).ravel() for _, v in cand_leaves])
-        if not self.dtype:
-            self.dtype = ref.dtype.name
-        self.shape, self.candidate_shape = tuple(ref.shape), tuple(cand.shape)
-        if ref.dtype != cand.dtype:
-            self.fail(f"dtype {cand.dtype} differs from the reference's {ref.dtype}")
-            return False
-        if ref.shape != cand.shape:
-            self.fail(f"shape {list(cand.shape)} differs from the reference's {list(ref.shape)}")
-            return False
-        self.elements += ref.size
-        if ref.size == 0:
-            return True
-        if self.exact:
-            return self._add_exact(ref, cand, sample)
-        r = _as_comparable(ref)
-        c = _as_comparable(cand)
-        unequal_ints = None
-        if r.dtype.kind in "biu":
-            unequal_ints = r != c  # exact, even beyond float64's 2**53
-            r, c = r.astype(np.float64), c.astype(np.float64)
-        if r.dtype.kind == "c":
-            finite = np.isfinite(r) & np.isfinite(c)
-            bad_special = ~finite & (r != c)
-            diff = np.where(finite, np.abs(r - c), 0.0).astype(np.float64)
-            mag = np.where(finite, np.abs(r), 0.0).astype(np.float64)
-        else:
-            finite = np.isfinite(r) & np.isfinite(c)
-            with np.errstate(invalid="ignore"):
-                bad_special = ~finite & ~((np.isnan(r) & np.isnan(c)) | (r == c))
-            diff = np.abs(np.where(finite, r, 0).astype(np.float64)
-                          - np.where(finite, c, 0).astype(np.float64))
-            mag = np.abs(np.where(finite, r, 0).astype(np.float64))
-        rtol, atol = self.tolerances()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(diff == 0, 0.0, diff / mag)
-        bad = ((diff > atol) & (rel > rtol)) | bad_special
-        if unequal_ints is not None and rtol == 0.0 and atol == 0.0:
-            bad |= unequal_ints
-        if bad_special.any():
-            self.fail("NaN/Inf positions differ")
-        count = int(bad.sum())
-        self.mismatches += count
-        self.max_abs = max(self.max_abs, float(diff.max()))
-        self.max_rel = max(self.max_rel, float(rel.max()))
-        if count:
-            score = np.where(bad, np.where(bad_special, np.inf, diff), -1.0)
-            flat = int(np.argmax(score))
-            worst = float(score.reshape(-1)[flat])
-            if not self._worst_failing or worst > self.worst_abs:
-                self._set_worst(worst, flat, ref.shape, sample, failing=True)
-        elif not self._worst_failing:
-            flat = int(np.argmax(diff))
-            worst = float(diff.reshape(-1)[flat])
-            if worst > self.worst_abs:
-                self._set_worst(worst, flat, ref.shape, sample, failing=False)
-        if r.dtype.kind != "c":
-            cos = _cosine(np.where(finite, r, 0), np.where(finite, c, 0))
-            if cos is not None:
-                self.cosine = cos if self.cosine is None else min(self.cosine, cos)
-        return count == 0
-
-    def _set_worst(self, value: float, flat: int, shape: tuple[int, ...], sample: int, *,
-                   failing: bool) -> None:
-        self.worst_abs = value
-        self.worst_index = tuple(int(i) for i in np.unravel_index(flat, shape))
-        self.worst_sample = sample
-        self._worst_failing = failing
-
-    def _add_exact(self, ref: np.ndarray, cand: np.ndarray, sample: int) -> bool:
-        a = np.ascontiguousarray(ref).reshape(-1)
-        b = np.ascontiguousarray(cand).reshape(-1)
-        if ref.dtype.kind == "O":
-            bad = a != b
-        else:
-            bad = np.any(a.view(np.uint8).reshape(a.size, -1) != b.view(np.uint8).reshape(b.size, -1),
-                         axis=1)
-        count = int(bad.sum())
-        self.mismatches += count
-        if ref.dtype.kind in "fiub" or ref.dtype.name == "bfloat16":
-            r = _as_comparable(ref).astype(np.float64)
-            c = _as_comparable(cand).astype(np.float64)
-            both = np.isfinite(r) & np.isfinite(c)
-            diff = np.where(both, np.abs(r - c), np.where(bad.reshape(ref.shape), np.inf, 0.0))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(diff == 0, 0.0, diff / np.abs(r))
-            self.max_abs = max(self.max_abs, float(diff.max()))
-            self.max_rel = max(self.max_rel, float(np.nan_to_num(rel, nan=np.inf).max()))
-            cos = _cosine(np.where(both, r, 0), np.where(both, c, 0))
-            if cos is not None:
-                self.cosine = cos if self.cosine is None else min(self.cosine, cos)
-        if count and self.worst_index is None:
-            flat = int(np.argmax(bad))
-            self.worst_index = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
-            self.worst_sample = sample
-        if count:
-            self.fail("not bit-identical")
-        return count == 0
-
-    def result(self) -> PairReport:
-        rtol, atol = (0.0, 0.0) if self.exact else self.tolerances()
-        ok = self.reason is None and self.mismatches == 0 and self.samples > 0
-        reason = self.reason
-        if self.samples == 0:
-            reason = reason or "never computed"
-        return PairReport(
-            reference=self.reference, candidate=self.candidate, ok=ok,
-            max_abs_diff=self.max_abs if self.elements else None,
-            max_rel_diff=self.max_rel if self.elements else None,
-            mismatches=self.mismatches, elements=self.elements, worst_index=self.worst_index,
-            worst_sample=self.worst_sample, cosine=self.cosine, dtype=self.dtype,
-            shape=self.shape, candidate_shape=self.candidate_shape, rtol=rtol, atol=atol,
-            exact=self.exact, check=self.check, reason=reason,
-        )
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float | None:
-    a = a.astype(np.float64).reshape(-1)
-    b = b.astype(np.float64).reshape(-1)
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0 or not (math.isfinite(na) and math.isfinite(nb)):
-        return None
-    return float(min(1.0, max(-1.0, float(np.dot(a, b)) / (na * nb))))
-
-
-def compare_arrays(ref: Any, cand: Any, *, rtol: float | None = None, atol: float | None = None,
-                   exact: bool = False, dtype: str = "", reference: str = "reference",
-                   candidate: str = "candidate") -> PairReport:
-    """Compare one pair of arrays (one sample). See the module docstring for the rules."""
-    acc = PairAccumulator(reference, candidate, dtype=dtype, rtol=rtol, atol=atol, exact=exact)
-    acc.add(ref, cand)
-    return acc.result()
+def inconclusive_reason(pairs: list[PairReport] | tuple[PairReport, ...]) -> str:
+    """One line naming why nothing settled the verification and what to do."""
+    open_pairs = [p for p in pairs if p.verdict == INCONCLUSIVE]
+    shown = "; ".join(f"{p.candidate}: {p.why}" for p in open_pairs[:3])
+    more = f" (+{len(open_pairs) - 3} more)" if len(open_pairs) > 3 else ""
+    return f"inconclusive: no compared tensor could show a difference ({shown}{more}); {INCONCLUSIVE_ADVICE}"
 
 
 def make_report(pairs: list[PairReport], *, samples: int, kind: str, notes: list[str] | None = None,
-                divergence: Divergence | None = None, reason: str | None = None) -> VerifyReport:
-    """A :class:`VerifyReport`; nothing compared means not ok."""
+                divergence: Divergence | None = None, reason: str | None = None,
+                inputs: dict[str, str] | None = None, deep: DeepResult | None = None) -> VerifyReport:
+    """A :class:`VerifyReport` with its verdict (see :func:`overall_verdict`)."""
     if not pairs and reason is None:
         reason = "nothing was compared (no pairs); name pairs explicitly"
-    ok = bool(pairs) and all(p.ok for p in pairs) and samples > 0
-    return VerifyReport(ok=ok, pairs=tuple(pairs), samples=samples, kind=kind, reason=reason,
-                        divergence=divergence, notes=tuple(notes or ()))
+    verdict = overall_verdict(pairs, samples, deep)
+    if verdict == INCONCLUSIVE and reason is None:
+        reason = inconclusive_reason(pairs)
+    return VerifyReport(ok=verdict == PASS, pairs=tuple(pairs), samples=samples, kind=kind,
+                        reason=reason, divergence=divergence, notes=tuple(notes or ()),
+                        verdict=verdict, inputs=dict(inputs or {}), deep=deep)

@@ -18,15 +18,15 @@ With graph optimizations off, everything a rewrite should leave exact is compare
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
 
-from ..closure import closure, downstream_nodes
+from ..closure import downstream_nodes
 from ..errors import SurgeryError, UsageError
 from ..index import GraphIndex
 from ..io import Model
@@ -41,11 +41,14 @@ from ..record import (
     as_record,
 )
 from ..select import Selector
+from .accumulate import PairAccumulator
 from .compare import make_samples
-from .inputs import InputsLike, Sample
+from .deep import isolate_nodes, loose_value_info, saturation_bounds
+from .deepen import settle
+from .inputs import InputsLike, Range, Sample
 from .isolate import Limits, ResourceLimitError, make_limits
 from .locate import Side, locate, numpy_dtype_name
-from .report import Divergence, PairAccumulator, PairReport, VerifyReport, make_report
+from .report import INCONCLUSIVE, DeepResult, Divergence, PairReport, VerifyReport, make_report
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 Values = list[dict[str, np.ndarray]]
@@ -62,21 +65,26 @@ class _Entry:
     sides: Callable[[int], tuple[Side, Side]] | None
     mapping: dict[str, str]
     strict: bool
+    fed: tuple[str, ...] = ()
 
 
 class _Check:
-    """Accumulates the pairs of one rewrite verification and locates the first failure."""
+    """Accumulates the pairs of one rewrite verification, settles the pairs that could not show
+    a difference (:func:`~.deepen.settle`) and locates the first failure."""
 
-    def __init__(self, batch: int) -> None:
+    def __init__(self, batch: int, samples: int, notes: Sequence[str] = ()) -> None:
         self.entries: list[_Entry] = []
-        self.notes: list[str] = []
+        self.notes: list[str] = list(notes)
         self.batch = batch
+        self.samples = samples
 
     def compare(self, check: str, ref_name: str, cand_name: str, ref_vals: Values,
                 cand_vals: Values, *, dtype: str, exact: bool,
                 sides: Callable[[int], tuple[Side, Side]] | None = None,
                 mapping: Mapping[str, str] | None = None, strict: bool = False,
-                display: str | None = None) -> None:
+                display: str | None = None, label: str = "", fed: Sequence[str] = ()) -> None:
+        """Compare ``ref_name`` (shown as ``display``; ``label`` says how the reference was
+        computed) with ``cand_name`` over every sample."""
         if exact and dtype in _CPU_UPCAST:
             # onnxruntime's CPU provider computes float16/bfloat16 chains in float32 and drops the
             # Cast pairs between them, so a tensor fed across a cut is rounded where the original's
@@ -85,8 +93,9 @@ class _Check:
             note = f"{dtype} tensors compared within tolerance (onnxruntime CPU computes them in float32)"
             if note not in self.notes:
                 self.notes.append(note)
+        bounds = saturation_bounds(sides(0)[0].staged, ref_name) if sides is not None else ()
         acc = PairAccumulator(display or ref_name, cand_name, dtype=dtype, exact=exact,
-                              check=check)
+                              check=check, bounds=bounds, label=label)
         for k, (r, c) in enumerate(zip(ref_vals, cand_vals, strict=True)):
             if ref_name not in r:
                 acc.fail(f"'{ref_name}' is not computed by the reference")
@@ -95,19 +104,39 @@ class _Check:
                 acc.fail(f"'{cand_name}' is not computed by the rewritten model")
                 break
             acc.add(r[ref_name], c[cand_name], k)
-        self.entries.append(_Entry(acc, ref_name, sides, dict(mapping or {}), strict))
+        self.entries.append(_Entry(acc, ref_name, sides, dict(mapping or {}), strict, tuple(fed)))
 
     def missing(self, check: str, ref_name: str, reason: str) -> None:
         acc = PairAccumulator(ref_name, "-", check=check)
         acc.fail(reason)
         self.entries.append(_Entry(acc, ref_name, None, {}, False))
 
-    def report(self, kind: str, samples: int, *, locate_divergence: bool) -> VerifyReport:
-        results: list[PairReport] = [e.acc.result() for e in self.entries]
+    def _settle(self, result: PairReport, entry: _Entry) -> tuple[PairReport, DeepResult | None]:
+        if result.verdict != INCONCLUSIVE or entry.sides is None:
+            return result, None
+        sides = [entry.sides(k) for k in range(self.samples)]
+        ref, cand = sides[0][0].staged, sides[0][1].staged
+        if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
+            return result, None
+        settled, deep = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
+                               [dict(c.feeds) for _, c in sides],
+                               [replace(result, reference=entry.ref_name)], mapping=entry.mapping,
+                               strict=entry.strict, exact=entry.acc.exact, notes=self.notes,
+                               fed=entry.fed)
+        return replace(settled[0], reference=result.reference), deep
+
+    def report(self, kind: str, samples: int, *, locate_divergence: bool,
+               inputs: Mapping[str, str] | None = None) -> VerifyReport:
+        results: list[PairReport] = []
+        deep: DeepResult | None = None
+        for entry in self.entries:
+            result, found = self._settle(entry.acc.result(), entry)
+            results.append(result)
+            deep = deep or found
         divergence: Divergence | None = None
         if locate_divergence:
             for result, entry in zip(results, self.entries, strict=True):
-                if result.ok or entry.sides is None:
+                if result.agree or entry.sides is None:
                     continue
                 ref, cand = entry.sides(result.worst_sample or 0)
                 full = {**entry.mapping, entry.ref_name: result.candidate}
@@ -121,7 +150,7 @@ class _Check:
                     self.notes.append(f"could not locate the first difference: {exc}")
                 break
         return make_report(results, samples=samples, kind=kind, notes=self.notes,
-                           divergence=divergence)
+                           divergence=divergence, inputs=dict(inputs or {}), deep=deep)
 
 
 def _run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Values:
@@ -176,46 +205,23 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
     for out in proto.graph.output:
         if out.name in outputs:
             out.name = fresh
-    vi = oracle_index.oracle.value_info(source)
-    elem = oracle_index.elem_type(source)
-    if vi is not None and vi.type.WhichOneof("value") is not None:
-        new_vi = onnx.ValueInfoProto()
-        new_vi.CopyFrom(vi)
-        new_vi.name = fresh
-    else:
-        new_vi = helper.make_tensor_value_info(fresh, elem, None)
-    proto.graph.input.append(new_vi)
+    # The fed values need not have the source's shape (global_avg_pool turns [1,8,16,16] into
+    # [1,8,1,1]): declare the element type only (sequences and optionals keep their type), and
+    # drop the shapes recorded for everything downstream, which onnxruntime would otherwise hold
+    # the new values to.
+    fed_vi = loose_value_info(oracle_index, source)
+    fed_vi.name = fresh
+    proto.graph.input.append(fed_vi)
+    cut_index = GraphIndex(proto)
+    affected = {fresh} | {o for i in downstream_nodes(cut_index, [fresh])
+                          for o in proto.graph.node[i].output}
+    kept = [vi for vi in proto.graph.value_info if vi.name not in affected]
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(kept)
+    for out in proto.graph.output:
+        if out.name in affected and out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
     return Model(proto, base_dir=original.base_dir, source=None), fresh
-
-
-def _loose_value_info(staged: Staged, name: str) -> onnx.ValueInfoProto:
-    """``name`` typed by its dtype only, or by its full type when it is not a tensor (a
-    sequence or an optional value)."""
-    vi = staged.oracle.value_info(name)
-    if vi is not None and vi.type.WhichOneof("value") not in (None, "tensor_type"):
-        out = onnx.ValueInfoProto()
-        out.CopyFrom(vi)
-        out.name = name
-        return out
-    return helper.make_tensor_value_info(name, staged.elem_type(name), None)
-
-
-def _isolate_block(rewritten: Staged, at: str, processed: str) -> Model:
-    """The block between ``at`` and ``processed`` of the rewritten model as a standalone model."""
-    index = rewritten.index
-    clo = closure(index, [processed], stop_at=[at])
-    graph = index.graph
-    nodes = [graph.node[i] for i in clo.nodes]
-    inits = [graph.initializer[index.initializers[n]] for n in clo.initializers
-             if index.initializers[n] >= 0]
-    inputs = [_loose_value_info(rewritten, at)]
-    inputs += [_loose_value_info(rewritten, n) for n in clo.inputs if n != at]
-    g = helper.make_graph(nodes, "isolated_block", inputs,
-                          [_loose_value_info(rewritten, processed)], inits)
-    proto = helper.make_model(g, opset_imports=list(rewritten.model.proto.opset_import),
-                              functions=list(rewritten.model.proto.functions))
-    proto.ir_version = rewritten.model.proto.ir_version
-    return Model(proto, base_dir=rewritten.model.base_dir)
 
 
 def _fresh_block(record: InsertRecord, elem_type: int, opset: int,
@@ -237,17 +243,19 @@ def _fresh_block(record: InsertRecord, elem_type: int, opset: int,
 class _Context:
     def __init__(self, original: Model, rewritten: Model, ws: Workspace, *, threads: int,
                  inputs: InputsLike | None, seed: int, dims: Mapping[str, int] | None,
-                 samples: int | None, limits: Limits | None = None) -> None:
+                 samples: int | None, limits: Limits | None = None,
+                 ranges: Mapping[str, Range] | None = None,
+                 save_inputs: str | os.PathLike | None = None) -> None:
         self.ws = ws
         self.threads = threads
         self.limits = limits
         self.orig = Staged(original, ws, "original", threads=threads, limits=limits)
         self.new = Staged(rewritten, ws, "rewritten", threads=threads, limits=limits)
-        if samples is None and inputs is None:
-            from .compare import default_samples
-
-            samples = default_samples(original.proto, rewritten.proto)
-        self.feeds = make_samples([self.orig], inputs=inputs, seed=seed, dims=dims, samples=samples)
+        made = make_samples([self.orig], inputs=inputs, seed=seed, dims=dims, samples=samples, ranges=ranges,
+                            save_inputs=save_inputs)
+        self.feeds = made.samples
+        self.described = made.described
+        self.notes = made.notes
 
     def stage(self, model: Model, label: str) -> Staged:
         return Staged(model, self.ws, label, threads=self.threads, limits=self.limits)
@@ -273,7 +281,7 @@ def _check_extract(ctx: _Context, record: ExtractRecord, check: _Check) -> None:
     for n in outs:
         if orig.is_tensor(n):
             check.compare("extract", n, n, orig_vals, new_vals, dtype=_dtype(orig, n), exact=True,
-                          sides=sides)
+                          sides=sides, fed=stops)
 
 
 def _untouched(check: _Check, orig: Staged, new: Staged, orig_vals: Values, new_vals: Values,
@@ -321,9 +329,11 @@ def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
         def cut_sides(k: int) -> tuple[Side, Side]:
             return Side(cut_staged, cut_feeds[k]), Side(new, feeds[k])
 
+        fed_with = ", ".join(f"{a} := {b}" for a, b in replace.items())
         for o, c in pairs.items():
             check.compare("copy", o, c, cut_vals, new_vals, dtype=_dtype(new, o), exact=True,
-                          sides=cut_sides, mapping=tensor_map, strict=True)
+                          sides=cut_sides, mapping=tensor_map, strict=True,
+                          label=f"{o} recomputed with {fed_with}")
     orig_vals = _run_all(orig, feeds, kept)
     _untouched(check, orig, new, orig_vals, new_vals, kept,
                lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
@@ -375,7 +385,8 @@ def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Seque
         elif c in affected:
             check.compare("downstream", c, n, cut_vals, new_vals, dtype=_dtype(cut_staged, c),
                           exact=True, sides=cut_sides, mapping={fed: replacement},
-                          display=shown.get(c, c))
+                          display=shown.get(c, c),
+                          label=f"{shown.get(c, c)} recomputed with {source} := {replacement}")
         else:
             check.compare("untouched", c, n, orig_vals, new_vals, dtype=_dtype(orig, c),
                           exact=True, sides=lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
@@ -410,16 +421,18 @@ def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
                     mapping.update(zip(mine.output, theirs.output, strict=False))
         check.notes.append(f"block '{record.block}' rebuilt from the record's parameters")
     else:
-        block = ctx.stage(_isolate_block(new, at, processed), "block")
+        block = ctx.stage(isolate_nodes(new, [processed], [at]), "block")
         b_in, b_out = at, processed
         check.notes.append("block isolated from the rewritten model (not a built-in block)")
     block_feeds = [{**f, b_in: ov[at]} for f, ov in zip(feeds, orig_vals, strict=True)]
     block_vals = _run_all(block, block_feeds, [b_out])
     mapping[b_out] = processed
     mapping[b_in] = at
+    name = record.block
+    what = f"{name if name and name != 'graph' else 'inserted graph'}({at})"
     check.compare("block", b_out, processed, block_vals, new_vals, dtype=_dtype(new, processed),
                   exact=False, sides=lambda k: (Side(block, block_feeds[k]), Side(new, feeds[k])),
-                  mapping=mapping, strict=True)
+                  mapping=mapping, strict=True, display=what, label=f"{what} evaluated alone")
     as_output = record.as_output
     rerouted = [] if as_output else list(record.rerouted)
     rerouted_outputs = [] if as_output else list(record.rerouted_outputs)
@@ -451,14 +464,19 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
                    dims: Mapping[str, int] | None = None, samples: int | None = None,
                    batch: int = DEFAULT_BATCH, threads: int = 0,
                    locate_divergence: bool = True, isolate: bool = False,
-                   timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
+                   timeout: float | None = None, memory_limit: int | None = None,
+                   ranges: Mapping[str, Range] | None = None,
+                   save_inputs: str | os.PathLike | None = None) -> VerifyReport:
     """Check the invariant ``record`` (one rewrite of ``original`` into ``rewritten``) implies.
 
     ``record`` is a typed :class:`~onnxsurgeon.record.RewriteRecord` or its JSON object (read
     strictly: a missing or misspelt key is an error, never a default).
 
     See the module docstring for what each op must satisfy. Inputs are those of ``original``
-    (random unless ``inputs`` is given). When a check fails the first differing tensor is located.
+    (random unless ``inputs`` is given; ``ranges`` and ``save_inputs`` as in
+    :func:`~onnxsurgeon.verify.compare`). Every check is judged informative; one that could show
+    nothing is settled deeper (shared tensors on its way, or the same graph from tensors that
+    agree) or stays inconclusive. When a check fails the first differing tensor is located.
     ``isolate`` / ``timeout`` / ``memory_limit`` run every session in a child process under
     limits, as in :func:`~onnxsurgeon.verify.compare`.
 
@@ -480,8 +498,9 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
     orig_model, new_model = to_model(original), to_model(rewritten)
     with Workspace() as ws:
         ctx = _Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
-                       dims=dims, samples=samples, limits=limits)
-        check = _Check(batch)
+                       dims=dims, samples=samples, limits=limits, ranges=ranges,
+                       save_inputs=save_inputs)
+        check = _Check(batch, len(ctx.feeds), ctx.notes)
         run_check(ctx, typed, check)
         return check.report(f"rewrite:{typed.op}", len(ctx.feeds),
-                            locate_divergence=locate_divergence)
+                            locate_divergence=locate_divergence, inputs=ctx.described)

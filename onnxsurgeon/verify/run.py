@@ -67,6 +67,7 @@ def new_session(path: Path, *, threads: int = 0) -> Any:
     """An onnxruntime session for the file ``path``: CPU, optimizations off, errors only."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)  # onnxruntime's own (coloured) warnings never reach stderr
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3

@@ -22,7 +22,7 @@ from ..index import GraphIndex
 from ..io import Model
 from ..record import BypassRecord, MergeRecord, RenameRecord, as_record, records
 from .compare import make_samples
-from .inputs import InputsLike
+from .inputs import InputsLike, Range
 from .isolate import make_limits
 from .locate import Side
 from .report import VerifyReport
@@ -111,7 +111,8 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
                  inputs: InputsLike | None = None,
                  seed: int = 0, dims: Mapping[str, int] | None = None, samples: int | None = None,
                  batch: int = DEFAULT_BATCH, threads: int = 0, isolate: bool = False,
-                 timeout: float | None = None, memory_limit: int | None = None) -> VerifyReport:
+                 timeout: float | None = None, memory_limit: int | None = None,
+                 ranges: Mapping[str, Range] | None = None) -> VerifyReport:
     """Check that ``merged`` equals running ``first``, then ``second`` on first's connected
     tensors: every output of the merged model, bit for bit (optimizations off). ``record`` is
     the merge record (default: the merged model's last one).
@@ -136,7 +137,9 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
         fst = Staged(to_model(first), ws, "first", threads=threads, limits=limits)
         snd = Staged(to_model(second), ws, "second", threads=threads, limits=limits)
         new = Staged(new_model, ws, "merged", threads=threads, limits=limits)
-        feeds = make_samples([new], inputs=inputs, seed=seed, dims=dims, samples=samples)
+        made = make_samples([new], inputs=inputs, seed=seed, dims=dims, samples=samples,
+                            ranges=ranges)
+        feeds = made.samples
         outs = list(new.output_names)
         mine = {o: (fst if fst.is_tensor(o) else snd) for o in outs}
         first_feeds = [{k: v for k, v in f.items() if k in fst.input_names} for f in feeds]
@@ -150,7 +153,7 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
         second_vals = _run_all(snd, second_feeds,
                                [back.get(o, o) for o in outs if mine[o] is snd])
         new_vals = _run_all(new, feeds, outs)
-        check = _Check(batch)
+        check = _Check(batch, len(feeds), made.notes)
         for o in outs:
             if mine[o] is fst:
                 check.compare("merge:first", o, o, first_vals, new_vals, dtype=_dtype(new, o),
@@ -160,7 +163,8 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
             else:
                 check.compare("merge:second", back.get(o, o), o, second_vals, new_vals,
                               dtype=_dtype(new, o), exact=True)
-        return check.report("rewrite:merge", len(feeds), locate_divergence=False)
+        return check.report("rewrite:merge", len(feeds), locate_divergence=False,
+                            inputs=made.described)
 
 
 def checks() -> dict[str, Callable[[_Context, Any, _Check], None]]:

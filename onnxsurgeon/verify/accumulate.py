@@ -1,0 +1,381 @@
+"""Comparing arrays over samples: tolerances by dtype, per-pair statistics, informativeness.
+
+An element fails only when its absolute difference exceeds ``atol`` *and* its relative difference
+exceeds ``rtol`` (relative to the reference). NaN and Inf must sit at the same positions (Inf with
+the same sign) and are otherwise ignored by the statistics. A shape or dtype mismatch fails the
+pair. ``exact`` compares bit patterns.
+
+Informativeness: whether a pair *could* have shown a difference. Folded in sample by sample from
+bounded statistics (never every sample): a pair is not informative when both sides are
+
+* constant across samples (compared on up to :data:`PROBE_ELEMENTS` evenly spaced elements of
+  the first sample, within the pair's tolerance),
+* saturated: at least :data:`SATURATED_FRACTION` of the elements within ``atol`` of 0 or of the
+  producing op's bounds (softmax/sigmoid 0 and 1, tanh -1 and 1, clip min and max), or
+* non-finite everywhere.
+
+With one sample, constancy cannot be measured and is not held against the pair.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .report import PairReport
+
+PROBE_ELEMENTS = 65536
+"""Elements of the first sample kept per side to tell whether a tensor varies across samples."""
+SATURATED_FRACTION = 0.99
+"""A side is saturated when at least this fraction of its elements sits at 0 or a bound."""
+
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1e-4, 1e-5),
+    "float64": (1e-4, 1e-5),
+    "float16": (1e-3, 2.5e-3),
+    "bfloat16": (1e-2, 2e-2),
+}
+"""Default (rtol, atol) by dtype name; other float8-like types use bfloat16's, ints/bool exact."""
+
+
+def default_tolerance(dtype_name: str) -> tuple[float, float]:
+    """(rtol, atol) for a numpy/ONNX dtype name; (0, 0) for integers, bool and strings."""
+    name = dtype_name.lower()
+    if name in TOLERANCES:
+        return TOLERANCES[name]
+    if name.startswith("float8") or name.startswith("float4"):
+        return TOLERANCES["bfloat16"]
+    if name == "float":
+        return TOLERANCES["float32"]
+    return (0.0, 0.0)
+
+
+def _as_comparable(a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "fc":
+        return a
+    if a.dtype.kind in "iub":
+        return a
+    if a.dtype.name in ("bfloat16",) or a.dtype.name.startswith("float8"):
+        return a.astype(np.float32)
+    return a
+
+
+def _structure(value: Any, path: str = "") -> list[tuple[str, Any]] | None:
+    """(path, leaf) pairs of a sequence/map value in a stable order; None when not one.
+    Iterative-enough: ONNX sequences and maps nest at most a few levels."""
+    if isinstance(value, (np.ndarray, int, float, bool, np.generic)):
+        return [(path, value)]
+    if isinstance(value, dict):
+        out: list[tuple[str, Any]] = []
+        for k in sorted(value, key=repr):
+            sub = _structure(value[k], f"{path}/{k!r}")
+            if sub is None:
+                return None
+            out += sub
+        return out
+    if isinstance(value, (list, tuple)):
+        out = [(f"{path}#len", len(value))]
+        for i, v in enumerate(value):
+            sub = _structure(v, f"{path}[{i}]")
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return None
+
+
+def _probe(flat: np.ndarray) -> np.ndarray:
+    """At most PROBE_ELEMENTS evenly spaced elements of a flat array (a copy)."""
+    step = max(1, -(-flat.size // PROBE_ELEMENTS))
+    return np.array(flat[::step][:PROBE_ELEMENTS])
+
+
+class SideStats:
+    """Bounded statistics of one side of a pair over samples: does it vary, is it saturated,
+    is any element finite. Memory: one probe of at most PROBE_ELEMENTS elements."""
+
+    def __init__(self, bounds: Sequence[float] = (0.0,)) -> None:
+        self.bounds = tuple(dict.fromkeys(float(b) for b in (0.0, *bounds)))
+        self.first: np.ndarray | None = None
+        self.first_shape: tuple[int, ...] | None = None
+        self.varies = False
+        self.samples = 0
+        self.elements = 0
+        self.float_elements = 0
+        self.at_bounds = 0
+        self.finite = 0
+        self.finite_last = 0
+
+    def add(self, a: np.ndarray, *, rtol: float, atol: float) -> None:
+        """Fold one sample (a numeric array) in. O(size x bounds)."""
+        self.samples += 1
+        self.elements += a.size
+        flat = a.reshape(-1)
+        self.finite_last = a.size
+        if a.dtype.kind in "fc":
+            finite = np.isfinite(flat)
+            self.finite_last = int(finite.sum())
+            self.finite += self.finite_last
+            if a.dtype.kind == "f":
+                self.float_elements += a.size
+                near = np.zeros(flat.shape, dtype=bool)
+                with np.errstate(invalid="ignore"):
+                    for b in self.bounds:
+                        near |= np.abs(flat - b) <= atol
+                self.at_bounds += int(near.sum())
+        else:
+            self.finite += a.size
+        if self.varies:
+            return
+        if self.first is None:
+            self.first, self.first_shape = _probe(flat), tuple(a.shape)
+            return
+        if tuple(a.shape) != self.first_shape:
+            self.varies = True
+            return
+        now = _probe(flat)
+        if now.dtype.kind in "fc":
+            x, y = now.astype(np.float64), self.first.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                same = (np.abs(x - y) <= atol + rtol * np.abs(y)) | (np.isnan(x) & np.isnan(y)) | (x == y)
+            self.varies = not bool(same.all())
+        else:
+            self.varies = not bool(np.array_equal(now, self.first))
+
+    def saturated(self) -> float | None:
+        """Fraction of float elements at 0 or a bound when it reaches SATURATED_FRACTION."""
+        if not self.float_elements:
+            return None
+        frac = self.at_bounds / self.float_elements
+        return frac if frac >= SATURATED_FRACTION else None
+
+
+def uninformative_reason(ref: SideStats, cand: SideStats) -> str | None:
+    """Why a pair with these side statistics cannot show a difference (None: it can)."""
+    if ref.elements == 0 and cand.elements == 0:
+        return "empty on both sides" if ref.samples else None
+    if ref.elements and cand.elements and ref.finite == 0 and cand.finite == 0:
+        return "non-finite everywhere on both sides"
+    rs, cs = ref.saturated(), cand.saturated()
+    if rs is not None and cs is not None:
+        bounds = " or ".join(f"{b:g}" for b in ref.bounds)
+        return f"saturated: {100 * min(rs, cs):.4g}% of elements at {bounds} on both sides"
+    if ref.samples >= 2 and not ref.varies and not cand.varies:
+        return f"constant across {ref.samples} samples on both sides"
+    return None
+
+
+class PairAccumulator:
+    """Folds the comparison of one pair over several samples into a :class:`PairReport`.
+
+    ``bounds``: values the producing op saturates at besides 0 (softmax 1, tanh -1 and 1, ...).
+    """
+
+    def __init__(self, reference: str, candidate: str, *, dtype: str = "", rtol: float | None = None,
+                 atol: float | None = None, exact: bool = False, check: str = "",
+                 bounds: Sequence[float] = (), label: str = "") -> None:
+        self.reference, self.candidate, self.check = reference, candidate, check
+        self.label = label
+        self.ref_stats, self.cand_stats = SideStats(bounds), SideStats(bounds)
+        self.dtype = dtype
+        self.rtol, self.atol, self.exact = rtol, atol, exact
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.mismatches = 0
+        self.elements = 0
+        self.worst_index: tuple[int, ...] | None = None
+        self.worst_sample: int | None = None
+        self.worst_abs = 0.0
+        self._worst_failing = False
+        self.cosine: float | None = None
+        self.reason: str | None = None
+        self.shape: tuple[int, ...] | None = None
+        self.candidate_shape: tuple[int, ...] | None = None
+        self.samples = 0
+
+    def fail(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def tolerances(self) -> tuple[float, float]:
+        rtol, atol = default_tolerance(self.dtype)
+        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
+
+    def add(self, ref: Any, cand: Any, sample: int = 0) -> bool:
+        """Compare one sample; returns True when it agrees."""
+        self.samples += 1
+        if not isinstance(ref, np.ndarray) or not isinstance(cand, np.ndarray):
+            # sequence / map outputs (ZipMap in every scikit-learn classifier): compared leaf by
+            # leaf once their structure (lengths, keys) agrees (gauntlet bug: always failed)
+            ref_leaves, cand_leaves = _structure(ref), _structure(cand)
+            if ref_leaves is None or cand_leaves is None:
+                self.fail("not a tensor, sequence or map")
+                return False
+            if [k for k, _ in ref_leaves] != [k for k, _ in cand_leaves]:
+                self.fail("sequence or map structure (lengths, keys) differs from the reference's")
+                return False
+            if not ref_leaves:
+                return True
+            ref = np.concatenate([np.asarray(v).ravel() for _, v in ref_leaves])
+            cand = np.concatenate([np.asarray(v).ravel() for _, v in cand_leaves])
+        if not self.dtype:
+            self.dtype = ref.dtype.name
+        self.shape, self.candidate_shape = tuple(ref.shape), tuple(cand.shape)
+        if ref.dtype != cand.dtype:
+            self.fail(f"dtype {cand.dtype} differs from the reference's {ref.dtype}")
+            return False
+        if ref.shape != cand.shape:
+            self.fail(f"shape {list(cand.shape)} differs from the reference's {list(ref.shape)}")
+            return False
+        self.elements += ref.size
+        self._fold_stats(ref, cand)
+        if ref.size == 0:
+            return True
+        if self.exact:
+            return self._add_exact(ref, cand, sample)
+        r = _as_comparable(ref)
+        c = _as_comparable(cand)
+        if r.dtype.kind in "fiub" and np.array_equal(r, c):
+            # equal values (no NaN): nothing differs; one pass instead of a dozen (deep runs)
+            finite = self.ref_stats.finite_last == r.size
+            if r.dtype.kind != "f" or finite:
+                if self.cosine is None:
+                    self.cosine = 1.0
+                return True
+
+        unequal_ints = None
+        if r.dtype.kind in "biu":
+            unequal_ints = r != c  # exact, even beyond float64's 2**53
+            r, c = r.astype(np.float64), c.astype(np.float64)
+        if r.dtype.kind == "c":
+            finite = np.isfinite(r) & np.isfinite(c)
+            bad_special = ~finite & (r != c)
+            diff = np.where(finite, np.abs(r - c), 0.0).astype(np.float64)
+            mag = np.where(finite, np.abs(r), 0.0).astype(np.float64)
+        else:
+            finite = np.isfinite(r) & np.isfinite(c)
+            with np.errstate(invalid="ignore"):
+                bad_special = ~finite & ~((np.isnan(r) & np.isnan(c)) | (r == c))
+            diff = np.abs(np.where(finite, r, 0).astype(np.float64)
+                          - np.where(finite, c, 0).astype(np.float64))
+            mag = np.abs(np.where(finite, r, 0).astype(np.float64))
+        rtol, atol = self.tolerances()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(diff == 0, 0.0, diff / mag)
+        bad = ((diff > atol) & (rel > rtol)) | bad_special
+        if unequal_ints is not None and rtol == 0.0 and atol == 0.0:
+            bad |= unequal_ints
+        if bad_special.any():
+            self.fail("NaN/Inf positions differ")
+        count = int(bad.sum())
+        self.mismatches += count
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        self.max_rel = max(self.max_rel, float(rel.max()))
+        if count:
+            score = np.where(bad, np.where(bad_special, np.inf, diff), -1.0)
+            flat = int(np.argmax(score))
+            worst = float(score.reshape(-1)[flat])
+            if not self._worst_failing or worst > self.worst_abs:
+                self._set_worst(worst, flat, ref.shape, sample, failing=True)
+        elif not self._worst_failing:
+            flat = int(np.argmax(diff))
+            worst = float(diff.reshape(-1)[flat])
+            if worst > self.worst_abs:
+                self._set_worst(worst, flat, ref.shape, sample, failing=False)
+        if r.dtype.kind != "c":
+            cos = _cosine(np.where(finite, r, 0), np.where(finite, c, 0))
+            if cos is not None:
+                self.cosine = cos if self.cosine is None else min(self.cosine, cos)
+        return count == 0
+
+    def _fold_stats(self, ref: np.ndarray, cand: np.ndarray) -> None:
+        if ref.dtype.kind not in "fciub" and ref.dtype.name != "bfloat16":
+            # strings and objects: only constancy can be told (compared as bytes)
+            for stats, a in ((self.ref_stats, ref), (self.cand_stats, cand)):
+                stats.add(np.frombuffer(str(a.tolist()).encode(), dtype=np.uint8), rtol=0, atol=0)
+            return
+        rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
+        self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
+        self.cand_stats.add(_as_comparable(cand), rtol=rtol, atol=atol)
+
+    def _set_worst(self, value: float, flat: int, shape: tuple[int, ...], sample: int, *,
+                   failing: bool) -> None:
+        self.worst_abs = value
+        self.worst_index = tuple(int(i) for i in np.unravel_index(flat, shape))
+        self.worst_sample = sample
+        self._worst_failing = failing
+
+    def _add_exact(self, ref: np.ndarray, cand: np.ndarray, sample: int) -> bool:
+        a = np.ascontiguousarray(ref).reshape(-1)
+        b = np.ascontiguousarray(cand).reshape(-1)
+        if ref.dtype.kind == "O":
+            bad = a != b
+        else:
+            bad = np.any(a.view(np.uint8).reshape(a.size, -1) != b.view(np.uint8).reshape(b.size, -1),
+                         axis=1)
+        count = int(bad.sum())
+        self.mismatches += count
+        if ref.dtype.kind in "fiub" or ref.dtype.name == "bfloat16":
+            r = _as_comparable(ref).astype(np.float64)
+            c = _as_comparable(cand).astype(np.float64)
+            both = np.isfinite(r) & np.isfinite(c)
+            diff = np.where(both, np.abs(r - c), np.where(bad.reshape(ref.shape), np.inf, 0.0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.where(diff == 0, 0.0, diff / np.abs(r))
+            self.max_abs = max(self.max_abs, float(diff.max()))
+            self.max_rel = max(self.max_rel, float(np.nan_to_num(rel, nan=np.inf).max()))
+            cos = _cosine(np.where(both, r, 0), np.where(both, c, 0))
+            if cos is not None:
+                self.cosine = cos if self.cosine is None else min(self.cosine, cos)
+        if count and self.worst_index is None:
+            flat = int(np.argmax(bad))
+            self.worst_index = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
+            self.worst_sample = sample
+        if count:
+            self.fail("not bit-identical")
+        return count == 0
+
+    def result(self) -> PairReport:
+        rtol, atol = (0.0, 0.0) if self.exact else self.tolerances()
+        agree = self.reason is None and self.mismatches == 0 and self.samples > 0
+        reason = self.reason
+        if self.samples == 0:
+            reason = reason or "never computed"
+        why = uninformative_reason(self.ref_stats, self.cand_stats) if agree else None
+        verdict = "fail" if not agree else ("inconclusive" if why else "pass")
+        return PairReport(
+            reference=self.reference, candidate=self.candidate, ok=verdict == "pass",
+            verdict=verdict, agree=agree, informative=why is None, why=why, label=self.label,
+            max_abs_diff=self.max_abs if self.elements else None,
+            max_rel_diff=self.max_rel if self.elements else None,
+            mismatches=self.mismatches, elements=self.elements, worst_index=self.worst_index,
+            worst_sample=self.worst_sample, cosine=self.cosine, dtype=self.dtype,
+            shape=self.shape, candidate_shape=self.candidate_shape, rtol=rtol, atol=atol,
+            exact=self.exact, check=self.check, reason=reason,
+        )
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float | None:
+    a = a.astype(np.float64).reshape(-1)
+    b = b.astype(np.float64).reshape(-1)
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0 or not (math.isfinite(na) and math.isfinite(nb)):
+        return None
+    return float(min(1.0, max(-1.0, float(np.dot(a, b)) / (na * nb))))
+
+
+def compare_arrays(ref: Any, cand: Any, *, rtol: float | None = None, atol: float | None = None,
+                   exact: bool = False, dtype: str = "", reference: str = "reference",
+                   candidate: str = "candidate") -> PairReport:
+    """Compare one pair of arrays (one sample; so constancy across samples is not measured).
+    See the module docstring for the rules."""
+    acc = PairAccumulator(reference, candidate, dtype=dtype, rtol=rtol, atol=atol, exact=exact)
+    acc.add(ref, cand)
+    return acc.result()
+
+

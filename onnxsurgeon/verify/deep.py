@@ -1,0 +1,383 @@
+"""Layer-wise comparison: every tensor two models share, in bounded batches.
+
+Shared tensors are the reference's main-graph node outputs whose counterpart (same name, or the
+name a mapping gives) the candidate computes with the same element type and static shape. They
+are compared in the reference's topological order, exposed in batches whose estimated size stays
+under a byte budget (never every tensor in memory at once): per batch one session per model, every
+sample run through both, statistics folded in (:class:`~.accumulate.PairAccumulator`), arrays
+dropped. Cost: (batches x samples) runs per model; memory: one batch of tensors per model.
+
+:func:`structurally_covered` proves a pair equal without its values: the same graph computes it in
+both models from tensors that agree informatively (or from identical inputs and weights).
+:func:`node_check` tells a wrong node from inherited drift: the candidate's node is fed the
+reference's inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..closure import closure
+from ..index import GraphIndex
+from ..io import Model, read_tensor
+from ..protos import rename_reads
+from .accumulate import PairAccumulator
+from .inputs import Sample
+from .locate import numpy_dtype_name
+from .report import DeepResult, TensorError
+from .run import ModelRunError, Staged
+
+DEEP_BUDGET_BYTES = 256 * 2**20
+"""Estimated bytes of the tensors one batch exposes, per model."""
+DEEP_MAX_TENSORS = 2048
+"""Most tensors one batch exposes."""
+_UNKNOWN_BYTES = 4 * 2**20
+"""Size assumed for a tensor whose shape is unknown."""
+
+_BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": (-1.0, 1.0),
+           "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A tensor both models compute: names, producing node, order and saturation bounds."""
+
+    ref: str
+    cand: str
+    node: str
+    op_type: str
+    position: int
+    depth: int
+    bounds: tuple[float, ...]
+
+
+def saturation_bounds(staged: Staged, name: str) -> tuple[float, ...]:
+    """Values the op producing ``name`` saturates at besides 0 (softmax 1, tanh +-1, clip's
+    constant min and max)."""
+    index = staged.index
+    i = index.producer.get(name)
+    if i is None:
+        return ()
+    node = index.graph.node[i]
+    if node.op_type == "Clip":
+        out: list[float] = []
+        for a in node.attribute:
+            if a.name in ("min", "max") and a.type == onnx.AttributeProto.FLOAT:
+                out.append(float(a.f))
+        for slot in (1, 2):
+            if len(node.input) > slot and node.input[slot] in index.initializers:
+                pos = index.initializers[node.input[slot]]
+                if pos >= 0:
+                    value = read_tensor(index.graph.initializer[pos], staged.model.base_dir)
+                    if value.size == 1:
+                        out.append(float(value.reshape(-1)[0]))
+        return tuple(out)
+    return _BOUNDS.get(node.op_type, ())
+
+
+def node_depths(index: GraphIndex) -> list[int]:
+    """Per main-graph node, the longest path (in nodes) from a graph input. O(nodes + edges)."""
+    depth: list[int] = []
+    by_tensor: dict[str, int] = {}
+    for i, node in enumerate(index.graph.node):
+        reads = [n for n in node.input if n]
+        reads.extend(name for name, _ in index.captures.get(i, ()))
+        d = 1 + max((by_tensor.get(n, 0) for n in reads), default=0)
+        depth.append(d)
+        for out in node.output:
+            if out:
+                by_tensor[out] = d
+    return depth
+
+
+def _static(shape: Sequence[int | str | None] | None) -> tuple[int | None, ...] | None:
+    if shape is None:
+        return None
+    return tuple(d if isinstance(d, int) else None for d in shape)
+
+
+def _compatible(a: Sequence[int | str | None] | None, b: Sequence[int | str | None] | None) -> bool:
+    sa, sb = _static(a), _static(b)
+    if sa is None or sb is None:
+        return True
+    if len(sa) != len(sb):
+        return False
+    return all(x is None or y is None or x == y for x, y in zip(sa, sb, strict=True))
+
+
+def shared_tensors(ref: Staged, cand: Staged, *, mapping: Mapping[str, str] | None = None,
+                   strict: bool = False, targets: Sequence[str] | None = None) -> list[Shared]:
+    """Tensors both models compute, in the reference's topological order (restricted to the
+    ancestors of ``targets``, targets included, when given). ``mapping``: reference name ->
+    candidate name (identity otherwise; only mapped names when ``strict``). O(nodes + edges)."""
+    mapping = dict(mapping or {})
+    rindex, cindex = ref.index, cand.index
+    allowed: set[int] | None = None
+    if targets is not None:
+        allowed = set(closure(rindex, [t for t in targets if t in rindex.producer]).nodes)
+    depths = node_depths(rindex)
+    out: list[Shared] = []
+    for i, node in enumerate(rindex.graph.node):
+        if allowed is not None and i not in allowed:
+            continue
+        for name in node.output:
+            if not name or (strict and name not in mapping):
+                continue
+            other = mapping.get(name, name)
+            if other not in cindex.producer:
+                continue
+            elem = ref.elem_type(name)
+            if elem != cand.elem_type(other):
+                continue
+            if not _compatible(ref.oracle.shape(name), cand.oracle.shape(other)):
+                continue
+            out.append(Shared(name, other, rindex.node_label(i), node.op_type, i, depths[i],
+                              saturation_bounds(ref, name)))
+    return out
+
+
+def _bytes(staged: Staged, name: str, dims: Mapping[str, int]) -> int:
+    shape = staged.oracle.shape(name)
+    elem = staged.elem_type(name)
+    if shape is None or not elem:
+        return _UNKNOWN_BYTES
+    try:
+        size = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize
+    except (KeyError, TypeError, ValueError):
+        size = 4
+    for d in shape:
+        size *= d if isinstance(d, int) else (dims.get(d, 1) if isinstance(d, str) else 1)
+    return max(1, size)
+
+
+def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
+            max_tensors: int = DEEP_MAX_TENSORS) -> list[list[Shared]]:
+    """``items`` split in order into batches of estimated size at most ``budget`` bytes (a
+    tensor larger than the budget gets a batch of its own)."""
+    out: list[list[Shared]] = []
+    current: list[Shared] = []
+    used = 0
+    for item in items:
+        size = _bytes(staged, item.ref, dims)
+        if current and (used + size > budget or len(current) >= max_tensors):
+            out.append(current)
+            current, used = [], 0
+        current.append(item)
+        used += size
+    if current:
+        out.append(current)
+    return out
+
+
+def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
+                 cand_feeds: Sequence[Sample], *, items: Sequence[Shared],
+                 rtol: float | None = None, atol: float | None = None, exact: bool = False,
+                 budget: int = DEEP_BUDGET_BYTES, dims: Mapping[str, int] | None = None,
+                 forced: bool = False, notes: list[str] | None = None) -> DeepResult:
+    """Compare every shared tensor in ``items`` over every sample, batch by batch (see the
+    module docstring). A batch whose session cannot be built or run is skipped with a note."""
+    results: dict[int, TensorError] = {}
+    skipped = 0
+    groups = batches(ref, items, budget=budget, dims=dict(dims or {}))
+    for group in groups:
+        accs = [PairAccumulator(s.ref, s.cand, rtol=rtol, atol=atol, exact=exact,
+                                dtype=numpy_dtype_name(ref.elem_type(s.ref)), bounds=s.bounds)
+                for s in group]
+        usable = [True] * len(group)
+        try:
+            with ref.session([s.ref for s in group]) as rrun, \
+                    cand.session([s.cand for s in group]) as crun:
+                for k in range(len(ref_feeds)):
+                    rvals = rrun.run(ref_feeds[k])
+                    cvals = crun.run(cand_feeds[k])
+                    for j, s in enumerate(group):
+                        a, b = rvals.get(s.ref), cvals.get(s.cand)
+                        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                                and a.shape == b.shape and a.dtype == b.dtype):
+                            usable[j] = False
+                        if usable[j]:
+                            accs[j].add(a, b, k)
+                    del rvals, cvals
+        except ModelRunError as exc:
+            if notes is not None:
+                notes.append(f"deep comparison skipped {len(group)} tensors: {exc}")
+            skipped += len(group)
+            continue
+        for j, (s, acc) in enumerate(zip(group, accs, strict=True)):
+            if not usable[j]:
+                skipped += 1
+                continue
+            r = acc.result()
+            results[len(results)] = TensorError(
+                tensor=s.ref, candidate=s.cand, node=s.node, op_type=s.op_type,
+                position=s.position, depth=s.depth, max_abs_diff=r.max_abs_diff,
+                max_rel_diff=r.max_rel_diff, ok=bool(r.agree), informative=r.informative,
+                why=r.why)
+    ordered = sorted(results.values(), key=lambda t: (t.position, t.tensor))
+    return DeepResult(tensors=tuple(ordered), forced=forced, skipped=skipped, batches=len(groups))
+
+
+# --------------------------------------------------------------------- structural cover
+def _attrs(node: onnx.NodeProto, captured: Sequence[str] = ()) -> list[bytes]:
+    """The node's attributes serialized; bodies read the outer ``captured`` names as
+    placeholders (by position), so bodies that differ only in what they capture compare equal."""
+    if captured:
+        node = copy_node(node)
+        rename_reads(node, {name: f"\x00capture{k}" for k, name in enumerate(captured)})
+    return sorted(a.SerializeToString(deterministic=True) for a in node.attribute)
+
+
+def copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    """A deep copy of ``node``."""
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    return out
+
+
+def _same_weight(ref: Staged, cand: Staged, r: str, c: str) -> bool:
+    rt = ref.index.graph.initializer[ref.index.initializers[r]]
+    ct = cand.index.graph.initializer[cand.index.initializers[c]]
+    if rt.data_type != ct.data_type or list(rt.dims) != list(ct.dims):
+        return False
+    a = read_tensor(rt, ref.model.base_dir)
+    b = read_tensor(ct, cand.model.base_dir)
+    if a.dtype.kind == "O":
+        return bool(np.array_equal(a, b))
+    return a.tobytes() == b.tobytes()
+
+
+def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: Collection[str],
+                         mapping: Mapping[str, str] | None = None,
+                         fed: Collection[str] = ()) -> list[str] | None:
+    """The ``agreed`` tensors the walk stopped at when the candidate computes ``c`` with the
+    same graph the reference computes ``r`` with (same ops, attributes, weights and wiring),
+    walking back until tensors in ``agreed`` (reference names that agreed informatively, at their
+    mapped counterpart) or graph inputs fed alike (the same name, or the mapped one); None when
+    the graphs differ. ``fed``: candidate graph inputs fed the reference's values of their
+    counterparts (an extracted model's stop tensors). O(nodes + weight bytes) of the walked
+    region."""
+    mapping = dict(mapping or {})
+    cuts: list[str] = []
+    rindex, cindex = ref.index, cand.index
+    stack = [(r, c)]
+    seen: set[tuple[str, str]] = set()
+    while stack:
+        a, b = stack.pop()
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        if a in agreed and mapping.get(a, a) == b:
+            cuts.append(a)
+            continue
+        if b in fed and mapping.get(a, a) == b:
+            continue
+        r_init = rindex.initializers.get(a, -1) >= 0
+        c_init = cindex.initializers.get(b, -1) >= 0
+        if r_init or c_init:
+            if not (r_init and c_init and _same_weight(ref, cand, a, b)):
+                return None
+            continue
+        if a in rindex.inputs and a not in rindex.producer:
+            if mapping.get(a, a) == b:
+                continue
+            return None
+        i, j = rindex.producer.get(a), cindex.producer.get(b)
+        if i is None or j is None:
+            return None
+        rn, cn = rindex.graph.node[i], cindex.graph.node[j]
+        rcap = list(dict.fromkeys(n for n, _ in rindex.captures.get(i, ())))
+        ccap = list(dict.fromkeys(n for n, _ in cindex.captures.get(j, ())))
+        if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
+                or len(rcap) != len(ccap) or list(rn.output).index(a) != list(cn.output).index(b)
+                or _attrs(rn, rcap) != _attrs(cn, ccap)):
+            return None
+        stack.extend(zip(rcap, ccap, strict=True))
+        for x, y in zip(rn.input, cn.input, strict=True):
+            if bool(x) != bool(y):
+                return None
+            if x:
+                stack.append((x, y))
+    return cuts
+
+
+# ------------------------------------------------------------------------- node check
+def loose_value_info(staged: Staged, name: str) -> onnx.ValueInfoProto:
+    """``name`` typed by its dtype only (values of another shape may be fed), or by its full
+    type when it is not a tensor (a sequence or an optional value)."""
+    vi = staged.oracle.value_info(name)
+    if vi is not None and vi.type.WhichOneof("value") not in (None, "tensor_type"):
+        out = onnx.ValueInfoProto()
+        out.CopyFrom(vi)
+        out.name = name
+        return out
+    return helper.make_tensor_value_info(name, staged.elem_type(name), None)
+
+
+def isolate_nodes(staged: Staged, outputs: Sequence[str], stop_at: Sequence[str]) -> Model:
+    """The nodes of ``staged`` computing ``outputs`` from ``stop_at`` as a standalone model whose
+    inputs are the stop tensors (first) and any graph inputs read."""
+    index = staged.index
+    clo = closure(index, list(outputs), stop_at=list(stop_at))
+    graph = index.graph
+    nodes = [graph.node[i] for i in clo.nodes]
+    inits = [graph.initializer[index.initializers[n]] for n in clo.initializers
+             if index.initializers[n] >= 0]
+    inputs = [loose_value_info(staged, n) for n in clo.stops]
+    inputs += [loose_value_info(staged, n) for n in clo.inputs if n not in clo.stops]
+    outs = [loose_value_info(staged, n) for n in outputs]
+    g = helper.make_graph(nodes, "isolated", inputs, outs, inits)
+    proto = helper.make_model(g, opset_imports=list(staged.model.proto.opset_import),
+                              functions=list(staged.model.proto.functions))
+    proto.ir_version = staged.model.proto.ir_version
+    return Model(proto, base_dir=staged.model.base_dir)
+
+
+def node_check(ref: Staged, cand: Staged, ref_feed: Sample, cand_feed: Sample, tensor: str,
+               cand_tensor: str, *, mapping: Mapping[str, str] | None = None,
+               rtol: float | None = None, atol: float | None = None,
+               exact: bool = False) -> tuple[str, str] | None:
+    """("wrong node" | "inherited drift", detail) for the candidate node producing
+    ``cand_tensor``, fed the reference's values of its inputs; None when an input has no
+    reference counterpart or the check cannot run."""
+    inverse = {v: k for k, v in dict(mapping or {}).items()}
+    cindex = cand.index
+    j = cindex.producer.get(cand_tensor)
+    if j is None:
+        return None
+    node = cindex.graph.node[j]
+    reads = [n for n in node.input if n] + [n for n, _ in cindex.captures.get(j, ())]
+    computed = [n for n in dict.fromkeys(reads) if n in cindex.producer]
+    ref_names = [inverse.get(n, n) for n in computed]
+    if any(not ref.is_tensor(n) for n in ref_names):
+        return None
+    try:
+        rvals = ref.run(ref_feed, [tensor, *ref_names])
+        cvals = cand.run(cand_feed, computed) if computed else {}
+        alone = isolate_nodes(cand, [cand_tensor], computed)
+        staged = Staged(alone, cand.workspace, "node", threads=cand.threads, limits=cand.limits)
+        feed = {**{k: v for k, v in cand_feed.items() if k in staged.input_names},
+                **{c: rvals[r] for c, r in zip(computed, ref_names, strict=True)}}
+        fed = staged.run(feed, [cand_tensor])
+    except ModelRunError:
+        return None
+    dtype = numpy_dtype_name(ref.elem_type(tensor))
+    own = PairAccumulator(tensor, cand_tensor, rtol=rtol, atol=atol, exact=exact, dtype=dtype)
+    own.add(rvals[tensor], fed[cand_tensor])
+    drift = 0.0
+    for c, r in zip(computed, ref_names, strict=True):
+        acc = PairAccumulator(r, c, rtol=rtol, atol=atol, exact=exact,
+                              dtype=numpy_dtype_name(ref.elem_type(r)))
+        acc.add(rvals[r], cvals[c])
+        drift = max(drift, acc.result().max_abs_diff or 0.0)
+    mine = own.result()
+    if not mine.agree:
+        return ("wrong node", f"fed the reference's inputs it still differs by up to "
+                              f"{mine.max_abs_diff or 0:.3g}")
+    return ("inherited drift", f"fed the reference's inputs it agrees (max abs diff "
+                               f"{mine.max_abs_diff or 0:.3g}); its inputs differ by up to "
+                               f"{drift:.3g}")

@@ -1,0 +1,391 @@
+"""verify never passes vacuously (issue 8): informativeness per pair, deepening, verdicts, input
+ranges. Every model is built with onnx.helper and run in onnxruntime; each vacuous case below
+said "ok" before this change."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsurgeon.errors import UsageError
+from onnxsurgeon.io import save
+from onnxsurgeon.surgery import insert
+from onnxsurgeon.verify import compare, verify_log
+
+from . import builders
+from .test_verify import clone
+
+F = TensorProto.FLOAT
+WIDTH = 64
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "m", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def sub_relu(low: float, *, swapped: bool = False) -> onnx.ModelProto:
+    """x[1,64] -> Sub(x, b) -> s -> Relu -> y, b uniform in [low, 3]."""
+    b = np.random.default_rng(7).uniform(low, 3.0, (1, WIDTH)).astype(np.float32)
+    operands = ["b", "x"] if swapped else ["x", "b"]
+    return _model([helper.make_node("Sub", operands, ["s"], name="sub"),
+                   helper.make_node("Relu", ["s"], ["y"], name="relu")],
+                  [helper.make_tensor_value_info("x", F, [1, WIDTH])],
+                  [helper.make_tensor_value_info("y", F, [1, WIDTH])],
+                  [numpy_helper.from_array(b, "b")])
+
+
+def wrong_axis_l2(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with l2_normalize inserted at the Sub output along the batch axis (wrong)."""
+    out = clone(model)
+    insert(out, "s", op="l2_normalize", params={"axis": 0})
+    return out
+
+
+def constant_head(scale: float = 1.0, *, reorder: bool = False) -> onnx.ModelProto:
+    """y = MatMul(c, W) + Mul(x, 0): the outputs do not depend on the input x."""
+    rng = np.random.default_rng(3)
+    c = rng.uniform(-1, 1, (1, 8)).astype(np.float32)
+    w = (rng.uniform(-1, 1, (8, 8)) * scale).astype(np.float32)
+    add = ["xz", "mm"] if reorder else ["mm", "xz"]
+    return _model([helper.make_node("MatMul", ["c", "W"], ["mm"], name="matmul"),
+                   helper.make_node("Mul", ["x", "zero"], ["xz"], name="mul"),
+                   helper.make_node("Add", add, ["y"], name="add")],
+                  [helper.make_tensor_value_info("x", F, [1, 8])],
+                  [helper.make_tensor_value_info("y", F, [1, 8])],
+                  [numpy_helper.from_array(c, "c"), numpy_helper.from_array(w, "W"),
+                   numpy_helper.from_array(np.zeros((1,), np.float32), "zero")])
+
+
+def softmax_head(gain: float) -> onnx.ModelProto:
+    """x[1,16] -> MatMul W*gain -> logits -> Softmax -> probs; a large gain saturates it."""
+    w = (np.random.default_rng(11).standard_normal((16, 10)) * gain).astype(np.float32)
+    return _model([helper.make_node("MatMul", ["x", "W"], ["logits"], name="fc"),
+                   helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1)],
+                  [helper.make_tensor_value_info("x", F, [1, 16])],
+                  [helper.make_tensor_value_info("probs", F, [1, 10])],
+                  [numpy_helper.from_array(w, "W")])
+
+
+def scaled(model: onnx.ModelProto, name: str, factor: float) -> onnx.ModelProto:
+    out = clone(model)
+    t = next(t for t in out.graph.initializer if t.name == name)
+    t.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(t) * np.float32(factor))
+                                       .astype(np.float32), name))
+    return out
+
+
+def cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+# ------------------------------------------------------------------- the issue's examples
+def test_relu_that_zeroes_everything_is_never_a_pass():
+    ref = sub_relu(1.0)  # b >= 1 > x: Relu zeroes every element of every sample
+    report = compare(ref, wrong_axis_l2(ref))
+    assert report.verdict == "inconclusive" and not report.ok
+    (pair,) = report.pairs
+    assert not pair.informative and "saturated" in (pair.why or "")
+    assert "--inputs" in (report.reason or "") and "--range" in (report.reason or "")
+    # the shared Sub output agrees and is informative, but the Relu reads another tensor now
+    assert report.deep is not None and [t.tensor for t in report.deep.tensors] == ["s", "y"]
+    # swapped Sub operands: the deeper tensor differs
+    swapped = compare(ref, sub_relu(1.0, swapped=True))
+    assert swapped.verdict == "fail"
+    assert swapped.divergence is not None and swapped.divergence.node == "sub"
+
+
+@pytest.mark.parametrize("low", [0.5, 1.0])
+def test_sub_relu_examples_give_fail_or_inconclusive(low):
+    ref = sub_relu(low)
+    for cand in (wrong_axis_l2(ref), sub_relu(low, swapped=True)):
+        assert compare(ref, cand).verdict in ("fail", "inconclusive")
+        assert compare(ref, cand, deep=True).verdict in ("fail", "inconclusive")
+
+
+def test_identical_models_pass_through_the_same_graph_from_informative_tensors():
+    ref = sub_relu(1.0)
+    report = compare(ref, clone(ref))
+    assert report.verdict == "pass" and report.ok
+    (pair,) = report.pairs
+    assert not pair.informative and "'s'" in (pair.evidence or "")
+    data = report.to_json()
+    assert data["verdict"] == "pass" and data["pairs"][0]["informative"] is False
+    assert data["pairs"][0]["why"].startswith("saturated")
+
+
+def test_outputs_independent_of_the_input_fail_when_a_weight_changes():
+    ref = constant_head()
+    report = compare(ref, scaled(ref, "W", 1.01))
+    assert report.verdict == "fail"
+    (pair,) = report.pairs
+    assert "constant across 2 samples" in (pair.why or "") or not pair.agree
+    assert report.divergence is not None and report.divergence.node == "matmul"
+    assert report.divergence.differing_weights == ("W",)
+    assert report.divergence.cause == "wrong node"
+
+
+def test_outputs_independent_of_the_input_are_inconclusive_without_shared_evidence():
+    ref = constant_head()
+    other = constant_head(reorder=True)  # the same constant, computed by another graph
+    report = compare(ref, other)
+    assert report.verdict == "inconclusive"
+    assert "constant across 2 samples on both sides" in (report.pairs[0].why or "")
+    # the same model: the same graph from the same inputs and weights proves it
+    assert compare(ref, clone(ref)).verdict == "pass"
+
+
+def test_saturated_softmax_deepens_to_its_logits():
+    ref = softmax_head(gain=400.0)
+    cand = scaled(ref, "W", 1.01)
+    report = compare(ref, cand)
+    (pair,) = report.pairs
+    assert not pair.informative and "saturated" in (pair.why or "")
+    assert report.verdict == "fail"
+    assert "'logits'" in (pair.evidence or "")
+    assert report.divergence is not None and report.divergence.tensor == "logits"
+    assert compare(ref, clone(ref)).verdict == "pass"
+
+
+def test_unsaturated_softmax_is_informative_and_compared_directly():
+    ref = softmax_head(gain=0.3)
+    report = compare(ref, scaled(ref, "W", 1.01))
+    assert report.pairs[0].informative and report.verdict == "fail" and report.deep is None
+
+
+def test_non_finite_everywhere_is_not_informative():
+    model = _model([helper.make_node("Div", ["x", "zero"], ["q"]),
+                    helper.make_node("Mul", ["q", "zero"], ["y"])],
+                   [helper.make_tensor_value_info("x", F, [1, 4])],
+                   [helper.make_tensor_value_info("y", F, [1, 4])],
+                   [numpy_helper.from_array(np.zeros((1,), np.float32), "zero")])
+    report = compare(model, model, pairs={"y": "y"})
+    assert not report.pairs[0].informative and "non-finite" in (report.pairs[0].why or "")
+
+
+def test_constancy_needs_two_samples_and_says_so():
+    ref = constant_head()
+    one = compare(ref, constant_head(reorder=True), samples=1)
+    assert one.pairs[0].informative  # one sample cannot tell a constant
+    assert any("one sample" in n for n in one.notes)
+
+
+# ---------------------------------------------------------------------- rewrite checks
+def test_rewrite_verification_judges_informativeness_and_settles_by_structure():
+    ref = sub_relu(1.0)
+    new = clone(ref)
+    insert(new, "s", op="l2_normalize", params={"axis": 1})
+    report = verify_log(ref, new)
+    assert report.verdict == "pass", report.to_text()
+    down = next(p for p in report.pairs if p.check == "downstream")
+    assert not down.informative and down.evidence  # settled: same graph fed the same values
+    assert "recomputed with s := " in down.reference_text
+    block = next(p for p in report.pairs if p.check == "block")
+    assert block.reference == "l2_normalize(s)" and "evaluated alone" in block.reference_text
+
+
+# ------------------------------------------------------------------------------ inputs
+def test_default_inputs_are_uniform_and_reported():
+    report = compare(builders.tiny_cnn(), builders.tiny_cnn())
+    assert report.samples == 2
+    assert report.inputs == {"x": "uniform[-1,1) float32 1x3x8x8"}
+    assert "input x: uniform[-1,1) float32 1x3x8x8" in report.to_text()
+
+
+def test_ranges_per_input_and_for_every_float(tmp_path):
+    model = builders.tiny_cnn()
+    report = compare(model, model, ranges={"*": (0.0, 1.0)}, save_inputs=tmp_path / "in.npz")
+    assert report.inputs["x"].startswith("uniform[0,1) float32")
+    with np.load(tmp_path / "in.npz") as data:
+        assert sorted(data.files) == ["sample0/x", "sample1/x"]
+        xs = [data["sample0/x"], data["sample1/x"]]
+    assert all(x.min() >= 0 and x.max() < 1 for x in xs)
+    replay = compare(model, model, inputs=tmp_path / "in.npz")
+    assert replay.samples == 2 and replay.ok
+    with pytest.raises(UsageError, match="no input 'nope'"):
+        compare(model, model, ranges={"nope": (0.0, 1.0)})
+
+
+def test_integer_ranges_for_token_ids():
+    table = numpy_helper.from_array(np.arange(50 * 4, dtype=np.float32).reshape(50, 4), "E")
+    model = _model([helper.make_node("Gather", ["E", "ids"], ["y"], axis=0)],
+                   [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+                   [helper.make_tensor_value_info("y", F, [1, 6, 4])], [table])
+    report = compare(model, model, ranges={"ids": (10, 20)}, samples=4)
+    assert report.inputs["ids"] == "integers[10,20) int64 1x6" and report.ok
+    assert compare(model, model).inputs["ids"].startswith("integers[0,50) int64 1x6")
+
+
+def test_meaningless_comparisons_are_refused(tmp_path):
+    a = builders.tiny_cnn()
+    b = clone(a)
+    b.graph.input[0].name = "image"
+    for n in b.graph.node:
+        n.input[:] = ["image" if i == "x" else i for i in n.input]
+    with pytest.raises(UsageError, match="different inputs"):
+        compare(a, b)
+    with pytest.raises(UsageError, match="no input has a dimension named 'batch'"):
+        compare(a, a, dims={"batch": 2})
+    np.savez(tmp_path / "wide.npz", x=np.zeros((1, 3, 8, 8), np.float64))
+    report = compare(a, a, inputs=tmp_path / "wide.npz")
+    assert any("'x' converted float64 -> float32" in n for n in report.notes)
+
+
+# --------------------------------------------------------------------------------- CLI
+def test_cli_inconclusive_exits_1_with_one_line_and_can_be_allowed(tmp_path):
+    ref, cand = tmp_path / "ref.onnx", tmp_path / "cand.onnx"
+    model = sub_relu(1.0)
+    save(model, ref)
+    save(wrong_axis_l2(model), cand)
+    proc = cli("verify", ref, cand)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnxsurgeon: inconclusive:")
+    assert "INCONCLUSIVE" in proc.stdout and "input x: uniform[-1,1)" in proc.stdout
+    allowed = cli("verify", ref, cand, "--allow-inconclusive", "--json")
+    assert allowed.returncode == 0 and "warning" in allowed.stderr
+    data = json.loads(allowed.stdout)
+    assert data["verdict"] == "inconclusive" and data["ok"] is False
+    assert data["inputs"] == {"x": "uniform[-1,1) float32 1x64"}
+    assert data["pairs"][0]["informative"] is False
+    # a range that reaches above b makes the Relu output informative, and the bug shows
+    wide = cli("verify", ref, cand, "--range=0,4", "--json")
+    assert wide.returncode == 1 and json.loads(wide.stdout)["verdict"] == "fail"
+
+
+def test_cli_identical_and_changed_models(tmp_path):
+    path = tmp_path / "m.onnx"
+    save(softmax_head(400.0), path)
+    changed = tmp_path / "c.onnx"
+    save(scaled(softmax_head(400.0), "W", 1.01), changed)
+    same = cli("verify", path, path)
+    assert same.returncode == 0 and same.stdout.strip().splitlines()[-1].startswith("ok:")
+    diff = cli("verify", path, changed, "--json")
+    assert diff.returncode == 1 and json.loads(diff.stdout)["verdict"] == "fail"
+
+
+def test_cli_input_flags_are_checked(tmp_path):
+    path = tmp_path / "m.onnx"
+    save(builders.tiny_cnn(), path)
+    for flags, needle in ((["--dim", "batch=2"], "dimension named 'batch'"),
+                          (["--range", "y=0,1"], "no input 'y'"),
+                          (["--range", "1,0"], "LO < HI"),
+                          (["--plot", tmp_path / "p.png"], "add --deep")):
+        proc = cli("verify", path, path, *flags)
+        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    saved = tmp_path / "inputs.npz"
+    proc = cli("verify", path, path, "--range", "x=0,1", "--save-inputs", saved, "--samples", "3")
+    assert proc.returncode == 0 and saved.exists()
+    replay = cli("verify", path, path, "--inputs", saved, "--json")
+    assert replay.returncode == 0 and json.loads(replay.stdout)["samples"] == 3
+
+
+# ------------------------------------------------------------ what was compared to what
+def test_cli_rows_name_both_sides_exactly(tmp_path):
+    path = tmp_path / "m.onnx"
+    save(builders.tiny_cnn(), path)
+    proc = cli("copy", path, "-o", tmp_path / "c.onnx", "--outputs", "logits", "--weights",
+               "shared", "--prefix", "s/", "--replace-input", "act=conv5_out", "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("copy "))
+    assert "logits recomputed with act := conv5_out" in row and "s/logits" in row
+    proc = cli("insert", path, "-o", tmp_path / "i.onnx", "--at", "act", "--op",
+               "l2_normalize:axis=1", "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    block = next(line for line in proc.stdout.splitlines() if line.startswith("block "))
+    assert "l2_normalize(act) evaluated alone" in block
+    down = [line for line in proc.stdout.splitlines() if line.startswith("downstream ")]
+    assert down and all("recomputed with act := act/l2_normalize" in line for line in down)
+
+
+def test_insert_that_changes_the_shape_verifies_its_cut_model(tmp_path):
+    # value_info on every tensor, as exporters write it: the cut model must not hold the fed
+    # values (global_avg_pool: [1,4,1,1]) to the original's shape ([1,4,8,8])
+    model = onnx.shape_inference.infer_shapes(builders.tiny_cnn())
+    assert any(vi.name == "conv5_out" for vi in model.graph.value_info)
+    path, out = tmp_path / "m.onnx", tmp_path / "d3.onnx"
+    save(model, path)
+    proc = cli("insert", path, "-o", out, "--at", "conv5_out", "--op", "global_avg_pool",
+               "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert out.exists() and "[W:onnxruntime" not in proc.stderr and proc.stderr == ""
+
+
+def test_verify_that_does_not_pass_writes_nothing(tmp_path, monkeypatch, capsys):
+    from onnxsurgeon import cli as cli_mod
+    from onnxsurgeon import verify as verify_mod
+
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    save(sub_relu(1.0), path)
+    real = verify_mod.verify_log
+
+    def inconclusive(*args, **kwargs):  # the real report, its pairs judged not informative
+        from dataclasses import replace
+
+        from onnxsurgeon.verify.report import make_report
+
+        report = real(*args, **kwargs)
+        pairs = [replace(p, verdict="inconclusive", ok=False, informative=False,
+                         why="constant", evidence=None) for p in report.pairs]
+        return make_report(pairs, samples=report.samples, kind=report.kind)
+
+    monkeypatch.setattr(verify_mod, "verify_log", inconclusive)
+    code = cli_mod.main(["insert", str(path), "-o", str(out), "--at", "s", "--op", "identity",
+                         "--verify"])
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists() and "nothing written" in err
+    code = cli_mod.main(["insert", str(path), "-o", str(out), "--at", "s", "--op", "identity",
+                         "--verify", "--allow-inconclusive"])
+    assert code == 0 and out.exists() and "warning" in capsys.readouterr().err
+
+
+def test_extract_at_a_stop_tensor_settles_a_saturated_output_by_structure():
+    from onnxsurgeon.surgery import extract
+
+    ref = sub_relu(1.0)
+    new = clone(ref)
+    extract(new, ["y"], inputs=["s"])
+    report = verify_log(ref, new)
+    assert report.verdict == "pass", report.to_text()
+    (pair,) = report.pairs
+    assert not pair.informative and pair.evidence
+    # a wrong extracted graph (Relu -> Abs) cannot hide behind the saturated output
+    bad = clone(new)
+    next(n for n in bad.graph.node if n.op_type == "Relu").op_type = "Abs"
+    assert verify_log(ref, bad).verdict == "fail"
+
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+@pytest.mark.parametrize("name", ["squeezenet"])
+def test_onnx_light_models_whose_outputs_barely_depend_on_the_input(name):
+    """onnx's backend 'light' models: every weight a ConstantOfShape of one value, so the
+    softmax output hardly moves; a 1% change of one weight agrees at the output and is found
+    deeper."""
+    path = LIGHT / f"light_{name}.onnx"
+    if not path.exists():
+        pytest.skip("onnx ships no light models here")
+    model = onnx.load(path)
+    assert compare(model, model).verdict == "pass"
+    changed = clone(model)
+    nodes = [n for n in changed.graph.node if n.op_type == "ConstantOfShape"]
+    target = nodes[len(nodes) // 2]
+    value = numpy_helper.to_array(target.attribute[0].t)
+    target.attribute[0].t.CopyFrom(numpy_helper.from_array((value * 1.01).astype(value.dtype)))
+    report = compare(model, changed)
+    assert report.verdict == "fail"
+    assert report.pairs[0].agree  # the output alone says nothing
+    assert report.divergence is not None and report.divergence.tensor == target.output[0]
