@@ -23,8 +23,9 @@ import onnx
 from onnx import helper
 
 from ..closure import closure
+from ..external import read_tensor
 from ..index import GraphIndex
-from ..io import Model, read_tensor
+from ..io import Model
 from ..protos import rename_reads
 from .accumulate import PairAccumulator
 from .inputs import Sample
