@@ -276,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_flags(p)
     p.add_argument("--save-inputs", metavar="FILE.npz",
                    help="write the random inputs used to FILE.npz (replay them with --inputs)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="shard the --inputs .npz samples over Ray workers and merge the "
+                        "statistics exactly (a local instance, or the cluster at ADDRESS: "
+                        "'auto', ray://HOST:10001; needs onnxsurgeon[ray])")
     p.add_argument("--deep", action="store_true",
                    help="compare every tensor both models share, layer by layer, with a "
                         "per-tensor error table")
@@ -712,9 +716,26 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return _rewrite(args, apply, check)
 
 
+def _ray_shards(args: argparse.Namespace) -> dict[str, Any]:
+    """compare()'s shard options for ``verify --ray`` ({} without it): one shard per CPU."""
+    if args.ray is None:
+        return {}
+    if args.inputs is None or args.rewrite_log or args.against_tf or args.against_torch:
+        raise UsageError("--ray shards an --inputs folder of .npz samples between two models; "
+                         "give --inputs DIR (and no --rewrite-log / --against-*)")
+    if _isolation(args):
+        raise UsageError("--ray runs each shard in its own worker process; drop --isolate, "
+                         "--timeout and --memory-limit")
+    from .cluster import ray_shards
+
+    cpus = max(2, os.cpu_count() or 2)
+    return {"shards": ray_shards(args.ray or None, cpus), "shard_count": cpus}
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from . import verify
 
+    shards = _ray_shards(args)
     if args.against_tf or args.against_torch:
         if args.against_tf and args.against_torch:
             raise UsageError("give one of --against-tf / --against-torch")
@@ -746,11 +767,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                    **_isolation(args))
     else:
         report = verify.compare(
-            reference, candidate, pairs=dict(args.pair) or None, inputs=args.inputs,
+            args.reference if shards else reference, args.candidate if shards else candidate,
+            pairs=dict(args.pair) or None, inputs=args.inputs,
             rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
             samples=args.samples, exact=args.exact, progress=_Progress("verify"),
             ranges=_ranges(args), save_inputs=args.save_inputs, deep=args.deep,
-            **_isolation(args),
+            **_isolation(args), **shards,
         )
     if args.plot and report.deep is not None:
         from .verify.plot import plot_deep

@@ -91,3 +91,22 @@ def test_apply_cli_ray_connects_to_a_running_instance(local_ray, tmp_path):
     local = tmp_path / "local.onnx"
     assert cli("apply", recipe, SEED, "-o", local).returncode == 0
     assert sha(tmp_path / "out" / "seed.onnx") == sha(local) == sha(tmp_path / "out" / "other.onnx")
+
+
+def test_verify_sharded_on_ray_equals_local(local_ray, tmp_path):
+    """Shards of an .npz folder folded by Ray workers and merged: the report equals a local
+    run's, statistics, verdicts and divergence included; through the API and the CLI."""
+    from onnxsurgeon.cluster import ray_shards
+    from onnxsurgeon.verify import compare
+    from tests.test_shard import scaled_and_dataset
+
+    cand, data = scaled_and_dataset(tmp_path, 6)
+    local = compare(SEED, cand, inputs=data)
+    remote = compare(SEED, cand, inputs=data, shards=ray_shards(None, 2), shard_count=3)
+    assert remote.to_json() == local.to_json() and not local.ok
+    proc = cli("verify", SEED, cand, "--inputs", data, "--ray", "auto", "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout) == json.loads(cli("verify", SEED, cand, "--inputs", data,
+                                                     "--json").stdout)
+    proc = cli("verify", SEED, cand, "--ray")
+    assert proc.returncode == 2 and "--ray shards an --inputs folder" in proc.stderr

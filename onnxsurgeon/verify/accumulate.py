@@ -145,6 +145,19 @@ class SideStats:
         else:
             self.varies = not bool(np.array_equal(now, self.first))
 
+    def merge(self, later: SideStats) -> None:
+        """Fold in the statistics of the samples that follow this side's (a later shard of the
+        same dataset). Exact when ``later`` was primed with this side's first sample (see
+        :meth:`PairAccumulator.prime`): constancy is then judged against the same sample. O(1)."""
+        self.samples += later.samples
+        self.elements += later.elements
+        self.float_elements += later.float_elements
+        self.at_bounds += later.at_bounds
+        self.finite += later.finite
+        if self.first is None:
+            self.first, self.first_shape = later.first, later.first_shape
+        self.varies = self.varies or later.varies
+
     def saturated(self) -> float | None:
         """Fraction of float elements at 0 or a bound when it reaches SATURATED_FRACTION."""
         if not self.float_elements:
@@ -337,6 +350,47 @@ class PairAccumulator:
         if count:
             self.fail("not bit-identical")
         return count == 0
+
+    def prime(self, ref: Any, cand: Any) -> None:
+        """Seed the constancy probes with the dataset's first sample without counting it: a
+        shard after the first primes with sample 0 so that :meth:`merge` is exact."""
+        probe = PairAccumulator(self.reference, self.candidate, dtype=self.dtype, rtol=self.rtol,
+                                atol=self.atol, exact=self.exact, bounds=self.ref_stats.bounds)
+        probe.add(ref, cand)
+        for mine, first in ((self.ref_stats, probe.ref_stats), (self.cand_stats, probe.cand_stats)):
+            mine.first, mine.first_shape = first.first, first.first_shape
+
+    def merge(self, later: PairAccumulator) -> None:
+        """Fold in ``later``: the same pair accumulated over the samples that follow this one's
+        (the next shard of a dataset, primed with its first sample). The result equals one
+        accumulator fed every sample in order: counts add, differences take the max, cosine the
+        min, the first failure reason and the last shape seen are kept, and the worst element is
+        the largest failing one (else the largest difference) with ties to the earlier sample
+        (exact mode: the first failing sample). Mutates self. O(1)."""
+        self.samples += later.samples
+        self.elements += later.elements
+        self.mismatches += later.mismatches
+        self.max_abs = max(self.max_abs, later.max_abs)
+        self.max_rel = max(self.max_rel, later.max_rel)
+        if later.cosine is not None:
+            self.cosine = later.cosine if self.cosine is None else min(self.cosine, later.cosine)
+        if self.reason is None:
+            self.reason = later.reason
+        self.dtype = self.dtype or later.dtype
+        if later.shape is not None:
+            self.shape, self.candidate_shape = later.shape, later.candidate_shape
+        if later.worst_index is not None:
+            if self.exact:
+                take = self.worst_index is None
+            elif later._worst_failing:
+                take = not self._worst_failing or later.worst_abs > self.worst_abs
+            else:
+                take = not self._worst_failing and later.worst_abs > self.worst_abs
+            if take:
+                self.worst_abs, self.worst_index = later.worst_abs, later.worst_index
+                self.worst_sample, self._worst_failing = later.worst_sample, later._worst_failing
+        self.ref_stats.merge(later.ref_stats)
+        self.cand_stats.merge(later.cand_stats)
 
     def result(self) -> PairReport:
         rtol, atol = (0.0, 0.0) if self.exact else self.tolerances()

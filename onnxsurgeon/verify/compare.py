@@ -7,13 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from ..errors import SurgeryError, UsageError
 from ..select import Selector, name_map
 from ..types import dtype_name
-from .accumulate import PairAccumulator
-from .deep import node_check, saturation_bounds
+from .deep import node_check
 from .deepen import settle
 from .inputs import (
     ALL_FLOATS,
@@ -31,9 +28,19 @@ from .inputs import (
     user_samples,
 )
 from .isolate import ResourceLimitError, make_limits
-from .locate import Side, describe, locate, numpy_dtype_name
+from .locate import Side, describe, locate
 from .report import DeepResult, Divergence, PairReport, VerifyReport, make_report
-from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
+from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
+from .shard import (
+    ShardMap,
+    fold_samples,
+    if_conditions,
+    make_accumulators,
+    merge_shards,
+    path_of,
+    run_shard,
+    shard_jobs,
+)
 
 PairsLike = Mapping[str, str] | Sequence[tuple[str, str]]
 
@@ -167,13 +174,6 @@ def _resolve_pairs(ref: Staged, cand: Staged, pairs: PairsLike | None) -> list[t
     return [(rsel.resolve(r), csel.resolve(c)) for r, c in items]
 
 
-def _if_conditions(staged: Staged) -> dict[str, str]:
-    """Main-graph If node label -> its condition tensor."""
-    index = staged.index
-    return {index.node_label(i): n.input[0] for i, n in enumerate(index.graph.node)
-            if n.op_type == "If" and n.input and n.input[0]}
-
-
 def _branch_notes(conds: dict[str, str], seen: dict[str, set[bool]], samples: int) -> list[str]:
     notes = []
     for label, cond in conds.items():
@@ -205,7 +205,8 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
             progress: Callable[[int, int], None] | None = None, isolate: bool = False,
             timeout: float | None = None, memory_limit: int | None = None,
             ranges: Mapping[str, Range] | None = None,
-            save_inputs: str | os.PathLike | None = None, deep: bool = False) -> VerifyReport:
+            save_inputs: str | os.PathLike | None = None, deep: bool = False,
+            shards: ShardMap | None = None, shard_count: int = 2) -> VerifyReport:
     """Run ``reference`` and ``candidate`` on the same inputs and compare paired tensors.
 
     Pairs default to the graph outputs both models name alike; ``pairs`` names them explicitly
@@ -225,7 +226,10 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
 
     A folder of .npz files is streamed: one sample is read, both models run on it, the per-pair
     statistics are folded in, and its arrays are dropped before the next is read
-    (``progress(done, total)`` is called after each sample).
+    (``progress(done, total)`` is called after each sample). With ``shards`` (a
+    :data:`~.shard.ShardMap`, e.g. Ray tasks) an .npz dataset is split into ``shard_count``
+    contiguous shards folded in worker processes and merged exactly (:mod:`~.shard`): the report
+    equals the one-process report.
 
     ``isolate`` runs every onnxruntime session in a child process that may take ``timeout``
     seconds per step and ``memory_limit`` MB of address space (defaults 30 s and 4096 MB; giving
@@ -253,38 +257,22 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                             same_inputs=True)
         feeds = made.samples
         notes = list(made.notes)
-        conds = _if_conditions(ref)
-        ref_names = list(dict.fromkeys([r for r, _ in pair_list] + list(conds.values())))
-        cand_names = list(dict.fromkeys(c for _, c in pair_list))
-        accs = [PairAccumulator(r, c, rtol=rtol, atol=atol, exact=exact,
-                                dtype=numpy_dtype_name(ref.elem_type(r)),
-                                bounds=saturation_bounds(ref, r))
-                for r, c in pair_list]
-        seen: dict[str, set[bool]] = {}
-        ran = True
-        with ref.session(ref_names) as rrun, cand.session(cand_names) as crun:
-            for k in range(len(feeds)):
-                # by index: enumerate() would keep the previous sample alive in its cached tuple
-                feed = feeds[k]
-                rvals = rrun.run(feed)
-                try:
-                    cvals = crun.run(feed)
-                except ModelRunError as exc:
-                    for acc in accs:
-                        acc.fail(f"candidate failed to run: {exc}")
-                    ran = False
-                    break
-                for acc, (r, c) in zip(accs, pair_list, strict=True):
-                    acc.add(rvals[r], cvals[c], k)
-                if progress is not None:
-                    progress(k + 1, len(feeds))
-                for cond in conds.values():
-                    value = rvals.get(cond)
-                    if isinstance(value, np.ndarray) and value.size == 1:
-                        seen.setdefault(cond, set()).add(bool(value.reshape(-1)[0]))
-                del feed, rvals, cvals  # a streamed dataset keeps one sample alive at a time
+        conds = if_conditions(ref)
+        accs = make_accumulators(ref, pair_list, rtol=rtol, atol=atol, exact=exact)
+        converted: Mapping[str, str] = getattr(feeds, "converted", {})
+        if shards is None:
+            seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
+                                     progress=progress)
+        else:
+            if not isinstance(inputs, (str, os.PathLike)) or limits is not None:
+                raise UsageError("sharded verification reads an .npz file or folder (--inputs) "
+                                 "and runs without --isolate; give --inputs DIR, drop --isolate")
+            jobs = shard_jobs(path_of(reference, ref), path_of(candidate, cand), os.fspath(inputs),
+                              pair_list, len(feeds), shard_count, rtol=rtol, atol=atol,
+                              exact=exact, threads=threads)
+            seen, ran, converted = merge_shards(accs, shards(run_shard, jobs))
         reports = [acc.result() for acc in accs]
-        notes.extend(_conversion_notes(getattr(feeds, "converted", {})))
+        notes.extend(_conversion_notes(converted))
         notes.extend(_branch_notes(conds, seen, len(feeds)))
         deep_result = None
         mapping = _shared_names(ref, cand)
