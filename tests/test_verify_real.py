@@ -49,7 +49,12 @@ def _assert_fails_after(model: onnx.ModelProto, changed: onnx.ModelProto, weight
 
 
 @pytest.mark.tf
-@pytest.mark.parametrize("app", ["ResNet50", "DenseNet121", "EfficientNetB0"])
+@pytest.mark.parametrize("app", [
+    pytest.param("ResNet50", marks=pytest.mark.xfail(strict=True, reason=(
+        "known false pass (issue 8, open): at 32x32 the perturbed softmax differs by at most "
+        "7.6e-6 (rel 0.75%), under atol 1e-5, while the output varies across samples, so it "
+        "counts as informative; needs a sensitivity rule (variation vs tolerance)"))),
+    "DenseNet121", "EfficientNetB0"])
 def test_keras_application_weight_change_fails_and_itself_passes(app, tmp_path):
     keras = pytest.importorskip("keras")
     from onnxsurgeon.converters import from_tf
