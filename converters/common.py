@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -364,7 +365,10 @@ def parse_shape_spec(spec: str) -> tuple[str, list[int | str] | None, str | None
     parts = spec.split(":")
     name = parts[0]
     if not name:
-        raise UsageError(f"input spec '{spec}' has no name; write NAME:1,3,224,224[:float32]")
+        raise UsageError(f"input spec '{spec}' has no name; write NAME:1x3x224x224[:float32]")
+    if len(parts) == 1 and re.fullmatch(r"[\d?]+(?:[x,][\d?]+)+", name):
+        raise UsageError(f"input spec '{spec}' is a shape without a name; write NAME:SHAPE, "
+                         f"e.g. x:{spec} (or x:{spec}:float32)")
     dims: list[int | str] | None = None
     dtype = None
     if len(parts) >= 2 and parts[1]:

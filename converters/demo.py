@@ -50,18 +50,41 @@ def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     return m
 
 
-def _tf_steps(check: _Check, folder: Path) -> None:
+PROC_PY = '''"""Processing functions of the onnxsurgeon demo (--func proc.py:NAME)."""
+
+
+def l2(a):
     import tensorflow as tf
 
+    return tf.nn.l2_normalize(a, axis=-1)
+
+
+def normalize(a):
+    import torch
+
+    return torch.nn.functional.normalize(a, dim=1)
+'''
+
+
+def _proc(folder: Path) -> Path:
+    """The demo's processing functions as a file: the printed --func commands name it."""
+    path = folder / "proc.py"
+    if not path.is_file():
+        path.write_text(PROC_PY)
+    return path
+
+
+def _tf_steps(check: _Check, folder: Path) -> None:
+    from onnxsurgeon.demo import command
     from onnxsurgeon.surgery.insert import insert
 
     from . import seed_models as sm
+    from .common import load_factory
     from .functions import insert_function
     from .tf import from_tf
 
-    def l2(a: Any) -> Any:
-        return tf.nn.l2_normalize(a, axis=-1)
-
+    proc = _proc(folder)
+    l2 = load_factory(f"{proc}:l2")
     sess = sm.tf1_seed_session(seed=0)
     ref_sess = sm.tf1_seed_session(func=l2, seed=0)
     try:
@@ -73,11 +96,13 @@ def _tf_steps(check: _Check, folder: Path) -> None:
         want = ref_sess.run(sm.TF1_OUTPUT, {sm.TF1_INPUT: x})
         for title, how, rewrite in (
             ("Seed 2 from TensorFlow: built-in l2_normalize at the TF tensor name",
-             f"onnxsurgeon insert {path.name} --at {sm.TF1_ACT} --op l2_normalize:axis=-1",
+             command("insert", path, "-o", folder / "tf_l2.onnx", "--at", sm.TF1_ACT, "--op",
+                     "l2_normalize:axis=-1"),
              lambda m: insert(m, sm.TF1_ACT, op="l2_normalize", params={"axis": -1})),
             ("Seed 2 from TensorFlow: the function written in TF (tf.nn.l2_normalize)",
-             f"onnxsurgeon insert {path.name} --at {sm.TF1_ACT} --func proc.py:l2 --framework tf",
-             lambda m: insert_function(m, sm.TF1_ACT, l2, "tf")),
+             command("insert", path, "-o", folder / "tf_func.onnx", "--at", sm.TF1_ACT,
+                     "--func", f"{proc}:l2", "--framework", "tf"),
+             lambda m: insert_function(m, sm.TF1_ACT, f"{proc}:l2", "tf")),
         ):
             model = onnx.load(path)
             result = rewrite(model)
@@ -92,12 +117,16 @@ def _tf_steps(check: _Check, folder: Path) -> None:
 def _torch_steps(check: _Check, folder: Path) -> None:
     import torch
 
+    from onnxsurgeon.demo import command
     from onnxsurgeon.surgery.copy import Weights, copy
     from onnxsurgeon.surgery.insert import insert
 
     from . import seed_models as sm
+    from .common import load_factory
     from .functions import insert_function
     from .torch import from_torch
+
+    proc = _proc(folder)
 
     module = sm.torch_cnn(seed=0)
     x = torch.from_numpy(np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32))
@@ -107,11 +136,9 @@ def _torch_steps(check: _Check, folder: Path) -> None:
     conv = (f"PyTorch CNN -> {path.name}: {report.exporter}, module conv5 -> "
             f"{report.name_map.get('conv5')}, max |diff| vs torch {report.max_abs_diff:.2e}")
 
-    def normalize(a: Any) -> Any:
-        return torch.nn.functional.normalize(a, dim=1)
-
+    normalize = load_factory(f"{proc}:normalize")
     model = onnx.load(path)
-    result = insert_function(model, "conv5", normalize, "torch")
+    result = insert_function(model, "conv5", f"{proc}:normalize", "torch")
     handle = module.conv5.register_forward_hook(lambda _m, _i, out: normalize(out))
     try:
         with torch.no_grad():
@@ -119,8 +146,9 @@ def _torch_steps(check: _Check, folder: Path) -> None:
     finally:
         handle.remove()
     check.step("Seed 2 from PyTorch: F.normalize at module conv5 (function written in torch)",
-               [conv, f"$ onnxsurgeon insert {path.name} --at conv5 --func proc.py:normalize "
-                "--framework torch", f"processed tensor {result.processed}"],
+               [conv, "$ " + command("insert", path, "-o", folder / "torch_func.onnx", "--at",
+                                     "conv5", "--func", f"{proc}:normalize", "--framework", "torch"),
+                f"processed tensor {result.processed}"],
                run_onnx(model, {"x": x.numpy()})["logits"], want, "torch with a forward hook on conv5")
 
     model = onnx.load(path)
@@ -129,7 +157,8 @@ def _torch_steps(check: _Check, folder: Path) -> None:
     with torch.no_grad():
         plain = module(x).numpy()
     check.step("Seed 1 from PyTorch: copy the logits closure (independent weights)",
-               [conv, f"$ onnxsurgeon copy {path.name} --outputs logits", f"copy output {twin}"],
+               [conv, "$ " + command("copy", path, "-o", folder / "torch_twin.onnx", "--outputs",
+                                     "logits"), f"copy output {twin}"],
                outs[twin], plain, "the PyTorch model")
 
     model = onnx.load(path)
@@ -141,18 +170,23 @@ def _torch_steps(check: _Check, folder: Path) -> None:
         module(x)
     handle.remove()
     check.step("Feature extraction from PyTorch: mean of conv5 as a new output",
-               [f"$ onnxsurgeon insert {path.name} --at conv5 --op reduce_mean:axes=[2,3],keepdims=0 "
-                "--as-output"],
+               ["$ " + command("insert", path, "-o", folder / "torch_mean.onnx", "--at", "conv5",
+                               "--op", "reduce_mean:axes=2|3,keepdims=0", "--as-output")],
                run_onnx(model, {"x": x.numpy()})[result.processed],
                seen["a"].mean(dim=(2, 3)).numpy(), "torch's own mean of conv5")
 
 
-def _committed_steps(check: _Check, models_dir: Path) -> None:
-    """Without frameworks: the committed converted models, checked against numpy."""
+def _committed_steps(check: _Check, models_dir: Path, folder: Path | None = None) -> None:
+    """Without frameworks: the committed converted models, checked against numpy (the printed
+    commands write into ``folder``, default a new temporary folder)."""
+    import tempfile
+
+    from onnxsurgeon.demo import command
     from onnxsurgeon.index import GraphIndex
     from onnxsurgeon.select import Selector
     from onnxsurgeon.surgery.insert import insert
 
+    folder = folder or Path(tempfile.mkdtemp(prefix="onnxsurgeon-demo-"))
     for file, at, feed, axes in (("tf1_seed.onnx", "network/layer_conv5/Relu:0", "input", [1, 2]),
                                  ("torch_cnn.onnx", "conv5", "x", [2, 3])):
         src = models_dir / file
@@ -167,7 +201,9 @@ def _committed_steps(check: _Check, models_dir: Path) -> None:
                         as_output=True)
         check.step(f"Feature extraction on committed {file}: mean of {at}",
                    [f"{at} resolves to {act} (name map in metadata_props)",
-                    f"$ onnxsurgeon insert {file} --at {at} --op reduce_mean --as-output"],
+                    "$ " + command("insert", src, "-o", folder / f"mean_{file}", "--at", at, "--op",
+                                   "reduce_mean:axes=" + "|".join(map(str, axes)) + ",keepdims=0",
+                                   "--as-output")],
                    run_onnx(model, {feed: x})[result.processed],
                    activation.mean(axis=tuple(axes)), "numpy mean of the activation")
 
@@ -183,5 +219,5 @@ def run(out: Out, folder: Path, models_dir: Path) -> int:
         _torch_steps(check, folder)
     if not (have_tf and have_torch):
         out("\n(TensorFlow and/or PyTorch not installed: steps on the committed converted models)")
-        _committed_steps(check, models_dir)
+        _committed_steps(check, models_dir, folder)
     return check.failed

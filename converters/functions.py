@@ -13,14 +13,20 @@ from typing import Any
 
 import onnx
 
-from onnxsurgeon.errors import RewriteError, UsageError
+from onnxsurgeon.errors import RewriteError, SurgeryError, UsageError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.io import Model, as_model
 from onnxsurgeon.protos import default_opset
 from onnxsurgeon.select import Selector
 from onnxsurgeon.types import TypeOracle
 
-from .common import ConversionReport, load_factory, parse_shape_spec, split_spec_list
+from .common import (
+    ConversionError,
+    ConversionReport,
+    load_factory,
+    parse_shape_spec,
+    split_spec_list,
+)
 
 FRAMEWORKS = ("tf", "torch")
 
@@ -54,17 +60,30 @@ def export_function(
         func = load_factory(func)
     if not callable(func):
         raise UsageError(f"the processing function must be callable, got {type(func).__name__}")
-    if framework == "tf":
-        from .tf import export_tf_function
-
-        block = export_tf_function(func, elem_type=elem_type, shape=shape, opset=opset, check=check)
-    elif framework == "torch":
-        from .torch import export_torch_function
-
-        block = export_torch_function(func, elem_type=elem_type, shape=shape, opset=opset,
-                                      exporter=exporter, check=check)
-    else:
+    if framework not in ("tf", "torch"):
         raise UsageError(f"framework '{framework}' is unknown; use one of {list(FRAMEWORKS)}")
+    try:
+        if framework == "tf":
+            from .tf import export_tf_function
+
+            block = export_tf_function(func, elem_type=elem_type, shape=shape, opset=opset,
+                                       check=check)
+        else:
+            from .torch import export_torch_function
+
+            block = export_torch_function(func, elem_type=elem_type, shape=shape, opset=opset,
+                                          exporter=exporter, check=check)
+    except SurgeryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code under a framework raises anything
+        other = "torch" if framework == "tf" else "tf"
+        name = getattr(func, "__name__", type(func).__name__)
+        text = " ".join(str(exc).split())[:200]
+        raise ConversionError(
+            f"the {framework} export of function '{name}' failed ({type(exc).__name__}: {text}); "
+            f"check that it is written in {'TensorFlow' if framework == 'tf' else 'PyTorch'} "
+            f"and takes one tensor (framework='{other}' if it is {other} code)"
+        ) from exc
     block.graph.name = _block_name(func, framework)
     return block
 
@@ -104,6 +123,7 @@ def insert_function(
     /,
     *,
     as_output: bool = False,
+    keep_output_name: bool = True,
     exporter: str | None = None,
     opset: int | None = None,
     check: bool = True,
@@ -122,6 +142,7 @@ def insert_function(
         func: callable or ``"FILE.py:NAME"`` (this imports and runs the user's file).
         framework: ``"tf"`` or ``"torch"``.
         as_output: expose the result as a new graph output instead of rerouting consumers.
+        keep_output_name: a graph output at ``at`` keeps its name (see ``insert``).
         exporter: torch exporter (``"dynamo"``/``"torchscript"``), default by opset.
         opset: block opset (the model's default-domain opset when None).
         check: compare the exported block with the framework on example data first.
@@ -139,7 +160,7 @@ def insert_function(
     _, elem, shape = activation_type(m, at)
     block = export_function(func, framework, elem_type=elem, shape=shape,
                             opset=target, exporter=exporter, check=check)
-    return insert(model, at, graph=block, as_output=as_output)
+    return insert(model, at, graph=block, as_output=as_output, keep_output_name=keep_output_name)
 
 
 # ---------------------------------------------------------------------------------- CLI entry
@@ -198,7 +219,7 @@ def cli_convert_torch(
     for i, spec in enumerate(inputs):
         name, dims, dtype = parse_shape_spec(spec)
         if dims is None:
-            raise UsageError(f"input '{name}' needs a shape: {name}:1,3,224,224[:float32]")
+            raise UsageError(f"input '{name}' needs a shape: {name}:1x3x224x224[:float32]")
         names.append(name)
         tensors.append(torch.from_numpy(example_array(dims, dtype or "float32", seed=i)))
         sym = {j: str(d) for j, d in enumerate(dims) if isinstance(d, str) or d < 0}

@@ -145,12 +145,12 @@ def _from_keras(model: Any, inputs: Any = None) -> _Frozen:
         for spec in inputs:
             name, dims, dtype = parse_tf_spec(spec)
             if dims is None:
-                raise UsageError(f"input '{name}' needs a shape, e.g. {name.rsplit(':', 1)[0]}:1,8,8,3")
+                raise UsageError(f"input '{name}' needs a shape, e.g. {name.rsplit(':', 1)[0]}:1x8x8x3")
             specs.append(tf.TensorSpec([d if isinstance(d, int) and d >= 0 else None for d in dims],
                                        tf.as_dtype(dtype or "float32"), name=name.rsplit(":", 1)[0]))
     else:
         raise UsageError(
-            f"Keras model '{model.name}' has no symbolic inputs; pass inputs=['x:1,8,8,3'] or "
+            f"Keras model '{model.name}' has no symbolic inputs; pass inputs=['x:1x8x8x3'] or "
             "build it with keras.Input"
         )
     single = len(specs) == 1
@@ -287,12 +287,12 @@ def _normalize(source: Any, inputs: Any, outputs: Any) -> _Frozen:
                 name, dims, dtype = parse_tf_spec(spec)
                 name = name.rsplit(":", 1)[0]
                 if dims is None:
-                    raise UsageError(f"input '{name}' needs a shape, e.g. {name}:1,8,8,3")
+                    raise UsageError(f"input '{name}' needs a shape, e.g. {name}:1x8x8x3")
                 specs.append(tf.TensorSpec([d if isinstance(d, int) and d >= 0 else None for d in dims],
                                            tf.as_dtype(dtype or "float32"), name=name))
             cf = source.get_concrete_function(*specs)
         else:
-            raise UsageError("the tf.function has no input_signature; pass inputs=['x:1,8,8,3', ...]")
+            raise UsageError("the tf.function has no input_signature; pass inputs=['x:1x8x8x3', ...]")
         return _frozen_from_concrete(cf, call=source)
     if hasattr(source, "structured_input_signature") and hasattr(source, "graph"):
         return _frozen_from_concrete(source)

@@ -24,7 +24,7 @@ import torch
 
 from onnxsurgeon.errors import UsageError
 from onnxsurgeon.index import GraphIndex
-from onnxsurgeon.select import Selector, node_module
+from onnxsurgeon.select import CALL_SEP, Selector, node_module
 
 from .common import (
     ATOL,
@@ -102,7 +102,7 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, op
                     dynamic_axes=dict(dynamic_axes) if dynamic_axes else None, verbose=False,
                 )
                 if prog is None:
-                    raise ConversionError(f"torch.onnx returned no program for {type(module).__name__}")
+                    raise ConversionError(f"torch.onnx returned no program for {_label(module)}")
                 return prog.model_proto
             buf = io.BytesIO()
             torch.onnx.export(
@@ -120,18 +120,28 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, op
             root = root.__cause__
         lines = [ln for ln in str(root).strip().splitlines() if ln.strip()]
         first = lines[0].strip() if lines else ""
+        other = "torchscript" if exporter == "dynamo" else "dynamo"
         raise ConversionError(
-            f"torch.onnx ({exporter}) could not export {type(module).__name__}: "
-            f"{type(root).__name__}: {first[:300]}; try the other exporter or another opset"
+            f"torch.onnx ({exporter}) could not export {_label(module)}: "
+            f"{type(root).__name__}: {first[:300]}; try exporter='{other}' or another opset"
         ) from exc
+
+
+def _label(module: torch.nn.Module) -> str:
+    """What the user calls the exported thing: the function's name for a wrapped function."""
+    if isinstance(module, _Wrap):
+        return f"function '{getattr(module.fn, '__name__', 'function')}'"
+    return type(module).__name__
 
 
 def _module_values(
     module: torch.nn.Module, args: tuple[Any, ...]
 ) -> tuple[list[np.ndarray], dict[str, np.ndarray], dict[str, list[str]]]:
     """The module's flat outputs, every submodule's single-tensor output (forward hooks), and for
-    each submodule the submodules that read its output (in call order)."""
-    captured: dict[str, np.ndarray] = {}
+    each submodule the submodules that read its output (in call order). A submodule called
+    several times gives one value per call, keyed ``path#0``, ``path#1``... (``path`` alone
+    would be ambiguous)."""
+    calls: dict[str, list[np.ndarray]] = {}
     outputs: dict[str, torch.Tensor] = {}
     inputs: dict[str, list[torch.Tensor]] = {}
     order: list[str] = []
@@ -144,7 +154,7 @@ def _module_values(
                 order.append(path)
             if isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
                 outputs[path] = out
-                captured[path] = out.detach().cpu().numpy().copy()
+                calls.setdefault(path, []).append(out.detach().cpu().numpy().copy())
         return hook
 
     for path, sub in module.named_modules():
@@ -156,6 +166,12 @@ def _module_values(
     finally:
         for h in handles:
             h.remove()
+    captured: dict[str, np.ndarray] = {}
+    for path, values in calls.items():
+        if len(values) == 1:
+            captured[path] = values[0]
+        else:
+            captured.update((f"{path}{CALL_SEP}{k}", v) for k, v in enumerate(values))
     readers: dict[str, list[str]] = {}
     for path, out in outputs.items():
         readers[path] = [p for p in order if p != path and not path.startswith(p + ".")
@@ -176,9 +192,10 @@ def module_name_map(model: onnx.ModelProto, values: Mapping[str, np.ndarray],
         cands = vindex.matches(value)
         if not cands:
             continue
-        outs = set(sel.module_outputs(path))
+        base = path.split(CALL_SEP)[0]
+        outs = set(sel.module_outputs(base))
 
-        def key(c: str, path: str = path, outs: set[str] = outs) -> tuple[int, int, int]:
+        def key(c: str, path: str = base, outs: set[str] = outs) -> tuple[int, int, int]:
             pm = producer_module.get(c, "")
             inside = pm == path or pm.startswith(path + ".")
             return (0 if c in outs else 1, 0 if inside else 1, -order.get(c, -1))

@@ -27,8 +27,35 @@ from .errors import SurgeryError, UsageError
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
+EXIT_CODES_HELP = (
+    "exit codes: 0 success; 1 --verify (or verify) found a difference; 2 bad input or usage "
+    "(one line on stderr naming the problem and the fix; nothing written); 3 internal error (a "
+    "bug: please report it; ONNXSURGEON_DEBUG=1 shows the traceback)"
+)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows an option's default when it has a real one and the help does not say it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == [] or default == argparse.SUPPRESS
+                or "default" in text or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit 2) instead of usage dumps."""
+    """argparse with one-line errors (exit 2) instead of usage dumps, no abbreviated flags (a
+    prefix such as --out is an unknown flag, not --output), defaults shown in --help, and the
+    exit codes in every --help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
@@ -80,8 +107,16 @@ def _add_input_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="input .onnx file (never modified)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
+    _add_output(p)
     _add_share_data_flag(p)
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="output .onnx file (written atomically; an existing file that is not "
+                        "an ONNX model is refused unless --force)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite OUT even when it exists and is not an ONNX model")
 
 
 def _add_share_data_flag(p: argparse.ArgumentParser) -> None:
@@ -160,30 +195,42 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"onnxsurgeon {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the log output of TensorFlow, PyTorch and their exporters "
+                             "(captured and hidden by default)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
-    p.add_argument("model", metavar="MODEL")
+    p.add_argument("model", metavar="MODEL", help="the .onnx file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--around", metavar="T",
-                   help="the neighbourhood of tensor T (its producer, readers and --context hops)")
+                   help="the neighbourhood of tensor T (its producer, readers and --context hops; "
+                        "any selector); narrows --nodes/--tensors too")
     p.add_argument("--html", metavar="FILE.html", help="with --around: draw it as an HTML page")
     _add_context_flag(p)
+    from .cli_inspect import add_listing_flags
+
+    add_listing_flags(p)
 
     p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
     _add_model_io(p)
     p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]",
                    help="tensors to extract (ONNX, TF ':0', node name or torch module path)")
-    p.add_argument("--inputs", type=_csv, default=[], metavar="T[,T...]",
-                   help="stop tensors that become graph inputs")
+    p.add_argument("--inputs", "--stop-at", dest="inputs", type=_csv, default=[],
+                   metavar="T[,T...]",
+                   help="stop tensors: the cut, they become graph inputs (any selector)")
     _add_verify_flag(p)
     _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("copy", help="duplicate the closure of tensors inside the model")
     _add_model_io(p)
-    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]")
-    p.add_argument("--weights", choices=["independent", "shared"], default="independent")
+    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]",
+                   help="tensors whose closure is copied (ONNX, TF ':0', node name or torch "
+                        "module path); each copy becomes a new graph output")
+    p.add_argument("--weights", choices=["independent", "shared"], default="independent",
+                   help="independent: the copy gets its own initializers; shared: it reads the "
+                        "original's")
     p.add_argument("--prefix", default="copy/", metavar="P", help="name prefix of the copy")
     p.add_argument("--replace-input", type=_pair, action="extend", nargs="+", default=[],
                    metavar="A=B", help="the copy reads B wherever the original read A "
@@ -197,24 +244,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", required=True, metavar="T",
                    help="the activation to process (ONNX, TF ':0', node name or torch module path)")
     group = p.add_mutually_exclusive_group(required=True)
+    from .processing import blocks_help
+
     group.add_argument("--op", metavar="NAME[:k=v,...]",
-                       help="built-in block, e.g. l2_normalize:axis=-1, reduce_mean:axes=1|2,keepdims=0")
+                       help="built-in block, parameters after ':' separated by ',', list values "
+                            "by '|' (reduce_mean:axes=2|3,keepdims=0). Blocks: "
+                            + blocks_help().replace("%", "%%"))
     group.add_argument("--graph", metavar="FILE.onnx", help="any one-input one-output ONNX model")
     group.add_argument("--func", metavar="FILE.py:NAME",
                        help="a TensorFlow or PyTorch function (imports and runs FILE.py: your own code)")
     p.add_argument("--framework", choices=["tf", "torch"], help="framework of --func")
     p.add_argument("--as-output", action="store_true",
                    help="reroute nothing; the processed tensor becomes a new graph output")
+    p.add_argument("--rename-output", action="store_true",
+                   help="when --at is a graph output, give the processed tensor a new name and "
+                        "rename that graph output too (default: the graph output keeps its name "
+                        "and the unprocessed tensor is renamed '<at>/pre_<block>')")
     _add_verify_flag(p)
     _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("reroute", help="consumers of A read B instead")
     _add_model_io(p)
-    p.add_argument("--from", dest="source", required=True, metavar="A")
-    p.add_argument("--to", dest="target", required=True, metavar="B")
+    p.add_argument("--from", dest="source", required=True, metavar="A",
+                   help="the tensor whose readers move (any selector)")
+    p.add_argument("--to", dest="target", required=True, metavar="B",
+                   help="the tensor they read instead (any selector)")
     p.add_argument("--consumers", type=_csv, default=None, metavar="NODE[,NODE...]",
-                   help="only these consumer nodes of A (default: every consumer and graph output)")
+                   help="only these readers of A: node names, torch module paths (the module's "
+                        "nodes that read A) or tensors (their producer) (default: every reader "
+                        "and graph output)")
+    p.add_argument("--prune", action="store_true",
+                   help="remove the nodes (and initializers) no graph output depends on any more")
     _add_verify_flag(p)
     _add_html_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
@@ -244,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="put SECOND behind FIRST: SECOND's inputs read FIRST's tensors")
     p.add_argument("model", metavar="FIRST", help="the model that runs first (never modified)")
     p.add_argument("second", metavar="SECOND", help="the model that runs second (never modified)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .onnx file")
+    _add_output(p)
     _add_share_data_flag(p)
     p.add_argument("--connect", type=_pair, action="extend", nargs="+", required=True,
                    metavar="FIRST_OUT=SECOND_IN",
@@ -260,15 +321,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
-    p.add_argument("reference", metavar="REFERENCE")
-    p.add_argument("candidate", metavar="CANDIDATE")
+    p.add_argument("reference", metavar="REFERENCE", help="the reference .onnx file")
+    p.add_argument("candidate", metavar="CANDIDATE", help="the .onnx file checked against it")
     p.add_argument("--pair", type=_pair, action="extend", nargs="+", default=[], metavar="R=C",
                    help="compare reference output R with candidate output C (several pairs, or "
                         "the flag repeated); default: outputs with equal names")
-    p.add_argument("--inputs", metavar="FILE.npz|DIR", help="input arrays (.npz) or a folder of them")
-    p.add_argument("--rtol", type=float, default=None)
-    p.add_argument("--atol", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--inputs", "--data", dest="inputs", metavar="FILE.npz|DIR",
+                   help="input arrays (.npz, one array per graph input) or a folder of them "
+                        "(default: seeded random inputs)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance (default: by dtype, 1e-4 for float32)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance (default: by dtype, 1e-5 for float32)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--dim", type=_dim, action="extend", nargs="+", default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
     p.add_argument("--samples", type=_positive_count, default=None, metavar="N",
@@ -300,19 +365,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("convert", help="TensorFlow or PyTorch to ONNX with a name map")
     conv = p.add_subparsers(dest="framework", metavar="FRAMEWORK", parser_class=_Parser)
     c = conv.add_parser("tf", help="Keras model/.keras, SavedModel dir, frozen .pb")
-    c.add_argument("source", metavar="SOURCE")
-    c.add_argument("-o", "--output", required=True, metavar="OUT")
-    c.add_argument("--inputs", type=_csv, default=None, metavar="NAME[:SHAPE],...")
-    c.add_argument("--outputs", type=_csv, default=None, metavar="NAME,...")
-    c.add_argument("--opset", type=int, default=None)
+    c.add_argument("source", metavar="SOURCE", help=".keras file, SavedModel folder or frozen .pb")
+    _add_output(c)
+    c.add_argument("--inputs", "--input", dest="inputs", type=_csv, default=None,
+                   metavar="NAME[:SHAPE],...",
+                   help="graph inputs with shapes, e.g. input:0:1x8x8x3 (default: the model's "
+                        "signature)")
+    c.add_argument("--outputs", type=_csv, default=None, metavar="NAME,...",
+                   help="TF output tensor names (default: the model's signature)")
+    c.add_argument("--opset", type=int, default=None,
+                   help="ONNX opset (default: the exporter's choice)")
+    c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     c = conv.add_parser("torch", help="a module returned by FACTORY in FILE.py (imports and runs your code)")
-    c.add_argument("source", metavar="FILE.py:FACTORY")
-    c.add_argument("-o", "--output", required=True, metavar="OUT")
-    c.add_argument("--input", action="extend", nargs="+", required=True,
+    c.add_argument("source", metavar="FILE.py:FACTORY",
+                   help="FACTORY() in FILE.py returns the torch.nn.Module")
+    _add_output(c)
+    c.add_argument("--input", "--inputs", dest="input", action="extend", nargs="+", required=True,
                    metavar="NAME:SHAPE[:DTYPE]",
                    help="e.g. x:1x3x32x32 or ids:1x8:int64 (several, or the flag repeated)")
-    c.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
-    c.add_argument("--opset", type=int, default=None)
+    c.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",
+                   help="torch.onnx exporter")
+    c.add_argument("--opset", type=int, default=None,
+                   help="ONNX opset (default: the exporter's choice)")
+    c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("diff", help="draw what changed between two models as one HTML page")
     p.add_argument("before", metavar="BEFORE")
@@ -359,7 +434,9 @@ class _Progress:
 def _print_report(report: Any, as_json: bool) -> None:
     """A verification report: JSON, a rich table on a terminal, else the plain table."""
     if as_json:
-        _out(json.dumps(report.to_json(), indent=2))
+        from .cli_output import verify_json
+
+        _out(json.dumps(verify_json(report), indent=2))
         return
     table = report.rich_table() if sys.stdout.isatty() else None
     if table is None or (report.deep is not None and report.deep.forced):
@@ -383,10 +460,13 @@ def _warn(text: str) -> None:
     sys.stderr.write(f"onnxsurgeon: warning: {text}\n")
 
 
-def _check_paths(model: str, output: str) -> None:
+def _check_paths(model: str, output: str, force: bool = False) -> None:
+    from .outfile import check_overwrite
+
     src, dst = Path(model), Path(output)
     if dst.exists() and src.exists() and os.path.samefile(src, dst):
         raise UsageError(f"output '{output}' is the input model; choose another -o path")
+    check_overwrite(output, force=force)
 
 
 def _load(path: str) -> Any:
@@ -420,6 +500,13 @@ def _write(model: Any, output: str, source: str, *, share_data: bool = False) ->
     save(m, output, check=Check.AUTO, share_data=share_data)
     for w in m.warnings[seen:]:
         _warn(w)
+
+
+def _framework_step(args: argparse.Namespace, phase: str) -> Any:
+    """A framework step: its log noise captured (shown with -v), its phase named on a terminal."""
+    from .cli_noise import framework_step
+
+    return framework_step(phase, verbose=bool(getattr(args, "verbose", False)))
 
 
 def _isolation(args: argparse.Namespace) -> dict[str, Any]:
@@ -461,7 +548,8 @@ def _verify_in_memory(args: argparse.Namespace, model: Any,
         report = check(model)
     else:
         report = verify_log(load(args.model), model, ranges=_ranges(args), **_isolation(args))
-    sys.stderr.write(report.to_text() + "\n") if getattr(args, "json", False) else _out(report.to_text())
+    if not getattr(args, "json", False):  # with --json the report is embedded in the result
+        _out(report.to_text())
     return report
 
 
@@ -472,6 +560,19 @@ def _html_of(args: argparse.Namespace, model: Any, summary: str, report: Any) ->
 
         _write_html(_load(args.model).proto, as_model(model).proto, args.html, args,
                     summary=summary, report=report)
+
+
+def _print_result(command: str, args: argparse.Namespace, payload: dict[str, Any], text: str,
+                  report: Any, *, written: bool) -> None:
+    """The result of a rewriting command: one JSON object (schema ``command``) with the
+    verification embedded, or the summary line."""
+    from .cli_output import dump, verify_json
+
+    if args.json:
+        _out(dump(command, {"model": args.model, "output": args.output if written else None,
+                            **payload, "verify": verify_json(report)}))
+    elif written:
+        _out(text)
 
 
 def _write_html(before: Any, after: Any, path: str, args: argparse.Namespace, *, summary: str,
@@ -510,22 +611,29 @@ def _check_html_path(args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------------------ commands
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .cli_inspect import listing_json, listing_text, wants_listing
+    from .cli_output import dump
     from .inspect import inspect_model
 
-    if args.around is not None:
+    if args.around is not None and not args.json and not wants_listing(args):
         return _inspect_around(args)
     if args.html:
         raise UsageError("--html on inspect draws a neighbourhood: add --around TENSOR")
-    result = inspect_model(_load(args.model))
-    _out(json.dumps(result.to_json(), indent=2) if args.json else result.to_text())
+    model = _load(args.model)
+    result = inspect_model(model)
+    if args.json:
+        _out(dump("inspect", {"model": args.model, **result.to_json(), **listing_json(model, args)}))
+    else:
+        _out(listing_text(model, args) if wants_listing(args) else result.to_text())
     return EXIT_OK
 
 
 Summary = tuple[dict[str, Any], str]
-"""What a rewriting command reports: the JSON object for ``--json`` and the one-line text."""
+"""What a rewriting command reports: the JSON payload for ``--json`` (stamped with the command's
+schema, see ``onnxsurgeon/schemas/``) and the one-line text."""
 
 
-def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary],
+def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summary],
              check: Callable[[Any], Any] | None = None) -> int:
     """The skeleton every rewriting command shares: refuse ``-o`` onto the input, load (warnings
     on stderr), ``apply`` the verb to the model (it returns the summary); with ``--verify`` check
@@ -534,17 +642,18 @@ def _rewrite(args: argparse.Namespace, apply: Callable[[Any], Summary],
     ``--html`` (coloured by the verification when both are given)."""
     from .io import handed_over
 
-    _check_paths(args.model, args.output)
+    _check_paths(args.model, args.output, args.force)
     model = handed_over(_load(args.model))  # nothing touches the proto before the verb
-    summary, text = apply(model)
+    payload, text = apply(model)
     report = _verify_in_memory(args, model, check)
     code = EXIT_OK if report is None else _exit_code(report, args)
     if code != EXIT_OK:
+        _print_result(command, args, payload, text, report, written=False)
         sys.stderr.write(f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
         _html_of(args, model, text, report)
         return code
     _write(model, args.output, args.model, share_data=bool(getattr(args, "share_data", False)))
-    _out(json.dumps(summary, indent=2) if args.json else text)
+    _print_result(command, args, payload, text, report, written=True)
     _html_of(args, model, text, report)
     return EXIT_OK
 
@@ -595,32 +704,31 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
+    from .cli_output import extract_payload
     from .surgery import extract
 
     def apply(model: Any) -> Summary:
         result = extract(model, args.outputs, inputs=args.inputs)
-        return ({"outputs": list(result.outputs), "inputs": list(result.inputs),
-                 "nodes": result.kept_nodes,
-                 "removed_initializers": len(result.removed_initializers)},
+        return (extract_payload(result),
                 f"extracted {result.kept_nodes} nodes (dropped {result.removed_nodes}) -> "
                 f"{args.output}")
 
-    return _rewrite(args, apply)
+    return _rewrite(args, "extract", apply)
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
+    from .cli_output import copy_payload
     from .surgery import Weights, copy
 
     def apply(model: Any) -> Summary:
         result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
                       replace_inputs=dict(args.replace_input) or None)
         pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
-        return ({"outputs": result.outputs, "initializers": result.initializers,
-                 "nodes": result.nodes},
+        return (copy_payload(result, weights=args.weights, prefix=args.prefix),
                 f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
                 f"({args.weights} weights): {pairs} -> {args.output}")
 
-    return _rewrite(args, apply)
+    return _rewrite(args, "copy", apply)
 
 
 def _cmd_insert(args: argparse.Namespace) -> int:
@@ -630,41 +738,49 @@ def _cmd_insert(args: argparse.Namespace) -> int:
         raise UsageError("--framework goes with --func")
 
     def apply(model: Any) -> Summary:
+        from .cli_output import insert_payload, insert_summary
+        from .record import rewrites
         from .surgery import insert
 
+        keep = not args.rename_output
         if args.func:
             from .converters import insert_function
 
-            result = insert_function(model, args.at, args.func, args.framework,
-                                     as_output=args.as_output)
+            with _framework_step(args, f"exporting {args.func} with {args.framework}"):
+                result = insert_function(model, args.at, args.func, args.framework,
+                                         as_output=args.as_output, keep_output_name=keep)
         elif args.graph:
             from .io import load
 
-            result = insert(model, args.at, graph=load(args.graph), as_output=args.as_output)
+            result = insert(model, args.at, graph=load(args.graph), as_output=args.as_output,
+                            keep_output_name=keep)
         else:
             from .processing import parse_op
 
             name, params = parse_op(args.op)
-            result = insert(model, args.at, op=name, params=params, as_output=args.as_output)
-        where = "as a new output" if args.as_output else f"rerouted {len(result.rerouted)} consumers"
-        return ({"processed": result.processed, "rerouted": list(result.rerouted)},
-                f"inserted at {args.at}: {result.processed} ({where}) -> {args.output}")
+            result = insert(model, args.at, op=name, params=params, as_output=args.as_output,
+                            keep_output_name=keep)
+        at = str(rewrites(model.proto)[-1]["at"])
+        block = args.op.partition(":")[0].strip() if args.op else ("graph" if args.graph else "func")
+        return (insert_payload(result, at=at, block=block, as_output=args.as_output),
+                insert_summary(args.at, result, as_output=args.as_output, output=args.output))
 
-    return _rewrite(args, apply)
+    return _rewrite(args, "insert", apply)
 
 
 def _cmd_reroute(args: argparse.Namespace) -> int:
+    from .cli_output import reroute_payload, reroute_summary
+    from .record import rewrites
     from .surgery import reroute
 
     def apply(model: Any) -> Summary:
-        result = reroute(model, args.source, args.target, consumers=args.consumers)
-        outs = f" and {len(result.rerouted_outputs)} graph outputs" if result.rerouted_outputs else ""
-        return ({"rerouted": list(result.rerouted),
-                 "rerouted_outputs": list(result.rerouted_outputs)},
-                f"rerouted {len(result.rerouted)} consumers{outs} of {args.source} to "
-                f"{args.target} -> {args.output}")
+        result = reroute(model, args.source, args.target, consumers=args.consumers,
+                         prune=args.prune)
+        record = rewrites(model.proto)[-1]
+        return (reroute_payload(result, source=str(record["from"]), target=str(record["to"])),
+                reroute_summary(args.source, args.target, result, output=args.output))
 
-    return _rewrite(args, apply)
+    return _rewrite(args, "reroute", apply)
 
 
 def _cmd_rename(args: argparse.Namespace) -> int:
@@ -676,7 +792,7 @@ def _cmd_rename(args: argparse.Namespace) -> int:
         return ({"renamed": result.renamed},
                 f"renamed {len(result.renamed)} {what} -> {args.output}")
 
-    return _rewrite(args, apply)
+    return _rewrite(args, "rename", apply)
 
 
 def _cmd_bypass(args: argparse.Namespace) -> int:
@@ -689,7 +805,7 @@ def _cmd_bypass(args: argparse.Namespace) -> int:
                 f"removed {', '.join(result.removed)}; rerouted {len(result.rerouted)} consumers "
                 f"-> {args.output}")
 
-    return _rewrite(args, apply)
+    return _rewrite(args, "bypass", apply)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -697,14 +813,14 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from .surgery import merge
     from .verify import verify_merge
 
-    _check_paths(args.second, args.output)
+    _check_paths(args.second, args.output, args.force)
     second = _load(args.second)
 
     def apply(model: Any) -> Summary:
         result = merge(model, second, connect=list(args.connect), prefix=args.prefix,
                        outputs=args.outputs)
-        return ({"inputs": result.inputs, "outputs": result.outputs, "renamed": result.renamed,
-                 "prefix": result.prefix},
+        return ({"second": args.second, "inputs": result.inputs, "outputs": result.outputs,
+                 "renamed": result.renamed, "prefix": result.prefix},
                 f"merged: inputs {result.inputs}, outputs {result.outputs}, "
                 f"{len(result.renamed)} names of SECOND changed (prefix '{result.prefix}') "
                 f"-> {args.output}")
@@ -713,7 +829,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         return verify_merge(load(args.model), load(args.second), model, ranges=_ranges(args),
                             **_isolation(args))
 
-    return _rewrite(args, apply, check)
+    return _rewrite(args, "merge", apply, check)
 
 
 def _ray_shards(args: argparse.Namespace) -> dict[str, Any]:
@@ -742,12 +858,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from . import converters
 
         candidate = _load(args.candidate)
-        fn = (converters.tf_reference(args.against_tf) if args.against_tf
-              else converters.torch_reference(args.against_torch))
-        report = verify.verify_against(
-            fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol, seed=args.seed,
-            dims=dict(args.dim) or None, samples=args.samples, ranges=_ranges(args),
-            save_inputs=args.save_inputs, **_isolation(args))
+        with _framework_step(args, "running the framework and onnxruntime"):
+            fn = (converters.tf_reference(args.against_tf) if args.against_tf
+                  else converters.torch_reference(args.against_torch))
+            report = verify.verify_against(
+                fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol,
+                seed=args.seed, dims=dict(args.dim) or None, samples=args.samples,
+                ranges=_ranges(args), save_inputs=args.save_inputs, **_isolation(args))
         _print_report(report, args.json)
         return _exit_code(report, args)
     if args.plot and not args.deep:
@@ -786,21 +903,27 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     if args.framework is None:
         raise UsageError("convert needs a framework: 'convert tf ...' or 'convert torch ...'")
     from . import converters
+    from .cli_output import convert_payload, convert_summary, dump
+    from .outfile import check_overwrite
 
-    if args.framework == "tf":
-        report = converters.cli_convert_tf(args.source, args.output, inputs=args.inputs,
-                                           outputs=args.outputs, opset=args.opset)
-    else:
-        report = converters.cli_convert_torch(args.source, args.output, inputs=args.input,
-                                              exporter=args.exporter, opset=args.opset)
-    _out(str(report))
+    check_overwrite(args.output, force=args.force)
+    with _framework_step(args, f"converting {args.source} ({args.framework})"):
+        if args.framework == "tf":
+            report = converters.cli_convert_tf(args.source, args.output, inputs=args.inputs,
+                                               outputs=args.outputs, opset=args.opset)
+        else:
+            report = converters.cli_convert_torch(args.source, args.output, inputs=args.input,
+                                                  exporter=args.exporter, opset=args.opset)
+    _out(dump("convert", convert_payload(report, source=args.source)) if args.json
+         else convert_summary(report))
     return EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(_out)
+    with _framework_step(args, "running the demo (TensorFlow and PyTorch steps take a while)"):
+        return run_demo(_out)
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:
@@ -826,7 +949,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (see the module docstring)."""
+    from .cli_flags import check_flags
+
     parser = build_parser()
+    check_flags(parser, list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -838,7 +964,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_html_path(args)
         return COMMANDS[args.command](args)
     except SurgeryError as exc:
-        sys.stderr.write(f"onnxsurgeon: error: {_one_line(exc)}\n")
+        from .cli_flags import cli_words
+
+        sys.stderr.write(f"onnxsurgeon: error: {cli_words(_one_line(exc))}\n")
         return EXIT_BAD_INPUT
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)

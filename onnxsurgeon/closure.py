@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from .errors import InvalidModelError
+from .errors import InvalidModelError, name_list
 from .index import GraphIndex
 
 
@@ -43,7 +43,8 @@ def closure(
     Raises:
         InvalidModelError: a needed tensor is neither produced, an initializer nor an input.
     """
-    stops = set(stop_at)
+    targets = name_list(targets, "closure(targets)")
+    stops = set(name_list(stop_at, "closure(stop_at=...)"))
     seen_nodes: set[int] = set()
     tensors: set[str] = set()
     init_order: list[str] = []

@@ -10,6 +10,7 @@ Every step is written to a file in a fresh folder and verified with onnxruntime.
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -31,13 +32,30 @@ def _source_model(name: str, folder: Path) -> Path:
     return path
 
 
+def shown(path: str | Path) -> str:
+    """``path`` as the printed commands give it: relative to the working folder when inside it
+    (``models/seed_cnn.onnx``), else absolute."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+def command(*args: str | Path) -> str:
+    """An ``onnxsurgeon`` command line that runs as printed when pasted into a shell (paths
+    through :func:`shown`, every argument shell-quoted where needed)."""
+    words = [shown(a) if isinstance(a, Path) else a for a in args]
+    return "onnxsurgeon " + " ".join(shlex.quote(w) for w in words)
+
+
 class _Steps:
     def __init__(self, out: Callable[[str], None], folder: Path) -> None:
         self.out = out
         self.folder = folder
         self.failed = 0
 
-    def run(self, title: str, cli: str, source: Path, target: str,
+    def run(self, title: str, cli: list[str | Path], source: Path, target: str,
             rewrite: Callable[[Model], Any], describe: Callable[[Any], str]) -> Path:
         from .verify import verify_log
 
@@ -48,7 +66,7 @@ class _Steps:
         report = verify_log(load(source), load(path))
         self.failed += 0 if report.ok else 1
         self.out(f"\n== {title}")
-        self.out(f"   $ {cli}")
+        self.out(f"   $ {command(*cli)}")
         self.out(f"   {describe(result)}")
         self.out(f"   onnxruntime check: {report.summary() if report.ok else 'FAILED: ' + report.summary()}")
         return path
@@ -70,7 +88,7 @@ def run_demo(out: Callable[[str], None]) -> int:
 
     steps.run(
         "Seed 1a: extract the logits closure as a standalone model",
-        f"onnxsurgeon extract {src.name} -o logits.onnx --outputs logits:0 --verify",
+        ["extract", src, "-o", folder / "logits.onnx", "--outputs", "logits:0", "--verify"],
         src, "logits.onnx",
         lambda m: extract(m, ["logits:0"]),
         lambda r: f"kept {r.kept_nodes} nodes, dropped {r.removed_nodes} nodes and "
@@ -78,7 +96,8 @@ def run_demo(out: Callable[[str], None]) -> int:
     )
     steps.run(
         "Seed 1b: copy the logits layer and everything it depends on (independent weights)",
-        f"onnxsurgeon copy {src.name} -o twin.onnx --outputs logits:0 --prefix twin/ --verify",
+        ["copy", src, "-o", folder / "twin.onnx", "--outputs", "logits:0", "--prefix", "twin/",
+         "--verify"],
         src, "twin.onnx",
         lambda m: copy(m, ["logits:0"], weights=Weights.INDEPENDENT, prefix="twin/"),
         lambda r: f"copied {len(r.nodes)} nodes and {len(r.initializers)} initializers; "
@@ -86,15 +105,16 @@ def run_demo(out: Callable[[str], None]) -> int:
     )
     steps.run(
         "Seed 2a: v = l2_normalize(act) feeds the rest of the network",
-        f"onnxsurgeon insert {src.name} -o l2.onnx --at {act} --op l2_normalize:axis=1 --verify",
+        ["insert", src, "-o", folder / "l2.onnx", "--at", act, "--op", "l2_normalize:axis=1",
+         "--verify"],
         src, "l2.onnx",
         lambda m: insert(m, act, op="l2_normalize", params={"axis": 1}),
         lambda r: f"processed tensor {r.processed}; rerouted {list(r.rerouted)}",
     )
     v_path = steps.run(
         "Seed 2b (graph_editor style), step 1: build v = clip(act, 0, 1) as a new output",
-        f"onnxsurgeon insert {src.name} -o features.onnx --at {act} "
-        "--op clip:min=0,max=1 --as-output --verify",
+        ["insert", src, "-o", folder / "features.onnx", "--at", act, "--op", "clip:min=0,max=1",
+         "--as-output", "--verify"],
         src, "features.onnx",
         lambda m: insert(m, act, op="clip", params={"min": 0.0, "max": 1.0}, as_output=True),
         lambda r: f"new output {r.processed}",
@@ -102,8 +122,8 @@ def run_demo(out: Callable[[str], None]) -> int:
     processed = [o.name for o in load(v_path).proto.graph.output][-1]
     steps.run(
         "Seed 2b, step 2: reroute_ts — the consumers of act read v instead",
-        f"onnxsurgeon reroute features.onnx -o rerouted.onnx --from {act} --to {processed} "
-        "--consumers network/flatten/Reshape,network/aux/pool --verify",
+        ["reroute", v_path, "-o", folder / "rerouted.onnx", "--from", act, "--to", processed,
+         "--consumers", "network/flatten/Reshape,network/aux/pool", "--verify"],
         v_path, "rerouted.onnx",
         lambda m: reroute(m, act, processed, consumers=["network/flatten/Reshape", "network/aux/pool"]),
         lambda r: f"rerouted {list(r.rerouted)}",

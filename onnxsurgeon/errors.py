@@ -3,6 +3,8 @@ object at fault and the fix; the CLI prints it as one line and exits 2."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
 """``str.translate`` table showing control characters as ``\\xNN``: every message and warning
 stays one line whatever names an untrusted model carries."""
@@ -43,3 +45,16 @@ class RewriteError(SurgeryError):
 
 class UsageError(SurgeryError):
     """Arguments do not fit together (bad option value, output path equals input, ...)."""
+
+
+def name_list(value: Iterable[str], what: str) -> list[str]:
+    """``value`` as a list of names. A bare string is refused: iterating it would give its
+    characters (``copy(m, "head")`` would copy tensors 'h', 'e', ...).
+
+    Raises:
+        TypeError: ``value`` is a string (or bytes).
+    """
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{what} takes a list of names, got the string {value!r}; write "
+                        f"[{value!r}]")
+    return list(value)

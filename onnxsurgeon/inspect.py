@@ -41,7 +41,7 @@ class Inspection:
     weight_bytes_inline: int
     weight_bytes_external: int
     functions: list[str]
-    framework: dict[str, str]
+    framework: dict[str, Any]
     name_map: dict[str, str]
     warnings: list[str]
 
@@ -59,6 +59,8 @@ class Inspection:
         if self.functions:
             lines.append("functions     " + ", ".join(self.functions))
         for key, value in self.framework.items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{k} {v}" for k, v in value.items())
             lines.append(f"{key:<13} {value}")
         lines.append("inputs")
         lines += [f"  {t.name}  {t.dtype}{_shape(t.shape)}" for t in self.inputs]
@@ -70,11 +72,15 @@ class Inspection:
         if len(self.ops) > max_ops:
             lines.append(f"  ... {len(self.ops) - max_ops} more op types (--json lists all)")
         if self.name_map:
-            lines.append(f"name map      {len(self.name_map)} framework names, e.g.")
-            for k, v in list(self.name_map.items())[:max_names]:
+            shown = list(self.name_map.items())[:max_names]
+            lines.append(f"name map      {len(self.name_map)} framework names"
+                         + (f", the first {len(shown)}" if len(shown) < len(self.name_map) else ""))
+            for k, v in shown:
                 lines.append(f"  {k} -> {v}")
         for w in self.warnings:
             lines.append(f"warning: {w}")
+        lines.append("(--nodes and --tensors list every node and tensor with its framework "
+                     "names; --grep PATTERN and --around TENSOR narrow the list)")
         return "\n".join(lines)
 
 
@@ -120,6 +126,16 @@ def _tensor_bytes(t: onnx.TensorProto) -> tuple[int, int]:
     return t.ByteSize(), 0
 
 
+def _json_or_text(value: str) -> Any:
+    """A metadata value: the object when it holds a JSON object (conversion_check), else text."""
+    if value.startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
     """Summarize ``model``: O(nodes) over every graph; no weight bytes are read."""
     m = as_model(model)
@@ -142,7 +158,7 @@ def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
     initializer_names = {t.name for t in graph.initializer}
     inputs = [_summary(vi) for vi in graph.input if vi.name not in initializer_names]
     framework = {
-        p.key.removeprefix("onnxsurgeon."): p.value
+        p.key.removeprefix("onnxsurgeon."): _json_or_text(p.value)
         for p in proto.metadata_props
         if p.key.startswith("onnxsurgeon.") and p.key not in ("onnxsurgeon.name_map", "onnxsurgeon.rewrites")
     }

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -56,6 +56,9 @@ EXTERNALIZE_MIN_BYTES = 1024
 """Tensors smaller than this stay inline when saving switches to external data."""
 _CHUNK = 1 << 22
 
+if TYPE_CHECKING:
+    from .listing import NodeRow, TensorRow
+
 
 
 @dataclass
@@ -85,6 +88,36 @@ class Model:
     proto still serializes to exactly those bytes, or when the caller that loaded the model
     declared it untouched (:func:`handed_over`), so a stale index can never come out of it."""
     _untouched: bool = field(default=False, init=False, repr=False, compare=False)
+
+    # a small read-only view (each call indexes the model as it is now; for many queries keep
+    # one onnxsurgeon.listing.Listing)
+    def nodes(self, *, grep: str | None = None, around: str | None = None,
+              hops: int = 1) -> list[NodeRow]:
+        """Every node (nested bodies included): name, op, inputs, outputs, graph, torch module.
+        ``grep`` (a case-insensitive regular expression) and ``around`` (a tensor, any
+        selector, within ``hops`` node steps) narrow the list. Reads no weight bytes."""
+        from .listing import Listing
+
+        return Listing(self).nodes(grep=grep, around=around, hops=hops)
+
+    def tensors(self, *, grep: str | None = None, around: str | None = None,
+                hops: int = 1) -> list[TensorRow]:
+        """Every main-graph tensor: dtype, shape, kind, producer, consumers, framework names;
+        ``grep`` and ``around`` as for :meth:`nodes`."""
+        from .listing import Listing
+
+        return Listing(self).tensors(grep=grep, around=around, hops=hops)
+
+    def find(self, name: str) -> TensorRow:
+        """The tensor a user name means (ONNX name, framework name, TF ``:0``, node name, torch
+        module path), described as in :meth:`tensors`.
+
+        Raises:
+            NotFoundError / AmbiguousNameError: with the closest names.
+        """
+        from .listing import Listing
+
+        return Listing(self).find(name)
 
 
 def handed_over(model: Model) -> Model:

@@ -100,6 +100,21 @@ BUILTIN_BLOCKS: dict[str, BlockSpec] = {
 
 
 # ----------------------------------------------------------------------------------- parsing
+def blocks_help() -> str:
+    """Every built-in block with its parameters (kind, default), for ``--op`` in ``--help``."""
+    kinds = {"int": "N", "float": "F", "ints": "N|N..."}
+    parts = []
+    for name, spec in BUILTIN_BLOCKS.items():
+        params = []
+        for key, p in spec.params.items():
+            default = "required" if p.required else (
+                "default all" if p.default is None and p.kind == "ints" else
+                "optional" if p.default is None else f"default {p.default:g}")
+            params.append(f"{key}={kinds[p.kind]} ({default})")
+        parts.append(name + (":" + ",".join(params) if params else ""))
+    return "; ".join(parts)
+
+
 def _valid_blocks() -> str:
     return ", ".join(sorted(BUILTIN_BLOCKS))
 
@@ -179,6 +194,24 @@ def normalize_params(name: str, params: Mapping[str, ParamValue] | None) -> dict
     return out
 
 
+def _parse_hint(name: str, text: str) -> str:
+    """How to write ``text`` right: list values take '|' (axes=2|3), parameters ','."""
+    lists = [k for k, p in BUILTIN_BLOCKS[name].params.items() if p.kind == "ints"]
+    if lists:
+        fixed = text.replace("[", "").replace("]", "")
+        head, _, rest = fixed.partition(":")
+        items: list[str] = []
+        for item in rest.split(","):
+            if items and "=" not in item and item.strip().lstrip("-").isdigit():
+                items[-1] += "|" + item.strip()
+            else:
+                items.append(item.strip())
+        return (f"list values are separated by '|' and parameters by ',': write "
+                f"{head}:{','.join(items)}")
+    keys = ",".join(f"{k}=..." for k in BUILTIN_BLOCKS[name].params) or "key=value"
+    return f"write {name}:{keys}"
+
+
 def parse_op(text: str) -> tuple[str, dict[str, Any]]:
     """Parse ``"name[:key=value[,key=value...]]"``; list values are written ``1|2``.
 
@@ -196,9 +229,7 @@ def parse_op(text: str) -> tuple[str, dict[str, Any]]:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key or not value.strip():
-            raise UsageError(
-                f"cannot parse '{item}' in '{text}'; write {name}:key=value[,key=value]"
-            )
+            raise UsageError(f"cannot parse '{item}' in '{text}'; {_parse_hint(name, text)}")
         if key in raw:
             raise UsageError(f"parameter '{key}' is given twice in '{text}'; give it once")
         raw[key] = value.strip()

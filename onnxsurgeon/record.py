@@ -191,6 +191,9 @@ class InsertRecord(RewriteRecord):
     rerouted: tuple[str, ...]
     rerouted_outputs: tuple[str, ...]
     as_output: bool
+    renamed: dict[str, str] | None = None
+    """When ``at`` was a graph output that kept its name: ``{at: <new name of the unprocessed
+    tensor>}`` (absent otherwise, so older records read the same)."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,10 @@ class RerouteRecord(RewriteRecord):
     target: str = field(metadata={"json": "to"})
     rerouted: tuple[str, ...]
     rerouted_outputs: tuple[str, ...]
+    pruned_nodes: tuple[str, ...] | None = None
+    """With ``prune``: the nodes removed because no graph output depended on them any more."""
+    pruned_initializers: tuple[str, ...] | None = None
+    """With ``prune``: the initializers only those nodes read."""
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,17 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
+from typing import Any
 
 import onnx
 
 from .errors import AmbiguousNameError, NotFoundError
 from .index import GraphIndex
+
+CALL_SEP = "#"
+"""A module called several times is mapped once per call: ``emb#0``, ``emb#1``..."""
 
 NAME_MAP_KEY = "onnxsurgeon.name_map"
 """metadata_props key holding the converters' JSON map framework name -> ONNX tensor name."""
@@ -39,6 +43,34 @@ def name_map(model: onnx.ModelProto) -> dict[str, str]:
             if isinstance(data, dict):
                 return {str(k): str(v) for k, v in data.items() if isinstance(v, str)}
     return {}
+
+
+def _set_name_map(model: onnx.ModelProto, mapping: dict[str, str]) -> None:
+    text = json.dumps(mapping, sort_keys=True, separators=(",", ":"))
+    for prop in model.metadata_props:
+        if prop.key == NAME_MAP_KEY:
+            prop.value = text
+            return
+
+
+def follow_renames(model: onnx.ModelProto, renamed: Mapping[str, str]) -> None:
+    """Point the converters' name map at the new names of renamed tensors. Mutates model.
+
+    Framework names that meant tensor ``old`` mean ``renamed[old]`` afterwards (a verb that
+    renames a tensor keeps its values under the new name). No-op without a name map."""
+    current = name_map(model)
+    if not renamed or not current or not renamed.keys() & set(current.values()):
+        return
+    _set_name_map(model, {k: renamed.get(v, v) for k, v in current.items()})
+
+
+def drop_missing(model: onnx.ModelProto, exists: Callable[[str], bool]) -> None:
+    """Drop name-map entries whose tensor no longer exists (``exists(name)`` is False). Mutates
+    model. No-op without a name map."""
+    current = name_map(model)
+    kept = {k: v for k, v in current.items() if exists(v)}
+    if len(kept) != len(current):
+        _set_name_map(model, kept)
 
 
 @lru_cache(maxsize=4096)
@@ -186,6 +218,13 @@ class Selector:
         for key in (name, name + ":0", name[:-2] if name.endswith(":0") else None):
             if key and key in fmap and index.is_tensor(fmap[key]):
                 return fmap[key]
+        calls = [k for k in fmap if k.startswith(name + CALL_SEP)
+                 and k[len(name) + 1:].isdigit() and index.is_tensor(fmap[k])]
+        if calls:
+            listed = ", ".join(f"'{k}' ({fmap[k]})" for k in sorted(calls, key=_call_number))
+            raise AmbiguousNameError(
+                f"module '{name}' is called {len(calls)} times; name one call: {listed}"
+            )
         if name.endswith(":0") and index.is_tensor(name[:-2]):
             return name[:-2]
         if not name.endswith(":0") and index.is_tensor(name + ":0"):
@@ -219,7 +258,7 @@ class Selector:
 
     def _suggest(self, name: str) -> str:
         candidates = list(self.index.tensor_names())
-        candidates.extend(self.framework_map)
+        candidates.extend(k for k, v in self.framework_map.items() if self.index.is_tensor(v))
         candidates.extend(self.index.node_names)
         candidates.extend(self._module_nodes())
         tail = name.rstrip(":0").rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower()
@@ -234,6 +273,22 @@ class Selector:
         return "run 'onnxsurgeon inspect MODEL' to list tensor names"
 
 
-def resolve(index: GraphIndex, name: str) -> str:
-    """Shorthand for ``Selector(index).resolve(name)``."""
-    return Selector(index).resolve(name)
+def _call_number(key: str) -> int:
+    return int(key.rpartition(CALL_SEP)[2])
+
+
+def resolve(model: GraphIndex | onnx.ModelProto | Any, name: str) -> str:
+    """The ONNX tensor ``name`` means in ``model`` (a :class:`~onnxsurgeon.io.Model`, a
+    ``ModelProto`` or a :class:`GraphIndex`): ``Selector(GraphIndex(model)).resolve(name)``.
+
+    Raises:
+        NotFoundError / AmbiguousNameError: see :meth:`Selector.resolve`.
+        TypeError: ``model`` is none of those (a path: load it first with ``onnxsurgeon.load``).
+    """
+    if isinstance(model, GraphIndex):
+        return Selector(model).resolve(name)
+    proto = getattr(model, "proto", model)
+    if not isinstance(proto, onnx.ModelProto):
+        raise TypeError(f"resolve() takes a Model, ModelProto or GraphIndex, got "
+                        f"{type(model).__name__}; load a file first with onnxsurgeon.load(path)")
+    return Selector(GraphIndex(proto)).resolve(name)

@@ -190,8 +190,10 @@ def test_bypass_cli_json_verify(tmp_path):
     out = tmp_path / "out.onnx"
     proc = cli("bypass", src, "-o", out, "--node", "drop,ident", "--node", "cast", "--json", "--verify")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"removed": ["drop", "ident", "cast"],
-                                       "rerouted": ["relu", "branch"], "rerouted_outputs": []}
+    data = json.loads(proc.stdout)
+    assert {k: data[k] for k in ("removed", "rerouted", "rerouted_outputs")} == {
+        "removed": ["drop", "ident", "cast"], "rerouted": ["relu", "branch"], "rerouted_outputs": []}
+    assert data["schema"] == "onnxsurgeon.bypass/1" and data["verify"]["ok"] is True
     assert _names(onnx.load(str(out))) == ["mm", "relu", "sum", "gt", "branch"]
 
 

@@ -75,7 +75,7 @@ def test_copy_cli_json_contract(cnn, tmp_path):
                "--verify")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
-    assert set(data) == {"outputs", "initializers", "nodes"}
+    assert {"outputs", "initializers", "nodes", "verify", "output"} <= set(data)
     copy_name = data["outputs"]["logits"]
     assert copy_name.startswith("twin/")
     assert set(data["initializers"]) == {"conv5.weight", "conv5.bias", "fc.weight", "fc.bias"}
@@ -95,10 +95,37 @@ def test_insert_cli_json_contract_and_verify(cnn, tmp_path):
                "--verify")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
-    assert set(data) == {"processed", "rerouted"}
+    assert {"processed", "rerouted", "rerouted_outputs", "renamed"} <= set(data)
     assert set(data["rerouted"]) == {"pool", "side"}
+    assert data["rerouted_outputs"] == ["act"]
+    assert data["processed"] == "act" and data["renamed"] == {"act": "act/pre_l2_normalize"}
     model = onnx.load(str(out))
-    assert data["processed"] in [o.name for o in model.graph.output]
+    assert [o.name for o in model.graph.output] == ["logits", "act", "side_out"]
+
+
+def test_insert_at_a_graph_output_keeps_its_name_and_says_so(cnn, tmp_path):
+    out = tmp_path / "sm.onnx"
+    proc = cli("insert", cnn, "-o", out, "--at", "logits", "--op", "softmax:axis=1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "inserted at logits: logits (rerouted 0 consumers; graph output 'logits' keeps its name "
+        "and now carries the processed values; the unprocessed tensor is now "
+        f"'logits/pre_softmax') -> {out}")
+    got, ref = _run(out, X), _run(cnn, X)
+    assert list(got) == list(ref) == ["logits", "act", "side_out"]
+    e = np.exp(ref["logits"] - ref["logits"].max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got["logits"], e / e.sum(axis=1, keepdims=True), rtol=1e-6)
+    old = tmp_path / "old.onnx"
+    proc = cli("insert", cnn, "-o", old, "--at", "logits", "--op", "softmax:axis=1",
+               "--rename-output", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["processed"] == "logits/softmax" and data["rerouted_outputs"] == ["logits"]
+    assert data["renamed"] == {}
+    assert list(_run(old, X)) == ["logits/softmax", "act", "side_out"]
+    proc = cli("insert", cnn, "-o", old, "--at", "logits", "--op", "softmax:axis=1",
+               "--rename-output")
+    assert "graph output 'logits' is now 'logits/softmax'" in proc.stdout
 
 
 def test_insert_as_output_keeps_the_rest(cnn, tmp_path):
@@ -212,11 +239,32 @@ def test_no_command_prints_help_and_exits_2():
     assert proc.returncode == 2 and "extract" in proc.stdout
 
 
-def test_demo_runs_and_verifies_everything():
+def _pasted(stdout: str) -> list[str]:
+    """The commands the demo prints ('   $ onnxsurgeon ...'), exactly as printed."""
+    return [line.strip()[2:] for line in stdout.splitlines() if line.strip().startswith("$ ")]
+
+
+def paste(command: str) -> subprocess.CompletedProcess[str]:
+    """Run a printed command in a shell, as a user pasting it would (from the checkout)."""
+    script = f'onnxsurgeon() {{ "{sys.executable}" -m onnxsurgeon "$@"; }}\n{command}'
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+def test_demo_runs_verifies_everything_and_its_commands_run_as_printed():
     proc = cli("demo")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("onnxruntime check: ok") >= 5
     assert "FAILED" not in proc.stdout
+    commands = [c for c in _pasted(proc.stdout) if "--func" not in c]
+    assert len(commands) >= 5 and all(" -o " in c for c in commands)
+    for command in commands:
+        out = Path(command.split(" -o ")[1].split()[0])
+        before = out.read_bytes() if out.exists() else None
+        done = paste(command)
+        assert done.returncode == 0, command + "\n" + done.stderr
+        if before is not None:  # the demo wrote the same file: the command is what it ran
+            assert out.read_bytes() == before, command
 
 
 # ------------------------------------------------ onnx.checker on large outputs (> 20k nodes)

@@ -65,7 +65,8 @@ def by_change(h: Hooks) -> dict[str, set[str]]:
 def test_insert_diff_matches_the_record():
     before = B.tiny_cnn()
     after = clone(before)
-    r = insert(after, "act", op="l2_normalize", params={"axis": 1})
+    r = insert(after, "act", op="l2_normalize", params={"axis": 1},
+               keep_output_name=False)  # act (a graph output) gets a new name: relu5 stays as it was
     d = diff_models(before, after)
     rec = rewrites(after)[-1]
     assert d.rewrites == (rec,)
@@ -171,7 +172,7 @@ def test_neighbourhood_of_a_tensor():
 def test_page_is_offline_escaped_and_deterministic():
     before = B.tiny_cnn()
     after = clone(before)
-    insert(after, "act", op="l2_normalize", params={"axis": 1})
+    insert(after, "act", op="l2_normalize", params={"axis": 1}, keep_output_name=False)
     evil = '<img src="http://x/y.png" onerror=alert(1)>'
     next(n for n in after.graph.node if n.name == "fc").name = evil
     next(n for n in before.graph.node if n.name == "fc").name = evil

@@ -47,10 +47,50 @@ def block_on(orig: onnx.ModelProto, at: str, block: onnx.ModelProto,
 
 
 # ----------------------------------------------------------------------------- built-in blocks
-def test_tiny_cnn_reroutes_both_consumers_and_the_output():
+def test_a_graph_output_keeps_its_name_and_the_raw_values_move():
     orig = B.tiny_cnn()
     model = clone(orig)
     r = insert(model, "act", op="l2_normalize", params={"axis": 1})
+    assert r.processed == "act"
+    assert r.renamed == {"act": "act/pre_l2_normalize"}
+    assert r.rerouted == ["pool", "side"]
+    assert r.rerouted_outputs == ["act"]
+    assert [o.name for o in model.graph.output] == ["logits", "act", "side_out"]
+    index = GraphIndex(model)
+    assert index.graph.node[index.producer["act/pre_l2_normalize"]].name == "relu5"
+    readers = {index.node_label(u.node) for u in index.consumers["act/pre_l2_normalize"]}
+    assert readers == {"act/l2_normalize/ReduceSumSquare", "act/l2_normalize/Div"}
+    assert {index.node_label(u.node) for u in index.consumers["act"]} == {"pool", "side"}
+    assert index.graph.node[index.producer["act"]].name == "act/l2_normalize/Div"
+    new = check_downstream(orig, model, "act", "act", CNN_FEEDS)
+    block = make_block("l2_normalize", {"axis": 1}, elem_type=F, opset=17, shape=[1, 4, 8, 8])
+    assert np.array_equal(new["act"], block_on(orig, "act", block, CNN_FEEDS))
+    assert np.array_equal(run(expose(model, "act/pre_l2_normalize"), CNN_FEEDS)["act/pre_l2_normalize"],
+                          run(orig, CNN_FEEDS)["act"])
+    assert rewrites(model)[-1] == {
+        "op": "insert", "at": "act", "processed": "act", "block": "l2_normalize",
+        "params": {"axis": 1}, "block_nodes": r.block_nodes, "rerouted": ["pool", "side"],
+        "rerouted_outputs": ["act"], "as_output": False,
+        "renamed": {"act": "act/pre_l2_normalize"},
+    }
+
+
+def test_a_graph_output_that_is_also_an_input_is_renamed():
+    x = helper.make_tensor_value_info("x", F, [2])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "io",
+                          [x], [helper.make_tensor_value_info("y", F, [2]), x])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    r = insert(model, "x", op="scale", params={"factor": 2})
+    assert r.renamed == {} and r.processed == "x/scale"
+    assert [o.name for o in model.graph.output] == ["y", "x/scale"]
+    assert [i.name for i in model.graph.input] == ["x"]
+
+
+def test_keep_output_name_off_renames_the_graph_output():
+    orig = B.tiny_cnn()
+    model = clone(orig)
+    r = insert(model, "act", op="l2_normalize", params={"axis": 1}, keep_output_name=False)
+    assert r.renamed == {}
     assert r.processed == "act/l2_normalize"
     assert r.rerouted == ["pool", "side"]
     assert r.rerouted_outputs == ["act"]
@@ -70,7 +110,7 @@ def test_tiny_cnn_reroutes_both_consumers_and_the_output():
     assert rewrites(model)[-1] == {
         "op": "insert", "at": "act", "processed": "act/l2_normalize", "block": "l2_normalize",
         "params": {"axis": 1}, "block_nodes": r.block_nodes, "rerouted": ["pool", "side"],
-        "rerouted_outputs": ["act"], "as_output": False,
+        "rerouted_outputs": ["act"], "as_output": False, "renamed": {},
     }
 
 
@@ -155,13 +195,18 @@ def test_inserting_twice_at_one_tensor_gives_fresh_names():
     model = B.tiny_cnn()
     first = insert(model, "act", op="l2_normalize")
     second = insert(model, first.processed, op="l2_normalize")
-    assert second.processed == "act/l2_normalize/l2_normalize"
+    assert first.processed == second.processed == "act"  # the graph output keeps its name
+    assert first.renamed == {"act": "act/pre_l2_normalize"}
+    assert second.renamed == {"act": "act/pre_l2_normalize__1"}
     third = insert(model, "act", op="l2_normalize", as_output=True)
-    assert third.processed == "act/l2_normalize__1"
+    assert third.processed == "act/l2_normalize"
     assert len(set(third.block_nodes) & set(first.block_nodes)) == 0
+    assert len(set(second.block_nodes) & set(first.block_nodes)) == 0
+    fourth = insert(model, "act", op="l2_normalize", keep_output_name=False)
+    assert fourth.processed == "act/l2_normalize__1"
     onnx.checker.check_model(model, full_check=True)
     run(model, CNN_FEEDS)
-    assert len(rewrites(model)) == 3
+    assert len(rewrites(model)) == 4
 
 
 # ------------------------------------------------------------------------------ graph blocks
@@ -190,7 +235,7 @@ def test_block_from_file_with_initializers_and_older_opset(tmp_path):
     orig = B.tiny_cnn()
     model = clone(orig)
     host_fc = serialized_tensor(orig, "fc.weight")
-    r = insert(Model(model), "act", graph=load(path))
+    r = insert(Model(model), "act", graph=load(path), keep_output_name=False)
     assert r.processed == "act/blk"
     assert all(n.startswith("act/blk/") for n in r.block_nodes)
     assert [op.version for op in model.opset_import if op.domain == ""] == [17]
@@ -341,7 +386,7 @@ def test_block_with_an_if_is_renamed_inside_its_branches():
         [numpy_helper.from_array(np.float32(2), "two"), numpy_helper.from_array(np.float32(0), "zero")])
     orig = B.tiny_cnn()
     model = clone(orig)
-    r = insert(model, "act", graph=blk)
+    r = insert(model, "act", graph=blk, keep_output_name=False)
     node_if = next(n for n in model.graph.node if n.name == "act/blk/if")
     branches = {a.name: a.g for a in node_if.attribute}
     assert list(branches["then_branch"].node[0].input) == ["act", "act/blk/two"]
@@ -455,3 +500,26 @@ def test_regression_insert_as_output_of_unknown_rank_is_a_usage_error(tmp_path):
     with pytest.raises(RewriteError, match="rank of tensor 'h_last' is unknown"):
         insert(model, "h_last", op="identity", as_output=True)
     assert model.SerializeToString() == before
+
+
+def test_the_name_map_follows_the_renamed_activation():
+    """torch_cnn.onnx maps module 'fc' to its graph output 'logits'. After an insert there, 'fc'
+    still names the tensor with fc's values (the unprocessed one), not the processed output."""
+    from pathlib import Path
+
+    from onnxsurgeon.select import Selector, name_map
+
+    path = Path(__file__).resolve().parent.parent / "models" / "torch_cnn.onnx"
+    orig = onnx.load(str(path))
+    assert name_map(orig)["fc"] == "logits"
+    model = clone(orig)
+    r = insert(model, "fc", op="scale", params={"factor": 3.0})
+    assert r.processed == "logits" and r.renamed == {"logits": "logits/pre_scale"}
+    assert name_map(model)["fc"] == "logits/pre_scale"
+    assert name_map(model)["conv5"] == name_map(orig)["conv5"]
+    fc = Selector(GraphIndex(model)).resolve("fc")
+    feeds = {"x": rand((2, 3, 8, 8), 7)}
+    want = run(orig, feeds)["logits"]
+    got = run(expose(model, fc), feeds)
+    assert np.array_equal(got[fc], want)
+    assert np.array_equal(got["logits"], want * np.float32(3))

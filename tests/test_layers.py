@@ -17,13 +17,14 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "index": 1,
     "protos": 2, "names": 2, "closure": 2, "select": 2, "validate": 2, "external": 2,
-    "checking": 2, "record": 2,
+    "checking": 2, "record": 2, "schema": 2, "outfile": 2,
     "ortinfer": 3, "datastream": 3,
     "types": 4,
     "io": 5, "processing": 5,
-    "surgery": 6, "inspect": 6, "interop": 6, "diff": 6,
+    "surgery": 6, "inspect": 6, "listing": 6, "interop": 6, "diff": 6,
     "verify": 7,
     "recipe": 8, "cluster": 8, "demo": 8, "demo_models": 8, "cli": 8, "__main__": 8,
+    "cli_flags": 8, "cli_inspect": 8, "cli_noise": 8, "cli_output": 8,
 }
 """Top-level module or subpackage of ``onnxsurgeon`` -> layer (ARCHITECTURE.md). An import must
 point to a lower layer, or stay inside its own module/subpackage; the orchestration layer (8: the

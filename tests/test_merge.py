@@ -195,7 +195,9 @@ def test_merge_cli_json_verify_and_determinism(tmp_path):
     data = json.loads(proc.stdout)
     assert data["inputs"] == ["x", "x2"] and data["outputs"] == ["head/y"]
     assert data["renamed"]["W"] == "head/W" and data["prefix"] == "head/"
-    assert "merge:second" in proc.stderr  # the report went to stderr with --json
+    assert proc.stderr == "" and data["schema"] == "onnxsurgeon.merge/1"
+    assert data["verify"]["ok"] is True  # the report is embedded with --json
+    assert any(p["check"] == "merge:second" for p in data["verify"]["pairs"])
     assert cli("merge", a, b, "-o", again, "--connect", "y=x").returncode == 0
     assert again.read_bytes() == out.read_bytes()
 

@@ -218,8 +218,9 @@ def test_rename_cli_json_and_verify(tmp_path):
     proc = cli("rename", src, "-o", out, "--map", "act=features", "x=image",
                 "--regex", "^side_(.*)$=aux_\\1", "--json", "--verify")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"renamed": {"act": "features", "x": "image",
-                                                   "side_out": "aux_out"}}
+    data = json.loads(proc.stdout)
+    assert data["renamed"] == {"act": "features", "x": "image", "side_out": "aux_out"}
+    assert data["schema"] == "onnxsurgeon.rename/1" and data["verify"]["ok"] is True
     got = run(onnx.load(str(out)), {"image": CNN_FEEDS["x"]})
     ref = run(B.tiny_cnn(), CNN_FEEDS)
     assert np.array_equal(got["aux_out"], ref["side_out"])

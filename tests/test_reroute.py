@@ -194,3 +194,62 @@ def test_same_call_twice_is_byte_identical():
     reroute(a, "a", "t", consumers=["f"])
     reroute(b, "a", "t", consumers=["f"])
     assert serialized(a) == serialized(b)
+
+
+def test_unused_nodes_are_counted_and_pruned_with_their_weights():
+    from onnxsurgeon.verify import verify_log
+    from tests.test_verify import mlp
+
+    orig = mlp()
+    kept = clone(orig)
+    r = reroute(kept, "relu2", "relu0", consumers=["MatMul_3"])
+    assert r.rerouted == ["MatMul_3"] and r.unused_nodes == 3 and r.pruned_nodes == 0
+    assert len(kept.graph.node) == len(orig.graph.node)
+    pruned = clone(orig)
+    p = reroute(pruned, "relu2", "relu0", consumers=["MatMul_3"], prune=True)
+    assert (p.unused_nodes, p.pruned_nodes, p.pruned_initializers) == (0, 3, 2)
+    names = [n.name for n in pruned.graph.node]
+    assert not {"MatMul_2", "Add_2", "Relu_2"} & set(names)
+    assert len(names) == len(orig.graph.node) - 3
+    assert {t.name for t in orig.graph.initializer} - {t.name for t in pruned.graph.initializer} \
+        == {"W2", "b2"}
+    assert [i.name for i in pruned.graph.input] == ["x"]
+    onnx.checker.check_model(pruned, full_check=True)
+    feeds = {"x": rand((1, 8), 3)}
+    assert np.array_equal(run(pruned, feeds)["y"], run(kept, feeds)["y"])
+    assert rewrites(pruned)[-1]["pruned"] == {"nodes": ["MatMul_2", "Add_2", "Relu_2"],
+                                              "initializers": ["W2", "b2"]}
+    assert verify_log(orig, pruned).ok
+    extract_after = clone(pruned)
+    reroute(extract_after, "relu3", "relu0", consumers=["MatMul_4"])
+    assert verify_log(orig, extract_after).ok  # the pruning step replays
+
+
+def test_consumers_take_module_paths_and_tensor_names():
+    """--consumers accepts what every other name does: a torch module path (TorchScript-style
+    node names '/head/Gemm') means the module's nodes that read the source; a tensor means its
+    producer."""
+    W = numpy_helper.from_array(np.eye(4, dtype=np.float32), "W")
+    nodes = [helper.make_node("Relu", ["x"], ["/body/Relu_output_0"], name="/body/Relu"),
+             helper.make_node("Neg", ["x"], ["/alt/Neg_output_0"], name="/alt/Neg"),
+             helper.make_node("MatMul", ["/body/Relu_output_0", "W"], ["/head/MatMul_output_0"],
+                              name="/head/MatMul"),
+             helper.make_node("Sigmoid", ["/body/Relu_output_0"], ["side"], name="/side/Sigmoid")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", F, [1, 4])],
+                          [helper.make_tensor_value_info("/head/MatMul_output_0", F, [1, 4]),
+                           helper.make_tensor_value_info("side", F, [1, 4]),
+                           helper.make_tensor_value_info("/alt/Neg_output_0", F, [1, 4])], [W])
+    orig = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    by_module = clone(orig)
+    r = reroute(by_module, "body", "alt", consumers=["head"])
+    assert r.rerouted == ["/head/MatMul"]
+    by_tensor = clone(orig)
+    assert reroute(by_tensor, "body", "alt", consumers=["side"]).rerouted == ["/side/Sigmoid"]
+    by_node = clone(orig)
+    reroute(by_node, "/body/Relu_output_0", "/alt/Neg_output_0", consumers=["/head/MatMul"])
+    assert serialized(by_module) != serialized(orig)
+    assert list(_node(by_module, "/head/MatMul").input) == list(_node(by_node, "/head/MatMul").input)
+    x = {"x": np.float32([[1, -2, 3, -4]])}
+    assert np.array_equal(run(by_module, x)["/head/MatMul_output_0"], -x["x"])
+    with pytest.raises(NotFoundError, match="consumers of '/body/Relu_output_0'"):
+        reroute(clone(orig), "body", "alt", consumers=["tail"])

@@ -233,3 +233,11 @@ def test_demo_framework_steps_pass(tmp_path):
     failed = demo.run(lines.append, tmp_path, Path(__file__).resolve().parent.parent / "models")
     assert failed == 0
     assert sum(": ok (" in line for line in lines) == 5
+    from tests.test_cli import _pasted, paste
+
+    commands = _pasted("\n".join(lines))
+    assert len(commands) == 5 and sum("--func" in c for c in commands) == 2
+    for command in commands:  # every printed command runs as printed
+        done = paste(command)
+        assert done.returncode == 0, command + "\n" + done.stderr
+        assert Path(command.split(" -o ")[1].split()[0]).is_file()

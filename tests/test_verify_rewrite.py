@@ -103,6 +103,32 @@ def test_insert_l2_normalize_verifies():
     assert checks(report) == {"at": True, "block": True, "downstream": True}
 
 
+def test_insert_at_a_graph_output_that_keeps_its_name_verifies_and_catches_a_miss():
+    original = builders.tiny_cnn()
+    new = rewritten(original, insert, "act", op="scale", params={"factor": 2.0})
+    assert rewrites(new)[-1]["renamed"] == {"act": "act/pre_scale"}
+    report = verify_log(original, new)
+    assert report.ok, report.to_text()
+    assert checks(report) == {"at": True, "block": True, "downstream": True}
+    assert {p.reference for p in report.pairs if p.check == "downstream"} >= {"act"}
+    node(new, "pool").input[0] = "act/pre_scale"  # the verb "forgot" one reader
+    report = verify_log(original, new)
+    assert not report.ok and checks(report)["downstream"] is False
+    assert report.divergence is not None and report.divergence.node == "pool"
+
+
+def test_insert_that_renames_the_graph_output_verifies_and_replays():
+    original = builders.tiny_cnn()
+    new = rewritten(original, insert, "act", op="scale", params={"factor": 2.0},
+                    keep_output_name=False)
+    assert verify_log(original, new).ok
+    insert(new, "logits", op="identity")  # step 1 is replayed with the output renamed
+    assert verify_log(original, new).ok
+    kept = rewritten(original, insert, "act", op="scale", params={"factor": 2.0})
+    insert(kept, "logits", op="identity")  # step 1 is replayed with the name kept
+    assert verify_log(original, kept).ok
+
+
 def test_insert_as_output_leaves_every_output_bit_identical():
     original = builders.tiny_cnn()
     new = rewritten(original, insert, "act", op="clip", params={"min": 0, "max": 1},

@@ -32,6 +32,8 @@ def add_parsers(sub: Any, add_isolation_flags: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT|OUTDIR/",
                    help="output .onnx file; for several models (or a path ending in '/') a "
                         "folder that receives one file per model, under its own name")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite outputs even when they exist and are not ONNX models")
     p.add_argument("--plan", action="store_true",
                    help="check every step and print what it would do; write nothing")
     p.add_argument("--verify", action="store_true",
@@ -116,12 +118,12 @@ def _is_fleet(args: argparse.Namespace) -> bool:
 
 def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
               verify: bool = False, isolation: dict[str, Any] | None = None,
-              progress: Any = None) -> ApplyResult:
+              progress: Any = None, force: bool = False) -> ApplyResult:
     """Load ``source``, run ``recipe`` on it in memory and (unless a plan or a failed check)
     save it to ``output`` with the CLI's checked, atomic write. Raises SurgeryError."""
     from ..cli import _check_paths, _load, _write
 
-    _check_paths(source, output)
+    _check_paths(source, output, force)
     model = _load(source)
     context = StepContext()
     if any("func" in s.params for s in recipe.steps):
@@ -145,6 +147,7 @@ def run_task(recipe_path: str, source: str, output: str, options: dict[str, Any]
     try:
         recipe = load_recipe(recipe_path)
         result = apply_one(recipe, source, output, verify=bool(options.get("verify")),
+                           force=bool(options.get("force")),
                            isolation=options.get("isolation") or {})
         line["status"] = "ok" if result.ok else "verify_failed"
         line["recipe_sha256"] = result.recipe_sha256
@@ -171,13 +174,14 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
         if args.plan:
             raise UsageError("--plan takes one model; run it on one model of the fleet")
         return run_fleet(args.recipe, args.models, args.output, jobs=args.jobs, ray=args.ray,
-                         as_json=args.json, options={"verify": args.verify, "isolation": isolation})
+                         as_json=args.json, options={"verify": args.verify, "isolation": isolation,
+                                                     "force": args.force})
     if args.ray is not None or args.jobs != 1:
         raise UsageError("--jobs and --ray are for fleets; give several models and -o OUTDIR/")
     source = args.models[0]
     progress = None if args.json else _Progress("apply")
     result = apply_one(recipe, source, args.output, plan=args.plan, verify=args.verify,
-                       isolation=isolation, progress=progress)
+                       isolation=isolation, progress=progress, force=args.force)
     if args.json:
         data = {"model": source, "output": None if args.plan or not result.ok else args.output,
                 **result.to_json()}

@@ -19,7 +19,7 @@ from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import BypassRecord, add_rewrite
-from ..select import Selector
+from ..select import Selector, drop_missing
 from ..types import TypeOracle, dtype_name
 from ._edges import check_types, rewire
 from ._proto import _BROADCAST
@@ -240,6 +240,9 @@ def bypass(
     if len(keep) != len(proto.graph.value_info):
         del proto.graph.value_info[:]
         proto.graph.value_info.extend(keep)
+    # name-map entries of removed outputs go (before a source takes over an output's name, when
+    # _rename_tensors moves the source's entries to that name)
+    drop_missing(proto, lambda name: name not in dead)
     if renames:  # positions are unchanged so far: the removed nodes are deleted last
         _rename_tensors(GraphIndex(proto), renames)
     for i in sorted(removed, reverse=True):

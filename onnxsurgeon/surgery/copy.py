@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from ..closure import closure
-from ..errors import RewriteError, UsageError
+from ..errors import RewriteError, UsageError, name_list
 from ..index import GraphIndex, has_subgraphs, subgraphs
 from ..io import Model, as_model
 from ..names import NameAllocator
@@ -97,6 +97,7 @@ def copy(
         UsageError: bad option, nothing to copy, a replaced tensor not on the path.
         RewriteError: a replacement with another dtype, an output of unknown type.
     """
+    outputs = name_list(outputs, "copy(outputs=...)")
     proto = as_model(model).proto
     try:
         mode = Weights(weights)

@@ -13,12 +13,12 @@ from operator import attrgetter
 
 import onnx
 
-from ..errors import InvalidModelError, RewriteError, UsageError
+from ..errors import InvalidModelError, RewriteError, UsageError, name_list
 from ..index import GraphIndex, body_captures, has_subgraphs
 from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..record import ExtractRecord, add_rewrite
-from ..select import Selector
+from ..select import Selector, drop_missing, name_map
 from ..types import TypeOracle, is_complete, known_value_info
 from ._edgewalk import propagate_edges, walk_edges
 from ._proto import (
@@ -137,6 +137,17 @@ def _boundary(
     return boundary_value_info(vi, name)
 
 
+def _drop_stale_names(proto: onnx.ModelProto) -> None:
+    """Name-map entries of tensors the extract removed go too (only when there is a map)."""
+    if not name_map(proto):
+        return
+    g = proto.graph
+    live = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    live |= {st.values.name for st in g.sparse_initializer}
+    live |= {o for node in g.node for o in node.output}
+    drop_missing(proto, live.__contains__)
+
+
 def extract(
     model: Model | onnx.ModelProto, outputs: Sequence[str], /, *, inputs: Sequence[str] = ()
 ) -> ExtractResult:
@@ -167,6 +178,8 @@ def extract(
         UsageError: no outputs, an output that is also a stop, a stop not on any path.
         RewriteError: the type of a stop tensor or an output cannot be determined.
     """
+    outputs = name_list(outputs, "extract(outputs=...)")
+    inputs = name_list(inputs, "extract(inputs=...)")
     proto = as_model(model).proto
     if not outputs:
         raise UsageError("extract needs at least one output tensor; pass outputs=[...]")
@@ -284,6 +297,7 @@ def extract(
     graph.input.extend(input_copies)
     del graph.output[:]
     graph.output.extend(new_outputs)
+    _drop_stale_names(proto)
     add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
     return ExtractResult(
         outputs=outs,

@@ -15,7 +15,7 @@ Opset reconciliation (the block's default-domain opset ``b`` vs the host's ``h``
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -41,7 +41,7 @@ from ..protos import (
     weightless_copy,
 )
 from ..record import InsertRecord, add_rewrite
-from ..select import Selector
+from ..select import Selector, follow_renames
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._edges import check_types, rewire
 from ._proto import quick_value_info
@@ -55,14 +55,19 @@ class InsertResult:
         processed: name of the block's output tensor in the host.
         rerouted: main-graph nodes that now read ``processed`` (nodes whose nested bodies read it
             count), in node order.
-        rerouted_outputs: graph outputs replaced by ``processed`` (the old output names).
+        rerouted_outputs: graph outputs that now carry the processed values (their names as
+            before the insert; they keep them unless ``keep_output_name`` was off).
         block_nodes: names of the block's nodes in the host, in order.
+        renamed: tensors renamed by the insert, old name -> new name: the activation itself
+            when it was a graph output that kept its name (the unprocessed values moved to a new
+            tensor), else empty.
     """
 
     processed: str
     rerouted: list[str]
     rerouted_outputs: list[str]
     block_nodes: list[str]
+    renamed: dict[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------- opsets
@@ -348,6 +353,25 @@ class _Plan:
     new_host_opset: int | None
     functions: list[onnx.FunctionProto]
     opsets: list[onnx.OperatorSetIdProto]
+    pre: str | None = None
+    """When set, ``at`` is a graph output that keeps its name: its producer writes ``pre``, the
+    block reads ``pre`` and writes ``at`` (== ``processed``); every reader of ``at`` stays."""
+
+
+def _rename_source(index: GraphIndex, at: str, pre: str) -> list[str]:
+    """The producer of ``at`` writes ``pre`` instead, and ``at``'s value_info follows; readers of
+    ``at`` are left alone (they will read the block's output, which takes the name ``at``).
+    Returns the labels of the main-graph nodes reading ``at`` (they read processed values now)."""
+    g = index.graph
+    node = g.node[index.producer[at]]
+    for k, name in enumerate(node.output):
+        if name == at:
+            node.output[k] = pre
+    for vi in g.value_info:
+        if vi.name == at:
+            vi.name = pre
+    readers = sorted({u.node for u in index.uses_of(at)})
+    return [index.node_label(i) for i in readers]
 
 
 def _splice(host: onnx.ModelProto, index: GraphIndex, plan: _Plan) -> tuple[list[str], list[str]]:
@@ -360,7 +384,12 @@ def _splice(host: onnx.ModelProto, index: GraphIndex, plan: _Plan) -> tuple[list
             set_default_opset(fn, plan.new_host_opset)
     rerouted: list[str] = []
     rerouted_outputs: list[str] = []
-    if not plan.as_output:
+    if plan.pre is not None:
+        rerouted, rerouted_outputs = _rename_source(index, plan.at, plan.pre), [plan.at]
+        for out in g.output:
+            if out.name == plan.at:
+                out.CopyFrom(plan.processed_vi)
+    elif not plan.as_output:
         rerouted = rewire(index, index.uses_of(plan.at), plan.processed)
         for out in g.output:
             if out.name == plan.at:
@@ -459,6 +488,7 @@ def insert(
     params: Mapping[str, ParamValue] | None = None,
     graph: onnx.ModelProto | Model | None = None,
     as_output: bool = False,
+    keep_output_name: bool = True,
 ) -> InsertResult:
     """Splice a processing block at tensor ``at``. Mutates model.
 
@@ -474,8 +504,16 @@ def insert(
     instead; with ``as_output`` nothing is rerouted and the processed tensor becomes a new graph
     output. Everything is checked before the model changes.
 
+    Output names are a deployed model's API: when ``at`` is a graph output, the processed tensor
+    takes its name and the unprocessed values move to a new tensor ``<at>/pre_<block>``
+    (``result.renamed``; the converters' name map follows). ``keep_output_name=False`` gives the
+    processed tensor a new name instead, and the graph output takes that name. A graph input
+    that is also a graph output cannot keep its name (the input would change): it is renamed.
+
+    Before:  conv -> act -> {fc, pool}                 (act not a graph output)
+    After:   conv -> act -> l2_normalize -> act/l2_normalize -> {fc, pool}
     Before:  conv -> act -> {fc, pool, <output act>}
-    After:   conv -> act -> l2_normalize -> act/l2_normalize -> {fc, pool, <output>}
+    After:   conv -> act/pre_l2_normalize -> l2_normalize -> act -> {fc, pool, <output act>}
     as_output: conv -> act -> {fc, pool, <output act>};  act -> l2_normalize -> <output>
 
     O(nodes + edges) of the host plus shape inference on the block.
@@ -541,8 +579,14 @@ def insert(
 
     names = NameAllocator.for_model(host)
     safe_label = label.replace("/", "_")
-    processed = names.fresh(f"{at_name}/{safe_label}")
-    block_nodes = _rename_block(block, at_name, f"{at_name}/{safe_label}/", processed, names)
+    pre: str | None = None
+    if (keep_output_name and as_graph_output and not as_output and at_name in index.producer
+            and at_name not in index.inputs):
+        pre = names.fresh(f"{at_name}/pre_{safe_label}")
+        processed = at_name
+    else:
+        processed = names.fresh(f"{at_name}/{safe_label}")
+    block_nodes = _rename_block(block, pre or at_name, f"{at_name}/{safe_label}/", processed, names)
     processed_vi = renamed_value_info(processed_vi, processed)
     if (as_output or as_graph_output) and not is_complete(processed_vi):
         # a graph output needs an element type and a rank (onnx.checker); a Loop-carried value
@@ -554,7 +598,7 @@ def insert(
         )
 
     plan = _Plan(block, at_name, processed, processed_vi, as_output, new_host_opset,
-                 functions_to_add, opsets_to_add)
+                 functions_to_add, opsets_to_add, pre)
     fresh_types: dict[str, onnx.ValueInfoProto] | None = None
     if not as_output and (at_vi is None or at_vi.type != processed_vi.type):
         fresh_types = _downstream_types(host, plan, label)
@@ -563,10 +607,13 @@ def insert(
     rerouted, rerouted_outputs = _splice(host, index, plan)
     if fresh_types:
         _retype(host, fresh_types)
+    renamed = {at_name: pre} if pre is not None else {}
+    follow_renames(host, renamed)
     add_rewrite(host, InsertRecord(
         at=at_name, processed=processed, block=op if op is not None else "graph",
         params=record_params, block_nodes=tuple(block_nodes), rerouted=tuple(rerouted),
         rerouted_outputs=tuple(rerouted_outputs), as_output=bool(as_output),
+        renamed=renamed or None,
     ))
-    return InsertResult(processed, rerouted, rerouted_outputs, block_nodes)
+    return InsertResult(processed, rerouted, rerouted_outputs, block_nodes, renamed)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import onnx
 
-from ..errors import NotFoundError, RewriteError, UsageError
+from ..errors import NotFoundError, RewriteError, UsageError, name_list
 from ..external import is_external, iter_tensors
 from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model
@@ -162,6 +162,8 @@ def merge(
         RewriteError: dtypes or shapes of a connection differ; opsets or domain versions that
             cannot be reconciled; an output of unknown type.
     """
+    if outputs is not None:
+        outputs = name_list(outputs, "merge(outputs=...)")
     f = as_model(first)
     s = as_model(second)
     host = f.proto

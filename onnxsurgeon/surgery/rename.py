@@ -10,7 +10,6 @@ recorded by the PyTorch exporter still resolve.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
 from ..io import Model, as_model
 from ..protos import rename_scoped, rename_tensors
 from ..record import RenameRecord, add_rewrite
-from ..select import NAME_MAP_KEY, Selector, name_map
+from ..select import Selector, follow_renames
 
 
 @dataclass(frozen=True)
@@ -173,14 +172,7 @@ def _rename_tensors(index: GraphIndex, renamed: Mapping[str, str]) -> None:
     Every element is renamed once, from the state before the call, so swaps (a->b, b->a) work.
     O(model size)."""
     rename_tensors(index.model, renamed)
-    model = index.model
-    fmap = name_map(model)
-    if fmap and any(v in renamed for v in fmap.values()):
-        text = json.dumps({k: renamed.get(v, v) for k, v in fmap.items()}, sort_keys=True,
-                          separators=(",", ":"))
-        for prop in model.metadata_props:
-            if prop.key == NAME_MAP_KEY:
-                prop.value = text
+    follow_renames(index.model, renamed)
 
 
 def rename(

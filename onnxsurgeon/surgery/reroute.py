@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import onnx
 
 from ..closure import closure
-from ..errors import NotFoundError, RewriteError, UsageError
+from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError, name_list
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import RerouteRecord, add_rewrite
-from ..select import Selector
+from ..select import Selector, drop_missing
 from ..types import TypeOracle
 from ._edges import check_types, rewire
-from ._proto import quick_value_info
+from ._proto import keep_only, quick_value_info, replace_all
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,10 @@ class RerouteResult:
 
     rerouted: list[str]
     rerouted_outputs: list[str]
+    unused_nodes: int = 0
+    """Main-graph nodes no graph output depends on after the reroute (0 after ``prune``)."""
+    pruned_nodes: int = 0
+    pruned_initializers: int = 0
 
 
 def _selected_nodes(index: GraphIndex, source: str, uses: list[Use],
@@ -42,6 +46,10 @@ def _selected_nodes(index: GraphIndex, source: str, uses: list[Use],
     for name in consumers:
         i = index.node_names.get(name)
         if i is None:
+            by_selector = _nodes_by_selector(index, name, reading)
+            if by_selector:
+                chosen |= by_selector
+                continue
             close = difflib.get_close_matches(name, list(index.node_names), n=3, cutoff=0.5)
             hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
             raise NotFoundError(
@@ -53,6 +61,21 @@ def _selected_nodes(index: GraphIndex, source: str, uses: list[Use],
             )
         chosen.add(i)
     return chosen
+
+
+def _nodes_by_selector(index: GraphIndex, name: str, reading: set[int]) -> set[int]:
+    """Readers named by a selector instead of a node name: a torch module path (its nodes that
+    read the source) or a tensor (its producer, when that reads the source)."""
+    selector = Selector(index)
+    inside = set(selector._module_nodes().get(name, ())) & reading
+    if inside:
+        return inside
+    try:
+        tensor = selector.resolve(name)
+    except SurgeryError:
+        return set()
+    i = index.producer.get(tensor)
+    return {i} if i is not None and i in reading else set()
 
 
 def _reorder(graph: onnx.GraphProto, movers: list[int], before: int) -> None:
@@ -72,6 +95,7 @@ def reroute(
     /,
     *,
     consumers: Sequence[str] | None = None,
+    prune: bool = False,
 ) -> RerouteResult:
     """Consumers of ``source`` read ``target`` instead. Mutates model.
 
@@ -79,8 +103,9 @@ def reroute(
     inside their nested bodies; without it every reader is: main-graph nodes, nodes in nested
     If/Loop/Scan bodies, and graph outputs named ``source`` (renamed to ``target``). When the
     target is produced after a rerouted consumer, the target's producers that come too late are
-    moved (stably, nothing else) to just before the first rerouted consumer. Nodes left without
-    readers are kept; ``extract`` prunes them.
+    moved (stably, nothing else) to just before the first rerouted consumer. Nodes no graph
+    output depends on any more are counted (``unused_nodes``) and kept, or, with ``prune``,
+    removed together with the initializers only they read (graph inputs always stay).
 
     Before:  a -> {f, g};   b -> h
     After (consumers=["f"]):  a -> g;   b -> {h, f}
@@ -94,6 +119,8 @@ def reroute(
         RewriteError: a cycle (the target depends on a rerouted consumer; the nodes are named),
             different dtypes, or incompatible known shapes.
     """
+    if consumers is not None:
+        consumers = name_list(consumers, "reroute(consumers=...)")
     m = as_model(model)
     proto = m.proto
     index = GraphIndex(proto)
@@ -148,6 +175,40 @@ def reroute(
         rerouted_outputs.append(src)
     if movers and first is not None:
         _reorder(proto.graph, movers, first)
-    add_rewrite(proto, RerouteRecord(source=src, target=tgt, rerouted=tuple(rerouted),
-                                     rerouted_outputs=tuple(rerouted_outputs)))
-    return RerouteResult(rerouted, rerouted_outputs)
+    unused, pruned_inits = dead_nodes(proto, prune=prune)
+    add_rewrite(proto, RerouteRecord(
+        source=src, target=tgt, rerouted=tuple(rerouted), rerouted_outputs=tuple(rerouted_outputs),
+        pruned_nodes=tuple(unused) if prune else None,
+        pruned_initializers=tuple(pruned_inits) if prune else None))
+    if prune:
+        return RerouteResult(rerouted, rerouted_outputs, 0, len(unused), len(pruned_inits))
+    return RerouteResult(rerouted, rerouted_outputs, len(unused))
+
+
+def dead_nodes(proto: onnx.ModelProto, *, prune: bool) -> tuple[list[str], list[str]]:
+    """Labels of the main-graph nodes no graph output depends on, and (with ``prune``) the
+    initializers only they read. With ``prune`` both are removed (graph inputs stay; IR < 4
+    initializers listed as inputs stay too). Mutates model only with ``prune``. O(nodes + edges).
+    """
+    index = GraphIndex(proto)
+    live = closure(index, [vi.name for vi in proto.graph.output])
+    live_nodes = set(live.nodes)
+    dead = [i for i in range(len(proto.graph.node)) if i not in live_nodes]
+    labels = [index.node_label(i) for i in dead]
+    if not prune or not dead:
+        return labels, []
+    g = proto.graph
+    read: set[str] = set(live.initializers) | set(index.inputs) | set(index.outputs)
+    drop = [t.name for t in g.initializer if t.name not in read]
+    kept_sparse = [st for st in g.sparse_initializer if st.values.name in read]
+    drop += [st.values.name for st in g.sparse_initializer if st.values.name not in read]
+    kept_sparse_changed = len(kept_sparse) != len(g.sparse_initializer)
+    gone = {o for i in dead for o in index.graph.node[i].output if o} | set(drop)
+    keep_only(g.node, sorted(live_nodes))
+    keep_only(g.initializer, [k for k, t in enumerate(g.initializer) if t.name in read])
+    if kept_sparse_changed:
+        replace_all(g.sparse_initializer, kept_sparse)
+    if any(vi.name in gone for vi in g.value_info):
+        replace_all(g.value_info, [vi for vi in g.value_info if vi.name not in gone])
+    drop_missing(proto, lambda name: name not in gone)
+    return labels, drop

@@ -59,11 +59,14 @@ def replay(model: Model, record: RewriteRecord) -> None:
     elif isinstance(record, InsertRecord):
         if record.block == "graph":
             raise UsageError("an inserted user graph is not stored in the rewrite log")
+        # a record without "renamed" (the output took a new name, or no graph output was
+        # involved) replays with keep_output_name off, which is the same in both cases
         insert(model, record.at, op=record.block, params=dict(record.params),
-               as_output=record.as_output)
+               as_output=record.as_output, keep_output_name=bool(record.renamed))
     elif isinstance(record, RerouteRecord):
         consumers = None if record.rerouted_outputs else list(record.rerouted)
-        reroute(model, record.source, record.target, consumers=consumers or None)
+        reroute(model, record.source, record.target, consumers=consumers or None,
+                prune=record.pruned_nodes is not None)
     elif isinstance(record, RenameRecord):
         rename(model, dict(record.renamed), nodes=record.nodes)
     elif isinstance(record, BypassRecord):

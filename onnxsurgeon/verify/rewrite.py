@@ -358,8 +358,10 @@ def _pair_outputs(orig: Staged, new: Staged, rerouted_outputs: Sequence[str], fe
 
 def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Sequence[str],
                       rerouted_outputs: Sequence[str], values: Callable[[int], np.ndarray],
-                      replacement: str, extra: int, orig_vals: Values, new_vals: Values) -> None:
-    """The rewritten outputs equal the original whose rerouted readers read a fed input."""
+                      replacement: str, extra: int, orig_vals: Values, new_vals: Values,
+                      renamed: Mapping[str, str] | None = None) -> None:
+    """The rewritten outputs equal the original whose rerouted readers read a fed input
+    (``renamed``: tensors of the original that the rewritten model holds under a new name)."""
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     if not rerouted and not rerouted_outputs:
         _untouched(check, orig, new, orig_vals, new_vals,
@@ -384,7 +386,7 @@ def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Seque
             check.missing("downstream", c, f"the rewritten model lost output '{c}'")
         elif c in affected:
             check.compare("downstream", c, n, cut_vals, new_vals, dtype=_dtype(cut_staged, c),
-                          exact=True, sides=cut_sides, mapping={fed: replacement},
+                          exact=True, sides=cut_sides, mapping={**(renamed or {}), fed: replacement},
                           display=shown.get(c, c),
                           label=f"{shown.get(c, c)} recomputed with {source} := {replacement}")
         else:
@@ -395,15 +397,19 @@ def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Seque
 def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     at = _resolve(orig, record.at)
-    processed = _resolve(new, record.processed)
+    renamed = dict(record.renamed or {})
+    # a graph output that kept its name: 'at' is the processed tensor in the rewritten model and
+    # the unprocessed values live under renamed[at]
+    at_new = renamed[at] if at in renamed else _resolve(new, at)
+    processed = record.processed if at in renamed else _resolve(new, record.processed)
     orig_vals = _run_all(orig, feeds, [at, *orig.output_names])
-    new_vals = _run_all(new, feeds, [at, processed, *new.output_names])
+    new_vals = _run_all(new, feeds, [at_new, processed, *new.output_names])
 
     def plain(k: int) -> tuple[Side, Side]:
         return Side(orig, feeds[k]), Side(new, feeds[k])
 
-    check.compare("at", at, at, orig_vals, new_vals, dtype=_dtype(orig, at), exact=True,
-                  sides=plain)
+    check.compare("at", at, at_new, orig_vals, new_vals, dtype=_dtype(orig, at), exact=True,
+                  sides=plain, mapping=renamed, display=at)
     elem = orig.elem_type(at)
     at_vi = orig.oracle.value_info(at)
     fresh = _fresh_block(record, elem, default_opset(new.model.proto) or _FALLBACK_OPSET,
@@ -421,13 +427,13 @@ def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
                     mapping.update(zip(mine.output, theirs.output, strict=False))
         check.notes.append(f"block '{record.block}' rebuilt from the record's parameters")
     else:
-        block = ctx.stage(isolate_nodes(new, [processed], [at]), "block")
-        b_in, b_out = at, processed
+        block = ctx.stage(isolate_nodes(new, [processed], [at_new]), "block")
+        b_in, b_out = at_new, processed
         check.notes.append("block isolated from the rewritten model (not a built-in block)")
     block_feeds = [{**f, b_in: ov[at]} for f, ov in zip(feeds, orig_vals, strict=True)]
     block_vals = _run_all(block, block_feeds, [b_out])
     mapping[b_out] = processed
-    mapping[b_in] = at
+    mapping[b_in] = at_new
     name = record.block
     what = f"{name if name and name != 'graph' else 'inserted graph'}({at})"
     check.compare("block", b_out, processed, block_vals, new_vals, dtype=_dtype(new, processed),
@@ -438,7 +444,7 @@ def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
     rerouted_outputs = [] if as_output else list(record.rerouted_outputs)
     _check_downstream(ctx, check, at, rerouted, rerouted_outputs,
                       lambda k: new_vals[k][processed], processed, 1 if as_output else 0,
-                      orig_vals, new_vals)
+                      orig_vals, new_vals, renamed=renamed)
 
 
 def _check_reroute(ctx: _Context, record: RerouteRecord, check: _Check) -> None:

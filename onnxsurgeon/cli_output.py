@@ -1,0 +1,112 @@
+"""What the CLI prints after a command: the ``--json`` objects (see ``onnxsurgeon/schemas/``) and
+the one-line human summaries. Pure functions of the results; the CLI writes them."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .schema import stamp
+
+
+def dump(command: str, payload: Mapping[str, Any]) -> str:
+    """The ``--json`` text of ``command``: ``payload`` stamped with its schema, indented."""
+    return json.dumps(stamp(command, payload), indent=2)
+
+
+def verify_json(report: Any) -> dict[str, Any] | None:
+    """A verification report as ``verify --json`` prints it (None without a report)."""
+    return None if report is None else stamp("verify", report.to_json())
+
+
+def extract_payload(result: Any) -> dict[str, Any]:
+    """The ``extract --json`` fields of an ``ExtractResult``."""
+    return {"outputs": list(result.outputs), "inputs": list(result.inputs),
+            "nodes": result.kept_nodes, "kept_nodes": result.kept_nodes,
+            "removed_nodes": result.removed_nodes,
+            "removed_initializers": len(result.removed_initializers)}
+
+
+def copy_payload(result: Any, *, weights: str, prefix: str) -> dict[str, Any]:
+    """The ``copy --json`` fields of a ``CopyResult``."""
+    return {"outputs": dict(result.outputs), "initializers": dict(result.initializers),
+            "nodes": dict(result.nodes), "weights": weights, "prefix": prefix,
+            "copied_nodes": len(result.nodes), "copied_initializers": len(result.initializers)}
+
+
+def insert_payload(result: Any, *, at: str, block: str, as_output: bool) -> dict[str, Any]:
+    """The ``insert --json`` fields of an ``InsertResult``."""
+    return {"at": at, "block": block, "processed": result.processed, "as_output": as_output,
+            "rerouted": list(result.rerouted), "rerouted_outputs": list(result.rerouted_outputs),
+            "renamed": dict(result.renamed), "block_nodes": list(result.block_nodes)}
+
+
+def reroute_payload(result: Any, *, source: str, target: str) -> dict[str, Any]:
+    """The ``reroute --json`` fields of a ``RerouteResult``."""
+    return {"from": source, "to": target, "rerouted": list(result.rerouted),
+            "rerouted_outputs": list(result.rerouted_outputs),
+            "unused_nodes": result.unused_nodes, "pruned_nodes": result.pruned_nodes,
+            "pruned_initializers": result.pruned_initializers}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def convert_payload(report: Any, *, source: str) -> dict[str, Any]:
+    """A converters ``ConversionReport`` as the ``convert --json`` object."""
+    excess = _finite(report.max_excess)
+    return {
+        "framework": report.framework, "framework_version": report.framework_version,
+        "exporter": report.exporter, "source": source, "output": str(report.path),
+        "opset": int(report.opset), "inputs": list(report.inputs), "outputs": list(report.outputs),
+        "name_map": dict(report.name_map),
+        "check": {"checked": bool(report.checked), "max_abs_diff": _finite(report.max_abs_diff),
+                  "max_excess": excess, "rtol": report.rtol, "atol": report.atol,
+                  "ok": bool(report.checked) and excess is not None and excess <= 0},
+        "notes": list(report.notes),
+    }
+
+
+def convert_summary(report: Any) -> str:
+    """A few readable lines instead of the report object."""
+    check = (f"max |diff| vs {report.framework} {report.max_abs_diff:.2e} (within rtol "
+             f"{report.rtol:g}, atol {report.atol:g})" if report.checked else "not checked")
+    lines = [f"converted {report.framework} {report.framework_version} with {report.exporter} "
+             f"(opset {report.opset}) -> {report.path}",
+             f"  inputs  {', '.join(report.inputs)}",
+             f"  outputs {', '.join(report.outputs)}",
+             f"  check   {check}",
+             f"  name map {len(report.name_map)} framework names (onnxsurgeon inspect "
+             f"{report.path} --tensors lists them)"]
+    lines += [f"  note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def insert_summary(at: str, result: Any, *, as_output: bool, output: str) -> str:
+    """What ``insert`` did, naming every graph output it touched."""
+    if as_output:
+        return f"inserted at {at}: {result.processed} (as a new graph output) -> {output}"
+    parts = [f"rerouted {len(result.rerouted)} consumers"]
+    for name in result.rerouted_outputs:
+        if name in result.renamed:
+            parts.append(f"graph output '{name}' keeps its name and now carries the processed "
+                         f"values; the unprocessed tensor is now '{result.renamed[name]}'")
+        else:
+            parts.append(f"graph output '{name}' is now '{result.processed}'")
+    return f"inserted at {at}: {result.processed} ({'; '.join(parts)}) -> {output}"
+
+
+def reroute_summary(source: str, target: str, result: Any, *, output: str) -> str:
+    """What ``reroute`` did, with the nodes left unused or pruned."""
+    outs = f" and {len(result.rerouted_outputs)} graph outputs" if result.rerouted_outputs else ""
+    text = f"rerouted {len(result.rerouted)} consumers{outs} of {source} to {target}"
+    if result.pruned_nodes or result.pruned_initializers:
+        text += (f"; pruned {result.pruned_nodes} unused nodes and "
+                 f"{result.pruned_initializers} initializers")
+    elif result.unused_nodes:
+        text += (f"; {result.unused_nodes} nodes are now unused (no output depends on them; "
+                 "--prune removes them)")
+    return f"{text} -> {output}"

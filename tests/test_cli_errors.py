@@ -1,0 +1,154 @@
+"""Errors a newcomer meets, in CLI words: unknown or abbreviated flags get a did-you-mean from
+their own subcommand, list values get the '|' hint, library parameter names become flags, --help
+shows defaults, value formats and the exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxsurgeon import cli
+from tests import builders
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def cnn(tmp_path: Path) -> Path:
+    path = tmp_path / "cnn.onnx"
+    path.write_bytes(builders.tiny_cnn().SerializeToString())
+    return path
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's own exits (usage errors, --help)
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["copy", "{m}", "-o", "{o}", "--outputs", "logits", "--verfy"],
+     "onnxsurgeon copy: error: unknown flag '--verfy'; did you mean --verify? see "
+     "'onnxsurgeon copy --help'"),
+    (["insert", "{m}", "-o", "{o}", "--at", "act", "--opp", "identity"],
+     "onnxsurgeon insert: error: unknown flag '--opp'; did you mean --op or --output? see "
+     "'onnxsurgeon insert --help'"),
+    (["extract", "{m}", "--out", "{o}", "--outputs", "logits"],  # no abbreviations
+     "onnxsurgeon extract: error: unknown flag '--out'; did you mean --output or --outputs? see "
+     "'onnxsurgeon extract --help'"),
+    (["reroute", "{m}", "-o", "{o}", "--from=act", "--to", "conv5_out", "--prun"],
+     "onnxsurgeon reroute: error: unknown flag '--prun'; did you mean --prune? see "
+     "'onnxsurgeon reroute --help'"),
+    (["convert", "torch", "net.py:build", "-o", "{o}", "--inputz", "x:1x3"],
+     "onnxsurgeon convert torch: error: unknown flag '--inputz'; did you mean --input or "
+     "--inputs? see 'onnxsurgeon convert torch --help'"),
+    (["--verbos", "inspect", "{m}"],
+     "onnxsurgeon: error: unknown flag '--verbos'; did you mean --verbose? see "
+     "'onnxsurgeon --help'"),
+    (["insert", "{m}", "-o", "{o}", "--at", "act", "--op", "reduce_mean:axes=2,3"],
+     "onnxsurgeon: error: cannot parse '3' in 'reduce_mean:axes=2,3'; list values are separated "
+     "by '|' and parameters by ',': write reduce_mean:axes=2|3"),
+    (["insert", "{m}", "-o", "{o}", "--at", "act", "--op", "reduce_mean:axes=[2,3],keepdims=0"],
+     "onnxsurgeon: error: cannot parse '3]' in 'reduce_mean:axes=[2,3],keepdims=0'; list values "
+     "are separated by '|' and parameters by ',': write reduce_mean:axes=2|3,keepdims=0"),
+], ids=["misspelt", "missing-required-too", "abbreviation", "equals-form-ok", "nested",
+        "top-level", "list-comma", "list-brackets"])
+def test_one_line_in_cli_words_exit_2_no_file(cnn, tmp_path, capsys, argv, line):
+    out = tmp_path / "out.onnx"
+    code, stdout, err = run(capsys, *[a.format(m=cnn, o=out) for a in argv])
+    assert (code, stdout, err) == (2, "", line + "\n")
+    assert not out.exists()
+
+
+def test_library_parameter_names_become_flags(cnn, tmp_path, capsys):
+    code, _, err = run(capsys, "insert", cnn, "-o", tmp_path / "o.onnx", "--at", "flat", "--op",
+                       "reduce_mean:axes=1,keepdims=0")
+    assert code == 2 and err.endswith("; use --as-output to keep the block off the main path, or "
+                                      "pick a shape-preserving block\n")
+    assert "as_output" not in err
+
+
+@pytest.mark.parametrize("command", ["inspect", "extract", "copy", "insert", "reroute", "verify",
+                                     "rename", "bypass", "merge"])
+def test_every_help_has_the_exit_codes(capsys, command):
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "exit codes: 0 success; 1 --verify (or verify) found a difference; 2 bad input" in flat
+    assert "3 internal error (a bug: please report it; ONNXSURGEON_DEBUG=1 shows the traceback)" \
+        in flat
+
+
+def test_help_shows_defaults_and_value_formats(capsys):
+    flat = " ".join(run(capsys, "copy", "--help")[1].split())
+    assert "--prefix P name prefix of the copy (default: copy/)" in flat
+    assert "(default: independent)" in flat
+    flat = " ".join(run(capsys, "insert", "--help")[1].split())
+    assert "list values by '|' (reduce_mean:axes=2|3,keepdims=0)" in flat
+    assert "scale:factor=F (required)" in flat and "softmax:axis=N (default -1)" in flat
+    flat = " ".join(run(capsys, "verify", "--help")[1].split())
+    assert "--seed SEED seed of the random inputs (default: 0)" in flat
+    assert "--inputs FILE.npz|DIR, --data FILE.npz|DIR" in flat
+
+
+def test_aliases_keep_the_old_flags_working(cnn, tmp_path, capsys):
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    assert run(capsys, "extract", cnn, "-o", a, "--outputs", "logits", "--inputs", "act")[0] == 0
+    assert run(capsys, "extract", cnn, "-o", b, "--outputs", "logits", "--stop-at", "act")[0] == 0
+    assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_convert_input_without_a_name_says_how_to_write_it(tmp_path, capsys):
+    src = tmp_path / "net.py"
+    src.write_text("import torch\n\ndef build():\n    return torch.nn.Conv2d(3, 4, 3)\n")
+    code, _, err = run(capsys, "convert", "torch", f"{src}:build", "-o", tmp_path / "n.onnx",
+                       "--input", "1x3x32x32")
+    assert code == 2
+    assert err == ("onnxsurgeon: error: input spec '1x3x32x32' is a shape without a name; write "
+                   "NAME:SHAPE, e.g. x:1x3x32x32 (or x:1x3x32x32:float32)\n")
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+@pytest.mark.torch
+def test_a_torch_function_passed_as_tf_is_a_clean_error(cnn, tmp_path, capsys):
+    proc = tmp_path / "proc.py"
+    proc.write_text("import torch\n\ndef normalize(a):\n"
+                    "    return torch.nn.functional.normalize(a, dim=1)\n")
+    out = tmp_path / "o.onnx"
+    code, _, err = run(capsys, "insert", cnn, "-o", out, "--at", "act", "--func",
+                       f"{proc}:normalize", "--framework", "tf")
+    assert code == 2 and not out.exists()
+    assert err.startswith("onnxsurgeon: error: the tf export of function 'normalize' failed (")
+    assert err.rstrip().endswith("check that it is written in TensorFlow and takes one tensor "
+                                 "(--framework torch if it is torch code)")
+    assert "internal error" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_convert_is_quiet_and_readable(tmp_path):
+    """Framework log noise is captured (shown with -v); the summary is text, not an object dump."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "net.py"
+    src.write_text("import torch\n\ndef build():\n    torch.manual_seed(0)\n"
+                   "    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())\n")
+    out = tmp_path / "n.onnx"
+    proc = subprocess.run([sys.executable, "-m", "onnxsurgeon", "convert", "torch",
+                           f"{src}:build", "-o", str(out), "--input", "x:1x3x8x8"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("converted pytorch ") and lines[0].endswith(f"-> {out}")
+    assert lines[1:4] == ["  inputs  x", "  outputs " + lines[2].split()[-1],
+                          lines[3]] and lines[3].startswith("  check   max |diff| vs pytorch ")
+    assert "ConversionReport(" not in proc.stdout and "PosixPath" not in proc.stdout
