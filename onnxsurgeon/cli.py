@@ -22,28 +22,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .checking import FULL_CHECK_MAX_NODES as FULL_CHECK_MAX_NODES
+from .cli_flags import EXIT_CODES_HELP as EXIT_CODES_HELP
+from .cli_flags import HelpFormatter as _HelpFormatter
 from .errors import SurgeryError, UsageError
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-EXIT_CODES_HELP = (
-    "exit codes: 0 success; 1 --verify (or verify) found a difference; 2 bad input or usage "
-    "(one line on stderr naming the problem and the fix; nothing written); 3 internal error (a "
-    "bug: please report it; ONNXSURGEON_DEBUG=1 shows the traceback)"
-)
-
-
-class _HelpFormatter(argparse.HelpFormatter):
-    """Shows an option's default when it has a real one and the help does not say it already."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        if (default is None or default is False or default == [] or default == argparse.SUPPRESS
-                or "default" in text or not action.option_strings):
-            return text
-        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -13,6 +13,24 @@ import argparse
 import difflib
 from collections.abc import Sequence
 
+EXIT_CODES_HELP = (
+    "exit codes: 0 success; 1 --verify (or verify) found a difference; 2 bad input or usage "
+    "(one line on stderr naming the problem and the fix; nothing written); 3 internal error (a "
+    "bug: please report it; ONNXSURGEON_DEBUG=1 shows the traceback)"
+)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows an option's default when it has a real one and the help does not say it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == [] or default == argparse.SUPPRESS
+                or "default" in text or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
