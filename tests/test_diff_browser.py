@@ -99,6 +99,7 @@ def test_independent_copy_page(browser, cnn, tmp_path):
 def test_insert_then_reroute_pages(browser, cnn, tmp_path):
     mid, out = tmp_path / "mid.onnx", tmp_path / "out.onnx"
     r = cli("insert", cnn, "-o", mid, "--at", "act", "--op", "scale:factor=2",
+            "--rename-output",  # act (a graph output) gets a new name: relu5 stays as it was
             "--html", tmp_path / "insert.html")
     assert r.returncode == 0, r.stderr
     ins = rewrites(onnx.load(mid))[-1]
