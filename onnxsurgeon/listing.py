@@ -17,7 +17,6 @@ from typing import Any
 import onnx
 
 from .index import GraphIndex, subgraphs
-from .io import Model, as_model
 from .select import Selector, name_map, node_module
 from .types import TypeOracle, dtype_name
 
@@ -80,9 +79,13 @@ def _nested(node: onnx.NodeProto, where: str) -> Iterator[tuple[onnx.NodeProto, 
 class Listing:
     """Nodes and tensors of one model (build once, query many). O(nodes + edges) to build."""
 
-    def __init__(self, model: Model | onnx.ModelProto) -> None:
-        self.model = as_model(model)
-        self.index = GraphIndex(self.model.proto)
+    def __init__(self, model: onnx.ModelProto | Any) -> None:
+        # a ModelProto or an onnxsurgeon Model (anything with .proto): below io in the layers
+        proto = getattr(model, "proto", model)
+        if not isinstance(proto, onnx.ModelProto):
+            raise TypeError(f"Listing takes a Model or ModelProto, got {type(model).__name__}")
+        self.proto = proto
+        self.index = GraphIndex(proto)
         self.selector = Selector(self.index)
         self.oracle = TypeOracle(self.index)
         self._framework: dict[str, list[str]] | None = None

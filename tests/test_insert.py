@@ -110,7 +110,7 @@ def test_keep_output_name_off_renames_the_graph_output():
     assert rewrites(model)[-1] == {
         "op": "insert", "at": "act", "processed": "act/l2_normalize", "block": "l2_normalize",
         "params": {"axis": 1}, "block_nodes": r.block_nodes, "rerouted": ["pool", "side"],
-        "rerouted_outputs": ["act"], "as_output": False, "renamed": {},
+        "rerouted_outputs": ["act"], "as_output": False,
     }
 
 
