@@ -302,7 +302,7 @@ def test_cli_rows_name_both_sides_exactly(tmp_path):
     row = next(line for line in proc.stdout.splitlines() if line.startswith("copy "))
     assert "logits recomputed with act := conv5_out" in row and "s/logits" in row
     proc = cli("insert", path, "-o", tmp_path / "i.onnx", "--at", "act", "--op",
-               "l2_normalize:axis=1", "--verify")
+               "l2_normalize:axis=1", "--verify", "--rename-output")  # act/l2_normalize: a name of its own
     assert proc.returncode == 0, proc.stdout + proc.stderr
     block = next(line for line in proc.stdout.splitlines() if line.startswith("block "))
     assert "l2_normalize(act) evaluated alone" in block
