@@ -389,3 +389,67 @@ def test_onnx_light_models_whose_outputs_barely_depend_on_the_input(name):
     assert report.verdict == "fail"
     assert report.pairs[0].agree  # the output alone says nothing
     assert report.divergence is not None and report.divergence.tensor == target.output[0]
+
+
+def mul_sub_relu() -> onnx.ModelProto:
+    """x[1,64] -> Mul(x, w) -> h -> Sub(h, b) -> s -> Relu -> y with b in [5, 6]: y is zero
+    everywhere, so only h and s can show a change of w."""
+    rng = np.random.default_rng(11)
+    w = rng.uniform(0.5, 1.5, (1, WIDTH)).astype(np.float32)
+    b = rng.uniform(5.0, 6.0, (1, WIDTH)).astype(np.float32)
+    return _model([helper.make_node("Mul", ["x", "w"], ["h"], name="mul"),
+                   helper.make_node("Sub", ["h", "b"], ["s"], name="sub"),
+                   helper.make_node("Relu", ["s"], ["y"], name="relu")],
+                  [helper.make_tensor_value_info("x", F, [1, WIDTH])],
+                  [helper.make_tensor_value_info("y", F, [1, WIDTH])],
+                  [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+
+
+def test_deepening_follows_the_rewrite_logs_renames():
+    """Every intermediate tensor of the candidate was renamed (recorded by `rename`): deepening
+    pairs them through the rewrite log, so a changed weight fails and the renamed twin passes."""
+    from onnxsurgeon.surgery import rename
+
+    reference = mul_sub_relu()
+    renamed = clone(reference)
+    rename(renamed, {"h": "h_renamed", "s": "s_renamed"})
+    assert {n.output[0] for n in renamed.graph.node} == {"h_renamed", "s_renamed", "y"}
+    perturbed = clone(renamed)
+    w = next(t for t in perturbed.graph.initializer if t.name == "w")
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * np.float32(1.01), "w"))
+
+    report = compare(reference, perturbed)
+    assert report.verdict == "fail", report.to_text()
+    assert "'h'" in report.pairs[0].evidence
+    report = compare(reference, renamed)
+    assert report.verdict == "pass", report.to_text()
+
+    # Without the log (the same renames done by hand) nothing informative is shared.
+    unlogged = clone(perturbed)
+    del unlogged.metadata_props[:]
+    assert compare(reference, unlogged).verdict == "inconclusive"
+
+
+def _red_pixels(path: Path) -> int:
+    """Pixels drawn in matplotlib's tab:red (the plot's 'differs' marks)."""
+    import matplotlib.image
+
+    rgb = matplotlib.image.imread(str(path))[..., :3]
+    return int((np.abs(rgb - np.array([0.839, 0.153, 0.157])).max(axis=-1) < 0.08).sum())
+
+
+def test_cli_deep_plot_draws_the_differing_tensors(tmp_path):
+    """`verify --deep --plot` writes a PNG where differing tensors are red marks; a model
+    compared with itself has none."""
+    ref, cand = tmp_path / "ref.onnx", tmp_path / "cand.onnx"
+    model = mul_sub_relu()
+    save(model, ref)
+    save(scaled(model, "w", 1.01), cand)
+    changed, same = tmp_path / "changed.png", tmp_path / "same.png"
+    proc = cli("verify", ref, cand, "--deep", "--plot", changed)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert changed.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    proc = cli("verify", ref, ref, "--deep", "--plot", same)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _red_pixels(changed) > 20 and _red_pixels(same) == 0
+    assert not list(tmp_path.glob(".*.tmp.png"))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import SurgeryError, UsageError
+from ..record import InsertRecord, RenameRecord, as_record, rewrites
 from ..select import Selector, name_map
 from ..types import dtype_name
 from .deep import node_check
@@ -185,11 +186,41 @@ def _branch_notes(conds: dict[str, str], seen: dict[str, set[bool]], samples: in
     return notes
 
 
+def _log_renames(ref: Staged, cand: Staged) -> dict[str, str]:
+    """Reference -> candidate names through the renames the candidate's rewrite log records
+    beyond the reference's own log (``rename`` of tensors; ``insert`` at a graph output that kept
+    its name, whose unprocessed value moved to a new name), composed in order. Empty when the
+    reference's log is not a prefix of the candidate's (unrelated models) or a record does not
+    read. O(records + renamed names)."""
+    old, new = rewrites(ref.model.proto), rewrites(cand.model.proto)
+    if new[:len(old)] != old:
+        return {}
+    try:
+        extra = [as_record(r) for r in new[len(old):]]
+    except UsageError:
+        return {}
+    current: dict[str, str] = {}
+    for rec in extra:
+        step: Mapping[str, str]
+        if isinstance(rec, RenameRecord) and not rec.nodes:
+            step = rec.renamed
+        elif isinstance(rec, InsertRecord):
+            step = rec.renamed or {}
+        else:
+            continue
+        origin = {now: first for first, now in current.items()}
+        for before, after in step.items():
+            current[origin.get(before, before)] = after
+    return {r: c for r, c in current.items() if r != c}
+
+
 def _shared_names(ref: Staged, cand: Staged) -> dict[str, str]:
-    """Reference -> candidate tensor names the converters' name maps pair (framework names both
-    models record), where they differ."""
+    """Reference -> candidate tensor names that differ but hold the same value: renames the
+    candidate's rewrite log records (:func:`_log_renames`) first, then the pairs the converters'
+    name maps give (framework names both models record)."""
+    out = {r: c for r, c in _log_renames(ref, cand).items()
+           if ref.is_tensor(r) and cand.is_tensor(c)}
     rmap, cmap = name_map(ref.model.proto), name_map(cand.model.proto)
-    out: dict[str, str] = {}
     for key in rmap.keys() & cmap.keys():
         r, c = rmap[key], cmap[key]
         if r != c and ref.is_tensor(r) and cand.is_tensor(c):
