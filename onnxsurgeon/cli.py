@@ -541,7 +541,7 @@ def _html_of(args: argparse.Namespace, model: Any, summary: str, report: Any) ->
     if getattr(args, "html", None):
         from .io import as_model
 
-        _write_html(_load(args.model).proto, as_model(model).proto, args.html, args,
+        _write_html(_load(args.model), as_model(model), args.html, args,
                     summary=summary, report=report)
 
 
@@ -558,12 +558,44 @@ def _print_result(command: str, args: argparse.Namespace, payload: dict[str, Any
         _out(text)
 
 
+def _deep_for_page(before: Any, after: Any, args: argparse.Namespace, *, replay: bool) -> Any:
+    """With diff --verify: the layer-wise comparison the page colours its tensors by (the
+    verdict stays that of the verification). It compares every tensor ``after`` shares with
+    ``before`` or, with ``replay`` (``after`` records rewrites since ``before``), with ``before``
+    after those rewrites are replayed on it -- so a tampered tensor shows, not the rewrite's own
+    intended change. None when the replay or the run is impossible."""
+    from .io import Model
+    from .record import records
+    from .verify import compare
+    from .verify.log import replay as replay_record
+
+    reference = before
+    if replay:
+        proto = type(before.proto)()
+        proto.CopyFrom(before.proto)
+        reference = Model(proto, base_dir=before.base_dir)
+        try:
+            for record in records(after.proto)[len(records(before.proto)):]:
+                replay_record(reference, record)
+        except SurgeryError:
+            return None
+    try:
+        return compare(reference, after, deep=True, locate_divergence=False,
+                       **_isolation(args)).deep
+    except SurgeryError:
+        return None
+
+
 def _write_html(before: Any, after: Any, path: str, args: argparse.Namespace, *, summary: str,
-                report: Any = None) -> None:
+                report: Any = None, deep: Any = None) -> None:
     from .diff import diff_models, render_html
     from .diff.output import errors_from_report, write_page
 
-    errors, divergent = errors_from_report(report) if report is not None else ({}, "")
+    errors: dict[str, Any] = {}
+    divergent = ""
+    if report is not None:
+        errors, divergent = errors_from_report(report, deep)
+    before, after = before.proto, after.proto
     if report is not None:
         summary = f"{summary}\nverify: {report.summary()}".strip()
     drawn = diff_models(before, after, context=args.context, include=[divergent] if divergent else [])
@@ -668,7 +700,7 @@ def _inspect_around(args: argparse.Namespace) -> int:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     before, after = _load(args.before), _load(args.after)
-    report = None
+    report = deep = None
     if args.verify:
         from . import verify
         from .record import rewrites
@@ -678,8 +710,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
             report = verify.verify_log(before, after, **_isolation(args))
         else:
             report = verify.compare(before, after, **_isolation(args))
+        deep = _deep_for_page(before, after, args, replay=report.kind != "compare")
         _out(report.to_text())
-    _write_html(before.proto, after.proto, args.output, args, summary="", report=report)
+    _write_html(before, after, args.output, args, summary="", report=report, deep=deep)
     _out(f"drew {args.before} -> {args.after} -> {args.output}")
     if report is None:
         return EXIT_OK

@@ -236,6 +236,62 @@ def test_unnamed_nodes_are_matched_by_their_output():
     assert d.changes()["rerouted"] == {"<Neg y>"}
 
 
+def _perturbed_chain() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """A 3-block chain whose middle Add reads its own bias ``B1``; the candidate's ``B1`` is
+    shifted by 0.5, so add1 and everything after it differ while relu0 and mm1 agree."""
+    from onnx import numpy_helper
+
+    before = B.chain(3)
+    bias = next(t for t in before.graph.initializer if t.name == "B")
+    before.graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(bias), "B1"))
+    add1 = next(n for n in before.graph.node if n.name == "Add_1")
+    add1.input[1] = "B1"
+    after = clone(before)
+    b1 = next(t for t in after.graph.initializer if t.name == "B1")
+    b1.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(b1) + 0.5, "B1"))
+    return before, after
+
+
+def test_errors_from_a_deep_comparison_colour_tensors_beyond_the_outputs():
+    """The page's scale comes from the layer-wise comparison: an intermediate tensor after the
+    changed weight carries its error, one before it zero, and the first difference is marked."""
+    from onnxsurgeon.diff.output import errors_from_report
+    from onnxsurgeon.verify import compare
+
+    before, after = _perturbed_chain()
+    plain = compare(before, after)
+    assert not plain.ok and plain.deep is None
+    shallow, _ = errors_from_report(plain)
+    assert "relu0" not in shallow and "relu1" not in shallow  # the outputs and divergence only
+    deep = compare(before, after, deep=True, locate_divergence=False).deep
+    errors, divergent = errors_from_report(plain, deep)
+    assert divergent == "Add_1"
+    assert errors["relu0"].max_abs == 0 and errors["mm1"].max_abs == 0
+    assert errors["add1"].max_abs == pytest.approx(0.5, abs=1e-6)
+    assert errors["relu1"].max_abs > 0 and errors["mm2"].max_abs > 0
+    assert errors["y"].max_abs > 0
+    page = hooks(render_html(diff_models(before, after, include=[divergent]), errors=errors,
+                             divergent=divergent))
+    assert page.divergent == ["Add_1"]
+    assert page.errors["relu0"] == "0" and float(page.errors["relu1"]) > 0
+
+
+def test_cli_diff_verify_colours_by_the_deep_comparison(tmp_path):
+    from tests.test_cli import cli
+
+    before, after = _perturbed_chain()
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(before, a)
+    onnx.save(after, b)
+    r = cli("diff", a, b, "-o", tmp_path / "d.html", "--verify")
+    assert r.returncode == 1, r.stdout + r.stderr
+    h = hooks((tmp_path / "d.html").read_text())
+    assert h.divergent == ["Add_1"]
+    assert h.errors["relu0"] == "0"
+    assert float(h.errors["add1"]) == pytest.approx(0.5, abs=1e-6)
+    assert float(h.errors["relu1"]) > 0
+
+
 # ------------------------------------------------------------------------------------ CLI
 def test_cli_bad_html_paths_exit_2_and_write_nothing(tmp_path):
     from tests.test_cli import cli

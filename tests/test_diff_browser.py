@@ -141,6 +141,7 @@ def test_verify_failure_page(browser, cnn, tmp_path):
     errs = {t: float(v) for t, v, _ in m["errors"]}
     assert errs["logits"] > 0.1
     assert errs["side_out"] == 0  # the untouched branch agrees: a different colour
+    assert errs["flat"] == 0  # an intermediate from the deep comparison: fc's input agrees
     colours = {t: c for t, _, c in m["errors"]}
     assert colours["logits"] != colours["side_out"]
 

@@ -11,19 +11,34 @@ from typing import Any
 from .page import TensorError
 
 
-def errors_from_report(report: Any) -> tuple[dict[str, TensorError], str]:
+def _error(value: float | None, ok: bool) -> float:
+    """A compared tensor's error for the colour scale: no number (shape or NaN mismatch) is 0
+    when it agreed, else infinite."""
+    if value is None or math.isnan(value):
+        return 0.0 if ok else math.inf
+    return float(value)
+
+
+def errors_from_report(report: Any, deep: Any = None) -> tuple[dict[str, TensorError], str]:
     """Tensor name -> :class:`TensorError` and the first divergent node ('' when none) from a
-    :class:`onnxsurgeon.verify.VerifyReport`: every compared pair (under its candidate name) and
-    the located divergence. A failed pair without a number (shape or NaN mismatch) counts as an
-    infinite error."""
+    :class:`onnxsurgeon.verify.VerifyReport`: every tensor of its layer-wise comparison
+    (``report.deep``, and ``deep``, a :class:`onnxsurgeon.verify.DeepResult` computed for the
+    page), then every compared pair and the located divergence (under their candidate names).
+    The divergent node is the located one, else (when the report did not pass) the deep
+    comparison's first difference."""
     errors: dict[str, TensorError] = {}
-    for pair in getattr(report, "pairs", ()):
-        value = pair.max_abs_diff
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            value = 0.0 if pair.ok else math.inf
-        errors[pair.candidate] = TensorError(float(value), True)
-    divergence = getattr(report, "divergence", None)
     divergent = ""
+    for result in (getattr(report, "deep", None), deep):
+        if result is None:
+            continue
+        for t in result.tensors:
+            errors[t.candidate] = TensorError(_error(t.max_abs_diff, t.ok), t.informative)
+        first = result.first_difference
+        if first is not None and not divergent and not getattr(report, "ok", False):
+            divergent = first.node
+    for pair in getattr(report, "pairs", ()):
+        errors[pair.candidate] = TensorError(_error(pair.max_abs_diff, pair.ok), True)
+    divergence = getattr(report, "divergence", None)
     if divergence is not None:
         divergent = divergence.node
         value = divergence.max_abs_diff
