@@ -34,13 +34,19 @@ def _samples(kind: str, n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]
         elif kind == "step":  # sample 0 differs, every later one is the same: varies only via 0
             ref[:] = 1.0 if k == 0 else 0.5
             cand[:] = ref
+        elif kind in ("faint", "late"):  # varies, but by less than RESOLUTION tolerances
+            ref[:] = 0.5 + rng.uniform(-2e-4, 2e-4, ref.shape).astype(np.float32)
+            if kind == "late" and k == 5:  # resolves only with the samples of other shards
+                ref[1, 2] += 1e-3
+            cand[:] = ref
         elif kind == "ties":
             cand[0, 0] += 1.0  # the same worst difference in every sample: the first must win
         out.append((ref, cand))
     return out
 
 
-@pytest.mark.parametrize("kind", ["noisy", "nan", "constant", "step", "ties", "same"])
+@pytest.mark.parametrize("kind", ["noisy", "nan", "constant", "step", "faint", "late", "ties",
+                                  "same"])
 @pytest.mark.parametrize("exact", [False, True])
 def test_merged_shards_equal_one_pass(kind, exact):
     data = _samples(kind, 7, seed=len(kind))
@@ -63,6 +69,8 @@ def test_merged_shards_equal_one_pass(kind, exact):
                 merged.merge(part)
         assert merged is not None
         assert merged.result().to_json() == want, cuts
+    if kind in ("faint", "late"):
+        assert ("below the tolerance's resolution" in (whole.result().why or "")) == (kind == "faint")
 
 
 def scaled_and_dataset(folder: Path, samples: int) -> tuple[Path, Path]:

@@ -164,6 +164,38 @@ def test_unsaturated_softmax_is_informative_and_compared_directly():
     assert report.pairs[0].informative and report.verdict == "fail" and report.deep is None
 
 
+def wide_softmax(gain: float) -> onnx.ModelProto:
+    """x[1,16] -> MatMul W*gain -> logits[1,1000] -> Softmax: with a small gain every probability
+    sits near 1e-3 and varies across samples by only a few times atol."""
+    w = (np.random.default_rng(5).standard_normal((16, 1000)) * gain).astype(np.float32)
+    return _model([helper.make_node("MatMul", ["x", "W"], ["logits"], name="fc"),
+                   helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1)],
+                  [helper.make_tensor_value_info("x", F, [1, 16])],
+                  [helper.make_tensor_value_info("probs", F, [1, 1000])],
+                  [numpy_helper.from_array(w, "W")])
+
+
+def test_output_varying_by_about_the_tolerance_deepens_to_its_logits():
+    # Keras ResNet50 at 32x32 in miniature: the change (5% of W) stays under atol at the
+    # softmax, whose variation across samples is itself about atol; it said "ok" before
+    ref = wide_softmax(gain=0.005)
+    cand = scaled(ref, "W", 1.05)
+    report = compare(ref, cand)
+    (pair,) = report.pairs
+    assert pair.agree and pair.max_abs_diff is not None and pair.max_abs_diff < 1e-5
+    assert not pair.informative and "below the tolerance's resolution" in (pair.why or "")
+    assert report.verdict == "fail" and "'logits'" in (pair.evidence or "")
+    assert report.divergence is not None and report.divergence.tensor == "logits"
+    same = compare(ref, clone(ref))
+    assert same.verdict == "pass" and "'logits'" in (same.pairs[0].evidence or "")
+    # a tolerance fine enough for its variation makes the output itself informative
+    tight = compare(ref, cand, atol=1e-7)
+    assert tight.pairs[0].informative and tight.verdict == "fail" and tight.deep is None
+    # and a softmax that varies by many tolerances is compared directly, as before
+    wide = compare(wide_softmax(gain=0.5), clone(wide_softmax(gain=0.5)))
+    assert wide.pairs[0].informative and wide.verdict == "pass" and wide.deep is None
+
+
 def test_non_finite_everywhere_is_not_informative():
     model = _model([helper.make_node("Div", ["x", "zero"], ["q"]),
                     helper.make_node("Mul", ["q", "zero"], ["y"])],

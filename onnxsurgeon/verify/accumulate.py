@@ -10,11 +10,16 @@ bounded statistics (never every sample): a pair is not informative when both sid
 
 * constant across samples (compared on up to :data:`PROBE_ELEMENTS` evenly spaced elements of
   the first sample, within the pair's tolerance),
+* below the tolerance's resolution: no probed element's spread across samples (its max - min)
+  reaches :data:`RESOLUTION` times the tolerance at it (``atol + rtol * |value|``). A tensor that
+  varies only by about the tolerance cannot show a difference at the tolerance (a softmax over
+  many classes whose probabilities all sit near ``1/classes``): its changes hide under ``atol``.
 * saturated: at least :data:`SATURATED_FRACTION` of the elements within ``atol`` of 0 or of the
   producing op's bounds (softmax/sigmoid 0 and 1, tanh -1 and 1, clip min and max), or
 * non-finite everywhere.
 
-With one sample, constancy cannot be measured and is not held against the pair.
+With one sample, neither constancy nor resolution can be measured; neither is held against
+the pair. Integers, bool and strings are compared exactly, so any variation resolves them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ PROBE_ELEMENTS = 65536
 """Elements of the first sample kept per side to tell whether a tensor varies across samples."""
 SATURATED_FRACTION = 0.99
 """A side is saturated when at least this fraction of its elements sits at 0 or a bound."""
+RESOLUTION = 10.0
+"""A side resolves its tolerance when some element's spread across samples reaches this many
+tolerances (an order of magnitude): differences at the tolerance are then small against what the
+tensor carries, not of its size."""
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-4, 1e-5),
@@ -93,9 +102,31 @@ def _probe(flat: np.ndarray) -> np.ndarray:
     return np.array(flat[::step][:PROBE_ELEMENTS])
 
 
+def _spread_ratio(lo: np.ndarray, hi: np.ndarray, first: np.ndarray, rtol: float,
+                  atol: float) -> float:
+    """Largest spread (hi - lo) across samples over the tolerance at that element (relative to
+    the first sample, as constancy is: so the ratio only grows and merging shards is exact);
+    inf when the tolerance is 0 and something varies. NaN ratios (Inf - Inf) are ignored."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = hi.astype(np.float64) - lo.astype(np.float64)
+        tol = atol + rtol * np.abs(first)
+        ratio = np.where(spread > 0, spread / tol, 0.0)
+    ratio = ratio[~np.isnan(ratio)]
+    return float(ratio.max()) if ratio.size else 0.0
+
+
+def _as_real(probe: np.ndarray) -> np.ndarray:
+    """A float probe as real values of its precision (complex: real and imaginary parts side
+    by side); min and max are exact in it."""
+    if probe.dtype.kind == "c":
+        return np.concatenate([probe.real, probe.imag])
+    return probe
+
+
 class SideStats:
-    """Bounded statistics of one side of a pair over samples: does it vary, is it saturated,
-    is any element finite. Memory: one probe of at most PROBE_ELEMENTS elements."""
+    """Bounded statistics of one side of a pair over samples: does it vary, by how many
+    tolerances (per-element min and max of the probe), is it saturated, is any element finite.
+    Memory: the first sample's probe and its running min/max, PROBE_ELEMENTS elements each."""
 
     def __init__(self, bounds: Sequence[float] = (0.0,)) -> None:
         self.bounds = tuple(dict.fromkeys(float(b) for b in (0.0, *bounds)))
@@ -108,6 +139,11 @@ class SideStats:
         self.at_bounds = 0
         self.finite = 0
         self.finite_last = 0
+        self.lo: np.ndarray | None = None
+        self.hi: np.ndarray | None = None
+        self.resolves = False
+        self.rtol = 0.0
+        self.atol = 0.0
 
     def add(self, a: np.ndarray, *, rtol: float, atol: float) -> None:
         """Fold one sample (a numeric array) in. O(size x bounds)."""
@@ -128,15 +164,20 @@ class SideStats:
                 self.at_bounds += int(near.sum())
         else:
             self.finite += a.size
-        if self.varies:
-            return
-        if self.first is None:
-            self.first, self.first_shape = _probe(flat), tuple(a.shape)
-            return
-        if tuple(a.shape) != self.first_shape:
-            self.varies = True
+        self.rtol, self.atol = rtol, atol
+        if self.varies and (self.resolves or a.dtype.kind not in "fc"):
             return
         now = _probe(flat)
+        if self.first is None:
+            self.first, self.first_shape = now, tuple(a.shape)
+        elif tuple(a.shape) != self.first_shape:
+            self.varies = self.resolves = True
+            self.lo = self.hi = None
+            return
+        if a.dtype.kind in "fc":
+            self._fold_range(np.array(_as_real(now)))
+        if self.varies or now is self.first:
+            return
         if now.dtype.kind in "fc":
             x, y = now.astype(np.float64), self.first.astype(np.float64)
             with np.errstate(invalid="ignore"):
@@ -144,6 +185,33 @@ class SideStats:
             self.varies = not bool(same.all())
         else:
             self.varies = not bool(np.array_equal(now, self.first))
+        if now.dtype.kind not in "fc":
+            self.resolves = self.varies  # compared exactly: any variation shows a difference
+
+    def _fold_range(self, values: np.ndarray) -> None:
+        if self.resolves:
+            return
+        if self.lo is None or self.hi is None:
+            self.lo, self.hi = values, values.copy()
+            return
+        if values.shape != self.lo.shape:
+            self.resolves, self.lo, self.hi = True, None, None
+            return
+        np.fmin(self.lo, values, out=self.lo)
+        np.fmax(self.hi, values, out=self.hi)
+        if self.spread_ratio() >= RESOLUTION:
+            self.resolves, self.lo, self.hi = True, None, None
+
+    def spread_ratio(self) -> float:
+        """The largest spread across samples of a probed element, in tolerances at it."""
+        if self.resolves:
+            return math.inf
+        if self.lo is None or self.hi is None or self.first is None:
+            return 0.0
+        first = _as_real(self.first).astype(np.float64)
+        if first.shape != self.lo.shape:
+            return math.inf
+        return _spread_ratio(self.lo, self.hi, first, self.rtol, self.atol)
 
     def merge(self, later: SideStats) -> None:
         """Fold in the statistics of the samples that follow this side's (a later shard of the
@@ -157,6 +225,16 @@ class SideStats:
         if self.first is None:
             self.first, self.first_shape = later.first, later.first_shape
         self.varies = self.varies or later.varies
+        if later.samples:
+            self.rtol, self.atol = later.rtol, later.atol
+        if self.resolves or later.resolves:
+            self.resolves, self.lo, self.hi = True, None, None
+        elif later.lo is not None and later.hi is not None:
+            if self.lo is None or self.hi is None:
+                self.lo, self.hi = later.lo.copy(), later.hi.copy()
+            else:
+                self._fold_range(later.lo)
+                self._fold_range(later.hi)
 
     def saturated(self) -> float | None:
         """Fraction of float elements at 0 or a bound when it reaches SATURATED_FRACTION."""
@@ -178,6 +256,12 @@ def uninformative_reason(ref: SideStats, cand: SideStats) -> str | None:
         return f"saturated: {100 * min(rs, cs):.4g}% of elements at {bounds} on both sides"
     if ref.samples >= 2 and not ref.varies and not cand.varies:
         return f"constant across {ref.samples} samples on both sides"
+    if ref.samples >= 2 and not ref.resolves and not cand.resolves:
+        ratio = max(ref.spread_ratio(), cand.spread_ratio())
+        return (f"below the tolerance's resolution: across {ref.samples} samples no element "
+                f"varies by more than {ratio:.3g}x its tolerance (atol + rtol*|value|) on either "
+                f"side, {RESOLUTION:g}x needed to show a difference at the tolerance; "
+                f"compare the tensors before it (--deep) or give a tighter --atol")
     return None
 
 

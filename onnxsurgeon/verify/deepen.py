@@ -1,8 +1,9 @@
 """Settling pairs that could not show a difference: look deeper, or prove them by structure.
 
-A pair that agrees but is not informative (constant, saturated, non-finite) is neither a pass
-nor a fail yet. :func:`settle` compares the tensors both models share on the way to it (the
-logits before a saturated softmax, and every shared ancestor; every shared tensor with
+A pair that agrees but is not informative (constant, below the tolerance's resolution,
+saturated, non-finite) is neither a pass nor a fail yet. :func:`settle` compares the tensors
+both models share on the way to it (the logits before a saturated or nearly uniform softmax,
+and every shared ancestor; every shared tensor with
 ``forced``), in bounded batches (:mod:`.deep`), then per open pair:
 
 * a shared ancestor differs -> fail, naming it;

@@ -43,7 +43,8 @@ class PairReport:
         ok: ``verdict == "pass"``.
         agree: the values agree within tolerance (whatever their informativeness).
         informative: the pair could show a difference; ``why`` says why not (constant across
-            samples, saturated, non-finite everywhere).
+            samples, varying by less than its tolerance can resolve, saturated, non-finite
+            everywhere).
         evidence: what settled a pair that was not informative (a deeper tensor that differs,
             or an identical graph from informative tensors that agree).
         label: how the reference value was computed, when it is not simply the reference
