@@ -29,7 +29,7 @@ from ..io import Model
 from ..protos import rename_reads
 from .accumulate import PairAccumulator
 from .inputs import Sample
-from .locate import numpy_dtype_name
+from .locate import numpy_dtype_name, same_initializer
 from .report import DeepResult, TensorError
 from .run import ModelRunError, Staged
 
@@ -240,18 +240,6 @@ def copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
     return out
 
 
-def _same_weight(ref: Staged, cand: Staged, r: str, c: str) -> bool:
-    rt = ref.index.graph.initializer[ref.index.initializers[r]]
-    ct = cand.index.graph.initializer[cand.index.initializers[c]]
-    if rt.data_type != ct.data_type or list(rt.dims) != list(ct.dims):
-        return False
-    a = read_tensor(rt, ref.model.base_dir)
-    b = read_tensor(ct, cand.model.base_dir)
-    if a.dtype.kind == "O":
-        return bool(np.array_equal(a, b))
-    return a.tobytes() == b.tobytes()
-
-
 def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: Collection[str],
                          mapping: Mapping[str, str] | None = None,
                          fed: Collection[str] = ()) -> list[str] | None:
@@ -280,7 +268,7 @@ def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: C
         r_init = rindex.initializers.get(a, -1) >= 0
         c_init = cindex.initializers.get(b, -1) >= 0
         if r_init or c_init:
-            if not (r_init and c_init and _same_weight(ref, cand, a, b)):
+            if not (r_init and c_init and same_initializer(ref, cand, a, b)):
                 return None
             continue
         if a in rindex.inputs and a not in rindex.producer:

@@ -193,7 +193,7 @@ def describe(ref: Staged, cand: Staged, tensor: str, mapping: Mapping[str, str],
     for name in rnode.input:
         cname = mapping.get(name, name)
         if (rindex.initializers.get(name, -1) >= 0 and cindex.initializers.get(cname, -1) >= 0
-                and not _same_initializer(ref, cand, name, cname)):
+                and not same_initializer(ref, cand, name, cname)):
             weights.append(name)
     r_inputs = tuple(mapping.get(n, n) for n in rnode.input)
     c_inputs = tuple(cnode.input)
@@ -211,7 +211,9 @@ def describe(ref: Staged, cand: Staged, tensor: str, mapping: Mapping[str, str],
     )
 
 
-def _same_initializer(ref: Staged, cand: Staged, rname: str, cname: str) -> bool:
+def same_initializer(ref: Staged, cand: Staged, rname: str, cname: str) -> bool:
+    """Whether initializer ``rname`` of ``ref`` and ``cname`` of ``cand`` hold the same dtype,
+    shape and bytes (external data read only when the headers agree)."""
     rt = ref.model.proto.graph.initializer[ref.index.initializers[rname]]
     ct = cand.model.proto.graph.initializer[cand.index.initializers[cname]]
     if rt.data_type != ct.data_type or list(rt.dims) != list(ct.dims):
