@@ -30,8 +30,9 @@ from ..protos import rename_scoped, set_default_opset
 from ..record import MergeRecord, add_rewrite
 from ..select import NAME_MAP_KEY, Selector, name_map
 from ..types import TypeOracle, is_complete, renamed_value_info
+from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
-from .insert import _merge_functions, _merge_opsets, _reconcile
+from ._opsets import reconcile
 
 DATA_ALIAS = "onnxsurgeon-merged"
 """First path component given to the second model's external-data locations in memory."""
@@ -190,9 +191,9 @@ def merge(
     block = onnx.ModelProto()
     block.CopyFrom(s.proto)
     label = s.proto.graph.name or "second"
-    block, new_host_opset = _reconcile(block, host, label)
-    opsets_to_add = _merge_opsets(block, host, label)
-    functions_to_add = _merge_functions(block, host)
+    block, new_host_opset = reconcile(block, host, label)
+    opsets_to_add = merge_opsets(block, host, label)
+    functions_to_add = merge_functions(block, host)
 
     first_names = set(all_names(host))
     every = first_names | set(all_names(block))
