@@ -12,6 +12,7 @@ Building is O(nodes + edges). Consumers and captures are computed lazily on firs
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -146,11 +147,13 @@ class NodeEdges:
             (>= 0), a leaf id (<= -2, see ``leaves``) or -1 for an omitted optional input ("").
         starts: node ``i`` reads ``preds[starts[i]:starts[i + 1]]`` (``len(nodes) + 1`` entries).
         leaves: leaf id -> name of a graph input or initializer.
+        names: the nodes' names ("" for an unnamed node), in node order.
     """
 
     preds: list[int]
     starts: list[int]
     leaves: dict[int, str]
+    names: list[str]
 
 
 _NAME = attrgetter("name")
@@ -210,6 +213,9 @@ class GraphIndex:
 
     def _index_rest(self, graph: onnx.GraphProto) -> None:
         self._uses: dict[str, list[Use]] = {}
+        self.memo: dict[str, Any] = {}
+        """Facts derived from this state by other modules (e.g. types found on the int
+        graph), kept as long as the index: it is dropped when the model changes."""
         # C-level builds (~0.1 us per entry): a model may hold one initializer per node
         self.initializers = _positions(graph.initializer)
         for st in graph.sparse_initializer:
@@ -262,6 +268,11 @@ class GraphIndex:
             return list(self.consumers.get(name, ()))
         if name in self._uses:
             return list(self._uses[name])
+        if self.edges is not None:
+            uses_of_edges = self._uses_from_edges(name)
+            if uses_of_edges is not None:
+                self._uses[name] = uses_of_edges
+                return list(uses_of_edges)
         captures = self.captures
         uses: list[Use] = []
         nodes = self.graph.node
@@ -272,6 +283,32 @@ class GraphIndex:
             uses.extend(Use(i, -1, read) for c, read in captures.get(i, ()) if c == name)
         self._uses[name] = uses
         return list(uses)
+
+    def _uses_from_edges(self, name: str) -> list[Use] | None:
+        """:meth:`uses_of` on the int dataflow graph (no node holds a body when it exists): the
+        reads of ``name``'s producer id found by C-level ``list.index`` scans, each confirmed
+        against the node's input slot. None when ``name`` has no id (not a tensor here)."""
+        edges = self.edges
+        assert edges is not None
+        j = self.producer.get(name)
+        if j is None:
+            j = next((k for k, leaf in edges.leaves.items() if leaf == name), None)
+            if j is None:
+                return None
+        preds, starts, nodes = edges.preds, edges.starts, self.graph.node
+        uses: list[Use] = []
+        at = -1
+        find = preds.index
+        while True:
+            try:
+                at = find(j, at + 1)
+            except ValueError:
+                break
+            i = bisect_right(starts, at) - 1
+            slot = at - starts[i]
+            if nodes[i].input[slot] == name:  # a multi-output producer: the right output?
+                uses.append(Use(i, slot))
+        return uses
 
     @cached_property
     def value_info(self) -> dict[str, onnx.ValueInfoProto]:

@@ -220,20 +220,18 @@ def load(path: str | os.PathLike[str]) -> Model:
     proto = parse_model(data, str(p))
     source = Path(os.path.abspath(p))
     model = Model(proto, base_dir=source.parent, source=source)
-    holders: list[int] = []
-    edges: list[NodeEdges] = []
     try:
-        warnings, producers = validate_producers(proto, holders=holders, edges=edges)
+        found = validate_producers(proto)
     except InvalidModelError:
         validate_tensors(model)  # a bad tensor is reported first, as it always was
         raise
     # the structural pass found the main-graph nodes with attributes: the tensor check looks at
-    # those only instead of walking every node again (re-sorted nodes: holders is empty, so walk)
-    validate_tensors(model, main_holders=holders if not warnings else None)
-    model.warnings.extend(warnings)
-    if producers is not None:
+    # those only instead of walking every node again (re-sorted nodes: walk them all)
+    validate_tensors(model, main_holders=found.holders if not found.warnings else None)
+    model.warnings.extend(found.warnings)
+    if found.producers is not None:
         cheap = len(data) <= _FRESH_BYTES_PER_NODE * len(proto.graph.node)
-        model._fresh = (data if cheap else None, producers, edges[0] if edges else None)
+        model._fresh = (data if cheap else None, found.producers, found.edges)
     return model
 
 

@@ -9,7 +9,7 @@ from operator import attrgetter
 
 import onnx
 
-from .index import iter_graphs
+from .index import GraphIndex, iter_graphs
 
 _SUFFIX = re.compile(r"^(.*?)(?:__(\d+))?$")
 
@@ -57,6 +57,26 @@ class NameAllocator:
     @classmethod
     def for_model(cls, model: onnx.ModelProto) -> NameAllocator:
         return cls(all_names(model))
+
+    @classmethod
+    def for_index(cls, index: GraphIndex) -> NameAllocator:
+        """``for_model(index.model)``, built from the index's name dicts and the node names
+        load's validation recorded when the index carries its int graph (then no node holds
+        a body and every node input is an input, initializer or earlier output: those dicts
+        plus node and value_info names are all the names); else ``for_model``. O(names) at C
+        speed instead of a Python pass over the nodes."""
+        edges = index.edges
+        if edges is None:
+            return cls.for_model(index.model)
+        taken = set(index.producer)
+        taken.update(index.initializers, index.inputs, index.outputs, edges.names,
+                     map(_NAME, index.graph.value_info))
+        for fn in index.model.functions:
+            taken.update(fn.input, fn.output, _node_names(fn.node))
+        allocator = cls()
+        taken.discard("")
+        allocator._taken = taken
+        return allocator
 
     def reserve(self, name: str) -> None:
         """Mark ``name`` as used (a name the caller chose itself)."""

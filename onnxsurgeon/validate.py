@@ -21,6 +21,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
+from typing import NamedTuple
 
 import onnx
 
@@ -35,7 +36,7 @@ from .index import (
     subgraphs,
 )
 
-__all__ = ["validate", "validate_producers"]
+__all__ = ["Validation", "validate", "validate_producers"]
 
 
 
@@ -56,36 +57,37 @@ def validate(model: onnx.ModelProto, /, *, sort: bool = True) -> list[str]:
         InvalidModelError: cycle, dangling tensor, duplicate definition, shadowing, nesting too
             deep, or recursive local functions.
     """
-    return _validate(model, sort, None)
+    return validate_producers(model, sort=sort).warnings
 
 
-def validate_producers(
-    model: onnx.ModelProto, /, *, sort: bool = True, holders: list[int] | None = None,
-    edges: list[NodeEdges] | None = None,
-) -> tuple[list[str], dict[str, int] | None]:
-    """:func:`validate`, also returning the main graph's producer map (tensor name -> node
-    index, as :attr:`GraphIndex.producer`) computed on the way, or None when nodes were
-    re-sorted (the map would describe the old order). ``holders``, when given, receives the
-    indexes of the main-graph nodes that have attributes (the only ones that can hold tensors
-    or graphs), unless nodes were re-sorted (then it is left empty). ``edges``, when given,
-    receives the main graph's :class:`~onnxsurgeon.index.NodeEdges` when every read was in
-    order and no node holds a subgraph (else it is left empty)."""
-    producers: dict[str, int] = {}
-    warnings = _validate(model, sort, producers, holders, edges)
-    if warnings and holders is not None:
-        holders.clear()
-    if warnings and edges is not None:
-        edges.clear()
-    return warnings, (producers if not warnings else None)
+@dataclass(frozen=True)
+class Validation:
+    """What :func:`validate_producers` found besides the verdict, for load to hand on.
+
+    Attributes:
+        warnings: one line per repair made (nodes re-sorted), as :func:`validate` returns.
+        producers: the main graph's producer map (tensor name -> node index, as
+            :attr:`GraphIndex.producer`), or None when nodes were re-sorted (the map would
+            describe the old order).
+        holders: indexes of the main-graph nodes that have attributes (the only ones that can
+            hold tensors or graphs); empty when nodes were re-sorted.
+        edges: the main graph's :class:`~onnxsurgeon.index.NodeEdges` when every read was in
+            order and no node holds a subgraph, else None.
+    """
+
+    warnings: list[str]
+    producers: dict[str, int] | None
+    holders: list[int]
+    edges: NodeEdges | None
 
 
-def _validate(
-    model: onnx.ModelProto, sort: bool, producers: dict[str, int] | None,
-    holders: list[int] | None = None, edges: list[NodeEdges] | None = None,
-) -> list[str]:
+def validate_producers(model: onnx.ModelProto, /, *, sort: bool = True) -> Validation:
+    """:func:`validate`, also returning what the main graph's pass computed on the way (see
+    :class:`Validation`). Same checks, messages and repairs."""
     warnings: list[str] = []
     _check_model_texts(model)
     _check_functions(model)
+    main: _ScopeResult | None = None
     stack: list[tuple[onnx.GraphProto, tuple[AbstractSet[str], ...], int]] = [
         (model.graph, (), 0)
     ]
@@ -93,24 +95,24 @@ def _validate(
         graph, outer, depth = stack.pop()
         check_depth(graph, depth)
         label = "main graph" if depth == 0 else f"subgraph '{graph.name}'"
-        defined, nested = _check_scope(
+        body = _Body(
             label,
             [vi.name for vi in graph.input],
             [t.name for t in graph.initializer] + [s.values.name for s in graph.sparse_initializer],
             graph.node,
             [vi.name for vi in graph.output],
-            outer,
-            sort=sort,
-            warnings=warnings,
-            graph=graph,
-            producers=producers if depth == 0 else None,
-            holders_out=holders if depth == 0 else None,
-            edges_out=edges if depth == 0 else None,
         )
-        inner_outer = (*outer, defined)
-        for sub in reversed(nested):
+        found = _check_scope(body, outer, sort=sort, graph=graph)
+        warnings.extend(found.warnings)
+        if depth == 0:
+            main = found
+        inner_outer = (*outer, found.defined)
+        for sub in reversed(found.nested):
             stack.append((sub, inner_outer, depth + 1))
-    return warnings
+    assert main is not None
+    if warnings:
+        return Validation(warnings, None, [], None)
+    return Validation(warnings, main.producer, main.holders, main.edges)
 
 
 # --------------------------------------------------------------------------- one scope
@@ -118,27 +120,51 @@ def _visible(name: str, outer: Sequence[AbstractSet[str]]) -> bool:
     return any(name in scope for scope in outer)
 
 
+class _Body(NamedTuple):
+    """The names one graph or function body declares, and its nodes."""
+
+    label: str
+    inputs: list[str]
+    initializers: list[str]
+    nodes: Sequence[onnx.NodeProto]
+    outputs: list[str]
+
+
+@dataclass(frozen=True)
+class _ScopeResult:
+    """What :func:`_check_scope` found in one body.
+
+    Attributes:
+        defined: every name the body defines.
+        nested: the graphs its nodes hold (the live ones, after a re-sort).
+        producer: node output -> first producer (a precise map also on the slow path).
+        holders: nodes with attributes (the only ones that can hold tensors or graphs).
+        edges: the int dataflow graph when every read was in order and no node holds a body.
+        warnings: the repair made, if any.
+    """
+
+    defined: AbstractSet[str]
+    nested: list[onnx.GraphProto]
+    producer: dict[str, int]
+    holders: list[int]
+    edges: NodeEdges | None
+    warnings: list[str]
+
+
 def _check_scope(
-    label: str,
-    inputs: list[str],
-    initializers: list[str],
-    nodes: Sequence[onnx.NodeProto],
-    outputs: list[str],
-    outer: tuple[AbstractSet[str], ...],
-    *,
-    sort: bool,
-    warnings: list[str],
+    body: _Body, outer: tuple[AbstractSet[str], ...], *, sort: bool,
     graph: onnx.GraphProto | None,
-    producers: dict[str, int] | None = None,
-    holders_out: list[int] | None = None,
-    edges_out: list[NodeEdges] | None = None,
-) -> tuple[AbstractSet[str], list[onnx.GraphProto]]:
-    """Validate one graph or function body; return its defined names and its nested graphs.
+) -> _ScopeResult:
+    """Validate one graph or function body (its nodes re-sorted into ``graph`` when ``sort``
+    and some read precedes its producer).
 
     One pass over the nodes: definitions are collected and every read is checked against what
     was defined before it (or in an enclosing scope). Only when some read refers to a later
     producer is the stable topological sort run. O(nodes + edges).
     """
+    label, inputs, initializers, nodes, outputs = body
+    warnings: list[str] = []
+    edges: NodeEdges | None = None
     if not all(type(n) is str for n in (*inputs, *initializers, *outputs)):
         raise _not_utf8(label)
     defined: set[str] = set()
@@ -182,8 +208,11 @@ def _check_scope(
     suspects = False  # some output name was already defined (or is ""): precise slow path
     texts_ok = True
     holders: list[int] = []  # nodes with attributes: the only ones that can hold graphs
+    names: list[str] = []  # node names (for a name allocator that needs no second pass)
+    name_of = names.append
     for i, (ins, outs, attrs, name, op, dom) in enumerate(map(_NODE_FIELDS, nodes)):
         record(map(get, ins))  # C-level; checked below in one scan
+        name_of(name)
         count(len(ins))
         if len(outs) == 1:
             if put(outs[0], i) != i:
@@ -217,8 +246,6 @@ def _check_scope(
                 late_captures = True
     if late_captures:
         late = sorted(set(late))
-    if holders_out is not None:
-        holders_out.extend(holders)
     if not texts_ok or not _all_text(first):
         raise _not_utf8(label)
     producer: dict[str, int] = {}
@@ -228,13 +255,11 @@ def _check_scope(
     else:
         del first[""]
         scope = first.keys()  # every name this graph defines, without a copy
-        producer = {name: i for name, i in first.items() if i >= 0} if producers is not None else {}
-        if edges_out is not None and not captures:
+        producer = {name: i for name, i in first.items() if i >= 0}
+        if not captures:
             leaves = {i: name for name, i in first.items() if i < 0}
             starts = [0, *accumulate(counts)]
-            edges_out.append(NodeEdges(preds, starts, leaves))  # type: ignore[arg-type]
-    if producers is not None:
-        producers.update(producer)  # node outputs only, first (= only) producer of each
+            edges = NodeEdges(preds, starts, leaves, names)  # type: ignore[arg-type]
     seen_out: set[str] = set()
     for name in outputs:
         if name in seen_out:
@@ -248,7 +273,7 @@ def _check_scope(
                 "or add its producer"
             )
     if not late:
-        return scope, nested
+        return _ScopeResult(scope, nested, producer, holders, edges, warnings)
     # Some reads precede their producer (or have none): classify them.
     out_of_order = False
     for i in late:
@@ -285,7 +310,7 @@ def _check_scope(
             f"'{first_moved}'); sorted them stably, keeping the original order where possible"
             .translate(CONTROL_ESCAPES)
         )
-    return defined, nested
+    return _ScopeResult(defined, nested, producer, holders, edges, warnings)
 
 
 _NODE_FIELDS = attrgetter("input", "output", "attribute", "name", "op_type", "domain")
@@ -460,9 +485,9 @@ def _check_functions(model: onnx.ModelProto) -> None:
                     stack.append((sub.node, depth + 1))
         calls[key] = callees
         _check_scope(
-            f"body of local function '{key.domain}.{key.name}'",
-            list(fn.input), [], fn.node, list(fn.output), (),
-            sort=False, warnings=[], graph=None,
+            _Body(f"body of local function '{key.domain}.{key.name}'",
+                  list(fn.input), [], fn.node, list(fn.output)),
+            (), sort=False, graph=None,
         )
     # Iterative DFS with colours: grey = on the current path.
     colour: dict[_FnKey, int] = {}

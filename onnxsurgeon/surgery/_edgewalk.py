@@ -77,10 +77,13 @@ def propagate_edges(
     nodes: Sequence[int],
     typed: dict[str, onnx.ValueInfoProto],
     wanted: Collection[str],
+    *,
+    cache: dict[int, _Type] | None = None,
 ) -> dict[str, onnx.ValueInfoProto] | None:
     """:func:`~onnxsurgeon.surgery._proto.propagate_types` on ints, memoized per (op, input
     types). None when the index has no edges or the pass cannot tell (the caller falls back).
-    O(nodes)."""
+    ``cache`` (only without ``typed`` stops): node and leaf id -> type, filled by the pass and
+    read by later ones, so their nodes are skipped. O(nodes)."""
     edges = index.edges
     if edges is None:
         return None
@@ -92,11 +95,13 @@ def propagate_edges(
         if j is not None:
             names[j] = name
 
-    types: dict[int, _Type] = {}
+    types: dict[int, _Type] = {} if cache is None else cache
     memo: dict[tuple[str, tuple[_Type, ...]], _Type] = {}
     get, preds, starts = types.get, edges.preds, edges.starts
     node_field, fields = graph.node, _OP_FIELDS
     for i in nodes:
+        if i in types:
+            continue
         op, dom, outs = fields(node_field[i])
         ps = preds[starts[i]:starts[i + 1]]
         if len(outs) != 1 or dom not in ("", "ai.onnx") or not ps:
@@ -133,3 +138,28 @@ def propagate_edges(
 
 
 _OP_FIELDS = attrgetter("op_type", "domain", "output")
+
+
+def type_by_edges(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None:
+    """The type of node output ``name`` by :func:`propagate_edges` over the nodes of its
+    closure not typed by an earlier call on the same index (the types found are kept on the
+    index, which is immutable while the model is unchanged). None when the index has no int
+    graph or the pass cannot tell. O(closure nodes not typed before)."""
+    edges = index.edges
+    j = index.producer.get(name)
+    if edges is None or j is None:
+        return None
+    cache: dict[int, _Type] = index.memo.setdefault("edge_types", {})
+    preds, starts = edges.preds, edges.starts
+    todo: set[int] = set()
+    stack = [j] if j not in cache else []
+    todo.update(stack)
+    add, push, pop = todo.add, stack.append, stack.pop
+    while stack:
+        k = pop()
+        for p in preds[starts[k]:starts[k + 1]]:
+            if p >= 0 and p not in todo and p not in cache:
+                add(p)
+                push(p)
+    found = propagate_edges(index, sorted(todo), {}, [name], cache=cache)
+    return None if found is None else found.get(name)

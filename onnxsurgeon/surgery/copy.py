@@ -16,7 +16,7 @@ import onnx
 from ..closure import closure
 from ..errors import RewriteError, UsageError, name_list
 from ..index import GraphIndex, has_subgraphs, subgraphs
-from ..io import Model, as_model
+from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..protos import rename_scoped
 from ..record import CopyRecord, add_rewrite, as_record
@@ -107,7 +107,7 @@ def copy(
         ) from None
     if not outputs:
         raise UsageError("copy needs at least one output tensor; pass outputs=[...]")
-    index = GraphIndex(proto)
+    index = indexed(model)  # load's int dataflow graph rides along when the model is unchanged
     selector = Selector(index)
     outs = list(dict.fromkeys(selector.resolve(n) for n in outputs))
     repl: dict[str, str] = {}
@@ -158,7 +158,7 @@ def copy(
         out_infos[o] = vi
 
     # ---- the rename map, decided before anything is copied
-    names = NameAllocator.for_model(proto)
+    names = NameAllocator.for_index(index)
     mapping: dict[str, str] = dict(repl)
     # one list of bases in allocation order (initializers, then each node's name and outputs),
     # allocated at once: C-level when no prefixed name collides (see NameAllocator.fresh_many)

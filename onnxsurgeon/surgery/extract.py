@@ -263,7 +263,7 @@ def extract(
     for s in stops:
         i = index.producer.get(s)
         if i is not None and i in kept_set:
-            names = names or NameAllocator.for_model(proto)
+            names = names or NameAllocator.for_index(index)
             slot = list(graph.node[i].output).index(s)
             renamed_outputs.append((i, slot, names.fresh(f"{s}__unused")))
 

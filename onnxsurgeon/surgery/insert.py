@@ -14,8 +14,7 @@ from typing import Any
 import onnx
 
 from ..errors import RewriteError, UsageError
-from ..index import GraphIndex
-from ..io import Model, as_model
+from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..processing import (
     ParamValue,
@@ -118,7 +117,7 @@ def insert(
         raise UsageError("insert needs exactly one of op (a built-in block name) or graph (an ONNX model)")
     if params and op is None:
         raise UsageError("params only apply to a built-in block (op=...); a graph block takes none")
-    index = GraphIndex(host)
+    index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
     at_name = Selector(index).resolve(at)
     oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
     at_vi = oracle.value_info(at_name)
@@ -164,7 +163,7 @@ def insert(
     opsets_to_add = merge_opsets(block, host, label)
     functions_to_add = merge_functions(block, host)
 
-    names = NameAllocator.for_model(host)
+    names = NameAllocator.for_index(index)
     safe_label = label.replace("/", "_")
     pre: str | None = None
     if (keep_output_name and as_graph_output and not as_output and at_name in index.producer

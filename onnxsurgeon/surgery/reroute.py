@@ -11,7 +11,7 @@ import onnx
 from ..closure import closure
 from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError, name_list
 from ..index import GraphIndex, Use
-from ..io import Model, as_model
+from ..io import Model, as_model, indexed
 from ..record import RerouteRecord, add_rewrite
 from ..select import Selector, drop_missing
 from ..types import TypeOracle
@@ -123,7 +123,7 @@ def reroute(
         consumers = name_list(consumers, "reroute(consumers=...)")
     m = as_model(model)
     proto = m.proto
-    index = GraphIndex(proto)
+    index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
     selector = Selector(index)
     src = selector.resolve(source)
     tgt = selector.resolve(target)
@@ -163,6 +163,8 @@ def reroute(
     selected = [u for u in uses if u.node in chosen]
     movers = [i for i in needed if first is not None and i > first]
     tgt_vi = oracle.value_info(tgt) if out_positions else None
+    # counted now on ints when the nodes keep their places (no prune, nothing moves)
+    unused_now = None if prune or movers else _dead_by_edges(index, selected, tgt, out_positions)
 
     # ------------------------------------------------------------------ mutate (all checked)
     rerouted = rewire(index, selected, tgt)
@@ -175,7 +177,11 @@ def reroute(
         rerouted_outputs.append(src)
     if movers and first is not None:
         _reorder(proto.graph, movers, first)
-    unused, pruned_inits = dead_nodes(proto, prune=prune)
+    pruned_inits: list[str] = []
+    if unused_now is not None:
+        unused = unused_now
+    else:
+        unused, pruned_inits = dead_nodes(proto, prune=prune)
     add_rewrite(proto, RerouteRecord(
         source=src, target=tgt, rerouted=tuple(rerouted), rerouted_outputs=tuple(rerouted_outputs),
         pruned_nodes=tuple(unused) if prune else None,
@@ -183,6 +189,43 @@ def reroute(
     if prune:
         return RerouteResult(rerouted, rerouted_outputs, 0, len(unused), len(pruned_inits))
     return RerouteResult(rerouted, rerouted_outputs, len(unused))
+
+
+def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
+                   out_positions: list[int]) -> list[str] | None:
+    """:func:`dead_nodes` (without prune) of the model as the reroute will leave it, counted
+    before it changes on the int dataflow graph load handed over: the rerouted slots read
+    ``tgt``'s id, the rerouted graph outputs are ``tgt``, and one walk from the outputs over
+    ints marks the live nodes. None when the index has no such graph. O(nodes + edges), no
+    protobuf read but the outputs' names and the dead nodes' labels."""
+    edges = index.edges
+    if edges is None:
+        return None
+    producer = index.producer
+    tid = producer.get(tgt)
+    if tid is None:
+        tid = next((k for k, leaf in edges.leaves.items() if leaf == tgt), None)
+        if tid is None:
+            return None
+    preds, starts = list(edges.preds), edges.starts
+    for use in selected:
+        if use.inner is not None:
+            return None
+        preds[starts[use.node] + use.slot] = tid
+    outs = [vi.name for vi in index.graph.output]
+    for k in out_positions:
+        outs[k] = tgt
+    live: set[int] = set()
+    stack = [j for j in map(producer.get, outs) if j is not None]
+    live.update(stack)
+    add, push, pop = live.add, stack.append, stack.pop
+    while stack:
+        j = pop()
+        for p in preds[starts[j]:starts[j + 1]]:
+            if p >= 0 and p not in live:
+                add(p)
+                push(p)
+    return [index.node_label(i) for i in range(len(starts) - 1) if i not in live]
 
 
 def dead_nodes(proto: onnx.ModelProto, *, prune: bool) -> tuple[list[str], list[str]]:
