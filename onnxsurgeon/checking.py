@@ -79,8 +79,13 @@ def full_check_for(model: onnx.ModelProto, level: Check) -> bool | None:
     return small
 
 
-def check_written(path: Path, *, full: bool, reference: Path | None) -> str | None:
+def check_written(path: Path, *, full: bool, reference: Path | None,
+                  written: bytes | None = None) -> str | None:
     """Run ``onnx.checker`` on the file at ``path``.
+
+    ``written``: the very bytes just written to ``path`` (a model without external data), so
+    the checker parses them from memory instead of reading the file back (the same check: an
+    external-data model is always checked from its path, where the checker resolves its files).
 
     Returns None when it passes, a one-line warning when it fails as ``reference`` (the model it
     came from) does too.
@@ -92,7 +97,7 @@ def check_written(path: Path, *, full: bool, reference: Path | None) -> str | No
     import onnx
 
     try:
-        onnx.checker.check_model(str(path), full_check=full)
+        onnx.checker.check_model(str(path) if written is None else written, full_check=full)
     except Exception as exc:  # noqa: BLE001 - the checker raises several types
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if reference is not None:

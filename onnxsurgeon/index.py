@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import count
+from itertools import accumulate, count
 from operator import attrgetter
 from typing import Any
 
@@ -159,6 +159,40 @@ class NodeEdges:
 _NAME = attrgetter("name")
 _ATTRIBUTES = attrgetter("attribute")
 _INPUTS = attrgetter("input")
+_EDGE_FIELDS = attrgetter("input", "output", "attribute", "name")
+
+
+def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
+    """The :class:`NodeEdges` of ``graph`` with the ids load's validation gives (graph inputs,
+    then initializers, as leaves), or None when a node holds a subgraph, reads a name not
+    defined before it, or redefines one. One C-level field read per node. O(nodes + edges)."""
+    first: dict[str, int] = {}
+    for name in map(_NAME, graph.input):
+        first.setdefault(name, -2 - len(first))
+    for name in map(_NAME, graph.initializer):
+        first.setdefault(name, -2 - len(first))
+    for st in graph.sparse_initializer:
+        first.setdefault(st.values.name, -2 - len(first))
+    first[""] = -1
+    get, put = first.get, first.setdefault
+    preds: list[int | None] = []
+    counts: list[int] = []
+    names: list[str] = []
+    record, count, name_of = preds.extend, counts.append, names.append
+    nodes = graph.node
+    for i, (ins, outs, attrs, name) in enumerate(map(_EDGE_FIELDS, nodes)):
+        record(map(get, ins))
+        count(len(ins))
+        name_of(name)
+        for out in outs:
+            if out and put(out, i) != i:
+                return None
+        if attrs and has_subgraphs(nodes[i]):
+            return None
+    if None in preds:
+        return None
+    leaves = {i: name for name, i in first.items() if i < -1}
+    return NodeEdges(preds, [0, *accumulate(counts)], leaves, names)  # type: ignore[arg-type]
 
 
 def _positions(items: Iterable[Any]) -> dict[str, int]:
@@ -236,6 +270,23 @@ class GraphIndex:
                 return i
         return -1
 
+    def int_graph(self) -> NodeEdges | None:
+        """The int dataflow graph: the one load handed over, else built from the proto once
+        (one pass reading each node's inputs, outputs, attributes and name; kept in
+        :attr:`memo`). None when a node holds a subgraph, a tensor is produced twice or a
+        node reads a name not defined before it (the name-based passes handle those).
+        O(nodes + edges)."""
+        if self.edges is not None:
+            return self.edges
+        if "int_graph" not in self.memo:
+            self.memo["int_graph"] = _build_edges(self.graph)
+        built: NodeEdges | None = self.memo["int_graph"]
+        return built
+
+    def known_int_graph(self) -> NodeEdges | None:
+        """:meth:`int_graph` only when it exists already (handed over or built before)."""
+        return self.edges if self.edges is not None else self.memo.get("int_graph")
+
     # ----------------------------------------------------------------- lazily built parts
     @cached_property
     def captures(self) -> dict[int, list[tuple[str, InnerRead]]]:
@@ -268,7 +319,7 @@ class GraphIndex:
             return list(self.consumers.get(name, ()))
         if name in self._uses:
             return list(self._uses[name])
-        if self.edges is not None:
+        if self.known_int_graph() is not None:
             uses_of_edges = self._uses_from_edges(name)
             if uses_of_edges is not None:
                 self._uses[name] = uses_of_edges
@@ -288,7 +339,7 @@ class GraphIndex:
         """:meth:`uses_of` on the int dataflow graph (no node holds a body when it exists): the
         reads of ``name``'s producer id found by C-level ``list.index`` scans, each confirmed
         against the node's input slot. None when ``name`` has no id (not a tensor here)."""
-        edges = self.edges
+        edges = self.known_int_graph()
         assert edges is not None
         j = self.producer.get(name)
         if j is None:

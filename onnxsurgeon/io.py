@@ -55,6 +55,8 @@ EXTERNAL_THRESHOLD = 1_800_000_000
 EXTERNALIZE_MIN_BYTES = 1024
 """Tensors smaller than this stay inline when saving switches to external data."""
 _CHUNK = 1 << 22
+_CHECK_BYTES_MAX = PROTOBUF_LIMIT - (1 << 20)
+"""onnx.checker refuses serialized bytes near 2 GB (it checks the path of such a file)."""
 
 if TYPE_CHECKING:
     from .listing import NodeRow, TensorRow
@@ -439,6 +441,7 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     if to_write and data_path.exists() and not data_path.is_file():
         raise UsageError(f"data file path '{data_path}' is not a file; choose another output name")
     saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]] = []
+    written: bytes | None = None
     data_file: _AtomicFile | None = None
     model_file: _AtomicFile | None = None
     writer: RangeWriter | None = None
@@ -485,6 +488,11 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             )
         model_file = _AtomicFile(folder, out.name)
         model_file.file.write(payload)
+        # the checker below parses these bytes instead of reading the file back, when the
+        # model has no external data (else it checks the path, where it finds the data files)
+        inline_only = not to_write and not relocated
+        if full is not None and inline_only and len(payload) < _CHECK_BYTES_MAX:
+            written = payload
         del payload
         model_file.finish()
         if data_file is not None:
@@ -514,7 +522,8 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             if raw is not None:
                 t.raw_data = raw
     if full is not None:
-        warning = check_written(out, full=full, reference=m.source)
+        warning = check_written(out, full=full, reference=m.source, written=written)
+        del written
         if warning is not None:
             m.warnings.append(warning)
     return out

@@ -61,11 +61,12 @@ class NameAllocator:
     @classmethod
     def for_index(cls, index: GraphIndex) -> NameAllocator:
         """``for_model(index.model)``, built from the index's name dicts and the node names
-        load's validation recorded when the index carries its int graph (then no node holds
-        a body and every node input is an input, initializer or earlier output: those dicts
-        plus node and value_info names are all the names); else ``for_model``. O(names) at C
-        speed instead of a Python pass over the nodes."""
-        edges = index.edges
+        of its int graph (:meth:`~onnxsurgeon.index.GraphIndex.int_graph`: recorded by load's
+        validation, or built once per index). Where that graph exists no node holds a body
+        and every node input is an input, initializer or earlier output, so those dicts plus
+        node and value_info names are all the names; else ``for_model``. O(names) at C speed
+        when load handed the graph over."""
+        edges = index.int_graph()
         if edges is None:
             return cls.for_model(index.model)
         taken = set(index.producer)

@@ -122,3 +122,35 @@ def test_reroute_counts_unused_nodes_on_ints_as_after_the_rewrite(tmp_path, buil
         deterministic=True)
     if build == "split_and_dead" and tgt != "dead2":
         assert a.unused_nodes >= 2  # the branch dead from the start is counted too
+
+
+@pytest.mark.parametrize("build", [*MODELS, "if_capture", "loop_capture"])
+def test_int_graph_built_from_the_proto_equals_the_one_load_validated(tmp_path, build):
+    proto = MODELS[build]() if build in MODELS else getattr(builders, build)()
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, str(path))
+    handed = load(path)._fresh
+    built = GraphIndex(load(path).proto).int_graph()
+    recorded = handed[2] if handed is not None else None
+    assert built == recorded  # both None where a node holds a body
+    assert (built is None) == (build in ("if_capture", "loop_capture"))
+
+
+def test_int_graph_refuses_a_proto_it_cannot_describe():
+    proto = builders.chain(3)
+    proto.graph.node[4].input[0] = "later"  # read before it is produced (and never is)
+    assert GraphIndex(proto).int_graph() is None
+    proto = builders.chain(3)
+    proto.graph.node[5].output[0] = "x"  # redefines the graph input
+    assert GraphIndex(proto).int_graph() is None
+
+
+@pytest.mark.parametrize("build", list(MODELS))
+def test_fast_paths_on_a_bare_proto_build_the_int_graph_and_agree(tmp_path, build):
+    proto = MODELS[build]()
+    index = GraphIndex(proto)
+    slow = GraphIndex(proto)
+    assert NameAllocator.for_index(index)._taken == NameAllocator.for_model(proto)._taken
+    assert index.known_int_graph() is not None  # built once, then reused
+    for name in _tensors(proto):
+        assert index.uses_of(name) == slow.consumers.get(name, []), name

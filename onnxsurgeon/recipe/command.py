@@ -116,15 +116,23 @@ def _is_fleet(args: argparse.Namespace) -> bool:
     return len(args.models) > 1 or args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()
 
 
+_INDEXING_VERBS = frozenset({"extract", "copy", "insert", "reroute"})
+"""Verbs that index the model (:func:`onnxsurgeon.io.indexed`) before changing it: as a first
+step they may reuse load's validated index, as the CLI's commands do."""
+
+
 def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
               verify: bool = False, isolation: dict[str, Any] | None = None,
               progress: Any = None, force: bool = False) -> ApplyResult:
     """Load ``source``, run ``recipe`` on it in memory and (unless a plan or a failed check)
     save it to ``output`` with the CLI's checked, atomic write. Raises SurgeryError."""
     from ..cli import _check_paths, _load, _write
+    from ..io import handed_over
 
     _check_paths(source, output, force)
     model = _load(source)
+    if recipe.steps and recipe.steps[0].verb in _INDEXING_VERBS:
+        handed_over(model)  # the first step indexes it before anything touches the proto
     context = StepContext()
     if any("func" in s.params for s in recipe.steps):
         from ..converters import insert_function  # the CLI may dispatch to converters

@@ -27,7 +27,7 @@ def walk_edges(
     graph inputs and initializers read, stops reached). None when the index has no edges or a
     stop is an output of a multi-output node (the walk cannot cut one output of a node).
     O(kept nodes + edges)."""
-    edges = index.edges
+    edges = index.known_int_graph()
     if edges is None:
         return None
     producer = index.producer
@@ -84,7 +84,7 @@ def propagate_edges(
     types). None when the index has no edges or the pass cannot tell (the caller falls back).
     ``cache`` (only without ``typed`` stops): node and leaf id -> type, filled by the pass and
     read by later ones, so their nodes are skipped. O(nodes)."""
-    edges = index.edges
+    edges = index.known_int_graph()
     if edges is None:
         return None
     graph = index.graph
@@ -144,9 +144,11 @@ def type_by_edges(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None:
     """The type of node output ``name`` by :func:`propagate_edges` over the nodes of its
     closure not typed by an earlier call on the same index (the types found are kept on the
     index, which is immutable while the model is unchanged). None when the index has no int
-    graph or the pass cannot tell. O(closure nodes not typed before)."""
-    edges = index.edges
+    graph (:meth:`~onnxsurgeon.index.GraphIndex.int_graph`) or the pass cannot tell.
+    O(closure nodes not typed before), plus one pass over the nodes when the int graph is not
+    built yet."""
     j = index.producer.get(name)
+    edges = index.int_graph() if j is not None else None
     if edges is None or j is None:
         return None
     cache: dict[int, _Type] = index.memo.setdefault("edge_types", {})

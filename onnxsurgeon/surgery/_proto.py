@@ -253,10 +253,9 @@ def quick_value_info(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None
         return None
     from ._edgewalk import type_by_edges  # it builds on this module
 
-    if index.edges is not None:  # the int dataflow graph load handed over
-        vi = type_by_edges(index, name)
-        if vi is not None:
-            return vi
+    vi = type_by_edges(index, name)  # on the int dataflow graph, when there is one
+    if vi is not None:
+        return vi
     try:
         nodes = closure(index, [name]).nodes
     except InvalidModelError:

@@ -198,7 +198,7 @@ def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
     ``tgt``'s id, the rerouted graph outputs are ``tgt``, and one walk from the outputs over
     ints marks the live nodes. None when the index has no such graph. O(nodes + edges), no
     protobuf read but the outputs' names and the dead nodes' labels."""
-    edges = index.edges
+    edges = index.int_graph()
     if edges is None:
         return None
     producer = index.producer
