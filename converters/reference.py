@@ -36,9 +36,9 @@ def tf_reference(source: Any, *, inputs: Sequence[str] | None = None,
                  outputs: Sequence[str] | None = None) -> ReferenceFn:
     """A TF source (Keras model / ``.keras``, SavedModel folder, frozen ``.pb`` with ``inputs`` and
     ``outputs``, tf.function) as a reference function."""
-    from .tf import _normalize
+    from .tf_sources import normalize
 
-    frozen = _normalize(source, list(inputs) if inputs else None, list(outputs) if outputs else None)
+    frozen = normalize(source, list(inputs) if inputs else None, list(outputs) if outputs else None)
     names = [frozen.rename.get(n, n) for n in frozen.inputs]
 
     def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
