@@ -1,6 +1,11 @@
 """Shared machinery of the framework converters: the conversion report, the metadata written into
 converted models, value-based name maps, renames, the numeric check and the factory loader.
 
+The numeric check is verify's: models run in verify's engine (onnxruntime, optimizations off) and
+outputs are compared by its :class:`~onnxsurgeon.verify.PairAccumulator` under its ``framework``
+tolerance policy, the one ``verify --against-tf/--against-torch`` uses; value matching for the name
+maps takes its tolerances from the same policy.
+
 Nothing here imports TensorFlow or PyTorch; :mod:`.tf` and :mod:`.torch` do.
 """
 
@@ -24,15 +29,21 @@ from onnxsurgeon.names import NameAllocator
 from onnxsurgeon.protos import default_opset, rename_tensors
 from onnxsurgeon.select import NAME_MAP_KEY
 from onnxsurgeon.types import infer_value_infos
+from onnxsurgeon.verify import run_model
+from onnxsurgeon.verify.accumulate import (
+    FRAMEWORK,
+    MATCH_SCALE_ATOL,
+    PairAccumulator,
+    default_tolerance,
+)
 
 FRAMEWORK_KEY = "onnxsurgeon.source.framework"
 FRAMEWORK_VERSION_KEY = "onnxsurgeon.source.framework_version"
 EXPORTER_KEY = "onnxsurgeon.source.exporter"
 CHECK_KEY = "onnxsurgeon.conversion_check"
-RTOL = 1e-3
-"""Default relative tolerance of the conversion check (fp32)."""
-ATOL = 1e-5
-"""Default absolute tolerance of the conversion check (fp32)."""
+RTOL, ATOL = default_tolerance("float32", FRAMEWORK)
+"""Default (rtol, atol) of the conversion check: verify's ``framework`` policy for float32 (1e-3,
+1e-5), applied to every float output; other dtypes compare exactly."""
 
 
 class ConversionError(SurgeryError):
@@ -56,7 +67,8 @@ class ConversionReport:
         inputs / outputs: ONNX graph input and output names.
         name_map: framework name -> ONNX tensor name (only where they differ).
         max_abs_diff: largest |onnx - framework| over all outputs (nan when unchecked).
-        max_excess: largest ``|d| - (atol + rtol*|ref|)``; <= 0 means within tolerance.
+        max_excess: largest ``|d| - max(atol, rtol*|ref|)`` (verify's rule: an element fails
+            when it exceeds both); <= 0 means within tolerance.
         checked: whether the numeric check ran.
         rtol / atol: tolerances used.
         notes: things the caller should know (e.g. why the name map is partial).
@@ -82,16 +94,12 @@ class ConversionReport:
 def run_onnx(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Graph outputs of ``model`` on ``feeds``, by name, run by verify's engine (onnxruntime,
     CPU, graph optimizations off: exact, op by op)."""
-    from onnxsurgeon.verify import run_model
-
     return run_model(model, feeds)
 
 
 def run_all_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every graph output and typed main-graph node output of ``model`` on ``feeds`` (for
     value-based name maps), run by verify's engine in one session. O(activations) memory."""
-    from onnxsurgeon.verify import run_model
-
     infos = infer_value_infos(model)
     names = [o.name for o in model.graph.output]
     have = set(names)
@@ -108,7 +116,10 @@ def run_all_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
 def compare_outputs(
     actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], *, rtol: float, atol: float
 ) -> tuple[float, float]:
-    """(largest absolute difference, largest excess over ``atol + rtol*|expected|``)."""
+    """(largest absolute difference, largest excess over the tolerance) of converted outputs
+    against the framework's, by verify's engine (:class:`PairAccumulator`): an element fails when
+    its difference exceeds both ``atol`` and ``rtol*|expected|``; NaN and Inf must sit at the same
+    positions. ``rtol``/``atol`` apply to float outputs; other dtypes compare exactly."""
     max_abs = 0.0
     excess = -float("inf")
     for a, e in zip(actual, expected, strict=True):
@@ -121,16 +132,15 @@ def compare_outputs(
             )
         if a.size == 0:
             continue
-        if a.dtype.kind in "fc" or e.dtype.kind in "fc":
-            d = np.abs(a.astype(np.float64) - e.astype(np.float64))
-            bad = np.isnan(a) != np.isnan(e)
-            d = np.where(np.isnan(d) & ~bad, 0.0, np.where(bad, np.inf, d))
-            ex = d - (atol + rtol * np.abs(np.nan_to_num(e.astype(np.float64))))
-        else:
-            d = np.abs(a.astype(np.int64) - e.astype(np.int64)).astype(np.float64)
-            ex = d
-        max_abs = max(max_abs, float(d.max()))
-        excess = max(excess, float(ex.max()))
+        if a.dtype != e.dtype:   # e.g. a framework's float64 reference of a float32 output
+            common = np.result_type(a, e)
+            a, e = a.astype(common), e.astype(common)
+        floats = e.dtype.kind in "fc"
+        acc = PairAccumulator("framework", "onnx", rtol=rtol if floats else None,
+                              atol=atol if floats else None)
+        acc.add(e, a)
+        max_abs = max(max_abs, acc.max_abs)
+        excess = max(excess, acc.max_excess)
     return max_abs, (excess if excess != -float("inf") else 0.0)
 
 
@@ -150,8 +160,10 @@ def _fingerprint(a: np.ndarray) -> tuple[float, float]:
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` holds ``b``'s values: the conversion tolerances, plus MATCH_SCALE_ATOL of
+    ``b``'s largest magnitude (``np.allclose``'s rule; a search, not a check)."""
     scale = float(np.max(np.abs(b))) if b.size else 0.0
-    return bool(np.allclose(a, b, rtol=1e-3, atol=1e-5 + 1e-4 * scale, equal_nan=True))
+    return bool(np.allclose(a, b, rtol=RTOL, atol=ATOL + MATCH_SCALE_ATOL * scale, equal_nan=True))
 
 
 def _informative(a: np.ndarray) -> bool:
@@ -182,7 +194,7 @@ class ValueIndex:
         s, sa = _fingerprint(ref)
         found = []
         for name, s2, _ in self._buckets.get((ref.dtype.str, ref.shape), ()):
-            if abs(s - s2) <= 1e-3 * sa + 1e-4 * ref.size and _close(self.values[name], ref):
+            if abs(s - s2) <= RTOL * sa + MATCH_SCALE_ATOL * ref.size and _close(self.values[name], ref):
                 found.append(name)
         return found
 

@@ -209,12 +209,36 @@ def test_check_raises_beyond_tolerance_and_can_be_skipped(tmp_path):
 
 
 def test_compare_outputs_measures_excess():
+    """The conversion check is verify's engine: an element fails when it exceeds both atol and
+    rtol*|reference| (so the excess of equal values is minus the smallest such tolerance)."""
     a = np.array([1.0, 2.0, 3.0], np.float32)
-    assert compare_outputs([a], [a], rtol=1e-3, atol=1e-5) == (0.0, pytest.approx(-(1e-5 + 1e-3)))
+    assert compare_outputs([a], [a], rtol=1e-3, atol=1e-5) == (0.0, pytest.approx(-1e-3))
     max_abs, excess = compare_outputs([a + np.float32(0.01)], [a], rtol=1e-3, atol=1e-5)
     assert max_abs == pytest.approx(0.01, rel=1e-3) and excess > 0
     with pytest.raises(ConversionMismatchError, match="shape"):
         compare_outputs([a], [a[:2]], rtol=1e-3, atol=1e-5)
+
+
+def test_conversion_check_is_verify_engine_and_policy():
+    """Same verdict as verify's PairAccumulator under the framework policy (the one
+    ``verify --against-tf`` uses), element by element; integers stay exact at any tolerance."""
+    from onnxsurgeon.converters.common import ATOL, RTOL
+
+    from onnxsurgeon.verify import compare_arrays
+    from onnxsurgeon.verify.accumulate import FRAMEWORK, default_tolerance
+
+    assert (RTOL, ATOL) == default_tolerance("float32", FRAMEWORK) == (1e-3, 1e-5)
+    ref = np.array([0.01, 1.0, 100.0], np.float32)
+    for d in (1.5e-5, 9e-6, 1.2e-3, 0.09, 0.11):
+        for i in range(3):
+            got = ref.copy()
+            got[i] += np.float32(d)
+            _, excess = compare_outputs([got], [ref], rtol=RTOL, atol=ATOL)
+            verdict = compare_arrays(ref, got, rtol=RTOL, atol=ATOL).agree
+            assert (excess <= 0) == verdict, (d, i, excess)
+    big = np.array([2000, 3000], np.int64)
+    assert compare_outputs([big + 1], [big], rtol=RTOL, atol=ATOL)[1] > 0
+    assert compare_outputs([big], [big], rtol=RTOL, atol=ATOL)[1] <= 0
 
 
 def test_conversion_is_deterministic(seed_session, tmp_path):

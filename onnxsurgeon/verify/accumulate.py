@@ -49,17 +49,38 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 }
 """Default (rtol, atol) by dtype name; other float8-like types use bfloat16's, ints/bool exact."""
 
+REWRITE = "rewrite"
+"""Tolerance policy of rewrite checks: both sides run in onnxruntime (:data:`TOLERANCES`)."""
+FRAMEWORK = "framework"
+"""Tolerance policy of comparisons against a source framework (TensorFlow or PyTorch kernels
+against onnxruntime's): the conversion check of ``onnxsurgeon.converters`` and
+``verify --against-tf/--against-torch``. Summation order and fused kernels differ between
+runtimes, so floats get at least :data:`POLICY_FLOORS` ``["framework"]``."""
+POLICY_FLOORS: dict[str, tuple[float, float]] = {
+    REWRITE: (0.0, 0.0),
+    FRAMEWORK: (1e-3, 1e-5),
+}
+"""Tolerance policy -> (rtol, atol) floor raised over :data:`TOLERANCES` for float dtypes
+(integers, bool and strings stay exact under every policy)."""
+MATCH_SCALE_ATOL = 1e-4
+"""Matching tensors by value (the converters' name maps) adds this fraction of the reference's
+largest magnitude to the framework policy's atol: a large activation carries more rounding."""
 
-def default_tolerance(dtype_name: str) -> tuple[float, float]:
-    """(rtol, atol) for a numpy/ONNX dtype name; (0, 0) for integers, bool and strings."""
+
+def default_tolerance(dtype_name: str, policy: str = REWRITE) -> tuple[float, float]:
+    """(rtol, atol) for a numpy/ONNX dtype name under a tolerance ``policy`` (:data:`REWRITE` or
+    :data:`FRAMEWORK`); (0, 0) for integers, bool and strings."""
     name = dtype_name.lower()
     if name in TOLERANCES:
-        return TOLERANCES[name]
-    if name.startswith("float8") or name.startswith("float4"):
-        return TOLERANCES["bfloat16"]
-    if name == "float":
-        return TOLERANCES["float32"]
-    return (0.0, 0.0)
+        rtol, atol = TOLERANCES[name]
+    elif name.startswith("float8") or name.startswith("float4"):
+        rtol, atol = TOLERANCES["bfloat16"]
+    elif name == "float":
+        rtol, atol = TOLERANCES["float32"]
+    else:
+        return (0.0, 0.0)
+    floor_rtol, floor_atol = POLICY_FLOORS[policy]
+    return max(rtol, floor_rtol), max(atol, floor_atol)
 
 
 def _as_comparable(a: np.ndarray) -> np.ndarray:
@@ -281,6 +302,10 @@ class PairAccumulator:
         self.rtol, self.atol, self.exact = rtol, atol, exact
         self.max_abs = 0.0
         self.max_rel = 0.0
+        self.max_excess = -math.inf
+        """Largest ``|difference| - max(atol, rtol*|reference|)`` over the compared elements: an
+        element fails when it is positive (inf for a failed structure, dtype, shape or NaN/Inf
+        position; -inf before any element is compared)."""
         self.mismatches = 0
         self.elements = 0
         self.worst_index: tuple[int, ...] | None = None
@@ -294,6 +319,7 @@ class PairAccumulator:
         self.samples = 0
 
     def fail(self, reason: str) -> None:
+        self.max_excess = math.inf
         if self.reason is None:
             self.reason = reason
 
@@ -335,12 +361,15 @@ class PairAccumulator:
             return self._add_exact(ref, cand, sample)
         r = _as_comparable(ref)
         c = _as_comparable(cand)
+        rtol, atol = self.tolerances()
         if r.dtype.kind in "fiub" and np.array_equal(r, c):
             # equal values (no NaN): nothing differs; one pass instead of a dozen (deep runs)
             finite = self.ref_stats.finite_last == r.size
             if r.dtype.kind != "f" or finite:
                 if self.cosine is None:
                     self.cosine = 1.0
+                smallest = float(np.abs(r).min()) if rtol else 0.0
+                self.max_excess = max(self.max_excess, -max(atol, rtol * smallest))
                 return True
 
         unequal_ints = None
@@ -359,12 +388,15 @@ class PairAccumulator:
             diff = np.abs(np.where(finite, r, 0).astype(np.float64)
                           - np.where(finite, c, 0).astype(np.float64))
             mag = np.abs(np.where(finite, r, 0).astype(np.float64))
-        rtol, atol = self.tolerances()
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.where(diff == 0, 0.0, diff / mag)
         bad = ((diff > atol) & (rel > rtol)) | bad_special
         if unequal_ints is not None and rtol == 0.0 and atol == 0.0:
             bad |= unequal_ints
+        excess = np.where(bad_special, np.inf, diff - np.maximum(atol, rtol * mag))
+        if unequal_ints is not None and rtol == 0.0 and atol == 0.0:
+            excess = np.where(unequal_ints, np.maximum(excess, 1.0), excess)  # beyond 2**53
+        self.max_excess = max(self.max_excess, float(excess.max()))
         if bad_special.any():
             self.fail("NaN/Inf positions differ")
         count = int(bad.sum())
@@ -415,6 +447,7 @@ class PairAccumulator:
                          axis=1)
         count = int(bad.sum())
         self.mismatches += count
+        self.max_excess = max(self.max_excess, math.inf if count else 0.0)
         if ref.dtype.kind in "fiub" or ref.dtype.name == "bfloat16":
             r = _as_comparable(ref).astype(np.float64)
             c = _as_comparable(cand).astype(np.float64)
@@ -456,6 +489,7 @@ class PairAccumulator:
         self.mismatches += later.mismatches
         self.max_abs = max(self.max_abs, later.max_abs)
         self.max_rel = max(self.max_rel, later.max_rel)
+        self.max_excess = max(self.max_excess, later.max_excess)
         if later.cosine is not None:
             self.cosine = later.cosine if self.cosine is None else min(self.cosine, later.cosine)
         if self.reason is None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..select import Selector, name_map, node_module
-from .accumulate import PairAccumulator, default_tolerance
+from .accumulate import FRAMEWORK, PairAccumulator, default_tolerance
 from .compare import PairsLike, _conversion_notes, make_samples
 from .deep import node_depths, saturation_bounds
 from .inputs import InputsLike, Range, Sample
@@ -34,9 +34,6 @@ from .report import (
     make_report,
 )
 from .run import ModelLike, ModelRunError, Staged, Workspace, to_model
-
-AGAINST_TOLERANCE = (1e-3, 1e-5)
-"""(rtol, atol) floor for float comparisons against the source framework."""
 
 ReferenceFn = Callable[[dict[str, np.ndarray]], Mapping[str, Any] | Sequence[Any]]
 """A callable mapping the candidate's input arrays to reference outputs (by name or in order);
@@ -72,7 +69,7 @@ def localize(intermediates: Intermediates, cand: Staged, feed: Sample, *, rtol: 
         if not isinstance(b, np.ndarray) or a.shape != b.shape:
             continue
         dtype = numpy_dtype_name(cand.elem_type(tensor))
-        lo_r, lo_a = _against_tolerance(dtype)
+        lo_r, lo_a = default_tolerance(dtype, FRAMEWORK)
         acc = PairAccumulator(k, tensor, dtype=dtype, rtol=lo_r if rtol is None else rtol,
                               atol=lo_a if atol is None else atol,
                               bounds=saturation_bounds(cand, tensor))
@@ -143,7 +140,7 @@ def verify_against(reference_fn: ReferenceFn, candidate: ModelLike, *,
                 for r, c in current:
                     if (r, c) not in accs:
                         dtype = numpy_dtype_name(cand.elem_type(c))
-                        lo_r, lo_a = _against_tolerance(dtype)
+                        lo_r, lo_a = default_tolerance(dtype, FRAMEWORK)
                         accs[(r, c)] = PairAccumulator(
                             r, c, dtype=dtype, rtol=lo_r if rtol is None else rtol,
                             atol=lo_a if atol is None else atol, bounds=saturation_bounds(cand, c))
@@ -175,14 +172,3 @@ def _reference_values(got: Mapping[str, Any] | Sequence[Any], outputs: list[str]
     if isinstance(got, np.ndarray):
         got = [got]
     return dict(zip(outputs, list(got), strict=False))
-
-
-def _against_tolerance(dtype: str) -> tuple[float, float]:
-
-    rtol, atol = default_tolerance(dtype)
-    if rtol == 0.0 and atol == 0.0:
-        return rtol, atol
-    return max(rtol, AGAINST_TOLERANCE[0]), max(atol, AGAINST_TOLERANCE[1])
-
-
-
