@@ -26,13 +26,15 @@ LAYERS: dict[str, float] = {
     "verify": 7,
     "recipe": 8, "cluster": 8, "demo": 8, "demo_models": 8, "cli": 8, "__main__": 8,
     "cli_flags": 8, "cli_inspect": 8, "cli_noise": 8, "cli_output": 8,
+    "cli_parser": 8, "cli_io": 8, "cli_html": 8, "cli_verbs": 8, "cli_commands": 8,
 }
 """Top-level module or subpackage of ``onnxsurgeon`` -> layer (ARCHITECTURE.md). An import must
 point to a lower layer, or stay inside its own module/subpackage; the orchestration layer (8: the
 CLI, recipes, the demo) may also use itself. ``onnxsurgeon/__init__.py`` re-exports up to io."""
 ORCHESTRATION = 8
 PACKAGE_EXPORTS_UP_TO = 5
-CONVERTER_DISPATCHERS = {"onnxsurgeon.cli", "onnxsurgeon.demo", "onnxsurgeon.recipe.command"}
+CONVERTER_DISPATCHERS = {"onnxsurgeon.cli", "onnxsurgeon.cli_verbs", "onnxsurgeon.cli_commands",
+                         "onnxsurgeon.demo", "onnxsurgeon.recipe.command"}
 """The only core modules that may import onnxsurgeon.converters (they dispatch to it)."""
 ORT_ALLOWED = ("onnxsurgeon.verify", "onnxsurgeon.ortinfer")
 FRAMEWORKS = {"tensorflow", "torch", "tf2onnx", "keras"}

@@ -1,4 +1,5 @@
-"""The ``apply`` and ``recipe`` commands (registered in :mod:`onnxsurgeon.cli`).
+"""The ``apply`` and ``recipe`` commands (parsed by :mod:`onnxsurgeon.cli_parser`, run by
+:mod:`onnxsurgeon.cli`).
 
 ``apply RECIPE MODEL -o OUT``: one load, every step in memory, one checked save.
 ``apply RECIPE SRC1 SRC2 ... -o OUTDIR/``: a fleet (:mod:`onnxsurgeon.recipe.fleet`).
@@ -82,7 +83,7 @@ def _plan_line(plan: dict[str, Any]) -> str:
 
 
 def _print_text(result: ApplyResult, out: str, planned: bool) -> None:
-    from ..cli import _out
+    from ..cli_io import _out
 
     for s in result.steps:
         if s.step.verb == "verify":
@@ -126,7 +127,7 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
               progress: Any = None, force: bool = False) -> ApplyResult:
     """Load ``source``, run ``recipe`` on it in memory and (unless a plan or a failed check)
     save it to ``output`` with the CLI's checked, atomic write. Raises SurgeryError."""
-    from ..cli import _check_paths, _load, _write
+    from ..cli_io import _check_paths, _load, _write
     from ..io import handed_over
 
     _check_paths(source, output, force)
@@ -173,7 +174,7 @@ def run_task(recipe_path: str, source: str, output: str, options: dict[str, Any]
 
 def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
     """``onnxsurgeon apply``: run a recipe (see the module docstring)."""
-    from ..cli import _out, _Progress
+    from ..cli_io import _out, _Progress
 
     recipe = load_recipe(args.recipe)
     if _is_fleet(args):
@@ -216,7 +217,7 @@ def to_yaml(recipe: Recipe) -> str:
 
 def cmd_recipe(args: argparse.Namespace) -> int:
     """``onnxsurgeon recipe MODEL``: print the recipe that replays its rewrite log."""
-    from ..cli import _load, _out
+    from ..cli_io import _load, _out
     from ..record import records
     from .fromlog import recipe_from_log
 

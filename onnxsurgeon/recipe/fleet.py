@@ -103,7 +103,7 @@ def run_fleet(recipe: str, sources: Sequence[str], outdir: str, *, jobs: int = 1
               out: Callable[[str], None] | None = None) -> int:
     """The fleet command: run, print one JSON line per model (``as_json``) or a progress bar
     and a summary table; 0 when every model succeeded, else 1."""
-    from ..cli import _out, _Progress
+    from ..cli_io import _out, _Progress
 
     write = out or _out
     tasks = plan_outputs(sources, outdir)

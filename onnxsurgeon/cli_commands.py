@@ -1,0 +1,193 @@
+"""The commands that do not rewrite a model: inspect, diff, verify, convert, demo, and the entry
+points of apply and recipe (in :mod:`onnxsurgeon.recipe.command`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from .cli_html import _deep_for_page, _write_html
+from .cli_io import (
+    EXIT_OK,
+    _exit_code,
+    _framework_step,
+    _isolation,
+    _load,
+    _out,
+    _print_report,
+    _Progress,
+    _ranges,
+)
+from .errors import UsageError
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .cli_inspect import listing_json, listing_text, wants_listing
+    from .cli_output import dump
+    from .inspect import inspect_model
+
+    if args.around is not None and not args.json and not wants_listing(args):
+        return _inspect_around(args)
+    if args.html:
+        raise UsageError("--html on inspect draws a neighbourhood: add --around TENSOR")
+    model = _load(args.model)
+    result = inspect_model(model)
+    if args.json:
+        _out(dump("inspect", {"model": args.model, **result.to_json(), **listing_json(model, args)}))
+    else:
+        _out(listing_text(model, args) if wants_listing(args) else result.to_text())
+    return EXIT_OK
+
+
+def _inspect_around(args: argparse.Namespace) -> int:
+    from .diff import neighbourhood, render_html
+    from .diff.output import write_page
+    from .index import GraphIndex
+    from .select import resolve
+
+    model = _load(args.model)
+    tensor = resolve(GraphIndex(model.proto), args.around)
+    view = neighbourhood(model.proto, tensor, context=args.context)
+    lines = [f"{args.around} = tensor '{tensor}': {len(view.nodes)} nodes within "
+             f"{args.context} hops"]
+    lines += [f"  {n.op_type} {n.name}: {', '.join(n.inputs)} -> {', '.join(n.outputs)}"
+              for n in view.nodes]
+    if args.json:
+        _out(json.dumps({"tensor": tensor, "nodes": [
+            {"name": n.name, "op_type": n.op_type, "inputs": list(n.inputs),
+             "outputs": list(n.outputs)} for n in view.nodes]}, indent=2))
+    else:
+        _out("\n".join(lines))
+    if args.html:
+        write_page(render_html(view, title=f"onnxsurgeon inspect: {tensor}",
+                               summary=lines[0]), args.html)
+    return EXIT_OK
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    before, after = _load(args.before), _load(args.after)
+    report = deep = None
+    if args.verify:
+        from . import verify
+        from .record import rewrites
+
+        old, new = rewrites(before.proto), rewrites(after.proto)
+        if len(new) > len(old) and new[:len(old)] == old:
+            report = verify.verify_log(before, after, **_isolation(args))
+        else:
+            report = verify.compare(before, after, **_isolation(args))
+        deep = _deep_for_page(before, after, args, replay=report.kind != "compare")
+        _out(report.to_text())
+    _write_html(before, after, args.output, args, summary="", report=report, deep=deep)
+    _out(f"drew {args.before} -> {args.after} -> {args.output}")
+    if report is None:
+        return EXIT_OK
+    return _exit_code(report, args)
+
+
+def _ray_shards(args: argparse.Namespace) -> dict[str, Any]:
+    """compare()'s shard options for ``verify --ray`` ({} without it): one shard per CPU."""
+    if args.ray is None:
+        return {}
+    if args.inputs is None or args.rewrite_log or args.against_tf or args.against_torch:
+        raise UsageError("--ray shards an --inputs folder of .npz samples between two models; "
+                         "give --inputs DIR (and no --rewrite-log / --against-*)")
+    if _isolation(args):
+        raise UsageError("--ray runs each shard in its own worker process; drop --isolate, "
+                         "--timeout and --memory-limit")
+    from .cluster import ray_shards
+
+    cpus = max(2, os.cpu_count() or 2)
+    return {"shards": ray_shards(args.ray or None, cpus), "shard_count": cpus}
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from . import verify
+
+    shards = _ray_shards(args)
+    if args.against_tf or args.against_torch:
+        if args.against_tf and args.against_torch:
+            raise UsageError("give one of --against-tf / --against-torch")
+        from . import converters
+
+        candidate = _load(args.candidate)
+        with _framework_step(args, "running the framework and onnxruntime"):
+            fn = (converters.tf_reference(args.against_tf) if args.against_tf
+                  else converters.torch_reference(args.against_torch))
+            report = verify.verify_against(
+                fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol,
+                seed=args.seed, dims=dict(args.dim) or None, samples=args.samples,
+                ranges=_ranges(args), save_inputs=args.save_inputs, **_isolation(args))
+        _print_report(report, args.json)
+        return _exit_code(report, args)
+    if args.plot and not args.deep:
+        raise UsageError("--plot draws the --deep comparison; add --deep")
+    if args.plot:
+        from .verify.plot import require_matplotlib
+
+        require_matplotlib()
+    reference, candidate = _load(args.reference), _load(args.candidate)
+    if args.rewrite_log:
+        if args.deep:
+            raise UsageError("--deep compares two models tensor by tensor; drop --rewrite-log "
+                             "(which checks each rewrite's own invariant) or --deep")
+        report = verify.verify_log(reference, candidate, inputs=args.inputs, seed=args.seed,
+                                   dims=dict(args.dim) or None, samples=args.samples,
+                                   ranges=_ranges(args), save_inputs=args.save_inputs,
+                                   **_isolation(args))
+    else:
+        report = verify.compare(
+            args.reference if shards else reference, args.candidate if shards else candidate,
+            pairs=dict(args.pair) or None, inputs=args.inputs,
+            rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
+            samples=args.samples, exact=args.exact, progress=_Progress("verify"),
+            ranges=_ranges(args), save_inputs=args.save_inputs, deep=args.deep,
+            **_isolation(args), **shards,
+        )
+    if args.plot and report.deep is not None:
+        from .verify.plot import plot_deep
+
+        plot_deep(report.deep, args.plot)
+    _print_report(report, args.json)
+    return _exit_code(report, args)
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    if args.framework is None:
+        raise UsageError("convert needs a framework: 'convert tf ...' or 'convert torch ...'")
+    from . import converters
+    from .cli_output import convert_payload, convert_summary, dump
+    from .outfile import check_overwrite
+
+    check_overwrite(args.output, force=args.force)
+    with _framework_step(args, f"converting {args.source} ({args.framework})"):
+        if args.framework == "tf":
+            report = converters.cli_convert_tf(args.source, args.output, inputs=args.inputs,
+                                               outputs=args.outputs, opset=args.opset)
+        else:
+            report = converters.cli_convert_torch(args.source, args.output, inputs=args.input,
+                                                  exporter=args.exporter, opset=args.opset)
+    _out(dump("convert", convert_payload(report, source=args.source)) if args.json
+         else convert_summary(report))
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    with _framework_step(args, "running the demo (TensorFlow and PyTorch steps take a while)"):
+        return run_demo(_out)
+
+
+def _cmd_apply(args: argparse.Namespace) -> int:
+    from .recipe.command import cmd_apply
+
+    return cmd_apply(args, _isolation(args))
+
+
+def _cmd_recipe(args: argparse.Namespace) -> int:
+    from .recipe.command import cmd_recipe
+
+    return cmd_recipe(args)

@@ -1,0 +1,371 @@
+"""The ``onnxsurgeon`` argument parser: every command, its flags and their value types (the
+public CLI contract; flags may be added, never renamed)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, NoReturn
+
+from .cli_flags import EXIT_CODES_HELP
+from .cli_flags import HelpFormatter as _HelpFormatter
+from .cli_io import EXIT_BAD_INPUT
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) instead of usage dumps, no abbreviated flags (a
+    prefix such as --out is an unknown flag, not --output), defaults shown in --help, and the
+    exit codes in every --help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
+def _csv(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"empty name in list {value!r}; separate names with commas")
+    return items
+
+
+def _pair(value: str) -> tuple[str, str]:
+    left, sep, right = value.partition("=")
+    if not sep or not left or not right:
+        raise argparse.ArgumentTypeError(f"expected A=B, got {value!r}")
+    return left, right
+
+
+def _dim(value: str) -> tuple[str, int]:
+    name, right = _pair(value)
+    if not right.isdigit() or int(right) < 1:
+        raise argparse.ArgumentTypeError(f"dimension size must be a positive integer in {value!r}")
+    return name, int(right)
+
+
+def _range(value: str) -> tuple[str, tuple[float, float]]:
+    name, sep, bounds = value.rpartition("=")
+    lo, comma, hi = bounds.partition(",")
+    try:
+        low, high = float(lo), float(hi)
+    except ValueError:
+        comma = ""
+    if not comma or (sep and not name) or not low < high:
+        raise argparse.ArgumentTypeError(
+            f"expected LO,HI or NAME=LO,HI with LO < HI, got {value!r} (negative bounds: "
+            "--range=-1,1)")
+    return (name if sep else "*"), (low, high)
+
+
+def _add_input_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--range", dest="ranges", type=_range, action="append", default=[],
+                   metavar="[NAME=]LO,HI",
+                   help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
+                        "NAME= for one input (integers too, e.g. token ids); repeatable")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="exit 0 (with a warning) when nothing compared could show a difference")
+
+
+def _add_model_io(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="input .onnx file (never modified)")
+    _add_output(p)
+    _add_share_data_flag(p)
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="output .onnx file (written atomically; an existing file that is not "
+                        "an ONNX model is refused unless --force)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite OUT even when it exists and is not an ONNX model")
+
+
+def _add_share_data_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--share-data", action="store_true",
+                   help="the output reads the input's external data file(s) in place instead of "
+                        "a copy (OUT must be in the input's folder or a folder above it; the "
+                        "output then needs those files, unchanged)")
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return number
+
+
+def _positive_count(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return int(value)
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number of MB, got {value!r}")
+    return int(value)
+
+
+def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--isolate", action="store_true",
+                   help="run onnxruntime in a child process with time and memory limits "
+                        "(for untrusted models)")
+    p.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+                   help="with --isolate: seconds one load or run may take (default 30; implies "
+                        "--isolate)")
+    p.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
+                   help="with --isolate: address space of the child process in MB (default "
+                        "4096; implies --isolate)")
+
+
+def _add_verify_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verify", action="store_true",
+                   help="check this rewrite's invariant with onnxruntime before writing (exit 1 "
+                        "and nothing written if it fails or is inconclusive)")
+    _add_isolation_flags(p)
+    _add_input_flags(p)
+
+
+def _context(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of hops >= 0, got {value!r}")
+    return int(value)
+
+
+def _add_context_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--context", type=_context, default=2, metavar="K",
+                   help="hops of unchanged neighbours drawn around the changes (default 2)")
+
+
+def _add_html_flag(p: argparse.ArgumentParser) -> None:
+    """``--html FILE`` (+ ``--context K``): every rewriting verb draws what it did."""
+    p.add_argument("--html", metavar="FILE.html",
+                   help="also write a self-contained HTML picture of this rewrite")
+    _add_context_flag(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every command (the public CLI contract)."""
+    parser = _Parser(
+        prog="onnxsurgeon",
+        description="Cut, copy and splice ONNX models; prove the result with onnxruntime.",
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"onnxsurgeon {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the log output of TensorFlow, PyTorch and their exporters "
+                             "(captured and hidden by default)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
+    p.add_argument("model", metavar="MODEL", help="the .onnx file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--around", metavar="T",
+                   help="the neighbourhood of tensor T (its producer, readers and --context hops; "
+                        "any selector); narrows --nodes/--tensors too")
+    p.add_argument("--html", metavar="FILE.html", help="with --around: draw it as an HTML page")
+    _add_context_flag(p)
+    from .cli_inspect import add_listing_flags
+
+    add_listing_flags(p)
+
+    p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
+    _add_model_io(p)
+    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]",
+                   help="tensors to extract (ONNX, TF ':0', node name or torch module path)")
+    p.add_argument("--inputs", "--stop-at", dest="inputs", type=_csv, default=[],
+                   metavar="T[,T...]",
+                   help="stop tensors: the cut, they become graph inputs (any selector)")
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("copy", help="duplicate the closure of tensors inside the model")
+    _add_model_io(p)
+    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]",
+                   help="tensors whose closure is copied (ONNX, TF ':0', node name or torch "
+                        "module path); each copy becomes a new graph output")
+    p.add_argument("--weights", choices=["independent", "shared"], default="independent",
+                   help="independent: the copy gets its own initializers; shared: it reads the "
+                        "original's")
+    p.add_argument("--prefix", default="copy/", metavar="P", help="name prefix of the copy")
+    p.add_argument("--replace-input", type=_pair, action="extend", nargs="+", default=[],
+                   metavar="A=B", help="the copy reads B wherever the original read A "
+                                       "(several pairs, or the flag repeated)")
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help="print the rename map")
+
+    p = sub.add_parser("insert", help="splice a processing block in at a tensor")
+    _add_model_io(p)
+    p.add_argument("--at", required=True, metavar="T",
+                   help="the activation to process (ONNX, TF ':0', node name or torch module path)")
+    group = p.add_mutually_exclusive_group(required=True)
+    from .processing import blocks_help
+
+    group.add_argument("--op", metavar="NAME[:k=v,...]",
+                       help="built-in block, parameters after ':' separated by ',', list values "
+                            "by '|' (reduce_mean:axes=2|3,keepdims=0). Blocks: "
+                            + blocks_help().replace("%", "%%"))
+    group.add_argument("--graph", metavar="FILE.onnx", help="any one-input one-output ONNX model")
+    group.add_argument("--func", metavar="FILE.py:NAME",
+                       help="a TensorFlow or PyTorch function (imports and runs FILE.py: your own code)")
+    p.add_argument("--framework", choices=["tf", "torch"], help="framework of --func")
+    p.add_argument("--as-output", action="store_true",
+                   help="reroute nothing; the processed tensor becomes a new graph output")
+    p.add_argument("--rename-output", action="store_true",
+                   help="when --at is a graph output, give the processed tensor a new name and "
+                        "rename that graph output too (default: the graph output keeps its name "
+                        "and the unprocessed tensor is renamed '<at>/pre_<block>')")
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("reroute", help="consumers of A read B instead")
+    _add_model_io(p)
+    p.add_argument("--from", dest="source", required=True, metavar="A",
+                   help="the tensor whose readers move (any selector)")
+    p.add_argument("--to", dest="target", required=True, metavar="B",
+                   help="the tensor they read instead (any selector)")
+    p.add_argument("--consumers", type=_csv, default=None, metavar="NODE[,NODE...]",
+                   help="only these readers of A: node names, torch module paths (the module's "
+                        "nodes that read A) or tensors (their producer) (default: every reader "
+                        "and graph output)")
+    p.add_argument("--prune", action="store_true",
+                   help="remove the nodes (and initializers) no graph output depends on any more")
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("rename", help="rename tensors (or nodes) keeping every reader and output")
+    _add_model_io(p)
+    p.add_argument("--map", type=_pair, action="extend", nargs="+", default=[], metavar="OLD=NEW",
+                   help="old name (any selector) -> new name (several pairs, or the flag repeated)")
+    p.add_argument("--regex", type=_pair, action="extend", nargs="+", default=[],
+                   metavar="PATTERN=REPLACEMENT",
+                   help="re.sub over every other name (split at the first '='; \\1 for groups)")
+    p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("bypass", help="remove a node; its readers read its input")
+    _add_model_io(p)
+    p.add_argument("--node", type=_csv, action="extend", required=True, metavar="NAME[,NAME...]",
+                   help="node(s) to remove (a chain may be given at once)")
+    p.add_argument("--input", type=int, default=0, metavar="K",
+                   help="which input the readers read instead (default 0)")
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("merge", help="put SECOND behind FIRST: SECOND's inputs read FIRST's tensors")
+    p.add_argument("model", metavar="FIRST", help="the model that runs first (never modified)")
+    p.add_argument("second", metavar="SECOND", help="the model that runs second (never modified)")
+    _add_output(p)
+    _add_share_data_flag(p)
+    p.add_argument("--connect", type=_pair, action="extend", nargs="+", required=True,
+                   metavar="FIRST_OUT=SECOND_IN",
+                   help="SECOND_IN reads FIRST's tensor FIRST_OUT (several pairs, or the flag repeated)")
+    p.add_argument("--prefix", default=None, metavar="P",
+                   help="prefix for SECOND's names that collide with FIRST's (default: SECOND's "
+                        "graph name and '/')")
+    p.add_argument("--outputs", type=_csv, default=None, metavar="T[,T...]",
+                   help="outputs of the merged model (default: SECOND's outputs, then FIRST's "
+                        "outputs no connection consumed)")
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
+    p.add_argument("reference", metavar="REFERENCE", help="the reference .onnx file")
+    p.add_argument("candidate", metavar="CANDIDATE", help="the .onnx file checked against it")
+    p.add_argument("--pair", type=_pair, action="extend", nargs="+", default=[], metavar="R=C",
+                   help="compare reference output R with candidate output C (several pairs, or "
+                        "the flag repeated); default: outputs with equal names")
+    p.add_argument("--inputs", "--data", dest="inputs", metavar="FILE.npz|DIR",
+                   help="input arrays (.npz, one array per graph input) or a folder of them "
+                        "(default: seeded random inputs)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance (default: by dtype, 1e-4 for float32)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance (default: by dtype, 1e-5 for float32)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--dim", type=_dim, action="extend", nargs="+", default=[], metavar="NAME=SIZE",
+                   help="size of a symbolic dimension (default 1)")
+    p.add_argument("--samples", type=_positive_count, default=None, metavar="N",
+                   help="random input samples (default 2)")
+    _add_input_flags(p)
+    p.add_argument("--save-inputs", metavar="FILE.npz",
+                   help="write the random inputs used to FILE.npz (replay them with --inputs)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="shard the --inputs .npz samples over Ray workers and merge the "
+                        "statistics exactly (a local instance, or the cluster at ADDRESS: "
+                        "'auto', ray://HOST:10001; needs onnxsurgeon[ray])")
+    p.add_argument("--deep", action="store_true",
+                   help="compare every tensor both models share, layer by layer, with a "
+                        "per-tensor error table")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="with --deep: plot the error of every shared tensor against depth")
+    p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
+    p.add_argument("--against-tf", metavar="SOURCE",
+                   help="instead of REFERENCE.onnx, compare CANDIDATE with this TF source "
+                        "(.keras, SavedModel dir; REFERENCE is then ignored, pass '-')")
+    p.add_argument("--against-torch", metavar="FILE.py:FACTORY",
+                   help="compare CANDIDATE with the torch module FACTORY() returns "
+                        "(imports and runs FILE.py: your own code; REFERENCE ignored, pass '-')")
+    p.add_argument("--rewrite-log", action="store_true",
+                   help="check the invariants of the rewrites recorded in CANDIDATE against REFERENCE")
+    _add_isolation_flags(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("convert", help="TensorFlow or PyTorch to ONNX with a name map")
+    conv = p.add_subparsers(dest="framework", metavar="FRAMEWORK", parser_class=_Parser)
+    c = conv.add_parser("tf", help="Keras model/.keras, SavedModel dir, frozen .pb")
+    c.add_argument("source", metavar="SOURCE", help=".keras file, SavedModel folder or frozen .pb")
+    _add_output(c)
+    c.add_argument("--inputs", "--input", dest="inputs", type=_csv, default=None,
+                   metavar="NAME[:SHAPE],...",
+                   help="graph inputs with shapes, e.g. input:0:1x8x8x3 (default: the model's "
+                        "signature)")
+    c.add_argument("--outputs", type=_csv, default=None, metavar="NAME,...",
+                   help="TF output tensor names (default: the model's signature)")
+    c.add_argument("--opset", type=int, default=None,
+                   help="ONNX opset (default: the exporter's choice)")
+    c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    c = conv.add_parser("torch", help="a module returned by FACTORY in FILE.py (imports and runs your code)")
+    c.add_argument("source", metavar="FILE.py:FACTORY",
+                   help="FACTORY() in FILE.py returns the torch.nn.Module")
+    _add_output(c)
+    c.add_argument("--input", "--inputs", dest="input", action="extend", nargs="+", required=True,
+                   metavar="NAME:SHAPE[:DTYPE]",
+                   help="e.g. x:1x3x32x32 or ids:1x8:int64 (several, or the flag repeated)")
+    c.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",
+                   help="torch.onnx exporter")
+    c.add_argument("--opset", type=int, default=None,
+                   help="ONNX opset (default: the exporter's choice)")
+    c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("diff", help="draw what changed between two models as one HTML page")
+    p.add_argument("before", metavar="BEFORE")
+    p.add_argument("after", metavar="AFTER")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    _add_context_flag(p)
+    p.add_argument("--verify", action="store_true",
+                   help="also compare the models with onnxruntime and colour the drawn tensors by "
+                        "their error (exit 1 if they differ)")
+    _add_isolation_flags(p)
+
+    sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
+    from .recipe.command import add_parsers as add_recipe_parsers
+
+    add_recipe_parsers(sub, _add_isolation_flags)
+    return parser

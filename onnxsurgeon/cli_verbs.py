@@ -1,0 +1,213 @@
+"""The rewriting commands (extract, copy, insert, reroute, rename, bypass, merge) and the one
+skeleton they share, ``_rewrite``: load -> verb -> ``--verify`` in memory -> checked save ->
+print -> ``--html``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .cli_html import _html_of
+from .cli_io import (
+    EXIT_OK,
+    _check_paths,
+    _exit_code,
+    _framework_step,
+    _isolation,
+    _load,
+    _out,
+    _ranges,
+    _write,
+)
+from .errors import UsageError
+
+Summary = tuple[dict[str, Any], str]
+"""What a rewriting command reports: the JSON payload for ``--json`` (stamped with the command's
+schema, see ``onnxsurgeon/schemas/``) and the one-line text."""
+
+
+def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summary],
+             check: Callable[[Any], Any] | None = None) -> int:
+    """The skeleton every rewriting command shares: refuse ``-o`` onto the input, load (warnings
+    on stderr), ``apply`` the verb to the model (it returns the summary); with ``--verify`` check
+    it in memory first (``check``, default its rewrite log; nothing is written unless it passes);
+    save atomically with the checker guarantee, print the summary (JSON with ``--json``), then
+    ``--html`` (coloured by the verification when both are given)."""
+    from .io import handed_over
+
+    _check_paths(args.model, args.output, args.force)
+    model = handed_over(_load(args.model))  # nothing touches the proto before the verb
+    payload, text = apply(model)
+    report = _verify_in_memory(args, model, check)
+    code = EXIT_OK if report is None else _exit_code(report, args)
+    if code != EXIT_OK:
+        _print_result(command, args, payload, text, report, written=False)
+        sys.stderr.write(f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
+        _html_of(args, model, text, report)
+        return code
+    _write(model, args.output, args.model, share_data=bool(getattr(args, "share_data", False)))
+    _print_result(command, args, payload, text, report, written=True)
+    _html_of(args, model, text, report)
+    return EXIT_OK
+
+
+def _verify_in_memory(args: argparse.Namespace, model: Any,
+                      check: Callable[[Any], Any] | None = None) -> Any:
+    """With --verify: the report on the rewritten ``model`` (``check(model)``, by default its
+    rewrite log against the input file), printed to stdout (stderr with --json); else None."""
+    if not getattr(args, "verify", False):
+        return None
+    from .io import load
+    from .verify import verify_log
+
+    if check is not None:
+        report = check(model)
+    else:
+        report = verify_log(load(args.model), model, ranges=_ranges(args), **_isolation(args))
+    if not getattr(args, "json", False):  # with --json the report is embedded in the result
+        _out(report.to_text())
+    return report
+
+
+def _print_result(command: str, args: argparse.Namespace, payload: dict[str, Any], text: str,
+                  report: Any, *, written: bool) -> None:
+    """The result of a rewriting command: one JSON object (schema ``command``) with the
+    verification embedded, or the summary line."""
+    from .cli_output import dump, verify_json
+
+    if args.json:
+        _out(dump(command, {"model": args.model, "output": args.output if written else None,
+                            **payload, "verify": verify_json(report)}))
+    elif written:
+        _out(text)
+
+
+def _cmd_extract(args: argparse.Namespace) -> int:
+    from .cli_output import extract_payload
+    from .surgery import extract
+
+    def apply(model: Any) -> Summary:
+        result = extract(model, args.outputs, inputs=args.inputs)
+        return (extract_payload(result),
+                f"extracted {result.kept_nodes} nodes (dropped {result.removed_nodes}) -> "
+                f"{args.output}")
+
+    return _rewrite(args, "extract", apply)
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from .cli_output import copy_payload
+    from .surgery import Weights, copy
+
+    def apply(model: Any) -> Summary:
+        result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
+                      replace_inputs=dict(args.replace_input) or None)
+        pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
+        return (copy_payload(result, weights=args.weights, prefix=args.prefix),
+                f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
+                f"({args.weights} weights): {pairs} -> {args.output}")
+
+    return _rewrite(args, "copy", apply)
+
+
+def _cmd_insert(args: argparse.Namespace) -> int:
+    if args.func and not args.framework:
+        raise UsageError("--func needs --framework tf|torch")
+    if args.framework and not args.func:
+        raise UsageError("--framework goes with --func")
+
+    def apply(model: Any) -> Summary:
+        from .cli_output import insert_payload, insert_summary
+        from .record import rewrites
+        from .surgery import insert
+
+        keep = not args.rename_output
+        if args.func:
+            from .converters import insert_function
+
+            with _framework_step(args, f"exporting {args.func} with {args.framework}"):
+                result = insert_function(model, args.at, args.func, args.framework,
+                                         as_output=args.as_output, keep_output_name=keep)
+        elif args.graph:
+            from .io import load
+
+            result = insert(model, args.at, graph=load(args.graph), as_output=args.as_output,
+                            keep_output_name=keep)
+        else:
+            from .processing import parse_op
+
+            name, params = parse_op(args.op)
+            result = insert(model, args.at, op=name, params=params, as_output=args.as_output,
+                            keep_output_name=keep)
+        at = str(rewrites(model.proto)[-1]["at"])
+        block = args.op.partition(":")[0].strip() if args.op else ("graph" if args.graph else "func")
+        return (insert_payload(result, at=at, block=block, as_output=args.as_output),
+                insert_summary(args.at, result, as_output=args.as_output, output=args.output))
+
+    return _rewrite(args, "insert", apply)
+
+
+def _cmd_reroute(args: argparse.Namespace) -> int:
+    from .cli_output import reroute_payload, reroute_summary
+    from .record import rewrites
+    from .surgery import reroute
+
+    def apply(model: Any) -> Summary:
+        result = reroute(model, args.source, args.target, consumers=args.consumers,
+                         prune=args.prune)
+        record = rewrites(model.proto)[-1]
+        return (reroute_payload(result, source=str(record["from"]), target=str(record["to"])),
+                reroute_summary(args.source, args.target, result, output=args.output))
+
+    return _rewrite(args, "reroute", apply)
+
+
+def _cmd_rename(args: argparse.Namespace) -> int:
+    from .surgery import rename
+
+    def apply(model: Any) -> Summary:
+        result = rename(model, dict(args.map), regex=list(args.regex), nodes=args.nodes)
+        what = "nodes" if args.nodes else "tensors"
+        return ({"renamed": result.renamed},
+                f"renamed {len(result.renamed)} {what} -> {args.output}")
+
+    return _rewrite(args, "rename", apply)
+
+
+def _cmd_bypass(args: argparse.Namespace) -> int:
+    from .surgery import bypass
+
+    def apply(model: Any) -> Summary:
+        result = bypass(model, args.node, input=args.input)
+        return ({"removed": result.removed, "rerouted": result.rerouted,
+                 "rerouted_outputs": result.rerouted_outputs},
+                f"removed {', '.join(result.removed)}; rerouted {len(result.rerouted)} consumers "
+                f"-> {args.output}")
+
+    return _rewrite(args, "bypass", apply)
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from .io import load
+    from .surgery import merge
+    from .verify import verify_merge
+
+    _check_paths(args.second, args.output, args.force)
+    second = _load(args.second)
+
+    def apply(model: Any) -> Summary:
+        result = merge(model, second, connect=list(args.connect), prefix=args.prefix,
+                       outputs=args.outputs)
+        return ({"second": args.second, "inputs": result.inputs, "outputs": result.outputs,
+                 "renamed": result.renamed, "prefix": result.prefix},
+                f"merged: inputs {result.inputs}, outputs {result.outputs}, "
+                f"{len(result.renamed)} names of SECOND changed (prefix '{result.prefix}') "
+                f"-> {args.output}")
+
+    def check(model: Any) -> Any:
+        return verify_merge(load(args.model), load(args.second), model, ranges=_ranges(args),
+                            **_isolation(args))
+
+    return _rewrite(args, "merge", apply, check)
