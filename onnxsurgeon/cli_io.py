@@ -4,9 +4,12 @@ verification reports), exit codes, and models loaded and saved with the checker 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +91,24 @@ def _check_paths(model: str, output: str, force: bool = False) -> None:
     if dst.exists() and src.exists() and os.path.samefile(src, dst):
         raise UsageError(f"output '{output}' is the input model; choose another -o path")
     check_overwrite(output, force=force)
+
+
+@contextlib.contextmanager
+def _paused_gc(pause: bool = True) -> Iterator[None]:
+    """Cyclic garbage collection off (when ``pause``) for a load -> rewrite -> save: those make
+    10^5-10^6 long-lived objects and no garbage cycles to speak of, and each full collection
+    walks them all (~15% of a 90k-node copy, ~5% of a reroute). The CLI owns the process;
+    collection resumes afterwards (verification, drawing)."""
+    enabled = gc.isenabled()
+    if not pause:
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _load(path: str) -> Any:

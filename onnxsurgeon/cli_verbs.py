@@ -18,6 +18,7 @@ from .cli_io import (
     _isolation,
     _load,
     _out,
+    _paused_gc,
     _ranges,
     _write,
 )
@@ -38,8 +39,9 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
     from .io import handed_over
 
     _check_paths(args.model, args.output, args.force)
-    model = handed_over(_load(args.model))  # nothing touches the proto before the verb
-    payload, text = apply(model)
+    with _paused_gc(not getattr(args, "func", None)):  # framework exports make real garbage
+        model = handed_over(_load(args.model))  # nothing touches the proto before the verb
+        payload, text = apply(model)
     report = _verify_in_memory(args, model, check)
     code = EXIT_OK if report is None else _exit_code(report, args)
     if code != EXIT_OK:
@@ -47,7 +49,9 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
         sys.stderr.write(f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
         _html_of(args, model, text, report)
         return code
-    _write(model, args.output, args.model, share_data=bool(getattr(args, "share_data", False)))
+    with _paused_gc():
+        _write(model, args.output, args.model,
+               share_data=bool(getattr(args, "share_data", False)))
     _print_result(command, args, payload, text, report, written=True)
     _html_of(args, model, text, report)
     return EXIT_OK

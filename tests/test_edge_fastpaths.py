@@ -154,3 +154,28 @@ def test_fast_paths_on_a_bare_proto_build_the_int_graph_and_agree(tmp_path, buil
     assert index.known_int_graph() is not None  # built once, then reused
     for name in _tensors(proto):
         assert index.uses_of(name) == slow.consumers.get(name, []), name
+
+
+@pytest.mark.parametrize("build", list(MODELS))
+def test_copy_closure_on_ints_equals_the_name_walk_in_order(tmp_path, build):
+    from onnxsurgeon.surgery._edgewalk import closure_edges
+
+    proto = MODELS[build]()
+    index = GraphIndex(proto)
+    names = _tensors(proto)
+    produced = [o for n in proto.graph.node for o in n.output if o]
+    for target in produced:
+        for stops in ([], *([s] for s in names if s != target)):
+            want = closure(index, [target], stop_at=stops)
+            got = closure_edges(index, [target], stops)
+            multi = any(len(n.output) > 1 and s in n.output for n in proto.graph.node
+                        for s in stops)
+            if multi:
+                assert got is None  # a stop cut out of a multi-output node: names decide
+                continue
+            assert got == (list(want.nodes), list(want.initializers), list(want.stops)), (
+                target, stops)
+    if len(produced) > 1:  # several targets at once keep the name walk's first-read order
+        got = closure_edges(index, produced[::-1], [])
+        want = closure(index, produced[::-1])
+        assert got == (list(want.nodes), list(want.initializers), [])

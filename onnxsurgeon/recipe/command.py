@@ -127,22 +127,25 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
               progress: Any = None, force: bool = False) -> ApplyResult:
     """Load ``source``, run ``recipe`` on it in memory and (unless a plan or a failed check)
     save it to ``output`` with the CLI's checked, atomic write. Raises SurgeryError."""
-    from ..cli_io import _check_paths, _load, _write
+    from ..cli_io import _check_paths, _load, _paused_gc, _write
     from ..io import handed_over
 
     _check_paths(source, output, force)
-    model = _load(source)
-    if recipe.steps and recipe.steps[0].verb in _INDEXING_VERBS:
-        handed_over(model)  # the first step indexes it before anything touches the proto
     context = StepContext()
-    if any("func" in s.params for s in recipe.steps):
+    exports = any("func" in s.params for s in recipe.steps)
+    if exports:
         from ..converters import insert_function  # the CLI may dispatch to converters
 
         context = StepContext(insert_function=insert_function)
-    result = apply_recipe(model, recipe, plan=plan, verify=verify,
-                          verify_options=isolation or {}, progress=progress, context=context)
-    if not plan and result.ok:
-        _write(model, output, source)
+    with _paused_gc(not exports and not verify):  # exports and onnxruntime make garbage
+        model = _load(source)
+        if recipe.steps and recipe.steps[0].verb in _INDEXING_VERBS:
+            handed_over(model)  # the first step indexes it before anything touches the proto
+        result = apply_recipe(model, recipe, plan=plan, verify=verify,
+                              verify_options=isolation or {}, progress=progress,
+                              context=context)
+        if not plan and result.ok:
+            _write(model, output, source)
     return result
 
 

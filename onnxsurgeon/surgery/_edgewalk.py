@@ -165,3 +165,64 @@ def type_by_edges(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None:
                 push(p)
     found = propagate_edges(index, sorted(todo), {}, [name], cache=cache)
     return None if found is None else found.get(name)
+
+
+def closure_edges(
+    index: GraphIndex, targets: Sequence[str], stops: Collection[str]
+) -> tuple[list[int], list[str], list[str]] | None:
+    """:func:`onnxsurgeon.closure.closure` on the int dataflow graph, in the same depth-first
+    order: the nodes (ascending), the initializers read in first-read order, and the stops
+    reached (in the order of ``stops``). None when the index has no int graph
+    (:meth:`~onnxsurgeon.index.GraphIndex.int_graph`, built here when needed), a stop is an
+    output of a multi-output node, or a target is not a tensor (the name walk then runs and
+    raises its precise error). O(closure nodes + edges); besides ints it reads only the stops'
+    producers."""
+    edges = index.int_graph()
+    if edges is None:
+        return None
+    producer, initializers, inputs = index.producer, index.initializers, index.inputs
+    leaves = edges.leaves
+    leaf_ids = {name: i for i, name in leaves.items()}
+    stop_ids: set[int] = set()
+    for s in stops:
+        j = producer.get(s)
+        if j is None:
+            j = leaf_ids.get(s)
+            if j is None:
+                return None
+        elif len(index.graph.node[j].output) != 1:
+            return None
+        stop_ids.add(j)
+    stack: list[int] = []
+    for t in reversed(targets):
+        j = producer.get(t)
+        if j is None:
+            j = leaf_ids.get(t)
+            if j is None:
+                return None
+        stack.append(j)
+    preds, starts = edges.preds, edges.starts
+    seen: set[int] = {-1}
+    nodes: list[int] = []
+    init_order: list[str] = []
+    reached: set[int] = set()
+    add, push, pop = seen.add, stack.extend, stack.pop
+    while stack:
+        j = pop()
+        if j in seen:
+            continue
+        add(j)
+        if j in stop_ids:
+            reached.add(j)
+        elif j < 0:
+            name = leaves[j]
+            if name in initializers:
+                init_order.append(name)
+            elif name not in inputs:
+                return None
+        else:
+            nodes.append(j)
+            push(reversed(preds[starts[j]:starts[j + 1]]))
+    nodes.sort()
+    hit = [s for s in stops if (producer[s] if s in producer else leaf_ids[s]) in reached]
+    return nodes, init_order, hit

@@ -22,6 +22,7 @@ from ..protos import rename_scoped
 from ..record import CopyRecord, add_rewrite, as_record
 from ..select import Selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
+from ._edgewalk import closure_edges
 
 
 class Weights(str, Enum):
@@ -136,8 +137,14 @@ def copy(
             why = "is a Constant and weights are shared"
         if why:
             raise UsageError(f"tensor '{o}' {why}, so there is nothing to copy; copy a computed tensor")
-    cl = closure(index, outs, stop_at=list(repl))
-    missing = [a for a in repl if a not in cl.stops]
+    # the closure on the int dataflow graph (load's, or built once: the name allocator below
+    # reads its node names too), in the name walk's order; by names where there is none
+    walked = closure_edges(index, outs, list(repl))
+    if walked is None:
+        cl = closure(index, outs, stop_at=list(repl))
+        walked = list(cl.nodes), list(cl.initializers), list(cl.stops)
+    cl_nodes, cl_initializers, cl_stops = walked
+    missing = [a for a in repl if a not in cl_stops]
     if missing:
         raise UsageError(
             f"replace_inputs key '{missing[0]}' is not on the path to outputs {outs}; drop it"
@@ -162,12 +169,12 @@ def copy(
     mapping: dict[str, str] = dict(repl)
     # one list of bases in allocation order (initializers, then each node's name and outputs),
     # allocated at once: C-level when no prefixed name collides (see NameAllocator.fresh_many)
-    init_names = [] if shared_mode else list(cl.initializers)
+    init_names = [] if shared_mode else cl_initializers
     copy_nodes: list[int] = []
     named: dict[int, str] = {}
     node_names: list[str] = []
     bases = [prefix + name for name in init_names]
-    for i in cl.nodes:
+    for i in cl_nodes:
         node = graph.node[i]
         if shared_mode and _is_constant(node):
             continue
