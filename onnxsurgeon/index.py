@@ -148,18 +148,21 @@ class NodeEdges:
         starts: node ``i`` reads ``preds[starts[i]:starts[i + 1]]`` (``len(nodes) + 1`` entries).
         leaves: leaf id -> name of a graph input or initializer.
         names: the nodes' names ("" for an unnamed node), in node order.
+        ops: each node's op_type when it is in the default domain and has one output, else
+            "" (what the cheap type pass can look at), in node order.
     """
 
     preds: list[int]
     starts: list[int]
     leaves: dict[int, str]
     names: list[str]
+    ops: list[str]
 
 
 _NAME = attrgetter("name")
 _ATTRIBUTES = attrgetter("attribute")
 _INPUTS = attrgetter("input")
-_EDGE_FIELDS = attrgetter("input", "output", "attribute", "name")
+_EDGE_FIELDS = attrgetter("input", "output", "attribute", "name", "op_type", "domain")
 
 
 def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
@@ -178,12 +181,14 @@ def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
     preds: list[int | None] = []
     counts: list[int] = []
     names: list[str] = []
-    record, count, name_of = preds.extend, counts.append, names.append
+    ops: list[str] = []
+    record, count, name_of, op_of = preds.extend, counts.append, names.append, ops.append
     nodes = graph.node
-    for i, (ins, outs, attrs, name) in enumerate(map(_EDGE_FIELDS, nodes)):
+    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(_EDGE_FIELDS, nodes)):
         record(map(get, ins))
         count(len(ins))
         name_of(name)
+        op_of(op if len(outs) == 1 and (not dom or dom == "ai.onnx") else "")
         for out in outs:
             if out and put(out, i) != i:
                 return None
@@ -192,7 +197,8 @@ def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
     if None in preds:
         return None
     leaves = {i: name for name, i in first.items() if i < -1}
-    return NodeEdges(preds, [0, *accumulate(counts)], leaves, names)  # type: ignore[arg-type]
+    return NodeEdges(preds, [0, *accumulate(counts)], leaves, names,  # type: ignore[arg-type]
+                     ops)
 
 
 def _positions(items: Iterable[Any]) -> dict[str, int]:

@@ -209,7 +209,8 @@ def _check_scope(
     texts_ok = True
     holders: list[int] = []  # nodes with attributes: the only ones that can hold graphs
     names: list[str] = []  # node names (for a name allocator that needs no second pass)
-    name_of = names.append
+    ops: list[str] = []  # op of a default-domain one-output node, else "" (the type pass)
+    name_of, op_of = names.append, ops.append
     for i, (ins, outs, attrs, name, op, dom) in enumerate(map(_NODE_FIELDS, nodes)):
         record(map(get, ins))  # C-level; checked below in one scan
         name_of(name)
@@ -217,7 +218,9 @@ def _check_scope(
         if len(outs) == 1:
             if put(outs[0], i) != i:
                 suspects = True
+            op_of(op if not dom or dom == "ai.onnx" else "")
         else:
+            op_of("")
             for out in outs:
                 if out and put(out, i) != i:
                     suspects = True
@@ -259,7 +262,7 @@ def _check_scope(
         if not captures:
             leaves = {i: name for name, i in first.items() if i < 0}
             starts = [0, *accumulate(counts)]
-            edges = NodeEdges(preds, starts, leaves, names)  # type: ignore[arg-type]
+            edges = NodeEdges(preds, starts, leaves, names, ops)  # type: ignore[arg-type]
     seen_out: set[str] = set()
     for name in outputs:
         if name in seen_out:

@@ -11,7 +11,6 @@ the name-based versions, which define the semantics.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from operator import attrgetter
 from typing import cast
 
 import onnx
@@ -97,14 +96,14 @@ def propagate_edges(
 
     types: dict[int, _Type] = {} if cache is None else cache
     memo: dict[tuple[str, tuple[_Type, ...]], _Type] = {}
-    get, preds, starts = types.get, edges.preds, edges.starts
-    node_field, fields = graph.node, _OP_FIELDS
+    get, preds, starts, ops = types.get, edges.preds, edges.starts, edges.ops
+    init_pos, init_field = index.initializers, graph.initializer
     for i in nodes:
         if i in types:
             continue
-        op, dom, outs = fields(node_field[i])
+        op = ops[i]  # "" unless a default-domain node with one output
         ps = preds[starts[i]:starts[i + 1]]
-        if len(outs) != 1 or dom not in ("", "ai.onnx") or not ps:
+        if not op or not ps:
             return None
         got = tuple(map(get, ps))
         if None in got:
@@ -112,9 +111,16 @@ def propagate_edges(
             for p, t in zip(ps, got, strict=True):
                 if t is None:
                     leaf = names.get(p)
-                    t = boundary_type(index, typed, leaf) if leaf is not None else None
-                    if t is None:
+                    if leaf is None:
                         return None
+                    pos = init_pos.get(leaf, -1) if leaf not in typed else -1
+                    if pos >= 0:  # an initializer (boundary_type's first case, inlined)
+                        tensor = init_field[pos]
+                        t = int(tensor.data_type), tuple(tensor.dims)
+                    else:
+                        t = boundary_type(index, typed, leaf)
+                        if t is None:
+                            return None
                     types[p] = t
                 fixed.append(t)
             got = tuple(fixed)
@@ -136,8 +142,6 @@ def propagate_edges(
         found[name] = onnx.helper.make_tensor_value_info(name, t[0], list(t[1]))
     return found
 
-
-_OP_FIELDS = attrgetter("op_type", "domain", "output")
 
 
 def type_by_edges(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None:
