@@ -534,7 +534,7 @@ _PAIR = ("same_shape_pair", "named_consumers")
 _TORCH = ("module_scopes", *_PAIR)
 _TAGS: dict[str, tuple[str, ...]] = {
     "repo_keras_cnn": _PAIR, "old_ir_opset11": _PAIR, "external_data": _PAIR, "fp16_weights": _PAIR,
-    "embedding_gather": _PAIR, "ort_optimized": (), "loop_rnn": ("body_capture", "unknown_rank"),
+    "embedding_gather": _PAIR, "ort_optimized": _PAIR, "loop_rnn": ("body_capture", "unknown_rank"),
     "sklearn_like": ("unknown_rank",),  # ai.onnx.ml outputs: onnxruntime reports no shape
     "symbolic_batch": _PAIR, "unnamed_nodes": ("same_shape_pair",), "custom_domain": _PAIR,
     "plain_block": _PAIR, "folded_constants": _PAIR, "repo_tf1_seed": (), "repo_torch_cnn": ("module_scopes",),

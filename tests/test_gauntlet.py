@@ -1,7 +1,8 @@
 """The CLI gauntlet: every verb, with --verify and --json, on realistic models (tests/gauntlet_models).
 
 Tensors are picked from each model's node list (first / middle / last computed float tensors, a
-pair of same-type tensors for reroute), so the same checks run on any model. Each rewritten file
+pair of same-type tensors for reroute) with the core's queries (GraphIndex, closure, TypeOracle),
+so the same checks run on any model. Each rewritten file
 must pass onnx.checker (full), load in onnxruntime, and keep its numeric invariants: a copy equals
 its original exactly, outputs a rewrite does not reach are bit-identical, extracted tensors equal
 the original's.
@@ -28,9 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
+from onnxsurgeon.closure import closure, downstream_nodes
+from onnxsurgeon.index import GraphIndex
+from onnxsurgeon.types import TypeOracle, shape_of
 from tests import gauntlet_models as gm
 from tests.conftest import run as conftest_run
 from tests.conftest import session
@@ -65,14 +68,6 @@ def clis(*calls: tuple[object, ...]) -> list[subprocess.CompletedProcess[str]]:
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.args[3:]}\n{proc.stderr[-2000:]}\n{proc.stdout[-1500:]}"
     return proc
-
-
-def session_from(model: onnx.ModelProto) -> ort.InferenceSession:
-    return session(model)
-
-
-ORT_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-             "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
 
 def run(path: Path, feeds: dict[str, np.ndarray], extra: list[str] = ()) -> dict[str, np.ndarray]:
@@ -154,85 +149,58 @@ def _feeds(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
-    reads: set[str] = set()
-    stack = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    stack += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-    while stack:
-        g = stack.pop()
-        for n in g.node:
-            reads.update(n.input)
-            stack += [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-            stack += [x for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for x in a.graphs]
+def _reaches(index: GraphIndex, output: str) -> set[str]:
+    """Tensors the graph output ``output`` is computed from (itself included): every tensor read,
+    in a slot or captured by a body, by a node of its closure."""
+    reads = {output}
+    captures = index.captures
+    for i in closure(index, [output]).nodes:
+        reads.update(n for n in index.graph.node[i].input if n)
+        reads.update(name for name, _ in captures.get(i, ()))
     return reads
 
 
 def make_plan(path: Path) -> Plan:
+    """The tensors each check works on, found by the core's queries: ``downstream_nodes`` of the
+    feeds (computed tensors), ``closure`` (what reaches each output) and ``TypeOracle``
+    (value_info, then onnx inference, then onnxruntime's static types for contrib ops)."""
     model = onnx.load(str(path))
-    graph = model.graph
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # noqa: BLE001 - custom domains may refuse strict inference
-        inferred = graph
-    types = {vi.name: vi.type.tensor_type for vi in
-             [*inferred.value_info, *inferred.input, *inferred.output, *graph.value_info]}
-    inits = {t.name for t in graph.initializer}
+    index = GraphIndex(model)
+    graph = index.graph
     feeds = _feeds(graph)
-    live = set(feeds)
-    order: list[str] = []
-    reads: dict[str, set[str]] = {}
-    for node in graph.node:
-        ins = set(node.input) | _subgraph_reads(node)
-        for o in node.output:
-            reads[o] = ins
-        if ins & live:
-            live.update(o for o in node.output if o)
-            order += [o for o in node.output if o]
+    live = downstream_nodes(index, feeds)
+    order = [o for i, node in enumerate(graph.node) if i in live for o in node.output if o]
     outputs = [o.name for o in graph.output]
-    # tensor -> graph outputs reachable (reverse walk from each output)
-    downstream: dict[str, set[str]] = {}
+    downstream: dict[str, set[str]] = {}  # tensor -> graph outputs it reaches
     for out in outputs:
-        stack, seen = [out], set()
-        while stack:
-            t = stack.pop()
-            if t in seen:
-                continue
-            seen.add(t)
+        for t in _reaches(index, out):
             downstream.setdefault(t, set()).add(out)
-            stack += [x for x in reads.get(t, ()) if x and x not in inits]
+    oracle = TypeOracle(index)
     rank, shape, dtype = {}, {}, {}
-    for name, tt in types.items():
-        if tt.HasField("shape"):
-            rank[name] = len(tt.shape.dim)
-            shape[name] = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or None
-                                for d in tt.shape.dim)
-        dtype[name] = tt.elem_type
-    # what static inference cannot type (custom domains), onnxruntime can: run once, read arrays
-    # (static types only: a tensor whose rank nobody can infer is not a fair target for a verb
-    # that must declare it as a graph output; test_unknown_rank covers those)
-    unknown = [t for t in order if t not in rank or not dtype.get(t)]
+    # a tensor whose rank nobody can infer statically is not a fair target for a verb that must
+    # declare it as a graph output; test_unknown_rank covers those
     unknown_rank: list[str] = []
-    if unknown:
-        m = onnx.load(str(path))
-        m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in unknown)
-        for o in session_from(m).get_outputs():
-            if o.name not in unknown:
-                continue
-            dtype[o.name] = onnx.helper.np_dtype_to_tensor_dtype(
-                np.dtype(ORT_NUMPY.get(o.type, "object")))
-            if o.shape:
-                rank[o.name], shape[o.name] = len(o.shape), tuple(
-                    d if isinstance(d, int) else None for d in o.shape)
-            elif o.type.startswith("tensor("):
-                unknown_rank.append(o.name)
+    for t in order:
+        vi = oracle.value_info(t)
+        if vi is None or not vi.type.HasField("tensor_type"):
+            continue
+        dtype[t] = vi.type.tensor_type.elem_type
+        dims = shape_of(vi)
+        if dims is not None:
+            rank[t] = len(dims)
+            shape[t] = tuple(d if isinstance(d, int) or d else None for d in dims)
+        elif dtype[t]:
+            unknown_rank.append(t)
     cands = [t for t in order if dtype.get(t) in FLOATS and rank.get(t, 0) >= 1 and t in downstream]
     pair = None
     for j in range(len(cands) - 1, 0, -1):
         a = cands[j]
         if a in outputs or None in shape.get(a, (None,)):
             continue
+        i = index.producer[a]
+        reads_a = set(graph.node[i].input) | {n for n, _ in index.captures.get(i, ())}
         match = [b for b in cands[:j] if shape.get(b) == shape[a] and dtype[b] == dtype[a]
-                 and b not in reads.get(a, ())]
+                 and b not in reads_a]
         if match and j >= len(cands) // 3:
             pair = (a, match[0])
             break
@@ -552,11 +520,10 @@ def test_copy_with_replace_input_equals_reroute(plan, tmp_path):
 
 def captured(path: Path) -> str | None:
     """A main-graph tensor read inside an If/Loop/Scan body (an outer capture), if any."""
-    graph = onnx.load(str(path), load_external_data=False).graph
-    produced = {o for n in graph.node for o in n.output}
-    for node in graph.node:
-        for name in sorted(_subgraph_reads(node)):
-            if name in produced:
+    index = GraphIndex(onnx.load(str(path), load_external_data=False))
+    for i in sorted(index.captures):
+        for name in sorted({name for name, _ in index.captures[i]}):
+            if name in index.producer:
                 return name
     return None
 
@@ -626,8 +593,9 @@ def named_readers(plan: Plan) -> list[str]:
     """The names of the named nodes reading the pair's source (the tensor reroute moves away from)."""
     if plan.pair is None:
         return []
-    model = onnx.load(str(plan.path), load_external_data=False)
-    return [n.name for n in model.graph.node if plan.pair[0] in n.input and n.name]
+    index = GraphIndex(onnx.load(str(plan.path), load_external_data=False))
+    readers = sorted({use.node for use in index.uses_of(plan.pair[0]) if use.slot >= 0})
+    return [index.graph.node[i].name for i in readers if index.graph.node[i].name]
 
 
 @per_model("same_shape_pair", "named_consumers")
