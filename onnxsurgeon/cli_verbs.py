@@ -60,7 +60,9 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
 def _verify_in_memory(args: argparse.Namespace, model: Any,
                       check: Callable[[Any], Any] | None = None) -> Any:
     """With --verify: the report on the rewritten ``model`` (``check(model)``, by default its
-    rewrite log against the input file), printed to stdout (stderr with --json); else None."""
+    rewrite log against the input file), printed to stdout (stderr with --json); else None.
+    With ``--html`` too, the log's check compares every tensor on the way (forced deep) for the
+    page's colours; its per-tensor table is left to the page and ``--json``."""
     if not getattr(args, "verify", False):
         return None
     from .io import load
@@ -69,9 +71,10 @@ def _verify_in_memory(args: argparse.Namespace, model: Any,
     if check is not None:
         report = check(model)
     else:
-        report = verify_log(load(args.model), model, ranges=_ranges(args), **_isolation(args))
+        report = verify_log(load(args.model), model, ranges=_ranges(args),
+                            deep=bool(getattr(args, "html", None)), **_isolation(args))
     if not getattr(args, "json", False):  # with --json the report is embedded in the result
-        _out(report.to_text())
+        _out(report.to_text(deep_table=False))
     return report
 
 

@@ -3,11 +3,14 @@ fail, never skip, without it): no console error, no request but the page itself,
 ``data-change`` hooks equal the rewrite's own record, no two boxes overlap (measured with
 getBoundingClientRect), edges point down, and a screenshot is written. Scenarios: an extract, an
 independent copy, an insert followed by a reroute, a verification failure, and
-``inspect --around``."""
+``inspect --around``; and ``--verify --html`` on a rewriting verb, passing and (a verb with an
+injected bug) failing, coloured by the forced layer-wise comparison."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -17,6 +20,7 @@ from onnx import numpy_helper
 from onnxsurgeon.record import rewrites
 from tests import builders
 from tests.browser import MEASURE, Browser, BrowserError, chromium_path
+from tests.cli_helpers import ROOT
 from tests.test_cli import cli
 
 
@@ -172,3 +176,88 @@ def test_the_checks_can_fail(browser, tmp_path):
     view.close()
     with pytest.raises(BrowserError):
         view.eval("1")
+
+
+EDGES = """(() => [...document.querySelectorAll('#graph .edge')].map(e => {
+  const err = e.querySelector('path.err');
+  e.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+  return [e.getAttribute('data-tensor'), e.getAttribute('data-change'),
+          e.getAttribute('data-error'), err ? err.getAttribute('style') : null,
+          document.getElementById('info').textContent]; }))()"""
+
+BUGGY_INSERT = """
+import sys
+from onnx import numpy_helper
+import onnxsurgeon.surgery as surgery
+real = surgery.insert
+def buggy(model, *args, **kwargs):  # a verb with a bug: it also shifts a downstream weight
+    result = real(model, *args, **kwargs)
+    fc = next(t for t in model.proto.graph.initializer if t.name == "fc.weight")
+    fc.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(fc) + 0.5, "fc.weight"))
+    return result
+surgery.insert = buggy
+from onnxsurgeon.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def verified_edges(browser: Browser, page: Path, shot: Path, report: dict) -> dict[str, tuple]:
+    """Load a ``--verify --html`` page; check every drawn edge of the rewritten model that the
+    forced deep comparison covers carries exactly its error (``data-error``, the colour, the
+    hover text). Returns tensor -> (error, colour style) of the coloured edges."""
+    from onnxsurgeon.diff.page import TensorError, _colour, _fmt
+
+    load_page(browser, page, shot)
+    view = browser.open(page)
+    try:
+        edges = view.eval(EDGES)
+    finally:
+        view.close()
+    deep = {t["candidate"]: t for t in report["deep"]["tensors"]}
+    assert report["deep"]["forced"] is True
+    coloured: dict[str, tuple] = {}
+    for tensor, change, error, style, hover in edges:
+        if change == "removed" or tensor not in deep:
+            continue
+        value = deep[tensor]["max_abs_diff"]
+        value = float("inf") if value is None else value
+        assert error == _fmt(value), (tensor, error, value)
+        assert style == f"stroke:{_colour(TensorError(value))}", (tensor, style)
+        assert f"max |error| = {_fmt(value)}" in hover, hover
+        coloured[tensor] = (float(error), style)
+    return coloured
+
+
+def test_insert_verify_html_colours_every_drawn_tensor(browser, cnn, tmp_path):
+    """`insert --verify --html`: the page colours the drawn tensors by the forced layer-wise
+    comparison (intermediates too, not only the compared outputs); all agree, nothing marked."""
+    r = cli("insert", cnn, "-o", tmp_path / "i.onnx", "--at", "act", "--op", "scale:factor=2",
+            "--verify", "--json", "--html", tmp_path / "i.html")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)["verify"]
+    coloured = verified_edges(browser, tmp_path / "i.html", tmp_path / "i.png", report)
+    assert {"pooled", "flat", "side_out", "act/pre_scale"} <= set(coloured)
+    assert {"pooled", "flat"}.isdisjoint(p["candidate"] for p in report["pairs"])
+    assert all(err == 0 for err, _ in coloured.values())
+    assert 'data-divergent="true"' not in (tmp_path / "i.html").read_text()
+
+
+def test_buggy_insert_verify_html_marks_the_first_divergent_node(browser, cnn, tmp_path):
+    """A verb with a bug (the insert also shifts fc.weight): `--verify` fails, nothing is written,
+    and the page colours each drawn tensor by its error from the forced deep comparison and
+    marks fc, where the rewritten model first parts from the invariant."""
+    out, page = tmp_path / "i.onnx", tmp_path / "bug.html"
+    r = subprocess.run([sys.executable, "-c", BUGGY_INSERT, "insert", str(cnn), "-o", str(out),
+                        "--at", "act", "--op", "scale:factor=2", "--verify", "--json",
+                        "--html", str(page)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not out.exists() and "nothing written" in r.stderr
+    report = json.loads(r.stdout)["verify"]
+    assert report["verdict"] == "fail" and report["divergence"]["node"] == "fc"
+    coloured = verified_edges(browser, page, tmp_path / "bug.png", report)
+    assert coloured["logits"][0] > 0.1
+    assert coloured["flat"][0] == coloured["pooled"][0] == coloured["side_out"][0] == 0
+    assert coloured["logits"][1] != coloured["flat"][1]
+    m = load_page(browser, page, tmp_path / "bug2.png", hover="fc")
+    assert m["divergent"] == ["fc"] and "first divergent node" in m["hover"]

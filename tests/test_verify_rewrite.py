@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxsurgeon.errors import UsageError
+from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.io import Model, load, save
 from onnxsurgeon.record import add_rewrite, rewrites
 from onnxsurgeon.surgery import Weights, copy, extract, insert, reroute
@@ -319,15 +320,58 @@ VERBS = {
 }
 
 
+@pytest.mark.parametrize("deep", [False, True], ids=["pairs", "deep"])
 @pytest.mark.parametrize("verb", sorted(VERBS))
 @pytest.mark.parametrize("builder", BUILDERS)
-def test_every_verb_on_every_builder_verifies(builder, verb):
+def test_every_verb_on_every_builder_verifies(builder, verb, deep):
     original = getattr(builders, builder)()
     new = clone(original)
     VERBS[verb](new, original.graph.output[0].name)
-    report = verify_log(original, new)
+    report = verify_log(original, new, deep=deep)
     assert report.ok, report.to_text()
     assert report.pairs and all(p.exact for p in report.pairs if p.check != "block")
+    if deep:  # every tensor on the way agrees too, named and ordered as in the rewritten model
+        assert report.deep is not None and report.deep.forced and report.deep.tensors
+        assert all(t.ok for t in report.deep.tensors)
+        index = GraphIndex(new)
+        assert [t.position for t in report.deep.tensors] == sorted(
+            index.producer[t.candidate] for t in report.deep.tensors)
+
+
+# ------------------------------------------------------------------ forced deep (--html)
+def test_deep_compares_every_tensor_on_the_way_against_each_pairs_reference():
+    """deep=True: the intermediates upstream of the insert against the original, those
+    downstream against the original fed the processed values -- all agree for a correct insert;
+    without it only the pairs (and no deep table) are reported."""
+    original = mlp()
+    new = rewritten(original, insert, "relu1", op="scale", params={"factor": 0.5})
+    plain = verify_log(original, new)
+    assert plain.ok and plain.deep is None
+    report = verify_log(original, new, deep=True)
+    assert report.ok, report.to_text()
+    seen = {t.candidate: t for t in report.deep.tensors}
+    processed = rewrites(new)[-1]["processed"]
+    assert {"mm0", "relu0", "add1", processed, "mm2", "relu3", "side", "y"} <= set(seen)
+    assert all(t.ok and t.max_abs_diff == 0 for t in seen.values())
+    index = GraphIndex(new)
+    assert seen["mm2"].node == "MatMul_2"
+    assert seen[processed].node == index.node_label(index.producer[processed])
+    assert seen[processed].position == index.producer[processed]
+
+
+def test_deep_marks_the_first_tensor_where_a_broken_rewrite_parts():
+    """A rewrite broken downstream (W3 shifted): the forced deep comparison agrees up to mm3's
+    inputs, differs from mm3 on, and its first difference is MatMul_3, as located."""
+    original = mlp()
+    new = rewritten(original, insert, "relu1", op="scale", params={"factor": 0.5})
+    w3 = next(t for t in new.graph.initializer if t.name == "W3")
+    w3.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w3) + 0.25, "W3"))
+    report = verify_log(original, new, deep=True)
+    assert report.verdict == "fail"
+    seen = {t.candidate: t for t in report.deep.tensors}
+    assert report.deep.first_difference.node == report.divergence.node == "MatMul_3"
+    assert all(seen[n].ok and seen[n].max_abs_diff == 0 for n in ("mm0", "relu1", "mm2", "relu2", "side"))
+    assert not seen["mm3"].ok and not seen["y"].ok and seen["mm3"].max_abs_diff > 0.01
 
 
 def test_a_bug_inside_a_loop_body_is_caught():

@@ -23,7 +23,8 @@ def errors_from_report(report: Any, deep: Any = None) -> tuple[dict[str, TensorE
     """Tensor name -> :class:`TensorError` and the first divergent node ('' when none) from a
     :class:`onnxsurgeon.verify.VerifyReport`: every tensor of its layer-wise comparison
     (``report.deep``, and ``deep``, a :class:`onnxsurgeon.verify.DeepResult` computed for the
-    page), then every compared pair and the located divergence (under their candidate names).
+    page), then every compared pair, then the located divergence when nothing else compared its
+    tensor (under their candidate names).
     The divergent node is the located one, else (when the report did not pass) the deep
     comparison's first difference."""
     errors: dict[str, TensorError] = {}
@@ -41,9 +42,9 @@ def errors_from_report(report: Any, deep: Any = None) -> tuple[dict[str, TensorE
     divergence = getattr(report, "divergence", None)
     if divergence is not None:
         divergent = divergence.node
-        value = divergence.max_abs_diff
-        errors[divergence.candidate_tensor] = TensorError(
-            math.inf if value is None else float(value), True)
+        value = divergence.max_abs_diff  # of one sample: the tables' maxima over all win
+        errors.setdefault(divergence.candidate_tensor, TensorError(
+            math.inf if value is None else float(value), True))
     return errors, divergent
 
 

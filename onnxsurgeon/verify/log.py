@@ -83,7 +83,8 @@ def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> Ver
     """Verify every rewrite ``rewritten`` records since ``original`` (see the module docstring).
 
     Options are those of :func:`~onnxsurgeon.verify.verify_rewrite`. With several steps, pair
-    checks are labelled ``<step>:<op>:<check>``.
+    checks are labelled ``<step>:<op>:<check>``, and ``deep`` compares the last step (the one
+    producing ``rewritten``) layer by layer.
 
     Raises:
         UsageError: the log does not extend the original's, records nothing new, or a step
@@ -120,7 +121,9 @@ def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> Ver
                     f"rewrite {k + 1} of {len(steps)} ({record.op}) cannot be replayed: "
                     f"{exc}; verify after each step (--verify on each command)"
                 ) from None
-        reports.append(verify_rewrite(current, nxt, record, **options))
+        last = k == len(steps) - 1  # a forced deep comparison is of the actual model only
+        reports.append(verify_rewrite(current, nxt, record,
+                                      **(options if last else {**options, "deep": False})))
         current = nxt
     return merge_reports(reports, [r.op for r in steps])
 
@@ -138,8 +141,10 @@ def merge_reports(reports: list[VerifyReport], ops: list[str], *,
         if report.reason:
             notes.append(f"step {n} ({op}): {report.reason}")
     divergence = next((r.divergence for r in reports if r.divergence is not None), None)
+    deep = reports[-1].deep if reports and reports[-1].deep is not None \
+        and reports[-1].deep.forced else None
     merged = make_report(pairs, samples=min(r.samples for r in reports), kind="rewrite:log",
-                         notes=notes, divergence=divergence)
+                         notes=notes, divergence=divergence, deep=deep)
     if merged.ok and not all(r.ok for r in reports):
         merged = replace(merged, ok=False)
     return merged

@@ -18,6 +18,7 @@ With graph optimizations off, everything a rewrite should leave exact is compare
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -43,12 +44,26 @@ from ..record import (
 from ..select import Selector
 from .accumulate import PairAccumulator
 from .compare import make_samples
-from .deep import isolate_nodes, loose_value_info, saturation_bounds
+from .deep import (
+    deep_compare,
+    isolate_nodes,
+    loose_value_info,
+    saturation_bounds,
+    shared_tensors,
+)
 from .deepen import settle
 from .inputs import InputsLike, Range, Sample
 from .isolate import Limits, ResourceLimitError, make_limits
 from .locate import Side, locate, numpy_dtype_name
-from .report import INCONCLUSIVE, DeepResult, Divergence, PairReport, VerifyReport, make_report
+from .report import (
+    INCONCLUSIVE,
+    DeepResult,
+    Divergence,
+    PairReport,
+    TensorError,
+    VerifyReport,
+    make_report,
+)
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 Values = list[dict[str, np.ndarray]]
@@ -125,14 +140,61 @@ class _Check:
                                fed=entry.fed)
         return replace(settled[0], reference=result.reference), deep
 
+    def deep_all(self, results: Sequence[PairReport]) -> DeepResult | None:
+        """The forced layer-wise comparison: every tensor on the way to each compared pair,
+        against that pair's own reference (the original, the cut original fed the new values, the
+        block alone, ...). One :func:`~.deep.deep_compare` per reference/candidate model pair over
+        the ancestors of its pairs; a tensor compared twice keeps its larger error. Nodes and
+        positions are those of the candidate (the rewritten model), whose order the result
+        follows. None when no pair can be deepened."""
+        groups: dict[tuple[int, int], dict[str, Any]] = {}
+        for result, entry in zip(results, self.entries, strict=True):
+            if entry.sides is None:
+                continue
+            sides = [entry.sides(k) for k in range(self.samples)]
+            ref, cand = sides[0][0].staged, sides[0][1].staged
+            if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
+                continue
+            group = groups.setdefault((id(ref), id(cand)), {
+                "ref": ref, "cand": cand, "sides": sides, "targets": [], "mapping": {},
+                "strict": False, "exact": True})
+            group["targets"].append(entry.ref_name)
+            group["mapping"].update({**entry.mapping, entry.ref_name: result.candidate})
+            group["strict"] = group["strict"] or entry.strict
+            group["exact"] = group["exact"] and entry.acc.exact
+        if not groups:
+            return None
+        best: dict[str, TensorError] = {}
+        skipped = batches = 0
+        for group in groups.values():
+            ref, cand, sides = group["ref"], group["cand"], group["sides"]
+            items = shared_tensors(ref, cand, mapping=group["mapping"], strict=group["strict"],
+                                   targets=group["targets"])
+            found = deep_compare(ref, cand, [dict(r.feeds) for r, _ in sides],
+                                 [dict(c.feeds) for _, c in sides], items=items,
+                                 exact=group["exact"], forced=True, notes=self.notes)
+            skipped += found.skipped
+            batches += found.batches
+            index = cand.index
+            for t in found.tensors:
+                j = index.producer.get(t.candidate, -1)
+                t = replace(t, node=index.node_label(j) if j >= 0 else t.node, position=j)
+                old = best.get(t.candidate)
+                if old is None or _worse(t, old):
+                    best[t.candidate] = t
+        ordered = sorted(best.values(), key=lambda t: (t.position, t.candidate))
+        return DeepResult(tensors=tuple(ordered), forced=True, skipped=skipped, batches=batches)
+
     def report(self, kind: str, samples: int, *, locate_divergence: bool,
-               inputs: Mapping[str, str] | None = None) -> VerifyReport:
+               inputs: Mapping[str, str] | None = None, deep_all: bool = False) -> VerifyReport:
         results: list[PairReport] = []
         deep: DeepResult | None = None
         for entry in self.entries:
             result, found = self._settle(entry.acc.result(), entry)
             results.append(result)
             deep = deep or found
+        if deep_all:
+            deep = self.deep_all(results) or deep
         divergence: Divergence | None = None
         if locate_divergence:
             for result, entry in zip(results, self.entries, strict=True):
@@ -151,6 +213,14 @@ class _Check:
                 break
         return make_report(results, samples=samples, kind=kind, notes=self.notes,
                            divergence=divergence, inputs=dict(inputs or {}), deep=deep)
+
+
+def _worse(a: TensorError, b: TensorError) -> bool:
+    """True when ``a`` shows a larger error than ``b`` (a failure beats an agreement)."""
+    if a.ok != b.ok:
+        return not a.ok
+    return (a.max_abs_diff if a.max_abs_diff is not None else math.inf) > (
+        b.max_abs_diff if b.max_abs_diff is not None else math.inf)
 
 
 def _run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Values:
@@ -472,7 +542,8 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
                    locate_divergence: bool = True, isolate: bool = False,
                    timeout: float | None = None, memory_limit: int | None = None,
                    ranges: Mapping[str, Range] | None = None,
-                   save_inputs: str | os.PathLike | None = None) -> VerifyReport:
+                   save_inputs: str | os.PathLike | None = None,
+                   deep: bool = False) -> VerifyReport:
     """Check the invariant ``record`` (one rewrite of ``original`` into ``rewritten``) implies.
 
     ``record`` is a typed :class:`~onnxsurgeon.record.RewriteRecord` or its JSON object (read
@@ -484,7 +555,11 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
     nothing is settled deeper (shared tensors on its way, or the same graph from tensors that
     agree) or stays inconclusive. When a check fails the first differing tensor is located.
     ``isolate`` / ``timeout`` / ``memory_limit`` run every session in a child process under
-    limits, as in :func:`~onnxsurgeon.verify.compare`.
+    limits, as in :func:`~onnxsurgeon.verify.compare`. ``deep`` also compares, layer by layer,
+    every tensor on the way to each compared pair against that pair's reference (the report's
+    ``deep``, in the rewritten model's order: what an HTML page colours its tensors by); a tensor
+    that differs there fails the verification too. It costs one deep comparison per reference
+    model, in bounded batches (see :func:`~onnxsurgeon.verify.compare`'s ``deep``).
 
     Raises:
         UsageError: an unknown op or a record that does not fit the models.
@@ -509,4 +584,5 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
         check = _Check(batch, len(ctx.feeds), ctx.notes)
         run_check(ctx, typed, check)
         return check.report(f"rewrite:{typed.op}", len(ctx.feeds),
-                            locate_divergence=locate_divergence, inputs=ctx.described)
+                            locate_divergence=locate_divergence, inputs=ctx.described,
+                            deep_all=deep)
