@@ -1,17 +1,19 @@
 """What changed between two models, and the part of it worth drawing. A pure query.
 
-Protobuf-native: each model's main graph is read once into a key -> node-number map and a
-tensor -> producer map (one dict entry per node and per tensor, no Python object per node);
-node classes live in plain lists of strings. Nodes are matched by name (unnamed nodes by op type
-and first output). A node present on one side only is *added* or *removed*; one present on both
-sides whose protos differ only in their inputs is *rerouted*; one whose op, attributes or outputs
-differ is drawn twice, the old one removed and the new one added.
+Protobuf-native (:mod:`.sides`): each model's node list is serialized once, C-level; the common
+prefix and suffix of the two lists (equal bytes) are unchanged, and only the nodes between them
+are matched, by name (unnamed nodes by op type and first output). A node present on one side
+only is *added* or *removed*; one present on both sides whose protos differ only in their inputs
+is *rerouted*; one whose op, attributes or outputs differ is drawn twice, the old one removed and
+the new one added.
 
 The drawing then depends on the size of the change, not of the model: the changed nodes (at
 most :data:`MAX_CHANGED`; beyond that the ones on the border of the change) plus ``context``
-hops of neighbours (at most :data:`MAX_NODES` in all), found breadth-first with one scan of the
-node list per hop. Everything else is counted, and each drawn node with undrawn neighbours gets a
-collapsed stub per tensor. O(nodes + edges) per side for the classification and each hop.
+hops of neighbours (at most :data:`MAX_NODES` in all), found breadth-first by looking up the
+producers and readers of the frontier's tensors (one C-level scan of the node bytes each, cached).
+Everything else is counted, and each drawn node with undrawn neighbours gets a collapsed stub per
+tensor. Cost: one serialization and comparison of each node list, then O(drawn tensors) scans;
+a change too large to draw whole adds one pass over every node's inputs to find its border.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from itertools import chain, count, repeat
-from operator import attrgetter
+from itertools import compress, count
+from operator import ne
 
 import onnx
 
 from ..record import rewrites
 from ..select import name_map, node_module
 from .describe import attribute_texts, tensor_types
+from .sides import Side
 
 MAX_CHANGED = 150
 """Most changed nodes drawn; a larger change shows the ones bordering unchanged parts."""
@@ -119,96 +122,88 @@ class GraphDiff:
         return out
 
 
-# --------------------------------------------------------------------------------- one side
-_NAME, _INPUTS, _OUTPUTS = attrgetter("name"), attrgetter("input"), attrgetter("output")
-
-
-class _Side:
-    """One model's main graph: node keys, positions, producers and the flattened reads, built
-    by C-level maps over the node list (~0.5 us per node; dicts and lists of str/int only)."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        graph = model.graph
-        nodes = graph.node
-        self.model = model
-        self.nodes = nodes
-        keys = list(map(_NAME, nodes))
-        outs = list(map(_OUTPUTS, nodes))
-        for i in [i for i, k in enumerate(keys) if not k]:  # unnamed: op type and first output
-            keys[i] = f"<{nodes[i].op_type} {outs[i][0] if len(outs[i]) else i}>"
-        pos = dict(zip(keys, count()))
-        if len(pos) != len(keys):  # a repeated name: the later nodes get '#<index>'
-            seen: set[str] = set()
-            for i, k in enumerate(keys):
-                if k in seen:
-                    keys[i] = f"{k}#{i}"
-                seen.add(k)
-            pos = dict(zip(keys, count()))
-        self.keys, self.pos = keys, pos
-        self.producer = dict(zip(chain.from_iterable(outs),
-                                 chain.from_iterable(map(repeat, count(), map(len, outs))), strict=True))
-        self.producer.pop("", None)
-        ins = list(map(_INPUTS, nodes))
-        self.reads = list(chain.from_iterable(ins))
-        """Every explicit input, node after node; ``readers[k]`` is the node reading ``reads[k]``."""
-        self.readers = list(chain.from_iterable(map(repeat, count(), map(len, ins))))
-        inits = {t.name for t in graph.initializer}
-        self.inputs = {vi.name for vi in graph.input if vi.name not in inits}
-        self.outputs = [vi.name for vi in graph.output]
-
-    def consumers(self, tensors: set[str]) -> dict[str, list[int]]:
-        """Readers of ``tensors`` by explicit input slot: one pass over the flattened reads."""
-        found: dict[str, list[int]] = {}
-        if tensors:
-            for t, j in zip(self.reads, self.readers, strict=True):
-                if t in tensors:
-                    found.setdefault(t, []).append(j)
-        return found
-
-
 def _same_but_inputs(a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
     return (a.op_type == b.op_type and a.domain == b.domain and list(a.output) == list(b.output)
             and list(a.attribute) == list(b.attribute))
+
+
+def _keyed(side: Side, span: range) -> dict[str, int]:
+    """Key -> position for the nodes in ``span`` (a repeated key gets '#<position>')."""
+    out: dict[str, int] = {}
+    for j in span:
+        k = side.key(j)
+        out[f"{k}#{j}" if k in out else k] = j
+    return out
 
 
 # ------------------------------------------------------------------------------ the builder
 class _Builder:
     """Classifies nodes, picks what to draw and lists its edges. Ids: ('a', j) a node of
     ``after`` (added, rerouted or unchanged), ('b', i) a removed node of ``before``,
-    ('in', t) / ('out', t) graph inputs and outputs."""
+    ('in', t) / ('out', t) graph inputs and outputs.
+
+    The node lists' common prefix and suffix (equal bytes, C-level) are unchanged and aligned
+    by position; only the nodes between them are matched by key, so classifying costs the
+    span of the change, beyond one serialization of each node list."""
 
     def __init__(self, before: onnx.ModelProto, after: onnx.ModelProto) -> None:
-        self.B = _Side(before)
-        self.A = self.B if after is before else _Side(after)
+        self.B = Side(before)
+        self.A = self.B if after is before else Side(after)
         A, B = self.A, self.B
-        self.cls_a = ["unchanged"] * len(A.keys)
-        self.cls_b = ["unchanged"] * len(B.keys)
-        if A is not B:
-            na, nb = A.nodes, B.nodes
-            for j, i in enumerate(map(B.pos.get, A.keys)):
-                if i is None:
-                    self.cls_a[j] = "added"
-                elif na[j] != nb[i]:
-                    if _same_but_inputs(na[j], nb[i]):
-                        self.cls_a[j] = self.cls_b[i] = "rerouted"
-                    else:
-                        self.cls_a[j], self.cls_b[i] = "added", "removed"
-            apos = A.pos
-            for i in [i for i, key in enumerate(B.keys) if key not in apos]:
+        self.cls_a: dict[int, str] = {}
+        """Class of each changed node of ``after`` (absent: unchanged)."""
+        self.cls_b: dict[int, str] = {}
+        """Class of each changed node of ``before`` (absent: unchanged)."""
+        self.head = self.tail = 0
+        self.pos_a: dict[str, int] = {}
+        self.pos_b: dict[str, int] = {}
+        self.key_a: dict[int, str] = {}
+        self.key_b: dict[int, str] = {}
+        if A is B:
+            self.head = A.count
+            return
+        short = min(A.count, B.count)
+        self.head = head = next(compress(count(), map(ne, A.blobs, B.blobs)), short)
+        if head < short:
+            tail = next(compress(count(), map(ne, reversed(A.blobs), reversed(B.blobs))), short)
+            self.tail = min(tail, short - head)
+        self.pos_a = _keyed(A, range(head, A.count - self.tail))
+        self.pos_b = _keyed(B, range(head, B.count - self.tail))
+        self.key_a = {j: k for k, j in self.pos_a.items()}
+        self.key_b = {i: k for k, i in self.pos_b.items()}
+        for key, j in self.pos_a.items():
+            i = self.pos_b.get(key)
+            if i is None:
+                self.cls_a[j] = "added"
+            elif A.blobs[j] != B.blobs[i]:
+                if _same_but_inputs(A.nodes[j], B.nodes[i]):
+                    self.cls_a[j] = self.cls_b[i] = "rerouted"
+                else:
+                    self.cls_a[j], self.cls_b[i] = "added", "removed"
+        for key, i in self.pos_b.items():
+            if key not in self.pos_a:
                 self.cls_b[i] = "removed"
 
     # ------------------------------------------------------------------ identities
     def canon_b(self, i: int) -> tuple[str, object]:
         """The drawn id of ``before`` node ``i``: its ``after`` twin unless it was removed."""
-        if self.cls_b[i] == "removed":
+        if self.cls_b.get(i) == "removed":
             return ("b", i)
-        return ("a", self.A.pos[self.B.keys[i]])
+        if i < self.head:
+            return ("a", i)
+        if i >= self.B.count - self.tail:
+            return ("a", i - self.B.count + self.A.count)
+        return ("a", self.pos_a[self.key_b[i]])
 
     def twin_b(self, j: int) -> int | None:
         """The ``before`` node of ``after`` node ``j`` when it is the same node (not removed)."""
-        if self.cls_a[j] == "added":
+        if self.cls_a.get(j) == "added":
             return None
-        return self.B.pos.get(self.A.keys[j])
+        if j < self.head:
+            return j
+        if j >= self.A.count - self.tail:
+            return j - self.A.count + self.B.count
+        return self.pos_b.get(self.key_a[j])
 
     def io_change(self, kind: str, t: str) -> str:
         a = t in (self.A.inputs if kind == "in" else set(self.A.outputs))
@@ -217,8 +212,8 @@ class _Builder:
 
     def seeds(self) -> list[tuple[str, object]]:
         A, B = self.A, self.B
-        ids: list[tuple[str, object]] = [("a", j) for j, c in enumerate(self.cls_a) if c != "unchanged"]
-        ids += [("b", i) for i, c in enumerate(self.cls_b) if c == "removed"]
+        ids: list[tuple[str, object]] = [("a", j) for j in sorted(self.cls_a)]
+        ids += [("b", i) for i in sorted(self.cls_b) if self.cls_b[i] == "removed"]
         outs_a, outs_b = set(A.outputs), set(B.outputs)
         ids += [("in", t) for t in sorted(A.inputs ^ B.inputs)]
         ids += [("out", t) for t in A.outputs if t not in outs_b]
@@ -227,7 +222,8 @@ class _Builder:
 
     # ------------------------------------------------------------------ neighbourhood
     def neighbours(self, frontier: Iterable[tuple[str, object]]) -> list[tuple[str, object]]:
-        """Every id one edge away from ``frontier``: one consumer scan per side."""
+        """Every id one edge away from ``frontier``: a cached producer or reader lookup (one scan
+        of the node bytes) per tensor of the frontier, per side."""
         A, B = self.A, self.B
         found: list[tuple[str, object]] = []
         want_a: set[str] = set()
@@ -243,12 +239,14 @@ class _Builder:
                 continue
             if kind == "out":
                 t = str(ref)
-                if t in outs_a and t in A.producer:
-                    found.append(("a", A.producer[t]))
-                if t in outs_b and t in B.producer:
-                    found.append(self.canon_b(B.producer[t]))
+                pa = A.producer(t) if t in outs_a else None
+                pb = B.producer(t) if t in outs_b else None
+                if pa is not None:
+                    found.append(("a", pa))
+                if pb is not None:
+                    found.append(self.canon_b(pb))
                 continue
-            sides: list[tuple[_Side, int]] = []
+            sides: list[tuple[Side, int]] = []
             if kind == "a":
                 sides.append((A, int(ref)))  # type: ignore[call-overload]
                 twin = self.twin_b(int(ref))  # type: ignore[call-overload]
@@ -259,7 +257,7 @@ class _Builder:
             for side, k in sides:
                 node = side.nodes[k]
                 for t in node.input:
-                    p = side.producer.get(t)
+                    p = side.producer(t)
                     if p is not None:
                         found.append(("a", p) if side is A else self.canon_b(p))
                     elif t in side.inputs:
@@ -283,12 +281,13 @@ class _Builder:
         keep: set[tuple[str, object]] = set()
         for side, cls in ((A, self.cls_a), (B, self.cls_b)) if A is not B else ((A, self.cls_a),):
             producer, inputs = side.producer, side.inputs
-            for t, j in zip(side.reads, side.readers, strict=True):
-                p = producer.get(t)
-                if p is not None and cls[p] != cls[j]:
+            reads, readers = side.reads
+            for t, j in zip(reads, readers, strict=True):
+                p = producer(t)
+                if p is not None and cls.get(p, "unchanged") != cls.get(j, "unchanged"):
                     for k in (j, p):
                         keep.add(("a", k) if side is A else self.canon_b(k))
-                elif p is None and t in inputs and cls[j] != "unchanged":
+                elif p is None and t in inputs and j in cls:
                     keep.add(("a", j) if side is A else self.canon_b(j))
         chosen = [s for s in seeds if s in keep or s[0] in ("in", "out")]
         return chosen or seeds
@@ -298,9 +297,9 @@ class _Builder:
         """(proto, key, change) of a node id."""
         if ident[0] == "a":
             j = int(ident[1])  # type: ignore[call-overload]
-            return self.A.nodes[j], self.A.keys[j], self.cls_a[j]
+            return self.A.nodes[j], self.key_a.get(j) or self.A.key(j), self.cls_a.get(j, "unchanged")
         i = int(ident[1])  # type: ignore[call-overload]
-        return self.B.nodes[i], self.B.keys[i], "removed"
+        return self.B.nodes[i], self.key_b.get(i) or self.B.key(i), "removed"
 
 
 def _uid(ident: tuple[str, object]) -> str:
@@ -386,21 +385,22 @@ def _build(builder: _Builder, seeds: list[tuple[str, object]], context: int, *,
     edges += _collapsed_readers(builder, list(hidden_out), drawn, terminals)
     final_edges = _finish_edges(builder, edges, terminals)
     totals = {c.value: 0 for c in Change}
-    for c in builder.cls_a:
+    for c in builder.cls_a.values():
         totals[c] += 1
-    totals["removed"] += builder.cls_b.count("removed")
+    totals["unchanged"] = A.count - len(builder.cls_a)
+    totals["removed"] += sum(1 for c in builder.cls_b.values() if c == "removed")
     drawn_counts = {c.value: 0 for c in Change}
     for dn in nodes:
         drawn_counts[dn.change.value] += 1
     return GraphDiff(tuple(nodes), tuple(terminals), tuple(final_edges), totals, drawn_counts,
-                     tuple(rewrite_records), context, focus, (len(B.keys), len(A.keys)),
+                     tuple(rewrite_records), context, focus, (B.count, A.count),
                      tuple(notes))
 
 
 def _collapsed_readers(builder: _Builder, outs: list[tuple[tuple[str, object], str]],
                        drawn: set[tuple[str, object]], terminals: list[Terminal],
                        ) -> list[tuple[str, str, str, str, bool]]:
-    """A stub per drawn output tensor with undrawn readers (one consumer scan per side);
+    """A stub per drawn output tensor with undrawn readers (a cached reader lookup per tensor);
     appends the stubs to ``terminals`` and returns their edges."""
     A, B = builder.A, builder.B
     on_b = {k for k in outs if k[0][0] == "b" or (
@@ -483,8 +483,10 @@ def _output_edges(builder: _Builder, t: str, ident: tuple[str, object],
     """Edges into the graph-output terminal of ``t``: one when both models produce it with the
     same node, else the new producer (added or rerouted) and the old one (removed)."""
     A, B = builder.A, builder.B
-    src_a = ("a", A.producer[t]) if t in A.outputs and t in A.producer else None
-    src_b = builder.canon_b(B.producer[t]) if t in B.outputs and t in B.producer else None
+    pa = A.producer(t) if t in A.outputs else None
+    pb = B.producer(t) if t in B.outputs else None
+    src_a = ("a", pa) if pa is not None else None
+    src_b = builder.canon_b(pb) if pb is not None else None
     if A is B:
         src_b = None
     out: list[tuple[str, str, str, str, bool]] = []
@@ -499,9 +501,9 @@ def _output_edges(builder: _Builder, t: str, ident: tuple[str, object],
     return out
 
 
-def _source(builder: _Builder, side: _Side, t: str) -> tuple[str, object] | None:
+def _source(builder: _Builder, side: Side, t: str) -> tuple[str, object] | None:
     """The drawn id producing ``t`` on ``side`` (None for initializers and omitted inputs)."""
-    p = side.producer.get(t)
+    p = side.producer(t)
     if p is not None:
         return ("a", p) if side is builder.A else builder.canon_b(p)
     if t in side.inputs:
@@ -515,8 +517,9 @@ def diff_models(before: onnx.ModelProto, after: onnx.ModelProto, /, *, context: 
     """What changed from ``before`` to ``after``: the changed nodes plus ``context`` hops.
 
     ``include`` names nodes of ``after`` to draw (with their context) although unchanged, such
-    as the first node where verification found the models part. O(nodes + edges) of both main
-    graphs for the classification, plus one scan of the node list per hop; the result's size
+    as the first node where verification found the models part. One C-level serialization and
+    comparison of both node lists, matching by name over the span between their common prefix
+    and suffix, then one scan of the node bytes per tensor looked up; the result's size
     depends on the change, not on the models.
     """
     if context < 0:
@@ -524,7 +527,10 @@ def diff_models(before: onnx.ModelProto, after: onnx.ModelProto, /, *, context: 
     builder = _Builder(before, after)
     old, new = rewrites(before), rewrites(after)
     fresh = new[len(old):] if new[:len(old)] == old else new
-    extra: list[tuple[str, object]] = [("a", builder.A.pos[n]) for n in include if n in builder.A.pos]
+    extra: list[tuple[str, object]] = [
+        ("a", j) for j in map(builder.pos_a.get, include) if j is not None]
+    extra += [("a", j) for n in include if n not in builder.pos_a
+              and (j := builder.A.named(n)) is not None]
     return _build(builder, builder.seeds() + extra, context, rewrite_records=fresh)
 
 
@@ -536,8 +542,9 @@ def neighbourhood(model: onnx.ModelProto, tensor: str, /, *, context: int = 2) -
     builder = _Builder(model, model)
     side = builder.A
     seeds: list[tuple[str, object]] = []
-    if tensor in side.producer:
-        seeds.append(("a", side.producer[tensor]))
+    made = side.producer(tensor)
+    if made is not None:
+        seeds.append(("a", made))
     if tensor in side.inputs:
         seeds.append(("in", tensor))
     seeds += [("a", j) for j in side.consumers({tensor}).get(tensor, [])]
