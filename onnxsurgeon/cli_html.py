@@ -12,12 +12,20 @@ from .cli_io import _isolation, _load
 from .errors import SurgeryError, UsageError
 
 
+def _drawn_model(args: argparse.Namespace) -> str:
+    """The model a page is titled by: diff's AFTER, else the (first) input model."""
+    if args.command == "diff":
+        return str(args.after)
+    return str(getattr(args, "model", None) or args.models[0])
+
+
 def _check_html_path(args: argparse.Namespace) -> None:
     """The page (``--html``, or diff's ``-o``) must not overwrite a model; its folder must exist."""
     page = args.output if args.command == "diff" else getattr(args, "html", None)
     if not page:
         return
     models = [getattr(args, k, None) for k in ("model", "second", "before", "after")]
+    models += list(getattr(args, "models", None) or [])
     if args.command != "diff":
         models.append(getattr(args, "output", None))
     for path in filter(None, models):
@@ -54,7 +62,7 @@ def _write_html(before: Any, after: Any, path: str, args: argparse.Namespace, *,
         summary = f"{summary}\nverify: {report.summary()}".strip()
     drawn = diff_models(before, after, context=args.context, include=[divergent] if divergent else [])
     page = render_html(drawn,
-                       title=f"onnxsurgeon {args.command}: {Path(args.model if args.command != 'diff' else args.after).name}",
+                       title=f"onnxsurgeon {args.command}: {Path(_drawn_model(args)).name}",
                        summary=summary, errors=errors, divergent=divergent)
     write_page(page, path)
 

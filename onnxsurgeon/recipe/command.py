@@ -48,6 +48,9 @@ def add_parsers(sub: Any, add_isolation_flags: Any) -> None:
                         "at ADDRESS; needs onnxsurgeon[ray] and a shared filesystem)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable result (a fleet: one JSON line per model)")
+    from ..cli_parser import _add_html_flag
+
+    _add_html_flag(p)  # one model: draws MODEL -> OUT
 
     p = sub.add_parser("recipe", help="print the recipe that replays a model's recorded rewrites")
     p.add_argument("model", metavar="MODEL")
@@ -124,9 +127,11 @@ step they may reuse load's validated index, as the CLI's commands do."""
 
 def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
               verify: bool = False, isolation: dict[str, Any] | None = None,
-              progress: Any = None, force: bool = False) -> ApplyResult:
+              progress: Any = None, force: bool = False,
+              done: Any = None) -> ApplyResult:
     """Load ``source``, run ``recipe`` on it in memory and (unless a plan or a failed check)
-    save it to ``output`` with the CLI's checked, atomic write. Raises SurgeryError."""
+    save it to ``output`` with the CLI's checked, atomic write; ``done(model)`` then sees the
+    rewritten model (``--html``). Raises SurgeryError."""
     from ..cli_io import _check_paths, _load, _paused_gc, _write
     from ..io import handed_over
 
@@ -146,6 +151,8 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
                               context=context)
         if not plan and result.ok:
             _write(model, output, source)
+    if done is not None:
+        done(model)
     return result
 
 
@@ -183,23 +190,36 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
     if _is_fleet(args):
         from .fleet import run_fleet
 
-        if args.plan:
-            raise UsageError("--plan takes one model; run it on one model of the fleet")
+        if args.plan or args.html:
+            raise UsageError(f"{'--plan' if args.plan else '--html'} takes one model; run it on "
+                             "one model of the fleet")
         return run_fleet(args.recipe, args.models, args.output, jobs=args.jobs, ray=args.ray,
                          as_json=args.json, options={"verify": args.verify, "isolation": isolation,
                                                      "force": args.force})
     if args.ray is not None or args.jobs != 1:
         raise UsageError("--jobs and --ray are for fleets; give several models and -o OUTDIR/")
+    if args.html and args.plan:
+        raise UsageError("--plan writes nothing; drop --html (or --plan)")
     source = args.models[0]
     progress = None if args.json else _Progress("apply")
+    after: list[Any] = []
     result = apply_one(recipe, source, args.output, plan=args.plan, verify=args.verify,
-                       isolation=isolation, progress=progress, force=args.force)
+                       isolation=isolation, progress=progress, force=args.force,
+                       done=after.append)
     if args.json:
         data = {"model": source, "output": None if args.plan or not result.ok else args.output,
                 **result.to_json()}
         _out(json.dumps(data, indent=2))
     else:
         _print_text(result, args.output, args.plan)
+    if args.html and after:
+        from ..cli_html import _write_html
+        from ..cli_io import _load
+
+        steps = "\n".join(f"step {s.step.number} {s.step.verb}: {_summary(s.result)}"
+                          for s in result.steps if s.step.verb != "verify")
+        report = result.reports[-1][1] if result.reports else None
+        _write_html(_load(source), after[0], args.html, args, summary=steps, report=report)
     return EXIT_OK if result.ok or args.plan else EXIT_FAILED
 
 
