@@ -7,6 +7,7 @@ Rows, each the median of ``--repeat`` runs of a fresh ``python`` process:
   diff --context 4
   insert          python -m onnxsurgeon insert BEFORE -o AFTER --at relu15000 --op scale:factor=2
   insert --html   the same, also drawing the page (it reloads BEFORE to compare)
+  the floor and the diff again on the chain with a value_info for every tensor
 
 Targets (issue 13): diff <= 3 s and page <= 1 MB. Usage:
     python benchmarks/bench_diff.py [--blocks 30000] [--repeat 3] [--out benchmarks/results_diff.md]
@@ -57,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         insert = [py, "-m", "onnxsurgeon", "insert", str(before), "-o", str(after), "--at", mid,
                   "--op", "scale:factor=2"]
         subprocess.run(insert, check=True, stdout=subprocess.DEVNULL)
+        typed_before, typed_after = t / "typed_before.onnx", t / "typed_after.onnx"
+        onnx.save(build_chain(args.blocks, typed=True), typed_before)
+        subprocess.run([py, "-m", "onnxsurgeon", "insert", str(typed_before), "-o",
+                        str(typed_after), "--at", mid, "--op", "scale:factor=2"], check=True,
+                       stdout=subprocess.DEVNULL)
         cases = {
             "floor: onnx.load both models": [py, "-c", f"import onnx; onnx.load({str(before)!r}); "
                                              f"onnx.load({str(after)!r})"],
@@ -64,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
                                  str(page)],
             "diff --context 4": [py, "-m", "onnxsurgeon", "diff", str(before), str(after), "-o",
                                  str(t / "page4.html"), "--context", "4"],
+            "floor: onnx.load both typed models": [
+                py, "-c", f"import onnx; onnx.load({str(typed_before)!r}); "
+                          f"onnx.load({str(typed_after)!r})"],
+            "diff, typed chain (value_info on every tensor)": [
+                py, "-m", "onnxsurgeon", "diff", str(typed_before), str(typed_after), "-o",
+                str(t / "typed.html")],
             "insert": insert,
             "insert --html": [*insert, "--html", str(t / "insert.html")],
         }
@@ -74,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                 wall, cpu = timed(cmd)
                 times[name].append(wall)
                 cpus[name].append(cpu)
-        sizes = {p.name: p.stat().st_size for p in (page, t / "page4.html", t / "insert.html")}
+        sizes = {p.name: p.stat().st_size for p in (page, t / "page4.html", t / "insert.html",
+                                                     t / "typed.html")}
         nodes = len(onnx.load(before).graph.node)
     floor = statistics.median(times["floor: onnx.load both models"])
     cpu_floor = statistics.median(cpus["floor: onnx.load both models"])

@@ -261,3 +261,42 @@ def test_buggy_insert_verify_html_marks_the_first_divergent_node(browser, cnn, t
     assert coloured["logits"][1] != coloured["flat"][1]
     m = load_page(browser, page, tmp_path / "bug2.png", hover="fc")
     assert m["divergent"] == ["fc"] and "first divergent node" in m["hover"]
+
+
+STYLES = """(() => {
+  const one = (sel) => { const e = document.querySelector(sel); if (!e) return null;
+    const s = getComputedStyle(e); return [s.stroke, s.strokeDasharray, s.fill]; };
+  const out = {nodes: {}, edges: {}};
+  for (const c of ['added', 'removed', 'rerouted', 'unchanged']) {
+    out.nodes[c] = one(`#graph .node[data-change="${c}"] rect`);
+    out.edges[c] = one(`#graph .edge[data-change="${c}"]:not([data-stub]) path:not(.err)`);
+  }
+  out.legend = document.getElementById('legend').textContent;
+  return out; })()"""
+
+
+def test_the_four_kinds_look_different_and_have_a_legend(browser, cnn, tmp_path):
+    """Added, removed, rerouted and unchanged nodes and edges are drawn in four different
+    styles (measured in the browser: stroke colour, dashes, fill), removed ones dashed, and
+    the legend names all four."""
+    after = tmp_path / "after.onnx"
+    assert cli("insert", cnn, "-o", after, "--at", "act", "--op", "scale:factor=2",
+               "--rename-output").returncode == 0
+    model = onnx.load(after)
+    next(n for n in model.graph.node if n.name == "side").op_type = "ReduceMean"  # old + new side
+    onnx.save(model, after)
+    r = cli("diff", cnn, after, "-o", tmp_path / "k.html")
+    assert r.returncode == 0, r.stderr
+    load_page(browser, tmp_path / "k.html", tmp_path / "k.png")
+    view = browser.open(tmp_path / "k.html")
+    try:
+        s = view.eval(STYLES)
+    finally:
+        view.close()
+    kinds = ("added", "removed", "rerouted", "unchanged")
+    assert all(s["nodes"][k] and s["edges"][k] for k in kinds), s
+    assert len({tuple(s["nodes"][k]) for k in kinds}) == 4
+    assert len({s["edges"][k][0] for k in kinds}) == 4  # four edge colours
+    assert s["nodes"]["removed"][1] != "none" and s["edges"]["removed"][1] != "none"
+    assert s["nodes"]["added"][1] == "none" and s["edges"]["unchanged"][1] == "none"
+    assert all(k in s["legend"] for k in kinds)
