@@ -215,6 +215,6 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     def check(model: Any) -> Any:
         return verify_merge(load(args.model), load(args.second), model, ranges=_ranges(args),
-                            **_isolation(args))
+                            deep=bool(args.html), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import re
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def _second(tmp: Path) -> Path:
     """A one-node model to merge behind tiny_cnn's logits."""
     from onnx import TensorProto, helper
 
-    g = helper.make_graph([helper.make_node("Relu", ["logits"], ["score"], name="head")], "head",
+    g = helper.make_graph([helper.make_node("Relu", ["logits"], ["mid"], name="head"),
+                           helper.make_node("Neg", ["mid"], ["score"], name="neg")], "head",
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5])],
                           [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 5])])
     path = tmp / "second.onnx"
@@ -102,3 +104,27 @@ def test_apply_html_refuses_a_plan_and_a_fleet(tmp_path):
         r = cli("apply", recipe, *extra, "--html", tmp_path / "p.html")
         assert r.returncode == 2 and needle in r.stderr, r.stderr
         assert not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("command", ["merge", "rename", "bypass", "copy", "extract", "reroute"])
+def test_verify_html_colours_intermediates_of_every_verb(command, tmp_path):
+    """With --verify --html every rewriting verb's page colours drawn tensors its pairs never
+    compared (intermediates, from the forced layer-wise comparison), each with the report's
+    number."""
+    src, out, page = tmp_path / "m.onnx", tmp_path / "out.onnx", tmp_path / "p.html"
+    onnx.save(builders.tiny_cnn(), src)
+    args: list[object] = [command, src, "-o", out, *COMMANDS[command], "--verify", "--json",
+                          "--html", page]
+    if command == "merge":
+        args[2:2] = [_second(tmp_path)]
+    r = cli(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)["verify"]
+    assert report["verdict"] == "pass" and report["deep"]["forced"] is True
+    deep = {t["candidate"]: t["max_abs_diff"] for t in report["deep"]["tensors"]}
+    paired = {p["candidate"] for p in report["pairs"]}
+    errors = hooks(page.read_text()).errors
+    intermediates = {t for t in errors if t not in paired}
+    assert intermediates, errors
+    for t in intermediates:
+        assert errors[t] == f"{deep[t]:.3g}", t

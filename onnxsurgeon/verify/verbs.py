@@ -112,10 +112,13 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
                  seed: int = 0, dims: Mapping[str, int] | None = None, samples: int | None = None,
                  batch: int = DEFAULT_BATCH, threads: int = 0, isolate: bool = False,
                  timeout: float | None = None, memory_limit: int | None = None,
-                 ranges: Mapping[str, Range] | None = None) -> VerifyReport:
+                 ranges: Mapping[str, Range] | None = None,
+                 deep: bool = False) -> VerifyReport:
     """Check that ``merged`` equals running ``first``, then ``second`` on first's connected
     tensors: every output of the merged model, bit for bit (optimizations off). ``record`` is
-    the merge record (default: the merged model's last one).
+    the merge record (default: the merged model's last one). ``deep`` also compares every
+    tensor on the way to each output with its model's (see
+    :func:`~onnxsurgeon.verify.verify_rewrite`).
 
     Raises:
         UsageError: no merge record, or a record that does not fit the models.
@@ -154,17 +157,25 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
                                [back.get(o, o) for o in outs if mine[o] is snd])
         new_vals = _run_all(new, feeds, outs)
         check = _Check(batch, len(feeds), made.notes)
+
+        def first_sides(k: int) -> tuple[Side, Side]:
+            return Side(fst, first_feeds[k]), Side(new, feeds[k])
+
+        def second_sides(k: int) -> tuple[Side, Side]:
+            return Side(snd, second_feeds[k]), Side(new, feeds[k])
+
         for o in outs:
             if mine[o] is fst:
                 check.compare("merge:first", o, o, first_vals, new_vals, dtype=_dtype(new, o),
-                              exact=True)
+                              exact=True, sides=first_sides if deep else None)
             elif not snd.is_tensor(back.get(o, o)):
                 check.missing("merge", o, f"'{o}' is a tensor of neither model")
             else:
                 check.compare("merge:second", back.get(o, o), o, second_vals, new_vals,
-                              dtype=_dtype(new, o), exact=True)
+                              dtype=_dtype(new, o), exact=True,
+                              sides=second_sides if deep else None, mapping=renamed)
         return check.report("rewrite:merge", len(feeds), locate_divergence=False,
-                            inputs=made.described)
+                            inputs=made.described, deep_all=deep)
 
 
 def checks() -> dict[str, Callable[[_Context, Any, _Check], None]]:
