@@ -106,7 +106,8 @@ def test_apply_html_refuses_a_plan_and_a_fleet(tmp_path):
         assert not (tmp_path / "p.html").exists()
 
 
-@pytest.mark.parametrize("command", ["merge", "rename", "bypass", "copy", "extract", "reroute"])
+@pytest.mark.parametrize("command", ["merge", "rename", "bypass", "copy", "extract", "reroute",
+                                     "apply"])
 def test_verify_html_colours_intermediates_of_every_verb(command, tmp_path):
     """With --verify --html every rewriting verb's page colours drawn tensors its pairs never
     compared (intermediates, from the forced layer-wise comparison), each with the report's
@@ -117,9 +118,17 @@ def test_verify_html_colours_intermediates_of_every_verb(command, tmp_path):
                           "--html", page]
     if command == "merge":
         args[2:2] = [_second(tmp_path)]
+    if command == "apply":  # the final checkpoint's last step, layer by layer
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump({"onnxsurgeon": 1, "steps": [
+            {"insert": {"at": "act", "op": "identity"}},
+            {"reroute": {"from": "act", "to": "conv5_out", "consumers": ["side"]}}]}))
+        args = ["apply", recipe, src, "-o", out, "--verify", "--json", "--html", page]
     r = cli(*args)
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)["verify"]
+    if command == "apply":
+        report = report["checkpoints"][-1]
     assert report["verdict"] == "pass" and report["deep"]["forced"] is True
     deep = {t["candidate"]: t["max_abs_diff"] for t in report["deep"]["tensors"]}
     paired = {p["candidate"] for p in report["pairs"]}

@@ -203,8 +203,9 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
     source = args.models[0]
     progress = None if args.json else _Progress("apply")
     after: list[Any] = []
+    options = {**isolation, "deep": True} if args.html else isolation  # the page's colours
     result = apply_one(recipe, source, args.output, plan=args.plan, verify=args.verify,
-                       isolation=isolation, progress=progress, force=args.force,
+                       isolation=options, progress=progress, force=args.force,
                        done=after.append)
     if args.json:
         data = {"model": source, "output": None if args.plan or not result.ok else args.output,
