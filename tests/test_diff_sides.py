@@ -75,6 +75,7 @@ def test_lookups_equal_a_full_index(make):
         assert side.named(name) == first, name
     assert side.reads == ([t for n in nodes for t in n.input],
                           [j for j, n in enumerate(nodes) for _ in n.input])
+    assert side.producers == producer
 
 
 def _key(node: onnx.NodeProto, j: int) -> str:

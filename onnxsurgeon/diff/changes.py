@@ -280,10 +280,10 @@ class _Builder:
         A, B = self.A, self.B
         keep: set[tuple[str, object]] = set()
         for side, cls in ((A, self.cls_a), (B, self.cls_b)) if A is not B else ((A, self.cls_a),):
-            producer, inputs = side.producer, side.inputs
+            producer, inputs = side.producers, side.inputs
             reads, readers = side.reads
             for t, j in zip(reads, readers, strict=True):
-                p = producer(t)
+                p = producer.get(t)
                 if p is not None and cls.get(p, "unchanged") != cls.get(j, "unchanged"):
                     for k in (j, p):
                         keep.add(("a", k) if side is A else self.canon_b(k))

@@ -8,7 +8,8 @@ searched for a name as protobuf encodes it in a node (the field's tag, the lengt
 bytes): the producer of a tensor, its readers, or a node by name cost one C-level scan of the
 bytes (about 2 ms for a 90k-node graph) plus a check of the few nodes hit, so what a drawing
 looks up depends on the size of the change, not of the model. A pass over every node's inputs
-in Python (:attr:`Side.reads`) is built only for changes too large to draw whole.
+in Python (:attr:`Side.reads`, :attr:`Side.producers`) is built only for changes too large to
+draw whole.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ import onnx
 
 _INPUT, _OUTPUT, _NAME = 1, 2, 3
 """NodeProto field numbers of ``input``, ``output`` and ``name``."""
+SCANS = 48
+"""Byte scans a side answers before it builds whole-graph maps instead (a scan costs about
+1/150 of building them; a small change needs a few dozen), so a large drawing never costs much
+more than the maps. Maps already built (a change too large to draw whole) are used at once."""
 
 
 def encoded(number: int, text: str) -> bytes:
@@ -53,6 +58,7 @@ class Side:
         self.outputs = [vi.name for vi in graph.output]
         self._producers: dict[str, int | None] = {}
         self._readers: dict[str, list[int]] = {}
+        self.scans = 0
 
     def _hits(self, number: int, text: str) -> list[int]:
         """Nodes whose bytes hold ``text`` encoded as field ``number`` (a superset of the nodes
@@ -73,7 +79,10 @@ class Side:
         if tensor in self._producers:
             return self._producers[tensor]
         found = None
-        if tensor and tensor not in self.initializers:
+        if self.scans >= SCANS or "producers" in self.__dict__:
+            found = self.producers.get(tensor)
+        elif tensor and tensor not in self.initializers:
+            self.scans += 1
             found = next((j for j in self._hits(_OUTPUT, tensor) if tensor in self.nodes[j].output),
                          None)
         self._producers[tensor] = found
@@ -82,6 +91,9 @@ class Side:
     def readers(self, tensor: str) -> list[int]:
         """Positions of the nodes reading ``tensor`` as an explicit input, once per slot."""
         if tensor not in self._readers:
+            if self.scans >= SCANS or "reads" in self.__dict__:
+                return self.all_readers.get(tensor, [])
+            self.scans += 1
             out: list[int] = []
             for j in self._hits(_INPUT, tensor):
                 out.extend(repeat(j, list(self.nodes[j].input).count(tensor)))
@@ -104,6 +116,24 @@ class Side:
         if node.name:
             return node.name
         return f"<{node.op_type} {node.output[0] if len(node.output) else j}>"
+
+    @cached_property
+    def producers(self) -> dict[str, int]:
+        """Tensor -> producing node for the whole graph: a pass over every node's outputs, for
+        changes too large to draw whole (:meth:`producer` answers one tensor without it)."""
+        outs = [node.output for node in self.nodes]
+        found = dict(zip(chain.from_iterable(outs),
+                         chain.from_iterable(map(repeat, count(), map(len, outs))), strict=True))
+        found.pop("", None)
+        return found
+
+    @cached_property
+    def all_readers(self) -> dict[str, list[int]]:
+        """Tensor -> reading nodes (once per slot) for the whole graph (see :attr:`reads`)."""
+        found: dict[str, list[int]] = {}
+        for t, j in zip(*self.reads, strict=True):
+            found.setdefault(t, []).append(j)
+        return found
 
     @cached_property
     def reads(self) -> tuple[list[str], list[int]]:
