@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .cli_io import _isolation, _load
+from .cli_io import _isolation
 from .errors import SurgeryError, UsageError
 
 
@@ -42,10 +42,12 @@ def _check_html_path(args: argparse.Namespace) -> None:
 def _html_of(args: argparse.Namespace, model: Any, summary: str, report: Any) -> None:
     """``--html``: draw the rewrite, coloured by the verification when there was one."""
     if getattr(args, "html", None):
-        from .io import as_model
+        from .io import Model, as_model, parse_model
 
-        _write_html(_load(args.model), as_model(model), args.html, args,
-                    summary=summary, report=report)
+        # the input as it was: parsed only (the verb's load validated it, and it is never
+        # modified); the page reads nodes and types, never weights
+        before = Model(parse_model(Path(args.model).read_bytes(), args.model))
+        _write_html(before, as_model(model), args.html, args, summary=summary, report=report)
 
 
 def _write_html(before: Any, after: Any, path: str, args: argparse.Namespace, *, summary: str,
