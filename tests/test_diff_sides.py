@@ -146,3 +146,22 @@ def test_classes_equal_a_full_comparison(name):
     assert drawn.totals["removed"] == len(expected["removed"])
     if name == "reorder":
         assert expected == {"added": set(), "removed": set(), "rerouted": set()}
+
+
+@pytest.mark.parametrize("blocks", [200, 2000])
+def test_a_small_change_builds_no_whole_graph_map(blocks):
+    """One insert in a long chain: after the one serialization of each node list, the drawing
+    only scans the bytes for the tensors it draws -- the same few dozen scans whatever the
+    chain's length, and no Python pass over every node."""
+    from onnxsurgeon.diff import changes
+
+    before = B.chain(blocks)
+    after = clone(before)
+    insert(after, f"relu{blocks // 2}", op="scale", params={"factor": 2.0})
+    builder = changes._Builder(before, after)
+    drawn = changes._build(builder, builder.seeds(), 2)
+    assert drawn.changes()["rerouted"] == {f"MatMul_{blocks // 2 + 1}"}
+    for side in (builder.A, builder.B):
+        assert {"reads", "producers", "all_readers"}.isdisjoint(vars(side))
+        assert 0 < side.scans < 30
+    assert len(builder.pos_a) == 2 and len(builder.pos_b) == 1  # the block and its reader
