@@ -39,15 +39,33 @@ def _check_html_path(args: argparse.Namespace) -> None:
         raise UsageError(f"folder '{folder}' of the HTML page does not exist; create it first")
 
 
+def _input_as_it_was(args: argparse.Namespace) -> Any:
+    """The rewriting command's input, parsed only (its load validated it, and it is never
+    modified): a page reads nodes and types, never weights."""
+    from .io import Model, parse_model
+
+    return Model(parse_model(Path(args.model).read_bytes(), args.model))
+
+
+def page_tensors(args: argparse.Namespace, model: Any) -> frozenset[str] | bool:
+    """What ``--verify`` compares layer by layer for ``--html``: the tensors the page will draw
+    (a cost bounded by the drawing, not the model); False without ``--html``."""
+    if not getattr(args, "html", None):
+        return False
+    from .diff import diff_models
+    from .io import as_model
+
+    drawn = diff_models(_input_as_it_was(args).proto, as_model(model).proto, context=args.context)
+    return frozenset(e.tensor for e in drawn.edges if e.change.value != "removed")
+
+
 def _html_of(args: argparse.Namespace, model: Any, summary: str, report: Any) -> None:
     """``--html``: draw the rewrite, coloured by the verification when there was one."""
     if getattr(args, "html", None):
-        from .io import Model, as_model, parse_model
+        from .io import as_model
 
-        # the input as it was: parsed only (the verb's load validated it, and it is never
-        # modified); the page reads nodes and types, never weights
-        before = Model(parse_model(Path(args.model).read_bytes(), args.model))
-        _write_html(before, as_model(model), args.html, args, summary=summary, report=report)
+        _write_html(_input_as_it_was(args), as_model(model), args.html, args, summary=summary,
+                    report=report)
 
 
 def _write_html(before: Any, after: Any, path: str, args: argparse.Namespace, *, summary: str,

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .cli_html import _html_of
+from .cli_html import _html_of, page_tensors
 from .cli_io import (
     EXIT_OK,
     _check_paths,
@@ -61,8 +61,8 @@ def _verify_in_memory(args: argparse.Namespace, model: Any,
                       check: Callable[[Any], Any] | None = None) -> Any:
     """With --verify: the report on the rewritten ``model`` (``check(model)``, by default its
     rewrite log against the input file), printed to stdout (stderr with --json); else None.
-    With ``--html`` too, the log's check compares every tensor on the way (forced deep) for the
-    page's colours; its per-tensor table is left to the page and ``--json``."""
+    With ``--html`` too, the log's check also compares the tensors the page draws layer by layer
+    (forced deep) for its colours; that table is left to the page and ``--json``."""
     if not getattr(args, "verify", False):
         return None
     from .io import load
@@ -72,7 +72,7 @@ def _verify_in_memory(args: argparse.Namespace, model: Any,
         report = check(model)
     else:
         report = verify_log(load(args.model), model, ranges=_ranges(args),
-                            deep=bool(getattr(args, "html", None)), **_isolation(args))
+                            deep=page_tensors(args, model), **_isolation(args))
     if not getattr(args, "json", False):  # with --json the report is embedded in the result
         _out(report.to_text(deep_table=False))
     return report
@@ -215,6 +215,6 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     def check(model: Any) -> Any:
         return verify_merge(load(args.model), load(args.second), model, ranges=_ranges(args),
-                            deep=bool(args.html), **_isolation(args))
+                            deep=page_tensors(args, model), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)

@@ -203,8 +203,9 @@ sys.exit(main(sys.argv[1:]))
 
 def verified_edges(browser: Browser, page: Path, shot: Path, report: dict) -> dict[str, tuple]:
     """Load a ``--verify --html`` page; check every drawn edge of the rewritten model that the
-    forced deep comparison covers carries exactly its error (``data-error``, the colour, the
-    hover text). Returns tensor -> (error, colour style) of the coloured edges."""
+    forced deep comparison (else a compared pair) covers carries exactly its error
+    (``data-error``, the colour, the hover text). Returns tensor -> (error, colour style) of the
+    coloured edges."""
     from onnxsurgeon.diff.page import TensorError, _colour, _fmt
 
     load_page(browser, page, shot)
@@ -213,13 +214,15 @@ def verified_edges(browser: Browser, page: Path, shot: Path, report: dict) -> di
         edges = view.eval(EDGES)
     finally:
         view.close()
-    deep = {t["candidate"]: t for t in report["deep"]["tensors"]}
+    deep = {t["candidate"]: t["max_abs_diff"] for t in report["deep"]["tensors"]}
     assert report["deep"]["forced"] is True
+    known = {**{p["candidate"]: p["max_abs_diff"] for p in report["pairs"]}, **deep}
     coloured: dict[str, tuple] = {}
     for tensor, change, error, style, hover in edges:
-        if change == "removed" or tensor not in deep:
+        if change == "removed" or tensor not in known:
+            assert change == "removed" or error is None, tensor
             continue
-        value = deep[tensor]["max_abs_diff"]
+        value = known[tensor]
         value = float("inf") if value is None else value
         assert error == _fmt(value), (tensor, error, value)
         assert style == f"stroke:{_colour(TensorError(value))}", (tensor, style)

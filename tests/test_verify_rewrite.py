@@ -401,3 +401,13 @@ def test_regression_float16_rewrites_verify_within_tolerance(tmp_path):
     src = gm.fp16_weights(tmp_path)
     proc = _ok(cli("reroute", src, "-o", tmp_path / "r.onnx", "--from", "r2", "--to", "mm1", "--verify"))
     assert "float16 tensors compared within tolerance" in proc.stdout
+
+
+def test_deep_on_named_tensors_compares_only_those():
+    """deep=<names> (what a page draws): only those tensors of the rewritten model are compared
+    layer by layer, whatever the model's size."""
+    original = mlp()
+    new = rewritten(original, insert, "relu1", op="scale", params={"factor": 0.5})
+    report = verify_log(original, new, deep={"mm2", "relu2", "side", "nothing"})
+    assert report.ok, report.to_text()
+    assert [t.candidate for t in report.deep.tensors] == ["mm2", "relu2", "side"]

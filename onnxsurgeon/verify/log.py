@@ -83,8 +83,9 @@ def verify_log(original: ModelLike, rewritten: ModelLike, **options: Any) -> Ver
     """Verify every rewrite ``rewritten`` records since ``original`` (see the module docstring).
 
     Options are those of :func:`~onnxsurgeon.verify.verify_rewrite`. With several steps, pair
-    checks are labelled ``<step>:<op>:<check>``, and ``deep`` compares the last step (the one
-    producing ``rewritten``) layer by layer.
+    checks are labelled ``<step>:<op>:<check>``, and ``deep`` (True, or the tensor names of
+    ``rewritten`` to compare) compares the last step (the one producing ``rewritten``) layer by
+    layer.
 
     Raises:
         UsageError: the log does not extend the original's, records nothing new, or a step

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -140,13 +140,15 @@ class _Check:
                                fed=entry.fed)
         return replace(settled[0], reference=result.reference), deep
 
-    def deep_all(self, results: Sequence[PairReport]) -> DeepResult | None:
+    def deep_all(self, results: Sequence[PairReport],
+                 only: Collection[str] | None = None) -> DeepResult | None:
         """The forced layer-wise comparison: every tensor on the way to each compared pair,
         against that pair's own reference (the original, the cut original fed the new values, the
         block alone, ...). One :func:`~.deep.deep_compare` per reference/candidate model pair over
         the ancestors of its pairs; a tensor compared twice keeps its larger error. Nodes and
         positions are those of the candidate (the rewritten model), whose order the result
-        follows. None when no pair can be deepened."""
+        follows; ``only`` keeps the candidate tensors named there (a page's drawn tensors).
+        None when no pair can be deepened."""
         groups: dict[tuple[int, int], dict[str, Any]] = {}
         for result, entry in zip(results, self.entries, strict=True):
             if entry.sides is None:
@@ -170,6 +172,8 @@ class _Check:
             ref, cand, sides = group["ref"], group["cand"], group["sides"]
             items = shared_tensors(ref, cand, mapping=group["mapping"], strict=group["strict"],
                                    targets=group["targets"])
+            if only is not None:
+                items = [item for item in items if item.cand in only]
             found = deep_compare(ref, cand, [dict(r.feeds) for r, _ in sides],
                                  [dict(c.feeds) for _, c in sides], items=items,
                                  exact=group["exact"], forced=True, notes=self.notes)
@@ -186,15 +190,17 @@ class _Check:
         return DeepResult(tensors=tuple(ordered), forced=True, skipped=skipped, batches=batches)
 
     def report(self, kind: str, samples: int, *, locate_divergence: bool,
-               inputs: Mapping[str, str] | None = None, deep_all: bool = False) -> VerifyReport:
+               inputs: Mapping[str, str] | None = None,
+               deep_all: bool | Collection[str] = False) -> VerifyReport:
         results: list[PairReport] = []
         deep: DeepResult | None = None
         for entry in self.entries:
             result, found = self._settle(entry.acc.result(), entry)
             results.append(result)
             deep = deep or found
-        if deep_all:
-            deep = self.deep_all(results) or deep
+        if deep_all is not False:
+            only = None if deep_all is True else set(deep_all)
+            deep = self.deep_all(results, only) or deep
         divergence: Divergence | None = None
         if locate_divergence:
             for result, entry in zip(results, self.entries, strict=True):
@@ -543,7 +549,7 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
                    timeout: float | None = None, memory_limit: int | None = None,
                    ranges: Mapping[str, Range] | None = None,
                    save_inputs: str | os.PathLike | None = None,
-                   deep: bool = False) -> VerifyReport:
+                   deep: bool | Collection[str] = False) -> VerifyReport:
     """Check the invariant ``record`` (one rewrite of ``original`` into ``rewritten``) implies.
 
     ``record`` is a typed :class:`~onnxsurgeon.record.RewriteRecord` or its JSON object (read
@@ -559,7 +565,9 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
     every tensor on the way to each compared pair against that pair's reference (the report's
     ``deep``, in the rewritten model's order: what an HTML page colours its tensors by); a tensor
     that differs there fails the verification too. It costs one deep comparison per reference
-    model, in bounded batches (see :func:`~onnxsurgeon.verify.compare`'s ``deep``).
+    model, in bounded batches (see :func:`~onnxsurgeon.verify.compare`'s ``deep``); ``deep`` as
+    a collection of tensor names of ``rewritten`` compares only those (what a page draws: a
+    cost bounded by the drawing, not the model).
 
     Raises:
         UsageError: an unknown op or a record that does not fit the models.

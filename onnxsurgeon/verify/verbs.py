@@ -12,7 +12,7 @@ With graph optimizations off, compared bit for bit:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import onnx
@@ -113,11 +113,11 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
                  batch: int = DEFAULT_BATCH, threads: int = 0, isolate: bool = False,
                  timeout: float | None = None, memory_limit: int | None = None,
                  ranges: Mapping[str, Range] | None = None,
-                 deep: bool = False) -> VerifyReport:
+                 deep: bool | Collection[str] = False) -> VerifyReport:
     """Check that ``merged`` equals running ``first``, then ``second`` on first's connected
     tensors: every output of the merged model, bit for bit (optimizations off). ``record`` is
     the merge record (default: the merged model's last one). ``deep`` also compares every
-    tensor on the way to each output with its model's (see
+    tensor on the way to each output with its model's (or those named, see
     :func:`~onnxsurgeon.verify.verify_rewrite`).
 
     Raises:
@@ -167,13 +167,13 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
         for o in outs:
             if mine[o] is fst:
                 check.compare("merge:first", o, o, first_vals, new_vals, dtype=_dtype(new, o),
-                              exact=True, sides=first_sides if deep else None)
+                              exact=True, sides=first_sides if deep is not False else None)
             elif not snd.is_tensor(back.get(o, o)):
                 check.missing("merge", o, f"'{o}' is a tensor of neither model")
             else:
                 check.compare("merge:second", back.get(o, o), o, second_vals, new_vals,
                               dtype=_dtype(new, o), exact=True,
-                              sides=second_sides if deep else None, mapping=renamed)
+                              sides=second_sides if deep is not False else None, mapping=renamed)
         return check.report("rewrite:merge", len(feeds), locate_divergence=False,
                             inputs=made.described, deep_all=deep)
 
