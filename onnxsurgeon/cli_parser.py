@@ -151,6 +151,15 @@ def _add_html_flag(p: argparse.ArgumentParser) -> None:
     _add_context_flag(p)
 
 
+def _add_rewrite_flags(p: argparse.ArgumentParser, *,
+                       json_help: str = "machine-readable result on stdout") -> None:
+    """What every rewriting verb ends with: ``--verify`` (and its isolation and input flags),
+    ``--html`` (and ``--context``), ``--json``."""
+    _add_verify_flag(p)
+    _add_html_flag(p)
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every command (the public CLI contract)."""
     parser = _Parser(
@@ -184,9 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", "--stop-at", dest="inputs", type=_csv, default=[],
                    metavar="T[,T...]",
                    help="stop tensors: the cut, they become graph inputs (any selector)")
-    _add_verify_flag(p)
-    _add_html_flag(p)
-    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    _add_rewrite_flags(p)
 
     p = sub.add_parser("copy", help="duplicate the closure of tensors inside the model")
     _add_model_io(p)
@@ -200,9 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace-input", type=_pair, action="extend", nargs="+", default=[],
                    metavar="A=B", help="the copy reads B wherever the original read A "
                                        "(several pairs, or the flag repeated)")
-    _add_verify_flag(p)
-    _add_html_flag(p)
-    p.add_argument("--json", action="store_true", help="print the rename map")
+    _add_rewrite_flags(p, json_help="print the rename map")
 
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")
     _add_model_io(p)
@@ -225,9 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="when --at is a graph output, give the processed tensor a new name and "
                         "rename that graph output too (default: the graph output keeps its name "
                         "and the unprocessed tensor is renamed '<at>/pre_<block>')")
-    _add_verify_flag(p)
-    _add_html_flag(p)
-    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    _add_rewrite_flags(p)
 
     p = sub.add_parser("reroute", help="consumers of A read B instead")
     _add_model_io(p)
@@ -241,9 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and graph output)")
     p.add_argument("--prune", action="store_true",
                    help="remove the nodes (and initializers) no graph output depends on any more")
-    _add_verify_flag(p)
-    _add_html_flag(p)
-    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    _add_rewrite_flags(p)
 
     p = sub.add_parser("rename", help="rename tensors (or nodes) keeping every reader and output")
     _add_model_io(p)
@@ -253,9 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="PATTERN=REPLACEMENT",
                    help="re.sub over every other name (split at the first '='; \\1 for groups)")
     p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
-    _add_verify_flag(p)
-    _add_html_flag(p)
-    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    _add_rewrite_flags(p)
 
     p = sub.add_parser("bypass", help="remove a node; its readers read its input")
     _add_model_io(p)
@@ -263,9 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node(s) to remove (a chain may be given at once)")
     p.add_argument("--input", type=int, default=0, metavar="K",
                    help="which input the readers read instead (default 0)")
-    _add_verify_flag(p)
-    _add_html_flag(p)
-    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    _add_rewrite_flags(p)
 
     p = sub.add_parser("merge", help="put SECOND behind FIRST: SECOND's inputs read FIRST's tensors")
     p.add_argument("model", metavar="FIRST", help="the model that runs first (never modified)")
@@ -281,9 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", type=_csv, default=None, metavar="T[,T...]",
                    help="outputs of the merged model (default: SECOND's outputs, then FIRST's "
                         "outputs no connection consumed)")
-    _add_verify_flag(p)
-    _add_html_flag(p)
-    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    _add_rewrite_flags(p)
 
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE", help="the reference .onnx file")
