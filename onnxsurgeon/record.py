@@ -18,8 +18,9 @@ A new verb adds its record type here::
         op: ClassVar[str] = "rename"      # the JSON "op"; registers the type for from_json
         renames: dict[str, str]           # fields: str, bool, tuple[str, ...], dict[...]
 
-then writes ``add_rewrite(model, RenameRecord(...))`` and registers a check for it in
-:mod:`onnxsurgeon.verify.rewrite` (and a replay in :mod:`onnxsurgeon.verify.log`). Field names
+then writes ``add_rewrite(model, RenameRecord(...))``, registers a check for it in
+:mod:`onnxsurgeon.verify.rewrite`, and says how to make the rewrite again in ``replay_call``
+(the one record -> verb mapping: verify's replay and ``onnxsurgeon recipe MODEL`` both use it). Field names
 are the JSON keys, except where ``field(metadata={"json": KEY})`` says otherwise (``from``).
 Changing a field's meaning means bumping ``VERSION`` and reading older versions explicitly.
 """
@@ -55,11 +56,32 @@ def _plain(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class VerbCall:
+    """The surgery call that makes a recorded rewrite again, in the Python API's terms: the verb
+    (a function of :mod:`onnxsurgeon.surgery`), its positional arguments after the model (by
+    parameter name, in order) and its keyword options. ``verify`` replays it
+    (:func:`onnxsurgeon.verify.log.replay`), a recipe writes it as a step
+    (:func:`onnxsurgeon.recipe.fromlog.step_for_record`)."""
+
+    verb: str
+    args: dict[str, Any]
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class RewriteRecord:
-    """Base of the per-verb records: JSON round trip, strict reading, versioning."""
+    """Base of the per-verb records: JSON round trip, strict reading, versioning, replay."""
 
     op: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
+
+    def replay_call(self) -> VerbCall:
+        """The verb call that makes this rewrite again on the model the record was made on.
+
+        Raises:
+            UsageError: the record alone cannot make the rewrite again (says why).
+        """
+        raise UsageError(f"rewrite record op {self.op!r} cannot be replayed")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -158,6 +180,9 @@ class ExtractRecord(RewriteRecord):
     outputs: tuple[str, ...]
     inputs: tuple[str, ...]
 
+    def replay_call(self) -> VerbCall:
+        return VerbCall("extract", {"outputs": list(self.outputs)}, {"inputs": list(self.inputs)})
+
 
 @dataclass(frozen=True)
 class CopyRecord(RewriteRecord):
@@ -175,6 +200,25 @@ class CopyRecord(RewriteRecord):
     replace_inputs: dict[str, str]
     prefix: str | None = None
     copied: dict[str, int] | None = None
+
+    def copy_prefix(self) -> str:
+        """The prefix the copy was made with (older records: read off an output's copy).
+
+        Raises:
+            UsageError: an older record whose outputs do not show it.
+        """
+        if self.prefix is not None:
+            return self.prefix
+        for orig, new in self.outputs.items():
+            at = new.rfind(orig)
+            if at >= 0:
+                return new[:at]
+        raise UsageError("the copy record names no output whose copy contains its name")
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("copy", {"outputs": list(self.outputs)},
+                        {"weights": self.weights, "prefix": self.copy_prefix(),
+                         "replace_inputs": dict(self.replace_inputs)})
 
 
 @dataclass(frozen=True)
@@ -195,6 +239,17 @@ class InsertRecord(RewriteRecord):
     """When ``at`` was a graph output that kept its name: ``{at: <new name of the unprocessed
     tensor>}`` (absent otherwise, so older records read the same)."""
 
+    def replay_call(self) -> VerbCall:
+        if self.block == "graph":
+            raise UsageError("the inserted block was a user graph or function, which the rewrite "
+                             "log does not store")
+        options: dict[str, Any] = {"op": self.block, "as_output": self.as_output}
+        if self.params:
+            options["params"] = dict(self.params)
+        if self.at in self.rerouted_outputs:  # a graph output: did it keep its name?
+            options["keep_output_name"] = bool(self.renamed)
+        return VerbCall("insert", {"at": self.at}, options)
+
 
 @dataclass(frozen=True)
 class RerouteRecord(RewriteRecord):
@@ -210,6 +265,14 @@ class RerouteRecord(RewriteRecord):
     pruned_initializers: tuple[str, ...] | None = None
     """With ``prune``: the initializers only those nodes read."""
 
+    def replay_call(self) -> VerbCall:
+        options: dict[str, Any] = {}
+        if not self.rerouted_outputs and self.rerouted:  # only some readers moved
+            options["consumers"] = list(self.rerouted)
+        if self.pruned_nodes is not None:
+            options["prune"] = True
+        return VerbCall("reroute", {"source": self.source, "target": self.target}, options)
+
 
 @dataclass(frozen=True)
 class RenameRecord(RewriteRecord):
@@ -219,6 +282,9 @@ class RenameRecord(RewriteRecord):
     op: ClassVar[str] = "rename"
     renamed: dict[str, str]
     nodes: bool
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("rename", {"mapping": dict(self.renamed)}, {"nodes": self.nodes})
 
 
 @dataclass(frozen=True)
@@ -231,6 +297,9 @@ class BypassRecord(RewriteRecord):
     rerouted: tuple[str, ...]
     rerouted_outputs: tuple[str, ...]
 
+    def replay_call(self) -> VerbCall:
+        return VerbCall("bypass", {"nodes": list(self.removed)}, {"input": self.input})
+
 
 @dataclass(frozen=True)
 class MergeRecord(RewriteRecord):
@@ -242,6 +311,9 @@ class MergeRecord(RewriteRecord):
     renamed: dict[str, str]
     prefix: str
     outputs: tuple[str, ...]
+
+    def replay_call(self) -> VerbCall:
+        raise UsageError("the second model of a merge is not stored in the rewrite log")
 
 
 def rewrites(model: onnx.ModelProto) -> list[dict[str, Any]]:

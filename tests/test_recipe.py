@@ -27,7 +27,16 @@ from onnxsurgeon.recipe import (
     parse_recipe,
     recipe_from_log,
 )
-from onnxsurgeon.record import rewrites
+from onnxsurgeon.record import (
+    RECORD_TYPES,
+    BypassRecord,
+    CopyRecord,
+    ExtractRecord,
+    InsertRecord,
+    RenameRecord,
+    RerouteRecord,
+    rewrites,
+)
 from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, merge, rename, reroute
 from tests import builders
 
@@ -487,3 +496,55 @@ def test_insert_func_step_equals_the_cli_call(tmp_path):
     assert cli("insert", SEED, "-o", by_cli, "--at", RELU, "--func", f"{folder / 'proc.py'}:normalize",
                "--framework", "torch").returncode == 0
     assert onnx.load(str(out)).graph == onnx.load(str(by_cli)).graph
+
+
+def test_recipe_from_log_keeps_prune_and_a_renamed_output():
+    """The recipe step and verify's replay come from one mapping (``record.replay_call``), so
+    options a step used to drop come through: a pruned reroute, and an insert at a graph output
+    that gave it a new name (``keep_output_name=False``), replay to the same model."""
+    from onnxsurgeon.record import records
+
+    by_hand = osg.load(SEED)
+    reroute(by_hand, RELU, CONV, prune=True)
+    insert(by_hand, "logits", op="identity", keep_output_name=False)
+    recipe = recipe_from_log(records(by_hand.proto))
+    reroute_step, insert_step = (next(iter(s.values())) for s in recipe.to_data()["steps"])
+    assert reroute_step["prune"] is True and insert_step["keep_output_name"] is False
+    replayed = osg.load(SEED)
+    apply_recipe(replayed, recipe)
+    assert replayed.proto.graph == by_hand.proto.graph
+    assert rewrites(replayed.proto) == rewrites(by_hand.proto)
+
+
+@pytest.mark.parametrize("op", sorted(o for o in RECORD_TYPES if o != "merge"))
+def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
+    """Each record's replay_call names a surgery verb with parameters it has, and keys its
+    recipe step takes (the one record -> verb mapping of verify's replay and the recipe)."""
+    import inspect
+
+    from onnxsurgeon import surgery
+    from onnxsurgeon.recipe.steps import ALIASES
+
+    examples = {
+        "extract": ExtractRecord(outputs=("y",), inputs=("x",)),
+        "copy": CopyRecord(outputs={"y": "c/y"}, initializers={}, nodes={}, weights="shared",
+                           replace_inputs={"x": "z"}, prefix="c/"),
+        "insert": InsertRecord(at="y", processed="y", block="scale", params={"factor": 2.0},
+                               block_nodes=(), rerouted=(), rerouted_outputs=("y",),
+                               as_output=False, renamed=None),
+        "reroute": RerouteRecord(source="a", target="b", rerouted=("n",), rerouted_outputs=(),
+                                 pruned_nodes=("m",)),
+        "rename": RenameRecord(renamed={"a": "b"}, nodes=True),
+        "bypass": BypassRecord(removed=("n",), input=1, rerouted=(), rerouted_outputs=()),
+    }
+    record = examples[op]
+    call = record.replay_call()
+    assert call.verb == op
+    params = inspect.signature(getattr(surgery, op)).parameters
+    assert list(params)[1:1 + len(call.args)] == list(call.args)
+    assert set(call.options) <= set(params)
+    assert all(params[k].kind is inspect.Parameter.KEYWORD_ONLY for k in call.options)
+    step = recipe_from_log([record]).to_data()["steps"][0][op]
+    aliases = ALIASES.get(op, {})
+    for name, value in {**call.args, **call.options}.items():
+        assert step[aliases.get(name, name)] == value

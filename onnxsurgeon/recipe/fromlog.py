@@ -13,61 +13,41 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..record import (
-    BypassRecord,
-    CopyRecord,
-    ExtractRecord,
-    InsertRecord,
-    MergeRecord,
-    RenameRecord,
-    RerouteRecord,
-    RewriteRecord,
-)
+from ..record import RewriteRecord
 from .format import Recipe, RecipeError, parse_recipe
+from .steps import ALIASES, STEPS
+
+BY_HAND = {
+    "insert": "insert: {at: ..., graph: FILE.onnx}",
+    "merge": "merge: {second: FILE.onnx, connect: {...}}",
+}
+"""Per verb, the step to write by hand when its record cannot be replayed from the log alone."""
 
 
 def step_for_record(record: RewriteRecord, number: int) -> dict[str, Any]:
-    """The recipe step (``{verb: {key: value}}``) that replays one typed rewrite record.
+    """The recipe step (``{verb: {key: value}}``) that replays one typed rewrite record: its
+    :meth:`~onnxsurgeon.record.RewriteRecord.replay_call` (the verb call ``verify`` replays too)
+    with the Python API's argument names turned into the step's keys.
 
     Raises:
         RecipeError: the record cannot be replayed from the log alone (an inserted user graph or
             framework function, the second model of a merge, an unknown op).
     """
     where = f"rewrite {number} ({record.op})"
-    if isinstance(record, ExtractRecord):
-        return {"extract": {"outputs": list(record.outputs), "inputs": list(record.inputs)}}
-    if isinstance(record, CopyRecord):
-        from ..verify.log import _copy_prefix
-
-        try:
-            prefix = _copy_prefix(record)
-        except UsageError as exc:
-            raise RecipeError(f"{where}: {exc}") from None
-        return {"copy": {"outputs": list(record.outputs), "weights": record.weights,
-                         "prefix": prefix, "replace_inputs": dict(record.replace_inputs)}}
-    if isinstance(record, InsertRecord):
-        if record.block == "graph":
-            raise RecipeError(
-                f"{where}: the inserted block was a user graph or function, which the rewrite log "
-                "does not store; write that step by hand (insert: {at: ..., graph: FILE.onnx})")
-        step: dict[str, Any] = {"at": record.at, "op": record.block, "as_output": record.as_output}
-        if record.params:
-            step["params"] = dict(record.params)
-        return {"insert": step}
-    if isinstance(record, RerouteRecord):
-        step = {"from": record.source, "to": record.target}
-        if not record.rerouted_outputs:
-            step["consumers"] = list(record.rerouted)
-        return {"reroute": step}
-    if isinstance(record, RenameRecord):
-        return {"rename": {"mapping": dict(record.renamed), "nodes": record.nodes}}
-    if isinstance(record, BypassRecord):
-        return {"bypass": {"nodes": list(record.removed), "input": record.input}}
-    if isinstance(record, MergeRecord):
-        raise RecipeError(
-            f"{where}: the second model of a merge is not stored in the rewrite log; write that "
-            "step by hand (merge: {second: FILE.onnx, connect: {...}})")
-    raise RecipeError(f"{where}: no recipe step replays rewrite op {record.op!r}")
+    try:
+        call = record.replay_call()
+    except UsageError as exc:
+        hint = BY_HAND.get(record.op)
+        raise RecipeError(f"{where}: {exc}" + (f"; write that step by hand ({hint})" if hint
+                                                else "")) from None
+    aliases = ALIASES.get(call.verb, {})
+    step = {aliases.get(name, name): value for name, value in {**call.args, **call.options}.items()}
+    keys = {p.key for p in STEPS[call.verb].params}
+    missing = [key for key in step if key not in keys]
+    if missing:  # a verb option the recipe format cannot say: refuse rather than drop it
+        raise RecipeError(f"{where}: a recipe {call.verb} step has no key {missing[0]!r}; "
+                          "write that step by hand")
+    return {call.verb: step}
 
 
 def recipe_from_log(records: Sequence[RewriteRecord], *, source: str = "model",

@@ -34,19 +34,21 @@ def _copy(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
 def _insert(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import insert
 
+    keep = p.get("keep_output_name", True)
     if "func" in p:
         if ctx.insert_function is None:
             raise UsageError("an insert step with func: needs the framework converters; pass "
                              "insert_function=onnxsurgeon.converters.insert_function")
         r = ctx.insert_function(model, p["at"], p["func"], p["framework"],
-                                as_output=p["as_output"])
+                                as_output=p["as_output"], keep_output_name=keep)
     elif "graph" in p:
         from ..io import load
 
-        r = insert(model, p["at"], graph=load(p["graph"]), as_output=p["as_output"])
+        r = insert(model, p["at"], graph=load(p["graph"]), as_output=p["as_output"],
+                   keep_output_name=keep)
     else:
         r = insert(model, p["at"], op=p["op"], params=p.get("params") or None,
-                   as_output=p["as_output"])
+                   as_output=p["as_output"], keep_output_name=keep)
     return {"processed": r.processed, "rerouted": list(r.rerouted)}
 
 
@@ -86,7 +88,8 @@ def _verify_merge(before: Any, after: Any, record: Any, p: Mapping[str, Any],
 def _reroute(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import reroute
 
-    r = reroute(model, p["from"], p["to"], consumers=p.get("consumers"))
+    r = reroute(model, p["from"], p["to"], consumers=p.get("consumers"),
+                prune=p.get("prune", False))
     return {"rerouted": list(r.rerouted), "rerouted_outputs": list(r.rerouted_outputs)}
 
 
@@ -114,6 +117,9 @@ STEPS: dict[str, Verb] = {
             Param("framework", Kind.CHOICE, choices=("tf", "torch"), help="framework of `func`"),
             Param("as_output", Kind.BOOL, default=False,
                   help="expose the result as a new output instead of rerouting"),
+            Param("keep_output_name", Kind.BOOL,
+                  help="when `at` is a graph output, the processed tensor takes its name "
+                       "(default true; false: the graph output is renamed)"),
         ), _insert, one_of=(("op", "graph", "func"),),
             requires={"params": "op", "framework": "func", "func": "framework"},
             help="splice a processing block in at `at`"),
@@ -121,6 +127,8 @@ STEPS: dict[str, Verb] = {
             Param("from", Kind.NAME, required=True, help="the tensor whose readers move"),
             Param("to", Kind.NAME, required=True, help="the tensor they read instead"),
             Param("consumers", Kind.NAMES, help="only these consumer nodes (default: all)"),
+            Param("prune", Kind.BOOL,
+                  help="remove what no graph output depends on any more (default false)"),
         ), _reroute, help="consumers of `from` read `to` instead"),
         Verb("rename", (
             Param("mapping", Kind.RENAMES, help="old name (any selector) -> new name"),

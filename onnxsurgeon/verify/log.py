@@ -16,65 +16,24 @@ import onnx
 
 from ..errors import SurgeryError, UsageError
 from ..io import Model
-from ..record import (
-    BypassRecord,
-    CopyRecord,
-    ExtractRecord,
-    InsertRecord,
-    MergeRecord,
-    RenameRecord,
-    RerouteRecord,
-    RewriteRecord,
-    records,
-)
+from ..record import RewriteRecord, records
 from .report import PairReport, VerifyReport, make_report
 from .rewrite import verify_rewrite
 from .run import ModelLike, to_model
 
 
-def _copy_prefix(record: CopyRecord) -> str:
-    if record.prefix is not None:
-        return record.prefix
-    for orig, new in record.outputs.items():
-        at = new.rfind(orig)
-        if at >= 0:
-            return new[:at]
-    raise UsageError("the copy record names no output whose copy contains its name")
-
-
 def replay(model: Model, record: RewriteRecord) -> None:
-    """Apply the rewrite ``record`` describes to ``model`` with the surgery verbs. Mutates model.
+    """Apply the rewrite ``record`` describes to ``model`` with the surgery verb its
+    :meth:`~onnxsurgeon.record.RewriteRecord.replay_call` names. Mutates model.
 
     Raises:
-        UsageError: the record cannot be replayed (unknown op, inserted user graph, or the replay
-            records something else than ``record``).
+        UsageError: the record cannot be replayed (unknown op, inserted user graph, second model
+            of a merge, or the replay records something else than ``record``).
     """
-    from ..surgery import bypass, copy, extract, insert, rename, reroute
+    from .. import surgery
 
-    if isinstance(record, ExtractRecord):
-        extract(model, list(record.outputs), inputs=list(record.inputs))
-    elif isinstance(record, CopyRecord):
-        copy(model, list(record.outputs), weights=record.weights, prefix=_copy_prefix(record),
-             replace_inputs=dict(record.replace_inputs) or None)
-    elif isinstance(record, InsertRecord):
-        if record.block == "graph":
-            raise UsageError("an inserted user graph is not stored in the rewrite log")
-        # a record without "renamed" (the output took a new name, or no graph output was
-        # involved) replays with keep_output_name off, which is the same in both cases
-        insert(model, record.at, op=record.block, params=dict(record.params),
-               as_output=record.as_output, keep_output_name=bool(record.renamed))
-    elif isinstance(record, RerouteRecord):
-        consumers = None if record.rerouted_outputs else list(record.rerouted)
-        reroute(model, record.source, record.target, consumers=consumers or None,
-                prune=record.pruned_nodes is not None)
-    elif isinstance(record, RenameRecord):
-        rename(model, dict(record.renamed), nodes=record.nodes)
-    elif isinstance(record, BypassRecord):
-        bypass(model, list(record.removed), input=record.input)
-    elif isinstance(record, MergeRecord):
-        raise UsageError("the second model of a merge is not stored in the rewrite log")
-    else:
-        raise UsageError(f"rewrite record op {record.op!r} cannot be replayed")
+    call = record.replay_call()
+    getattr(surgery, call.verb)(model, *call.args.values(), **call.options)
     if records(model.proto)[-1] != record:
         raise UsageError(f"replaying the {record.op} record does not reproduce it")
 
