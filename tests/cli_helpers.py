@@ -1,5 +1,5 @@
-"""Running the CLI in a subprocess and checking the bad-input contract (one line on stderr,
-exit 2, no traceback, no output file, input untouched) for the verb test modules."""
+"""Running the CLI (in a subprocess, or in-process with ``cli.main``) and checking the bad-input
+contract (one line on stderr, exit 2, no traceback, no output file, input untouched)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args: object) -> subprocess.CompletedProcess[str]:
+def cli(*args: object, cwd: Path | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m onnxsurgeon *args`` in ``cwd`` (default: the repository root)."""
     return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+                          capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout)
+
+
+def cli_main(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
+    """``onnxsurgeon *argv`` in-process: (exit code, stdout, stderr). argparse's own exits
+    (usage errors, --help) count as the code they exit with."""
+    from onnxsurgeon import cli
+
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def assert_refused(args: list[object], needle: str, *, inputs: list[Path], out: Path) -> None:

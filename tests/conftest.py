@@ -14,8 +14,20 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 
 ModelSource = onnx.ModelProto | str | os.PathLike[str]
+
+
+@pytest.fixture()
+def cnn(tmp_path: Path) -> Path:
+    """``builders.tiny_cnn()`` saved as ``cnn.onnx`` in the test's folder (conv -> act ->
+    {fc, pool}; graph output ``logits``)."""
+    from tests import builders
+
+    path = tmp_path / "cnn.onnx"
+    path.write_bytes(builders.tiny_cnn().SerializeToString())
+    return path
 
 
 def session(model: ModelSource) -> ort.InferenceSession:

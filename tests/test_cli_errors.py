@@ -8,26 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from onnxsurgeon import cli
-from tests import builders
+from tests.cli_helpers import cli_main as run
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture()
-def cnn(tmp_path: Path) -> Path:
-    path = tmp_path / "cnn.onnx"
-    path.write_bytes(builders.tiny_cnn().SerializeToString())
-    return path
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        code = cli.main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's own exits (usage errors, --help)
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("argv, line", [

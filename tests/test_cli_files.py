@@ -8,25 +8,12 @@ from pathlib import Path
 import onnx
 import pytest
 
-from onnxsurgeon import cli
 from onnxsurgeon.outfile import looks_like_onnx
 from tests import builders
+from tests.cli_helpers import cli_main as run
 
 ROOT = Path(__file__).resolve().parent.parent
 VICTIM = b"import os\nprint('my precious script')\n"
-
-
-@pytest.fixture()
-def cnn(tmp_path: Path) -> Path:
-    path = tmp_path / "cnn.onnx"
-    path.write_bytes(builders.tiny_cnn().SerializeToString())
-    return path
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 COMMANDS = {

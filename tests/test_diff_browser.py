@@ -33,13 +33,6 @@ def browser():
         yield b
 
 
-@pytest.fixture()
-def cnn(tmp_path: Path) -> Path:
-    path = tmp_path / "cnn.onnx"
-    path.write_bytes(builders.tiny_cnn().SerializeToString())
-    return path
-
-
 HOVER = """(() => { const g = document.querySelector('[data-node="%s"] rect');
   g.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
   return document.getElementById('info').textContent; })()"""

@@ -5,10 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import onnx
 import pytest
@@ -16,14 +13,10 @@ import yaml
 
 import onnxsurgeon as osg
 from tests import builders
+from tests.cli_helpers import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "models" / "seed_cnn.onnx"
-
-
-def cli(*args: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
 def sha(path: Path) -> str:

@@ -10,7 +10,6 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxsurgeon import cli
 from onnxsurgeon.errors import NotFoundError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.listing import Listing
@@ -18,16 +17,11 @@ from onnxsurgeon.schema import validate
 from onnxsurgeon.select import NAME_MAP_KEY, Selector, name_map
 from onnxsurgeon.surgery import bypass, extract, insert, reroute
 from tests import builders
+from tests.cli_helpers import cli_main as main
 from tests.rewire_helpers import clone, expose, rand, run
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_CNN = ROOT / "models" / "torch_cnn.onnx"
-
-
-def main(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_inspect_nodes_lists_every_node_with_its_module(capsys):

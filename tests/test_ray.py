@@ -7,12 +7,13 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.cli_helpers import cli as run_cli
 
 ray = pytest.importorskip("ray")  # the 'ray' extra, part of 'all' (CI installs it)
 
@@ -34,8 +35,7 @@ def local_ray():
 
 
 def cli(*args: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return run_cli(*args, timeout=600)
 
 
 def sha(path: Path) -> str:

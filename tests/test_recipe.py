@@ -39,16 +39,12 @@ from onnxsurgeon.record import (
 )
 from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, merge, rename, reroute
 from tests import builders
+from tests.cli_helpers import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "models" / "seed_cnn.onnx"
 RELU = "network/layer_conv5/Relu:0"
 CONV = "network/layer_conv5/Conv2D:0"
-
-
-def cli(*args: Any, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd or ROOT, timeout=300)
 
 
 def sha(path: Path) -> str:

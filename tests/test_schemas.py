@@ -63,13 +63,6 @@ def run_json(capsys, *argv: str) -> tuple[int, dict]:
     return code, data
 
 
-@pytest.fixture()
-def cnn(tmp_path: Path) -> Path:
-    path = tmp_path / "cnn.onnx"
-    path.write_bytes(builders.tiny_cnn().SerializeToString())
-    return path
-
-
 def test_rewrite_commands_fit_their_schemas_with_the_verification_embedded(cnn, tmp_path, capsys):
     o = tmp_path / "o.onnx"
     code, data = run_json(capsys, "extract", cnn, "-o", o, "--outputs", "logits", "--json")

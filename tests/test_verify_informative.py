@@ -5,8 +5,6 @@ said "ok" before this change."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ from onnxsurgeon.surgery import insert
 from onnxsurgeon.verify import compare, verify_log
 
 from . import builders
+from .cli_helpers import cli
 from .test_verify import clone
 
 F = TensorProto.FLOAT
@@ -83,11 +82,6 @@ def scaled(model: onnx.ModelProto, name: str, factor: float) -> onnx.ModelProto:
     t.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(t) * np.float32(factor))
                                        .astype(np.float32), name))
     return out
-
-
-def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
 
 
 # ------------------------------------------------------------------- the issue's examples

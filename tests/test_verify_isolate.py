@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import json
 import subprocess
-import sys
 import weakref
 from pathlib import Path
 
@@ -28,14 +27,14 @@ from onnxsurgeon.verify import (
 from onnxsurgeon.verify import inputs as inputs_mod
 
 from . import builders
+from .cli_helpers import cli as run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 F = TensorProto.FLOAT
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onnxsurgeon", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return run_cli(*args, timeout=120)
 
 
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
