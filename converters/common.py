@@ -27,7 +27,7 @@ import onnx
 from onnxsurgeon.errors import NotFoundError, SurgeryError, UsageError
 from onnxsurgeon.names import NameAllocator
 from onnxsurgeon.protos import default_opset, rename_tensors
-from onnxsurgeon.select import NAME_MAP_KEY
+from onnxsurgeon.select import FUSED_KEY, NAME_MAP_KEY
 from onnxsurgeon.types import infer_value_infos
 from onnxsurgeon.verify import run_model
 from onnxsurgeon.verify.accumulate import (
@@ -72,6 +72,8 @@ class ConversionReport:
         checked: whether the numeric check ran.
         rtol / atol: tolerances used.
         notes: things the caller should know (e.g. why the name map is partial).
+        fused: framework names whose value exists nowhere in the ONNX model (the converter fused
+            the op into another one) -> ``{"op", "node", "use"}``; these are in no name map.
     """
 
     path: Path
@@ -88,6 +90,7 @@ class ConversionReport:
     rtol: float = RTOL
     atol: float = ATOL
     notes: tuple[str, ...] = ()
+    fused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------ running onnx
@@ -198,6 +201,10 @@ class ValueIndex:
                 found.append(name)
         return found
 
+    def absent(self, ref: np.ndarray) -> bool:
+        """True when ``ref`` can identify a tensor and no tensor here holds its value."""
+        return _informative(np.asarray(ref)) and not self.matches(ref)
+
     def same(self, name: str, ref: np.ndarray) -> bool:
         v = self.values.get(name)
         return v is not None and np.shape(v) == np.shape(ref) and _close(np.asarray(v), np.asarray(ref))
@@ -293,15 +300,21 @@ def write_conversion_metadata(
     exporter: str,
     name_map: Mapping[str, str],
     check: Mapping[str, Any],
+    fused: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
-    """Record the source framework, exporter, name map and check result. Mutates model."""
-    set_metadata(model, {
+    """Record the source framework, exporter, name map, fused names (when there are any) and
+    check result. Mutates model."""
+    entries = {
         FRAMEWORK_KEY: framework,
         FRAMEWORK_VERSION_KEY: framework_version,
         EXPORTER_KEY: exporter,
         NAME_MAP_KEY: json.dumps(dict(name_map), sort_keys=True, separators=(",", ":")),
         CHECK_KEY: json.dumps(dict(check), sort_keys=True, separators=(",", ":")),
-    })
+    }
+    if fused:
+        entries[FUSED_KEY] = json.dumps({k: dict(v) for k, v in fused.items()}, sort_keys=True,
+                                        separators=(",", ":"))
+    set_metadata(model, entries)
 
 
 def finish(
@@ -318,11 +331,12 @@ def finish(
     rtol: float,
     atol: float,
     notes: Sequence[str] = (),
+    fused: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ConversionReport:
     """Write metadata, save atomically, build the report."""
     write_conversion_metadata(
         model, framework=framework, framework_version=framework_version, exporter=exporter,
-        name_map=name_map,
+        name_map=name_map, fused=fused,
         check={"checked": checked, "max_abs_diff": None if np.isnan(max_abs) else max_abs,
                "rtol": rtol, "atol": atol},
     )
@@ -335,7 +349,7 @@ def finish(
         inputs=tuple(i.name for i in model.graph.input),
         outputs=tuple(o.name for o in model.graph.output),
         name_map=dict(name_map), max_abs_diff=max_abs, max_excess=excess, checked=checked,
-        rtol=rtol, atol=atol, notes=tuple(notes),
+        rtol=rtol, atol=atol, notes=tuple(notes), fused=dict(fused or {}),
     )
 
 

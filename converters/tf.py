@@ -9,8 +9,10 @@ Names: tf2onnx keeps TF op names but lays convolutions out as NCHW, so an ONNX t
 evaluated and matched by value: a TF name then denotes the tensor with TensorFlow's value (NHWC) —
 the ONNX tensor of that name is renamed when it differs, the matching tensor takes the TF name when
 it has an internal one, and the name map (``metadata_props['onnxsurgeon.name_map']``) records the
-rest, including fused ops (``Conv2D:0`` -> the fused ``Conv`` result) and Keras layer names
-(``conv5`` -> the layer's output tensor).
+rest, including Keras layer names (``conv5`` -> the layer's output tensor). Every entry holds the
+TF value. A TF tensor whose value no ONNX tensor holds (``Conv2D:0`` when tf2onnx fused the bias
+add into the ``Conv``) is in no name map; ``metadata_props['onnxsurgeon.fused_names']`` lists it
+with the ONNX node that absorbed it and the TF tensor to use instead (``BiasAdd:0``).
 """
 
 from __future__ import annotations
@@ -210,15 +212,16 @@ def _keras_layer_map(model: Any, arrays: Sequence[np.ndarray], onnx_values: Mapp
 
 
 def _tf_name_map(fr: Frozen, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-                 arrays: Sequence[np.ndarray]) -> dict[str, str]:
-    """Align TF names with TF values and build the name map (see the module docstring).
-    Mutates model (renames tensors). O(tensors) framework and onnxruntime evaluations."""
+                 arrays: Sequence[np.ndarray]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Align TF names with TF values and build the name map and the fused names (see the module
+    docstring). Mutates model (renames tensors). O(tensors) framework and onnxruntime
+    evaluations."""
     const = _constant_ops(fr.graph_def)
     tf_vals = {k: v for k, v in _tf_values(fr.graph_def, fr.inputs, arrays).items()
                if k.rsplit(":", 1)[0] not in const}
     for n in fr.outputs:   # graph outputs were renamed by tf2onnx
         tf_vals.pop(n, None)
-    onnx_vals = run_all_tensors(model, feeds)
+    onnx_vals = {**run_all_tensors(model, feeds), **feeds}
     order = {o: i for i, node in enumerate(model.graph.node) for o in node.output}
 
     def prefer(fw: str, cand: str) -> tuple[int, int]:
@@ -228,26 +231,7 @@ def _tf_name_map(fr: Frozen, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
     for tf_name, onnx_name in fr.rename.items():
         if tf_name != onnx_name:
             name_map[tf_name] = onnx_name
-    onnx_tensors = {o for node in model.graph.node for o in node.output} | {
-        i.name for i in model.graph.input}
-    # fused / dropped ops: follow single-consumer chains to a resolved tensor
-    cons = _consumers(fr.graph_def)
-    resolved = lambda n: name_map.get(n) or (n if n in onnx_tensors else None)  # noqa: E731
-    for node in reversed(fr.graph_def.node):
-        if node.op in _SKIP_OPS:
-            continue
-        t = node.name + ":0"
-        if resolved(t) or t not in tf_vals:
-            continue
-        nxt = t
-        for _ in range(8):
-            users = cons.get(nxt, [])
-            if len(users) != 1:
-                break
-            nxt = users[0]
-            if resolved(nxt):
-                name_map[t] = resolved(nxt)  # type: ignore[assignment]
-                break
+    fused = _fused_tf_names(fr, model, name_map, tf_vals, onnx_vals)
     for k, v in _constant_map(fr.graph_def, model, const).items():
         name_map.setdefault(k, v)
     if fr.keras_model is not None:
@@ -255,7 +239,54 @@ def _tf_name_map(fr: Frozen, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
         order = {o: i for i, node in enumerate(model.graph.node) for o in node.output}
         for k, v in _keras_layer_map(fr.keras_model, arrays, final_vals, order).items():
             name_map.setdefault(k, v)
-    return name_map
+    return name_map, fused
+
+
+def _fused_tf_names(fr: Frozen, model: onnx.ModelProto, name_map: Mapping[str, str],
+                    tf_vals: Mapping[str, np.ndarray], onnx_vals: Mapping[str, np.ndarray],
+                    ) -> dict[str, dict[str, str]]:
+    """TF tensors whose value no ONNX tensor holds (tf2onnx fused ``Conv2D`` + ``BiasAdd`` into one
+    ``Conv``, ``MatMul`` + ``BiasAdd`` into ``Gemm``) -> ``{"op", "node", "use"}``: the ONNX node
+    that absorbed the op (named after a TF op downstream, or the producer of the first downstream
+    tensor that exists) and the TF name of that tensor. Tensors whose value cannot identify them
+    (constants, size < 2) get no entry: absence cannot be proven. O(tensors x 8)."""
+    from .common import ValueIndex
+
+    vindex = ValueIndex(onnx_vals)
+    nodes = {node.name: node for node in model.graph.node}
+    producer = {o: node for node in model.graph.node for o in node.output}
+    onnx_tensors = set(producer) | {i.name for i in model.graph.input}
+    cons = _consumers(fr.graph_def)
+
+    def resolved(n: str) -> str | None:
+        return name_map.get(n) or (n if n in onnx_tensors else None)
+
+    fused: dict[str, dict[str, str]] = {}
+    for node in fr.graph_def.node:
+        if node.op in _SKIP_OPS:
+            continue
+        t = node.name + ":0"
+        if resolved(t) or t not in tf_vals or not vindex.absent(tf_vals[t]):
+            continue
+        into: onnx.NodeProto | None = None
+        use = ""
+        nxt = t
+        for _ in range(8):
+            users = cons.get(nxt, [])
+            if len(users) != 1:
+                break
+            nxt = users[0]
+            into = into or nodes.get(nxt.rsplit(":", 1)[0])
+            target = resolved(nxt)
+            if target:
+                use = nxt
+                into = into or producer.get(target)
+                break
+        entry = {"use": use} if use else {}
+        if into is not None:
+            entry.update(op=into.op_type, node=into.name)
+        fused[t] = entry
+    return fused
 
 
 def convert_frozen(fr: Frozen, path: str | os.PathLike[str], *, opset: int | None, check: bool,
@@ -280,8 +311,9 @@ def convert_frozen(fr: Frozen, path: str | os.PathLike[str], *, opset: int | Non
         max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
         check_or_raise("TF -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
     notes: list[str] = []
+    fused: dict[str, dict[str, str]] = {}
     try:
-        name_map = _tf_name_map(fr, model, feeds, arrays)
+        name_map, fused = _tf_name_map(fr, model, feeds, arrays)
     except Exception as exc:  # noqa: BLE001 - the map is best effort; the model stays valid
         name_map = {k: v for k, v in fr.rename.items() if k != v}
         notes.append(f"name map limited to inputs/outputs: {type(exc).__name__}: {exc}"[:300])
@@ -289,6 +321,7 @@ def convert_frozen(fr: Frozen, path: str | os.PathLike[str], *, opset: int | Non
         model, path, framework="tensorflow", framework_version=tf.__version__,
         exporter=f"tf2onnx {tf2onnx.__version__}", name_map=dict(sorted(name_map.items())),
         max_abs=max_abs, excess=excess, checked=check, rtol=rtol, atol=atol, notes=notes,
+        fused=fused,
     )
 
 

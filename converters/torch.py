@@ -5,7 +5,9 @@ forward returns one tensor, the ONNX tensor holding that output (``conv5`` -> ``
 ``layer4.1`` -> ``/layer4/layer4.1/relu_1/Relu_output_0``). It is found by value: the module's
 output captured with a forward hook on the example inputs is matched against every ONNX tensor,
 preferring tensors the exporter attributes to that module. Modules the exporter dropped (Dropout,
-Identity) map to the tensor carrying their value.
+Identity) map to the tensor carrying their value. A module whose value no ONNX tensor holds (a
+``conv`` the exporter fused with the batch norm after it) is in no name map;
+``metadata_props['onnxsurgeon.fused_names']`` lists it with the module to use instead.
 """
 
 from __future__ import annotations
@@ -265,26 +267,36 @@ def from_torch(
         max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
         check_or_raise("PyTorch -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
     notes: list[str] = []
+    fused: dict[str, dict[str, str]] = {}
     try:
-        name_map = module_name_map(model, values, run_all_tensors(model, feeds))
-        _map_fused(name_map, values, readers)
+        onnx_values = {**run_all_tensors(model, feeds), **feeds}
+        name_map = module_name_map(model, values, onnx_values)
+        fused = _fused_modules(model, name_map, values, readers, onnx_values)
     except Exception as exc:  # noqa: BLE001 - the map is best effort; selectors still use metadata
         name_map = {}
         notes.append(f"no name map: {type(exc).__name__}: {exc}"[:300])
     return finish(
         model, path, framework="pytorch", framework_version=torch.__version__.split("+")[0],
         exporter=f"torch.onnx {exporter}", name_map=name_map, max_abs=max_abs, excess=excess,
-        checked=check, rtol=rtol, atol=atol, notes=notes,
+        checked=check, rtol=rtol, atol=atol, notes=notes, fused=fused,
     )
 
 
-def _map_fused(name_map: dict[str, str], values: Mapping[str, np.ndarray],
-               readers: Mapping[str, list[str]]) -> None:
-    """Modules whose output exists nowhere in ONNX (``conv`` fused with the ``bn`` after it) map
-    to the tensor of the single module reading it, following up to 8 such steps. Mutates map."""
-    for path in values:
-        if path in name_map:
+def _fused_modules(model: onnx.ModelProto, name_map: Mapping[str, str],
+                   values: Mapping[str, np.ndarray], readers: Mapping[str, list[str]],
+                   onnx_values: Mapping[str, np.ndarray]) -> dict[str, dict[str, str]]:
+    """Modules whose output value no ONNX tensor holds (``conv`` fused with the ``bn`` after it)
+    -> ``{"op", "node", "use"}``: the first module downstream (single readers, up to 8 steps)
+    whose output exists, as ``use``, and the ONNX node making it. Such modules are in no name
+    map: no tensor carries their value. Outputs that cannot identify a tensor (constant,
+    size < 2) get no entry. O(modules x 8)."""
+    vindex = ValueIndex(onnx_values)
+    producer = {o: node for node in model.graph.node for o in node.output}
+    fused: dict[str, dict[str, str]] = {}
+    for path, value in values.items():
+        if path in name_map or not vindex.absent(value):
             continue
+        entry: dict[str, str] = {}
         nxt = path
         for _ in range(8):
             users = [u for u in readers.get(nxt, []) if not u.startswith(nxt + ".")]
@@ -292,11 +304,14 @@ def _map_fused(name_map: dict[str, str], values: Mapping[str, np.ndarray],
             if len(outer) != 1:
                 break
             nxt = outer[0]
-            if nxt in name_map:
-                name_map[path] = name_map[nxt]
+            target = name_map.get(nxt) or (nxt if nxt in producer else None)
+            if target:
+                entry["use"] = nxt
+                if target in producer:
+                    entry.update(op=producer[target].op_type, node=producer[target].name)
                 break
-    for key in sorted(name_map):
-        name_map[key] = name_map.pop(key)
+        fused[path] = entry
+    return dict(sorted(fused.items()))
 
 
 class _Wrap(torch.nn.Module):

@@ -63,6 +63,7 @@ def convert_payload(report: Any, *, source: str) -> dict[str, Any]:
         "exporter": report.exporter, "source": source, "output": str(report.path),
         "opset": int(report.opset), "inputs": list(report.inputs), "outputs": list(report.outputs),
         "name_map": dict(report.name_map),
+        "fused": {k: dict(v) for k, v in getattr(report, "fused", {}).items()},
         "check": {"checked": bool(report.checked), "max_abs_diff": _finite(report.max_abs_diff),
                   "max_excess": excess, "rtol": report.rtol, "atol": report.atol,
                   "ok": bool(report.checked) and excess is not None and excess <= 0},
@@ -81,6 +82,10 @@ def convert_summary(report: Any) -> str:
              f"  check   {check}",
              f"  name map {len(report.name_map)} framework names (onnxsurgeon inspect "
              f"{report.path} --tensors lists them)"]
+    fused = getattr(report, "fused", {})
+    if fused:
+        lines.append(f"  fused   {len(fused)} framework names have no ONNX tensor (their op was "
+                     f"fused into another; onnxsurgeon inspect {report.path} lists them)")
     lines += [f"  note: {n}" for n in report.notes]
     return "\n".join(lines)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import onnx
@@ -12,7 +12,7 @@ import onnx
 from .external import is_external
 from .index import iter_graphs
 from .io import Model, as_model
-from .select import name_map
+from .select import FUSED_KEY, NAME_MAP_KEY, fused_names, name_map
 from .types import dtype_name
 
 
@@ -44,6 +44,7 @@ class Inspection:
     framework: dict[str, Any]
     name_map: dict[str, str]
     warnings: list[str]
+    fused: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +78,14 @@ class Inspection:
                          + (f", the first {len(shown)}" if len(shown) < len(self.name_map) else ""))
             for k, v in shown:
                 lines.append(f"  {k} -> {v}")
+        if self.fused:
+            lines.append(f"fused away    {len(self.fused)} framework names have no ONNX tensor "
+                         "(the converter fused their op into another)")
+            for k, entry in list(self.fused.items())[:max_names]:
+                into = (f"fused into {entry['op']} '{entry['node']}'" if entry.get("node")
+                        else "fused")
+                use = f"; use '{entry['use']}'" if entry.get("use") else ""
+                lines.append(f"  {k}: {into}{use}")
         for w in self.warnings:
             lines.append(f"warning: {w}")
         lines.append("(--nodes and --tensors list every node and tensor with its framework "
@@ -160,7 +169,8 @@ def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
     framework = {
         p.key.removeprefix("onnxsurgeon."): _json_or_text(p.value)
         for p in proto.metadata_props
-        if p.key.startswith("onnxsurgeon.") and p.key not in ("onnxsurgeon.name_map", "onnxsurgeon.rewrites")
+        if p.key.startswith("onnxsurgeon.")
+        and p.key not in (NAME_MAP_KEY, FUSED_KEY, "onnxsurgeon.rewrites")
     }
     producer = f"{proto.producer_name} {proto.producer_version}".strip()
     return Inspection(
@@ -179,6 +189,7 @@ def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
         framework=framework,
         name_map=name_map(proto),
         warnings=list(m.warnings),
+        fused=fused_names(proto),
     )
 
 

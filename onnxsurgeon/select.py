@@ -8,7 +8,10 @@ Resolution order (first hit wins):
 5. a PyTorch module path (``conv5``, ``transformer.h.0.mlp``) from exporter metadata
    (``pkg.torch.onnx.name_scopes`` with dynamo, ``/conv5/Conv`` node names with TorchScript),
    meaning the tensor the module hands to the rest of the network.
-Absence or ambiguity raises an error listing the closest existing names.
+Absence or ambiguity raises an error listing the closest existing names. A framework name whose
+value the converter fused away (``Conv2D:0`` folded into the ``Conv`` that also adds the bias) is
+in no name map: it is listed under ``metadata_props['onnxsurgeon.fused_names']`` and resolving it
+raises an error saying so and naming the framework tensor to use instead.
 """
 
 from __future__ import annotations
@@ -32,17 +35,34 @@ NAME_MAP_KEY = "onnxsurgeon.name_map"
 """metadata_props key holding the converters' JSON map framework name -> ONNX tensor name."""
 
 
-def name_map(model: onnx.ModelProto) -> dict[str, str]:
-    """The framework-name map written by converters (empty when absent or unreadable)."""
+FUSED_KEY = "onnxsurgeon.fused_names"
+"""metadata_props key holding the converters' JSON map framework name -> ``{"op", "node", "use"}``
+for framework tensors whose value exists nowhere in the ONNX model (fused into ``node``, an ``op``;
+``use`` is the framework name of the nearest tensor that does exist)."""
+
+
+def _metadata_object(model: onnx.ModelProto, key: str) -> dict[Any, Any]:
+    """The JSON object stored under ``metadata_props[key]`` ({} when absent or unreadable)."""
     for prop in model.metadata_props:
-        if prop.key == NAME_MAP_KEY:
+        if prop.key == key:
             try:
                 data = json.loads(prop.value)
             except ValueError:
                 return {}
-            if isinstance(data, dict):
-                return {str(k): str(v) for k, v in data.items() if isinstance(v, str)}
+            return data if isinstance(data, dict) else {}
     return {}
+
+
+def fused_names(model: onnx.ModelProto) -> dict[str, dict[str, str]]:
+    """The framework names a converter fused away (empty when absent or unreadable)."""
+    return {str(k): {str(a): str(b) for a, b in v.items()}
+            for k, v in _metadata_object(model, FUSED_KEY).items() if isinstance(v, dict)}
+
+
+def name_map(model: onnx.ModelProto) -> dict[str, str]:
+    """The framework-name map written by converters (empty when absent or unreadable)."""
+    return {str(k): str(v) for k, v in _metadata_object(model, NAME_MAP_KEY).items()
+            if isinstance(v, str)}
 
 
 def _set_name_map(model: onnx.ModelProto, mapping: dict[str, str]) -> None:
@@ -122,12 +142,39 @@ class Selector:
         self._map: dict[str, str] | None = None
         self._modules: dict[str, list[int]] | None = None
         self._const_shape: tuple[set[str], set[str]] | None = None
+        self._fused: dict[str, dict[str, str]] | None = None
 
     @property
     def framework_map(self) -> dict[str, str]:
         if self._map is None:
             self._map = name_map(self.index.model)
         return self._map
+
+    @property
+    def fused(self) -> dict[str, dict[str, str]]:
+        """Framework names the converter fused away (see :data:`FUSED_KEY`)."""
+        if self._fused is None:
+            self._fused = fused_names(self.index.model)
+        return self._fused
+
+    def fused_error(self, name: str) -> str | None:
+        """Why framework tensor ``name`` has no ONNX tensor, when the converter fused it away."""
+        fused = self.fused
+        key = next((k for k in (name, name + ":0", name[:-2] if name.endswith(":0") else None)
+                    if k and k in fused), None)
+        if key is None:
+            return None
+        entry = fused[key]
+        node, op = entry.get("node", ""), entry.get("op", "")
+        where = (f"into {op} '{node}' " if node in self.index.node_names
+                 else "into another op ")
+        text = (f"'{key}' was fused {where}by the converter; its value does not exist in the "
+                "ONNX model")
+        use = entry.get("use", "")
+        if use and self._direct(use) is None:
+            use = ""
+        return text + (f"; use '{use}'" if use else "; pick a tensor that exists "
+                       "(onnxsurgeon inspect MODEL --tensors)")
 
     def _module_nodes(self) -> dict[str, list[int]]:
         """Module path -> node indexes in that module or below it. O(nodes x depth)."""
@@ -209,8 +256,8 @@ class Selector:
             self._const_shape = (const, shape)
         return self._const_shape
 
-    def resolve(self, name: str) -> str:
-        """The ONNX tensor name for the user-given ``name`` (see the module docstring)."""
+    def _direct(self, name: str) -> str | None:
+        """Steps 1 and 2 of the resolution order: the exact tensor or a name-map entry."""
         index = self.index
         if index.is_tensor(name):
             return name
@@ -218,6 +265,15 @@ class Selector:
         for key in (name, name + ":0", name[:-2] if name.endswith(":0") else None):
             if key and key in fmap and index.is_tensor(fmap[key]):
                 return fmap[key]
+        return None
+
+    def resolve(self, name: str) -> str:
+        """The ONNX tensor name for the user-given ``name`` (see the module docstring)."""
+        direct = self._direct(name)
+        if direct is not None:
+            return direct
+        index = self.index
+        fmap = self.framework_map
         calls = [k for k in fmap if k.startswith(name + CALL_SEP)
                  and k[len(name) + 1:].isdigit() and index.is_tensor(fmap[k])]
         if calls:
@@ -229,6 +285,9 @@ class Selector:
             return name[:-2]
         if not name.endswith(":0") and index.is_tensor(name + ":0"):
             return name + ":0"
+        fused = self.fused_error(name)
+        if fused is not None:
+            raise NotFoundError(fused)
         node_name = name.rsplit(":", 1)[0] if name.rsplit(":", 1)[-1].isdigit() else name
         if node_name in index.node_names:
             node = index.graph.node[index.node_names[node_name]]
@@ -252,6 +311,34 @@ class Selector:
                 "name one of them"
             )
         raise NotFoundError(f"tensor '{name}' not found; {self._suggest(name)}")
+
+    def resolve_node(self, name: str) -> int:
+        """The main-graph node ``name`` means: the node of that name, else the producer of the
+        tensor ``name`` selects (name map, TF ``:0``, torch module path). O(1) for a node name.
+
+        Raises:
+            NotFoundError: neither (a did-you-mean over node names), or a fused framework name.
+            AmbiguousNameError: the tensor selector is ambiguous.
+        """
+        index = self.index
+        i = index.node_names.get(name)
+        if i is not None:
+            return i
+        tensor: str | None = None
+        try:
+            tensor = self.resolve(name)
+        except NotFoundError:
+            fused = self.fused_error(name)
+            if fused is not None:
+                raise NotFoundError(fused) from None
+        producer = index.producer.get(tensor) if tensor is not None else None
+        if producer is not None:
+            return producer
+        close = difflib.get_close_matches(name, list(index.node_names), n=3, cutoff=0.5)
+        hint = ("did you mean " + ", ".join(f"'{c}'" for c in close) + "?") if close else \
+            "run 'onnxsurgeon inspect MODEL --nodes' to list node names"
+        made = f" (tensor '{tensor}' is a graph input or initializer)" if tensor else ""
+        raise NotFoundError(f"node '{name}' not found in the main graph{made}; {hint}")
 
     def resolve_many(self, names: Iterable[str]) -> list[str]:
         return [self.resolve(n) for n in names]

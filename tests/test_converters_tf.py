@@ -75,13 +75,88 @@ def test_tf_names_denote_tensorflow_values_nhwc_and_fused(seed_onnx, seed_sessio
     for r, w in zip(resolved, want, strict=True):
         assert got[r].shape == w.shape
         assert_close(got[r], w)
-    fused = sel.resolve("network/layer_conv5/Conv2D:0")
-    assert fused == sel.resolve("network/layer_conv5/BiasAdd:0")
+    with pytest.raises(NotFoundError) as fused:   # tf2onnx added the bias inside the Conv
+        sel.resolve("network/layer_conv5/Conv2D:0")
+    assert str(fused.value) == (
+        "'network/layer_conv5/Conv2D:0' was fused into Conv 'network/layer_conv5/BiasAdd' by the "
+        "converter; its value does not exist in the ONNX model; use 'network/layer_conv5/BiasAdd:0'")
     kernel = sel.resolve("network/fc1/kernel:0")
     init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     np.testing.assert_array_equal(init[kernel], sm._rng_weights(0)["fc_kernel"])
     with pytest.raises(NotFoundError, match="layer_conv5"):
         sel.resolve("network/layer_conv6/Relu:0")
+
+
+def _onnx_values(model, feeds, names):
+    """Each of ``names`` in ``model`` on ``feeds``: initializers by value, the rest by running."""
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    ran = run(model, feeds, extra=[n for n in names if n not in init and n not in feeds])
+    return {n: init[n] if n in init else feeds[n] if n in feeds else ran[n] for n in names}
+
+
+def _assert_map_true_by_value(model, feeds, framework_value):
+    """Every name-map entry holds the framework's value on ``feeds``; every fused name's value is
+    held by no tensor of the model (checked against every node output and input)."""
+    from onnxsurgeon.converters.common import ValueIndex, run_all_tensors
+
+    from onnxsurgeon.select import fused_names, name_map
+
+    mapping = name_map(model)
+    assert mapping
+    got = _onnx_values(model, feeds, sorted(set(mapping.values())))
+    for fw, tensor in mapping.items():
+        want = framework_value(fw)
+        assert got[tensor].shape == want.shape, (fw, tensor)
+        assert_close(got[tensor], want)
+    everything = ValueIndex({**run_all_tensors(model, feeds), **feeds})
+    for fw in fused_names(model):
+        assert everything.absent(framework_value(fw)), fw
+    return mapping, fused_names(model)
+
+
+def test_committed_tf1_seed_name_map_is_true_by_value(seed_session):
+    """On another input than the conversion used: each TF name of the committed model's map
+    holds what TF computes for it; 'Conv2D:0' (bias added inside the ONNX Conv) is in no map
+    but listed as fused, and its value is nowhere in the model."""
+    from pathlib import Path
+
+    model = onnx.load(Path(__file__).resolve().parent.parent / "models" / "tf1_seed.onnx")
+    x = images((3, 8, 8, 3), seed=21)
+    variables = {v.name: v for v in seed_session.graph.get_collection("variables")}
+
+    def value(name):   # a variable's name means its value, not its resource handle
+        return np.asarray(_tf_run(seed_session, variables.get(name, name), x))
+
+    mapping, fused = _assert_map_true_by_value(model, {"input": x}, value)
+    assert "network/fc1/kernel:0" in mapping
+    assert fused == {"network/layer_conv5/Conv2D:0": {
+        "node": "network/layer_conv5/BiasAdd", "op": "Conv", "use": "network/layer_conv5/BiasAdd:0"}}
+
+
+def test_committed_keras_name_map_is_true_by_value():
+    """Keras layer names and the TF tensor names of the frozen Keras graph, by value."""
+    from pathlib import Path
+
+    from onnxsurgeon.converters.tf_sources import normalize
+
+    model = onnx.load(Path(__file__).resolve().parent.parent / "models" / "keras_cnn.onnx")
+    km = sm.keras_cnn(seed=0)
+    fr = normalize(km, None, None)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.import_graph_def(fr.graph_def, name="")
+    x = images((2, 8, 8, 3), seed=22)
+    names = [layer.name for layer in km.layers if not isinstance(layer, keras.layers.InputLayer)]
+    layers = dict(zip(names, _keras_layer_values(km, x, names), strict=True))
+    with tf.compat.v1.Session(graph=graph) as sess:
+        def value(name):
+            if name in layers:
+                return layers[name]
+            return np.asarray(sess.run(name, {fr.inputs[0]: x}))
+
+        mapping, fused = _assert_map_true_by_value(model, {"image": x}, value)
+    assert {"conv5", "conv6", "relu6", "gap"} <= set(mapping)
+    assert set(fused) == {"keras_cnn_1/conv5_1/convolution:0", "keras_cnn_1/conv6_1/convolution:0"}
 
 
 def test_frozen_pb_file_and_frozen_graph(seed_session, tmp_path):

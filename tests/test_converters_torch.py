@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import onnx
@@ -19,11 +20,12 @@ from onnxsurgeon.converters import (  # noqa: E402
     load_factory,
 )
 from onnxsurgeon.converters import seed_models as sm  # noqa: E402
-from onnxsurgeon.converters.common import NAME_MAP_KEY  # noqa: E402
+from onnxsurgeon.converters.common import NAME_MAP_KEY, ValueIndex, run_all_tensors  # noqa: E402
 
 from onnxsurgeon.errors import NotFoundError, UsageError  # noqa: E402
 from onnxsurgeon.index import GraphIndex  # noqa: E402
 from onnxsurgeon.select import Selector  # noqa: E402
+from onnxsurgeon.select import fused_names as metadata_fused  # noqa: E402
 
 pytestmark = pytest.mark.torch
 EXPORTERS = ["dynamo", "torchscript"]
@@ -104,12 +106,22 @@ def test_nested_module_paths_and_dropped_modules(exporter, tmp_path):
     model = onnx.load(report.path)
     paths = ["stem", "layer4", "layer4.0", "layer4.1", "layer4.1.conv1", "layer4.1.bn", "drop", "fc"]
     sel = Selector(GraphIndex(model))
-    resolved = {p: sel.resolve(p) for p in paths}
+    fused = set(metadata_fused(model))
+    # the conv folded into a batch norm with real statistics (layer4.0.bn is near identity: its
+    # conv's value survives within tolerance and stays mapped)
+    assert fused == {"layer4.1.conv1"}
+    for p in fused:
+        with pytest.raises(NotFoundError, match=(
+                rf"^'{re.escape(p)}' was fused into Conv '[^']+' by the converter; its value does "
+                rf"not exist in the ONNX model; use '{re.escape(p[:-5])}bn'$")):
+            sel.resolve(p)
+    resolved = {p: sel.resolve(p) for p in paths if p not in fused}
     got = run(model, {"x": x.numpy()}, extra=list(resolved.values()))
     want = _hook_values(module, x, paths)
-    for p in paths:
-        if p == "layer4.1.conv1" and resolved[p] == resolved["layer4.1.bn"]:
-            continue  # conv fused with its batch norm: the map names the fused result
+    everything = ValueIndex({**run_all_tensors(model, {"x": x.numpy()}), "x": x.numpy()})
+    for p in fused:
+        assert everything.absent(want[p]), p      # no tensor holds the conv's own output
+    for p in resolved:
         assert got[resolved[p]].shape == want[p].shape, p
         assert_close(got[resolved[p]], want[p])
     assert resolved["layer4"] == resolved["layer4.1"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
@@ -44,3 +46,34 @@ def test_readme_api_tour_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "api_twin.onnx").is_file() and (tmp_path / "api_l2.onnx").is_file()
+
+
+def _framework_block() -> str:
+    blocks = [b for b in _blocks("bash") if "onnxsurgeon convert torch" in b]
+    assert len(blocks) == 1, "the README's 'From a framework' block moved or was split"
+    return blocks[0]
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+@pytest.mark.torch
+def test_readme_framework_block_runs(tmp_path):
+    """Converts, splices a torch function in and checks against both frameworks, as printed
+    (``onnxsurgeon`` and ``python`` are this interpreter; /tmp/ moved into tmp_path)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tf2onnx")
+    block = _framework_block().replace("/tmp/", f"{tmp_path}/")
+    script = (f'onnxsurgeon() {{ "{sys.executable}" -m onnxsurgeon "$@"; }}\n'
+              f'python() {{ "{sys.executable}" "$@"; }}\nset -e\n{block}')
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    assert "converted pytorch" in out and f"-> {tmp_path}/net.onnx" in out
+    assert (f"inserted at conv5: conv2d/normalize (rerouted 1 consumers) -> "
+            f"{tmp_path}/net_l2.onnx") in out
+    assert out.count("ok: 3/3 pairs agree") == 1      # insert --verify
+    assert out.count("ok: 1/1 pairs agree") == 2      # --against-torch, --against-tf
+    assert "converted tensorflow" in out and f"-> {tmp_path}/tfnet.onnx" in out
+    for name in ("net.onnx", "net_l2.onnx", "mynet.keras", "tfnet.onnx"):
+        assert (tmp_path / name).exists(), name

@@ -36,9 +36,9 @@ def _json_commands() -> dict[str, argparse.ArgumentParser]:
     return found
 
 
-PENDING = {"apply", "recipe"}
-"""Commands whose --json has no schema yet (issue 12's recipe document and fleet lines); the test
-fails once one of them gets a schema, so that this list only shrinks."""
+PENDING: set[str] = set()
+"""Commands whose --json has no schema yet; the test fails once one of them gets a schema, so
+that this list only shrinks."""
 
 
 def test_every_json_command_has_a_valid_versioned_schema():
@@ -147,3 +147,70 @@ def test_convert_torch_json_fits_its_schema(tmp_path, capsys):
                           "--input", "x:2x4", "--exporter", "torchscript", "--json")
     assert code == 0 and data["framework"] == "pytorch" and data["check"]["ok"] is True
     assert data["inputs"] == ["x"] and data["output"] == str(tmp_path / "n.onnx")
+
+
+RECIPE = ROOT / "examples" / "seed_recipe.yaml"
+SEED = ROOT / "models" / "seed_cnn.onnx"
+
+
+def test_apply_and_recipe_fit_their_schemas_and_the_printed_recipe_applies(tmp_path, capsys):
+    out = tmp_path / "r.onnx"
+    code, data = run_json(capsys, "apply", RECIPE, SEED, "-o", out, "--json")
+    assert code == 0 and data["schema"] == "onnxsurgeon.apply/1" and data["output"] == str(out)
+    assert [s["verb"] for s in data["steps"]] == [
+        "copy", "reroute", "insert", "verify", "extract", "verify"]
+    assert data["plan"] is False and data["verify"]["ok"] is True
+    assert [c["step"] for c in data["verify"]["checkpoints"]] == [4, 6]
+    code, planned = run_json(capsys, "apply", RECIPE, SEED, "-o", tmp_path / "p.onnx", "--plan",
+                             "--json")
+    assert code == 0 and planned["plan"] is True and planned["output"] is None
+    assert planned["steps"][0]["plan"]["nodes"]["added"] > 0
+    assert not (tmp_path / "p.onnx").exists()
+    code, recipe = run_json(capsys, "recipe", out, "--json")
+    assert code == 0 and recipe["schema"] == "onnxsurgeon.recipe/1"
+    assert recipe["model"] == str(out) and recipe["onnxsurgeon"] == 1
+    assert [next(iter(s)) for s in recipe["steps"]] == ["copy", "reroute", "insert", "extract"]
+    printed = tmp_path / "replay.json"
+    printed.write_text(json.dumps(recipe))
+    replayed = tmp_path / "replayed.onnx"
+    assert cli.main(["apply", str(printed), str(SEED), "-o", str(replayed)]) == 0
+    capsys.readouterr()
+    import onnx
+
+    assert onnx.load(replayed).graph == onnx.load(out).graph
+
+
+def test_apply_fleet_lines_fit_the_apply_schema(tmp_path, capsys):
+    """One JSON line per model: an ok one and a failed one (in tf1_seed, tf2onnx fused the
+    recipe's 'Conv2D:0' into the Conv that adds the bias)."""
+    import shutil
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shutil.copy(SEED, tmp_path / "a" / "seed_cnn.onnx")
+    shutil.copy(ROOT / "models" / "tf1_seed.onnx", tmp_path / "b" / "tf1_seed.onnx")
+    code = cli.main(["apply", str(RECIPE), str(tmp_path / "a" / "seed_cnn.onnx"),
+                     str(tmp_path / "b" / "tf1_seed.onnx"), "-o", f"{tmp_path}/fleet/", "--json"])
+    captured = capsys.readouterr()
+    assert code == 1 and captured.err == ""
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    for line in lines:
+        validate("apply", line)
+    by_status = {line["status"]: line for line in lines}
+    assert set(by_status) == {"ok", "failed"}
+    assert by_status["ok"]["output"] == f"{tmp_path}/fleet/seed_cnn.onnx"
+    assert by_status["failed"]["output"] is None
+    assert by_status["failed"]["error"].endswith(
+        "step 2 (reroute), key 'to': 'network/layer_conv5/Conv2D:0' was fused into Conv "
+        "'network/layer_conv5/BiasAdd' by the converter; its value does not exist in the ONNX "
+        "model; use 'network/layer_conv5/BiasAdd:0'")
+    with pytest.raises(jsonschema.ValidationError):   # a failed line must say why
+        validate("apply", {k: v for k, v in by_status["failed"].items() if k != "error"})
+
+
+def test_the_schemas_name_every_recipe_verb():
+    from onnxsurgeon.recipe import STEPS
+
+    apply_verbs = load_schema("apply")["properties"]["steps"]["items"]["properties"]["verb"]["enum"]
+    recipe_verbs = load_schema("recipe")["properties"]["steps"]["items"]["propertyNames"]["enum"]
+    assert apply_verbs == recipe_verbs == list(STEPS)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SurgeryError, UsageError
+from ..schema import stamp
 from .apply import ApplyResult, apply_recipe
 from .format import Recipe, load_recipe
 from .spec import StepContext
@@ -208,8 +209,9 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
                        isolation=options, progress=progress, force=args.force,
                        done=after.append)
     if args.json:
-        data = {"model": source, "output": None if args.plan or not result.ok else args.output,
-                **result.to_json()}
+        data = stamp("apply", {"model": source,
+                               "output": None if args.plan or not result.ok else args.output,
+                               **result.to_json()})
         _out(json.dumps(data, indent=2))
     else:
         _print_text(result, args.output, args.plan)
@@ -247,7 +249,10 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 
     model = _load(args.model)
     recipe = recipe_from_log(records(model.proto), source=args.model)
-    _out(json.dumps(recipe.to_data(), indent=2, sort_keys=True) if args.json else to_yaml(recipe))
+    if args.json:   # a stamped document that is itself a recipe (parse_recipe skips the stamp)
+        _out(json.dumps(stamp("recipe", {"model": args.model, **recipe.to_data()}), indent=2))
+    else:
+        _out(to_yaml(recipe))
     return EXIT_OK
 
 

@@ -104,6 +104,7 @@ def run_fleet(recipe: str, sources: Sequence[str], outdir: str, *, jobs: int = 1
     """The fleet command: run, print one JSON line per model (``as_json``) or a progress bar
     and a summary table; 0 when every model succeeded, else 1."""
     from ..cli_io import _out, _Progress
+    from ..schema import stamp
 
     write = out or _out
     tasks = plan_outputs(sources, outdir)
@@ -117,7 +118,7 @@ def run_fleet(recipe: str, sources: Sequence[str], outdir: str, *, jobs: int = 1
     for line in lines:
         done.append(line)
         if as_json:
-            write(json.dumps(line, sort_keys=True))
+            write(json.dumps(stamp("apply", line), sort_keys=True))
         elif progress is not None:
             progress(len(done), len(tasks))
     order = {src: k for k, (src, _) in enumerate(tasks)}

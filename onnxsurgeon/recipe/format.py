@@ -31,6 +31,8 @@ from .steps import ALIASES, STEPS
 
 FORMAT_VERSION = 1
 _TOP_KEYS = ("onnxsurgeon", "description", "steps")
+_PRINTED_KEYS = ("schema", "command", "model")
+"""The stamp ``recipe --json`` adds (onnxsurgeon/schemas/recipe.json); skipped when reading."""
 
 
 class RecipeError(UsageError):
@@ -174,7 +176,10 @@ def parse_recipe(data: Any, *, base_dir: str | Path = ".", source: str = "recipe
     """
     if not isinstance(data, dict):
         raise _fail(source, "a recipe is a mapping with keys 'onnxsurgeon: 1' and 'steps: [...]'")
+    printed = data.get("command") == "recipe"   # what 'recipe --json' prints is a recipe too
     for key in data:
+        if printed and key in _PRINTED_KEYS:
+            continue
         if key not in _TOP_KEYS:
             raise _fail(source, f"unknown top-level key {key!r}; a recipe has "
                         f"{', '.join(_TOP_KEYS)}" + did_you_mean(str(key), _TOP_KEYS))

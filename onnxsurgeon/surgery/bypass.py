@@ -9,13 +9,12 @@ Cast chain) are removed in one call, checked all together before anything change
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx
 
-from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError
+from ..errors import RewriteError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import BypassRecord, add_rewrite
@@ -55,16 +54,7 @@ def _find_node(index: GraphIndex, name: str) -> int:
         if node.op_type == op and not node.name:
             return int(pos)
     if i is None:
-        try:
-            i = index.producer.get(Selector(index).resolve(name))
-        except SurgeryError:
-            i = None
-        if i is not None:
-            return i
-        close = difflib.get_close_matches(name, list(index.node_names), n=3, cutoff=0.5)
-        hint = ("did you mean " + ", ".join(f"'{c}'" for c in close) + "?") if close else \
-            "run 'onnxsurgeon inspect MODEL --nodes' to list node names"
-        raise NotFoundError(f"node '{name}' not found in the main graph; {hint}")
+        return Selector(index).resolve_node(name)
     if sum(1 for n in index.graph.node if n.name == name) > 1:
         raise UsageError(f"several nodes are named '{name}'; rename them apart first (rename --nodes)")
     return i

@@ -9,14 +9,13 @@ recorded by the PyTorch exporter still resolve.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import onnx
 
-from ..errors import NotFoundError, UsageError
+from ..errors import UsageError
 from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
 from ..io import Model, as_model
 from ..protos import rename_scoped, rename_tensors
@@ -155,14 +154,17 @@ def _check_new_names(renamed: Mapping[str, str], existing: Iterable[str], what: 
 
 
 def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, str]:
+    """Old node names (or any selector of a tensor: its producer) -> new names."""
+    selector = Selector(index)
     out: dict[str, str] = {}
     for old, new in mapping.items():
-        if old not in index.node_names:
-            close = difflib.get_close_matches(old, list(index.node_names), n=3, cutoff=0.5)
-            hint = ("did you mean " + ", ".join(f"'{c}'" for c in close) + "?") if close else \
-                "run 'onnxsurgeon inspect MODEL --nodes' to list node names"
-            raise NotFoundError(f"node '{old}' not found in the main graph; {hint}")
-        out[old] = new
+        node = index.graph.node[selector.resolve_node(old)]
+        if not node.name:
+            raise UsageError(f"'{old}' is made by a {node.op_type} node without a name; rename "
+                             "nodes by name (onnxsurgeon inspect MODEL --nodes lists them)")
+        if node.name in out and out[node.name] != new:
+            raise UsageError(f"node '{node.name}' is given two new names; give it one")
+        out[node.name] = new
     return out
 
 

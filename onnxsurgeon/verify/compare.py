@@ -83,6 +83,29 @@ def _check_options(specs: Sequence[InputSpec], dims: Mapping[str, int] | None,
             )
 
 
+def _range_inputs(staged: Sequence[Staged], specs: Sequence[InputSpec],
+                  ranges: Mapping[str, Range] | None) -> Mapping[str, Range] | None:
+    """``ranges`` keyed by input names: a key that is no input is resolved like every selector
+    (name map, TF ':0', ...) in each model; the first that names an input wins."""
+    if not ranges:
+        return ranges
+    names = {s.name for s in specs}
+    out: dict[str, Range] = {}
+    for name, value in ranges.items():
+        key = name
+        if name != ALL_FLOATS and name not in names:
+            for s in staged:
+                try:
+                    tensor = Selector(s.index).resolve(name)
+                except SurgeryError:
+                    continue
+                if tensor in names:
+                    key = tensor
+                    break
+        out[key] = value
+    return out
+
+
 def _check_same_inputs(groups: Sequence[tuple[str, Sequence[InputSpec]]], user: bool) -> None:
     """Refuse models fed differently: an input name one lacks, or one name with two types."""
     if len(groups) < 2:
@@ -125,6 +148,7 @@ def make_samples(staged: Sequence[Staged], *, inputs: InputsLike | None, seed: i
     specs = merge_specs(*(g for _, g in groups))
     if same_inputs:
         _check_same_inputs(groups, inputs is not None)
+    ranges = _range_inputs(staged, specs, ranges)
     _check_options(specs, dims, ranges)
     if inputs is not None:
         if ranges:
