@@ -87,7 +87,9 @@ def _as_args(example_inputs: Any) -> tuple[Any, ...]:
 
 def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, opset: int | None,
             input_names: Sequence[str] | None, output_names: Sequence[str] | None,
-            dynamic_axes: Mapping[str, Any] | None) -> onnx.ModelProto:
+            dynamic_axes: Mapping[str, Any] | None, hint: str | None = None) -> onnx.ModelProto:
+    """``module`` exported on ``args``; an exporter failure is a :class:`ConversionError` ending
+    in ``hint`` (default: try the other exporter or another opset)."""
     if exporter not in EXPORTERS:
         raise UsageError(f"exporter '{exporter}' is unknown; use one of {list(EXPORTERS)}")
     names = list(input_names) if input_names else None
@@ -125,7 +127,8 @@ def _export(module: torch.nn.Module, args: tuple[Any, ...], *, exporter: str, op
         other = "torchscript" if exporter == "dynamo" else "dynamo"
         raise ConversionError(
             f"torch.onnx ({exporter}) could not export {_label(module)}: "
-            f"{type(root).__name__}: {first[:300]}; try exporter='{other}' or another opset"
+            f"{type(root).__name__}: {first[:300]}; "
+            + (hint or f"try exporter='{other}' or another opset")
         ) from exc
 
 
@@ -340,8 +343,13 @@ def export_torch_function(func: Any, *, elem_type: int, shape: Sequence[int | st
     dyn = {i: (d if isinstance(d, str) else f"d{i}") for i, d in enumerate(shape)
            if not (isinstance(d, int) and d >= 0)}
     with _eval_mode(module):
+        # the block's opset is the host model's: only the exporter can change
+        other = "torchscript" if exporter == "dynamo" else "dynamo"
+        hint = (f"try exporter='{other}'" if other == "torchscript" or opset >= 18 else
+                f"the model is at opset {opset}, below the dynamo exporter's 18: write the "
+                "function with ops the torchscript exporter supports")
         model = _export(module, (x,), exporter=exporter, opset=opset, input_names=["x"],
-                        output_names=["y"], dynamic_axes={"x": dyn} if dyn else None)
+                        output_names=["y"], dynamic_axes={"x": dyn} if dyn else None, hint=hint)
         with torch.no_grad():
             want = _flatten(module(x))
     if len(model.graph.output) != 1 or len(want) != 1:

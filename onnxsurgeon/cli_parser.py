@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--func", metavar="FILE.py:NAME",
                        help="a TensorFlow or PyTorch function (imports and runs FILE.py: your own code)")
     p.add_argument("--framework", choices=["tf", "torch"], help="framework of --func")
+    p.add_argument("--exporter", choices=["dynamo", "torchscript"], default=None,
+                   help="with --func --framework torch: the torch.onnx exporter (default: dynamo "
+                        "for a model at opset >= 18, torchscript below)")
     p.add_argument("--as-output", action="store_true",
                    help="reroute nothing; the processed tensor becomes a new graph output")
     p.add_argument("--rename-output", action="store_true",

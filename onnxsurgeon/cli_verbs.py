@@ -136,7 +136,8 @@ def _cmd_insert(args: argparse.Namespace) -> int:
 
             with _framework_step(args, f"exporting {args.func} with {args.framework}"):
                 result = insert_function(model, args.at, args.func, args.framework,
-                                         as_output=args.as_output, keep_output_name=keep)
+                                         as_output=args.as_output, keep_output_name=keep,
+                                         exporter=args.exporter)
         elif args.graph:
             from .io import load
 

@@ -116,6 +116,29 @@ def test_a_torch_function_passed_as_tf_is_a_clean_error(cnn, tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.torch
+def test_an_export_failure_of_insert_func_advises_a_flag_insert_has(tmp_path):
+    """insert has --exporter (not --opset: the block takes the host model's opset)."""
+    from tests.cli_helpers import cli
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(x):\n    return x * 2 if x.sum().item() > 0 else x\n")  # data-dependent
+    torch_cnn = ROOT / "models" / "torch_cnn.onnx"   # opset 18: dynamo by default
+    out = tmp_path / "o.onnx"
+    proc = cli("insert", torch_cnn, "-o", out, "--at", "conv5", "--func", f"{bad}:f",
+               "--framework", "torch")
+    err = proc.stderr
+    assert proc.returncode == 2 and not out.exists() and len(err.splitlines()) == 1, err
+    assert err.startswith("onnxsurgeon: error: torch.onnx (dynamo) could not export function 'f': ")
+    assert err.endswith("; try --exporter torchscript\n") and "_Wrap" not in err
+    good = tmp_path / "good.py"
+    good.write_text("import torch\n\ndef f(x):\n    return torch.relu(x) * 2\n")
+    proc = cli("insert", torch_cnn, "-o", out, "--at", "conv5", "--func", f"{good}:f",
+               "--framework", "torch", "--exporter", "torchscript")
+    assert (proc.returncode, proc.stderr) == (0, "") and proc.stdout.startswith("inserted at conv5: ")
+
+
+@pytest.mark.slow
+@pytest.mark.torch
 def test_convert_is_quiet_and_readable(tmp_path):
     """Framework log noise is captured (shown with -v); the summary is text, not an object dump."""
     import subprocess
