@@ -30,7 +30,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     if args.around is not None and not args.json and not wants_listing(args):
         return _inspect_around(args)
-    if args.html:
+    if args.html and args.around is None:
         raise UsageError("--html on inspect draws a neighbourhood: add --around TENSOR")
     model = _load(args.model)
     result = inspect_model(model)
@@ -38,32 +38,34 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         _out(dump("inspect", {"model": args.model, **result.to_json(), **listing_json(model, args)}))
     else:
         _out(listing_text(model, args) if wants_listing(args) else result.to_text())
+    if args.html:   # --around with --json or a listing: the page too
+        _around_page(args, model)
     return EXIT_OK
 
 
 def _inspect_around(args: argparse.Namespace) -> int:
+    """``inspect --around T`` as text: the nodes within --context hops (and --html's page)."""
+    view, lines = _around_page(args, _load(args.model))
+    _out("\n".join(lines + [f"  {n.op_type} {n.name}: {', '.join(n.inputs)} -> "
+                            f"{', '.join(n.outputs)}" for n in view.nodes]))
+    return EXIT_OK
+
+
+def _around_page(args: argparse.Namespace, model: Any) -> tuple[Any, list[str]]:
+    """The neighbourhood of --around and its summary line; writes --html's page when given."""
     from .diff import neighbourhood, render_html
     from .diff.output import write_page
     from .index import GraphIndex
     from .select import resolve
 
-    model = _load(args.model)
     tensor = resolve(GraphIndex(model.proto), args.around)
     view = neighbourhood(model.proto, tensor, context=args.context)
     lines = [f"{args.around} = tensor '{tensor}': {len(view.nodes)} nodes within "
              f"{args.context} hops"]
-    lines += [f"  {n.op_type} {n.name}: {', '.join(n.inputs)} -> {', '.join(n.outputs)}"
-              for n in view.nodes]
-    if args.json:
-        _out(json.dumps({"tensor": tensor, "nodes": [
-            {"name": n.name, "op_type": n.op_type, "inputs": list(n.inputs),
-             "outputs": list(n.outputs)} for n in view.nodes]}, indent=2))
-    else:
-        _out("\n".join(lines))
     if args.html:
         write_page(render_html(view, title=f"onnxsurgeon inspect: {tensor}",
                                summary=lines[0]), args.html)
-    return EXIT_OK
+    return view, lines
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

@@ -124,6 +124,15 @@ def test_nested_module_paths_and_dropped_modules(exporter, tmp_path):
     for p in resolved:
         assert got[resolved[p]].shape == want[p].shape, p
         assert_close(got[resolved[p]], want[p])
+    # every entry of the map, not only the paths above, holds its module's value, on an input
+    # the conversion never saw
+    entries = {p: t for p, t in report.name_map.items() if "#" not in p}
+    assert entries
+    x2 = torch.from_numpy(images((2, 3, 8, 8), seed=7))
+    every = _hook_values(module, x2, list(entries))
+    values = run(model, {"x": x2.numpy()}, extra=list(entries.values()))
+    for p, tensor in entries.items():
+        assert_close(values[tensor], every[p])
     assert resolved["layer4"] == resolved["layer4.1"]
 
 

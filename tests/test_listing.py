@@ -185,3 +185,19 @@ def test_a_module_called_twice_is_ambiguous_and_each_call_maps_by_value(tmp_path
     np.testing.assert_allclose(got[fmap["emb#0"]], seen[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[fmap["emb#1"]], seen[1], rtol=1e-5, atol=1e-6)
     assert not np.allclose(seen[0], seen[1])
+
+
+def test_around_with_json_also_draws_the_page(capsys, tmp_path):
+    """--around T --json --html P: the stamped inspect document on stdout and the page at P."""
+    page = tmp_path / "a.html"
+    code, out, err = main(capsys, "inspect", TORCH_CNN, "--around", "conv5", "--context", "1",
+                          "--json", "--html", page)
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    validate("inspect", data)
+    assert data["tensor"] == "conv2d" and {r["name"] for r in data["tensor_list"]} >= {"conv2d"}
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    code, out, err = main(capsys, "inspect", TORCH_CNN, "--html", page)
+    assert (code, out) == (2, "")
+    assert err == ("onnxsurgeon: error: --html on inspect draws a neighbourhood: add --around "
+                   "TENSOR\n")
