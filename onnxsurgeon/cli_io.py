@@ -112,9 +112,11 @@ def _paused_gc(pause: bool = True) -> Iterator[None]:
 
 
 def _load(path: str) -> Any:
+    from .cli_noise import phase
     from .io import load
 
-    model = load(path)
+    with phase(f"loading {path}"):
+        model = load(path)
     for w in model.warnings:
         _warn(w)
     return model

@@ -1,7 +1,11 @@
 """Framework log noise, captured: TensorFlow's C++ logging, torch.onnx and tf2onnx warnings and
 the like write to file descriptor 2 while a framework step runs. The CLI points descriptor 2 at a
 temporary file for the duration of such a step and drops it, unless ``-v`` asks to see it. On a
-terminal a phase line says what is running, since these steps take seconds."""
+terminal a phase line says what is running, since these steps take seconds.
+
+Every other phase of a command (loading, the rewrite, --verify, saving) is named on a terminal
+once it has run for ``ONNXSURGEON_PHASE_AFTER`` seconds (default 2): quick commands stay quiet,
+slow ones say what they are doing."""
 
 from __future__ import annotations
 
@@ -9,7 +13,40 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
+
+PHASE_AFTER_ENV = "ONNXSURGEON_PHASE_AFTER"
+"""Seconds a phase runs before its name is shown on a terminal (default 2; 0 shows every one)."""
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Name the phase ``name`` on stderr when stderr is a terminal and the phase is still running
+    after ``$ONNXSURGEON_PHASE_AFTER`` seconds (default 2). Exceptions pass through."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    try:
+        after = float(os.environ.get(PHASE_AFTER_ENV, "2"))
+    except ValueError:
+        after = 2.0
+
+    def show() -> None:
+        sys.stderr.write(f"onnxsurgeon: {name} ...\n")
+        sys.stderr.flush()
+
+    if after <= 0:
+        show()
+        yield
+        return
+    timer = threading.Timer(after, show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @contextlib.contextmanager

@@ -36,20 +36,25 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
     it in memory first (``check``, default its rewrite log; nothing is written unless it passes);
     save atomically with the checker guarantee, print the summary (JSON with ``--json``), then
     ``--html`` (coloured by the verification when both are given)."""
+    from .cli_noise import phase
     from .io import handed_over
 
     _check_paths(args.model, args.output, args.force)
     with _paused_gc(not getattr(args, "func", None)):  # framework exports make real garbage
         model = handed_over(_load(args.model))  # nothing touches the proto before the verb
-        payload, text = apply(model)
-    report = _verify_in_memory(args, model, check)
+        with phase(f"{command}: rewriting"):
+            payload, text = apply(model)
+    report = None
+    if getattr(args, "verify", False):
+        with phase(f"{command}: verifying the rewrite"):
+            report = _verify_in_memory(args, model, check)
     code = EXIT_OK if report is None else _exit_code(report, args)
     if code != EXIT_OK:
         _print_result(command, args, payload, text, report, written=False)
         sys.stderr.write(f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
         _html_of(args, model, text, report)
         return code
-    with _paused_gc():
+    with _paused_gc(), phase(f"saving {args.output}"):
         _write(model, args.output, args.model,
                share_data=bool(getattr(args, "share_data", False)))
     _print_result(command, args, payload, text, report, written=True)

@@ -1,6 +1,7 @@
 """Progress on a terminal (issue 10, point 4): commands that run a framework for seconds name
 their phase on stderr when stderr is a terminal (a pseudo-terminal here), keep the framework's
-log noise off it, and say nothing extra when stderr is a pipe or a file."""
+log noise off it, and say nothing extra when stderr is a pipe or a file. Every other phase (load,
+rewrite, --verify, save) is named once it has run for ONNXSURGEON_PHASE_AFTER seconds."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_with_tty_stderr(argv: list[str], timeout: float = 600) -> tuple[int, str, str]:
+def run_with_tty_stderr(argv: list[str], timeout: float = 600,
+                        env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run ``python -m onnxsurgeon *argv`` with stderr on a pseudo-terminal and stdout on a pipe:
     (exit code, stdout, what the terminal received with its CRLF line ends made LF)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "onnxsurgeon", *argv], cwd=ROOT,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, **(env or {})})
     os.close(slave)
     received = bytearray()
     try:
@@ -82,3 +85,25 @@ def test_verify_progress_bar_on_a_terminal_only(tmp_path):
     piped = subprocess.run([sys.executable, "-m", "onnxsurgeon", *argv], cwd=ROOT,
                            capture_output=True, text=True, timeout=600)
     assert piped.returncode == 0 and piped.stderr == "" and piped.stdout == out
+
+
+def test_rewrite_phases_are_named_once_they_run_long_on_a_terminal_only(tmp_path):
+    """With ONNXSURGEON_PHASE_AFTER=0 every phase counts as long: each is named, in order; with
+    the default (2 s) a quick command says nothing; on a pipe nothing is said either way."""
+    out = tmp_path / "q.onnx"
+    argv = ["insert", "models/seed_cnn.onnx", "-o", str(out), "--at", "network/layer_conv5/Relu:0",
+            "--op", "identity", "--verify"]
+    code, stdout, tty = run_with_tty_stderr(argv, env={"ONNXSURGEON_PHASE_AFTER": "0"})
+    assert code == 0, tty
+    assert tty == ("onnxsurgeon: loading models/seed_cnn.onnx ...\n"
+                   "onnxsurgeon: insert: rewriting ...\n"
+                   "onnxsurgeon: insert: verifying the rewrite ...\n"
+                   f"onnxsurgeon: saving {out} ...\n")
+    assert stdout.endswith(f"(rerouted 2 consumers) -> {out}\n")
+    quick = ["extract", "models/seed_cnn.onnx", "-o", str(out), "--outputs", "logits:0"]
+    code, _, tty = run_with_tty_stderr(quick)
+    assert (code, tty) == (0, "")
+    piped = subprocess.run([sys.executable, "-m", "onnxsurgeon", *argv], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "ONNXSURGEON_PHASE_AFTER": "0"})
+    assert (piped.returncode, piped.stderr, piped.stdout) == (0, "", stdout)
