@@ -4,7 +4,6 @@ points of apply and recipe (in :mod:`onnxsurgeon.recipe.command`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 

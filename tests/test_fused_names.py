@@ -79,3 +79,22 @@ def test_every_verb_says_a_fused_name_was_fused(args, tmp_path, capsys):
     out = tmp_path / "o.onnx"
     code = cli_main.main([a.format(m=src, o=out) for a in args])
     assert code == 2 and capsys.readouterr().err == SAYS and not out.exists()
+
+
+def test_merge_carries_the_second_models_fused_names():
+    """A preprocessor in front of the TF model: SECOND's fused names still say so."""
+    from onnx import TensorProto, helper
+
+    from onnxsurgeon.surgery import merge
+
+    pre = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["img"], ["pre_out"], name="pre")], "pre",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 8, 8, 3])],
+        [helper.make_tensor_value_info("pre_out", TensorProto.FLOAT, ["N", 8, 8, 3])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    first = osg.Model(pre)
+    merge(first, osg.load(ROOT / "models" / "tf1_seed.onnx"), connect={"pre_out": "input"})
+    assert set(fused_names(first.proto)) == {"network/layer_conv5/Conv2D:0"}
+    with pytest.raises(NotFoundError) as err:
+        osg.resolve(first, "network/layer_conv5/Conv2D:0")
+    assert str(err.value) == SAYS[len("onnxsurgeon: error: "):-1]

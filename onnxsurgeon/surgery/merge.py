@@ -28,7 +28,7 @@ from ..io import Model, as_model
 from ..names import NameAllocator, all_names
 from ..protos import rename_scoped, set_default_opset
 from ..record import MergeRecord, add_rewrite
-from ..select import NAME_MAP_KEY, Selector, name_map
+from ..select import FUSED_KEY, NAME_MAP_KEY, Selector, fused_names, name_map
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
@@ -131,6 +131,28 @@ def _merged_name_map(first: onnx.ModelProto, second: onnx.ModelProto,
     merged = dict(a)
     for key, value in b.items():
         merged[key if key not in merged else prefix + key] = renames.get(value, value)
+    return merged
+
+
+def _merged_fused(first: onnx.ModelProto, second: onnx.ModelProto, renames: Mapping[str, str],
+                  prefix: str, first_nodes: set[str]) -> dict[str, dict[str, str]] | None:
+    """The first's fused framework names plus the second's (see ``FUSED_KEY``), named as
+    :func:`_merged_name_map` names the second's map entries; None when the second has none."""
+    b = fused_names(second)
+    if not b:
+        return None
+    a, first_map, second_map = fused_names(first), name_map(first), name_map(second)
+    merged = dict(a)
+    for key, entry in b.items():
+        e = dict(entry)
+        if e.get("node") in first_nodes:     # that node gets a fresh name in the merged model
+            e.pop("node", None)
+            e.pop("op", None)
+        use = e.get("use")
+        if use is not None:
+            e["use"] = ((prefix + use if use in first_map else use) if use in second_map
+                        else renames.get(use, use))
+        merged[key if key not in a and key not in first_map else prefix + key] = e
     return merged
 
 
@@ -253,6 +275,7 @@ def merge(
         raise UsageError("the second model uses external data but was not loaded from a file; "
                          "load it with onnxsurgeon.load(path)")
     merged_map = _merged_name_map(host, block, renames, used_prefix)
+    merged_fused = _merged_fused(host, block, renames, used_prefix, first_nodes)
 
     # ------------------------------------------------------------------ mutate (all checked)
     _apply_names(block, renames, used_prefix, taken, first_nodes)
@@ -277,15 +300,17 @@ def merge(
     host.functions.extend(functions_to_add)
     host.opset_import.extend(opsets_to_add)
     host.ir_version = max(host.ir_version, block.ir_version)
-    if merged_map is not None:
-        text = json.dumps(merged_map, sort_keys=True, separators=(",", ":"))
+    for key, data in ((NAME_MAP_KEY, merged_map), (FUSED_KEY, merged_fused)):
+        if data is None:
+            continue
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         for prop in host.metadata_props:
-            if prop.key == NAME_MAP_KEY:
+            if prop.key == key:
                 prop.value = text
                 break
         else:
             entry = host.metadata_props.add()
-            entry.key, entry.value = NAME_MAP_KEY, text
+            entry.key, entry.value = key, text
     record_renames = dict(renames)
     add_rewrite(host, MergeRecord(
         connect=tuple((src, dst) for dst, src in links.items()), renamed=record_renames,
