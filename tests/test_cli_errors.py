@@ -158,3 +158,32 @@ def test_convert_is_quiet_and_readable(tmp_path):
     assert lines[1:4] == ["  inputs  x", "  outputs " + lines[2].split()[-1],
                           lines[3]] and lines[3].startswith("  check   max |diff| vs pytorch ")
     assert "ConversionReport(" not in proc.stdout and "PosixPath" not in proc.stdout
+
+
+def _option_defaults() -> list[tuple[str, str, str, str]]:
+    """(command, flag, default, that flag's --help entry) for every flag of every (sub)command
+    that has a default; the entry is rendered by the parser's own --help formatter."""
+    import argparse
+
+    from onnxsurgeon.cli import build_parser
+
+    found, stack = [], [("", build_parser())]
+    while stack:
+        name, parser = stack.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend((f"{name} {sub}".strip(), p) for sub, p in action.choices.items())
+            elif (action.option_strings and name and action.nargs != 0
+                  and action.default not in (None, [], argparse.SUPPRESS)):
+                entry = " ".join(parser._get_formatter()._format_action(action).split())
+                found.append((name, action.option_strings[0], str(action.default), entry))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("command, flag, default, entry", _option_defaults(),
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 30 else "")
+def test_every_flag_with_a_default_shows_it_in_help(capsys, command, flag, default, entry):
+    """Every flag of every command that has a default says it in its --help entry."""
+    flat = " ".join(run(capsys, *command.split(), "--help")[1].split())
+    assert entry in flat
+    assert any(f"default{sep}{default}" in entry for sep in (": ", " ")), entry
