@@ -295,14 +295,18 @@ class GraphIndex:
 
     # ----------------------------------------------------------------- lazily built parts
     @cached_property
+    def body_holders(self) -> list[int]:
+        """Main-graph nodes that hold a graph (If/Loop/Scan bodies...), ascending. One C-level
+        field read per node."""
+        nodes = self.graph.node
+        return [i for i, attrs in enumerate(map(_ATTRIBUTES, nodes))
+                if attrs and has_subgraphs(nodes[i])]
+
+    @cached_property
     def captures(self) -> dict[int, list[tuple[str, InnerRead]]]:
         """Main-graph node index -> outer-scope reads made inside its bodies."""
-        result: dict[int, list[tuple[str, InnerRead]]] = {}
         nodes = self.graph.node
-        for i, attrs in enumerate(map(_ATTRIBUTES, nodes)):  # C-level field reads
-            if attrs and has_subgraphs(nodes[i]):
-                result[i] = body_captures(nodes[i])
-        return result
+        return {i: body_captures(nodes[i]) for i in self.body_holders}
 
     @cached_property
     def consumers(self) -> dict[str, list[Use]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 
 import onnx
 from onnx import TensorProto
@@ -135,19 +136,39 @@ def rename_scoped(
         for node in g.node:
             if node_name is not None:
                 node.name = node_name(node)
-            for k, out in enumerate(node.output):
+            outs = node.output
+            for k, out in enumerate(outs):
                 if out:
                     local[out] = fresh = define(out)
-                    node.output[k] = fresh
+                    if fresh != out:  # a write costs more than the comparison
+                        outs[k] = fresh
         scope: Mapping[str, str] = ChainMap(local, parent)  # type: ignore[arg-type]
         for vi in g.input:
             vi.name = local[vi.name]
         for t in g.initializer:
-            t.name = local[t.name]
+            if local[t.name] != t.name:
+                t.name = local[t.name]
         for st in g.sparse_initializer:
             st.values.name = local[st.values.name]
         nested: list[tuple[onnx.GraphProto, Mapping[str, str], int]] = []
-        for node in g.node:
+        nodes = g.node
+        if not parent:  # a top scope: a read means a local name or none, and few names change
+            changed = {old: new for old, new in local.items() if old != new and old}
+            for i, (ins, attrs) in enumerate(map(_INPUTS_ATTRS, nodes)):
+                if changed and not changed.keys().isdisjoint(ins):  # C-level test per node
+                    for k, name in enumerate(ins):
+                        if name in changed:
+                            ins[k] = changed[name]
+                if attrs:
+                    nested.extend((sub, scope, depth + 1) for sub in subgraphs(nodes[i]))
+            for vi in g.output:
+                vi.name = scope.get(vi.name, vi.name)
+            for vi in g.value_info:
+                if vi.name in changed:
+                    vi.name = changed[vi.name]
+            stack.extend(reversed(nested))
+            continue
+        for node in nodes:
             for k, name in enumerate(node.input):
                 if name and name in scope:
                     node.input[k] = scope[name]
@@ -157,6 +178,9 @@ def rename_scoped(
         for vi in g.value_info:
             vi.name = scope.get(vi.name, vi.name)
         stack.extend(reversed(nested))
+
+
+_INPUTS_ATTRS = attrgetter("input", "attribute")
 
 
 def rename_reads(node: onnx.NodeProto, renames: Mapping[str, str]) -> None:

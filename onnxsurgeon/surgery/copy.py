@@ -23,6 +23,7 @@ from ..record import CopyRecord, add_rewrite, as_record
 from ..select import Selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
 from ._edgewalk import closure_edges
+from ._proto import quick_value_info
 
 
 class Weights(str, Enum):
@@ -52,6 +53,12 @@ class CopyResult:
     initializers: dict[str, str]
     nodes: dict[str, str]
     tensors: dict[str, str]
+
+
+def _oracle(index: GraphIndex) -> TypeOracle:
+    """The type oracle with insert's and reroute's cheap pass first (forward propagation over
+    the tensor's closure, on ints when there is an int graph) before onnx shape inference."""
+    return TypeOracle(index, quick=lambda name: quick_value_info(index, name))
 
 
 def _is_constant(node: onnx.NodeProto) -> bool:
@@ -118,7 +125,7 @@ def copy(
     shared_mode = mode is Weights.SHARED
     oracle: TypeOracle | None = None
     for a, b in repl.items():
-        oracle = oracle or TypeOracle(index)
+        oracle = oracle or _oracle(index)
         ea, eb = oracle.elem_type(a), oracle.elem_type(b)
         if ea and eb and ea != eb:
             raise RewriteError(
@@ -154,7 +161,7 @@ def copy(
     for o in outs:
         vi = known_value_info(index, o)
         if vi is None:
-            oracle = oracle or TypeOracle(index)
+            oracle = oracle or _oracle(index)
             vi = oracle.value_info(o)
         if not is_complete(vi):
             raise RewriteError(

@@ -79,8 +79,8 @@ def _apply(compiled: list[tuple[re.Pattern[str], str]], names: Iterable[str],
 def _nested_names(index: GraphIndex) -> dict[str, str]:
     """Name defined inside a nested body -> label of the main-graph node holding that body."""
     found: dict[str, str] = {}
-    for i, node in enumerate(index.graph.node):
-        for body in subgraphs(node):
+    for i in index.body_holders:
+        for body in subgraphs(index.graph.node[i]):
             for g in iter_graphs(body):
                 for name in graph_defined_names(g):
                     found.setdefault(name, index.node_label(i))
@@ -92,8 +92,10 @@ def _defining_bodies(index: GraphIndex, names: Iterable[str]) -> dict[str, list[
     bodies, e.g. both branches of an If). O(size of the nested bodies)."""
     wanted = set(names)
     found: dict[str, list[onnx.GraphProto]] = {}
-    for node in index.graph.node:
-        for body in subgraphs(node):
+    if not wanted:
+        return found
+    for i in index.body_holders:
+        for body in subgraphs(index.graph.node[i]):
             for g in iter_graphs(body):
                 for name in graph_defined_names(g) & wanted:
                     found.setdefault(name, []).append(g)
