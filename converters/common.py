@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 
 from onnxsurgeon.errors import NotFoundError, SurgeryError, UsageError
+from onnxsurgeon.metadata import set_metadata
 from onnxsurgeon.names import NameAllocator
 from onnxsurgeon.protos import default_opset, rename_tensors
 from onnxsurgeon.select import FUSED_KEY, NAME_MAP_KEY
@@ -280,18 +281,6 @@ def common_prefix_len(a: str, b: str) -> int:
 
 
 # ------------------------------------------------------------------------------ metadata
-def set_metadata(model: onnx.ModelProto, entries: Mapping[str, str]) -> None:
-    """Set (replace) ``metadata_props`` entries. Mutates model."""
-    for key, value in entries.items():
-        for prop in model.metadata_props:
-            if prop.key == key:
-                prop.value = value
-                break
-        else:
-            p = model.metadata_props.add()
-            p.key, p.value = key, value
-
-
 def write_conversion_metadata(
     model: onnx.ModelProto,
     *,

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import onnx
 
 from .errors import UsageError
+from .metadata import get_metadata, set_metadata
 
 REWRITES_KEY = "onnxsurgeon.rewrites"
 
@@ -318,14 +319,14 @@ class MergeRecord(RewriteRecord):
 
 def rewrites(model: onnx.ModelProto) -> list[dict[str, Any]]:
     """The rewrite log of ``model`` as stored (JSON objects; empty when none or unreadable)."""
-    for prop in model.metadata_props:
-        if prop.key == REWRITES_KEY:
-            try:
-                data = json.loads(prop.value)
-            except ValueError:
-                return []
-            return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
-    return []
+    text = get_metadata(model, REWRITES_KEY)
+    if text is None:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
 
 
 def records(model: onnx.ModelProto) -> list[RewriteRecord]:
@@ -350,10 +351,4 @@ def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any
     """
     log = rewrites(model)
     log.append(as_record(record).to_json())
-    text = json.dumps(log, sort_keys=True, separators=(",", ":"))
-    for prop in model.metadata_props:
-        if prop.key == REWRITES_KEY:
-            prop.value = text
-            return
-    entry = model.metadata_props.add()
-    entry.key, entry.value = REWRITES_KEY, text
+    set_metadata(model, {REWRITES_KEY: json.dumps(log, sort_keys=True, separators=(",", ":"))})

@@ -27,6 +27,7 @@ import onnx
 
 from .errors import AmbiguousNameError, NotFoundError
 from .index import GraphIndex
+from .metadata import get_metadata, set_metadata
 
 CALL_SEP = "#"
 """A module called several times is mapped once per call: ``emb#0``, ``emb#1``..."""
@@ -43,14 +44,14 @@ for framework tensors whose value exists nowhere in the ONNX model (fused into `
 
 def _metadata_object(model: onnx.ModelProto, key: str) -> dict[Any, Any]:
     """The JSON object stored under ``metadata_props[key]`` ({} when absent or unreadable)."""
-    for prop in model.metadata_props:
-        if prop.key == key:
-            try:
-                data = json.loads(prop.value)
-            except ValueError:
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
+    text = get_metadata(model, key)
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def fused_names(model: onnx.ModelProto) -> dict[str, dict[str, str]]:
@@ -65,12 +66,9 @@ def name_map(model: onnx.ModelProto) -> dict[str, str]:
             if isinstance(v, str)}
 
 
-def _set_name_map(model: onnx.ModelProto, mapping: dict[str, str]) -> None:
-    text = json.dumps(mapping, sort_keys=True, separators=(",", ":"))
-    for prop in model.metadata_props:
-        if prop.key == NAME_MAP_KEY:
-            prop.value = text
-            return
+def set_name_map(model: onnx.ModelProto, mapping: Mapping[str, str]) -> None:
+    """Write the framework-name map (deterministic JSON). Mutates model."""
+    set_metadata(model, {NAME_MAP_KEY: json.dumps(mapping, sort_keys=True, separators=(",", ":"))})
 
 
 def follow_renames(model: onnx.ModelProto, renamed: Mapping[str, str]) -> None:
@@ -81,7 +79,7 @@ def follow_renames(model: onnx.ModelProto, renamed: Mapping[str, str]) -> None:
     current = name_map(model)
     if not renamed or not current or not renamed.keys() & set(current.values()):
         return
-    _set_name_map(model, {k: renamed.get(v, v) for k, v in current.items()})
+    set_name_map(model, {k: renamed.get(v, v) for k, v in current.items()})
 
 
 def drop_missing(model: onnx.ModelProto, exists: Callable[[str], bool]) -> None:
@@ -90,7 +88,7 @@ def drop_missing(model: onnx.ModelProto, exists: Callable[[str], bool]) -> None:
     current = name_map(model)
     kept = {k: v for k, v in current.items() if exists(v)}
     if len(kept) != len(current):
-        _set_name_map(model, kept)
+        set_name_map(model, kept)
 
 
 @lru_cache(maxsize=4096)

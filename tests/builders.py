@@ -203,3 +203,14 @@ def chain(n: int, width: int = 4) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8
     return model
+
+
+def shape_clash(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (with a [1, 4] input ``x``) plus an output adding x to a [3] constant:
+    structurally fine (the plain checker passes) but strict shape inference (the full check)
+    refuses it. Mutates and returns model."""
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(3, np.float32), "three"))
+    model.graph.node.append(onnx.helper.make_node("Add", ["x", "three"], ["clash"], name="clash"))
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info("clash", onnx.TensorProto.FLOAT, [1, 4]))
+    return model

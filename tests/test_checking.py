@@ -3,7 +3,6 @@ failing file, a warning when the source fails the same way, and the cheap defaul
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 
@@ -12,19 +11,10 @@ from onnxsurgeon.checking import FULL_CHECK_MAX_NODES, Check, OutputCheckError, 
 from tests import builders
 
 
-def _shape_clash(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Structurally fine (the plain checker passes); strict shape inference refuses it."""
-    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(3, np.float32), "three"))
-    model.graph.node.append(onnx.helper.make_node("Add", ["x", "three"], ["clash"], name="clash"))
-    model.graph.output.append(
-        onnx.helper.make_tensor_value_info("clash", onnx.TensorProto.FLOAT, [1, 4]))
-    return model
-
-
 def test_default_save_runs_the_full_check_on_small_models(tmp_path):
     out = tmp_path / "o.onnx"
     with pytest.raises(OutputCheckError, match="onnx.checker"):
-        save(_shape_clash(builders.chain(2)), out)
+        save(builders.shape_clash(builders.chain(2)), out)
     assert not out.exists()
     save(builders.chain(2), out)  # a valid model passes and is written
     onnx.checker.check_model(str(out), full_check=True)
@@ -33,7 +23,7 @@ def test_default_save_runs_the_full_check_on_small_models(tmp_path):
 @pytest.mark.parametrize("level", ["off", Check.STRUCTURE])
 def test_weaker_levels_keep_a_model_only_full_inference_refuses(tmp_path, level):
     out = tmp_path / "o.onnx"
-    save(_shape_clash(builders.chain(2)), out, check=level)
+    save(builders.shape_clash(builders.chain(2)), out, check=level)
     assert len(onnx.load(str(out)).graph.node) == 7
 
 
@@ -61,7 +51,7 @@ def test_default_skips_large_models_auto_checks_them_plainly(tmp_path):
 
 def test_a_source_that_fails_the_same_check_gives_a_warning_not_an_error(tmp_path):
     src = tmp_path / "src.onnx"
-    src.write_bytes(_shape_clash(builders.chain(2)).SerializeToString())
+    src.write_bytes(builders.shape_clash(builders.chain(2)).SerializeToString())
     model = load(src)
     out = tmp_path / "o.onnx"
     save(model, out)

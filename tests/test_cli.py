@@ -252,23 +252,13 @@ def test_demo_runs_verifies_everything_and_its_commands_run_as_printed():
 
 
 # ------------------------------------------------ onnx.checker on large outputs (> 20k nodes)
-def _shape_clash(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` plus an output adding x[1,4] to a [3] constant: structurally fine (the plain
-    checker passes) but strict shape inference (full_check) refuses it."""
-    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(3, np.float32), "three"))
-    model.graph.node.append(onnx.helper.make_node("Add", ["x", "three"], ["clash"], name="clash"))
-    model.graph.output.append(
-        onnx.helper.make_tensor_value_info("clash", onnx.TensorProto.FLOAT, [1, 4]))
-    return model
-
-
 @pytest.mark.parametrize("blocks", [3, 7000], ids=["small-full-check", "large-plain-check"])
 def test_write_checks_full_up_to_20k_nodes_plain_above(tmp_path, blocks):
     from onnxsurgeon import cli as cli_module
 
     src = _save(builders.chain(blocks), tmp_path / "src.onnx")
     out = tmp_path / "out.onnx"
-    model = _shape_clash(builders.chain(blocks))
+    model = builders.shape_clash(builders.chain(blocks))
     large = cli_module._node_count(model, cli_module.FULL_CHECK_MAX_NODES)
     assert (large > cli_module.FULL_CHECK_MAX_NODES) == (blocks == 7000)
     onnx.checker.check_model(model)  # structure is fine; only full inference sees the clash

@@ -23,6 +23,7 @@ import onnx
 
 from ..errors import SurgeryError
 from ..io import Model, as_model
+from ..metadata import set_metadata
 from ..record import RewriteRecord, records, rewrites
 from .format import Recipe, Step
 from .spec import Kind, StepContext
@@ -153,13 +154,7 @@ def _account(before: onnx.ModelProto, after: onnx.ModelProto) -> dict[str, Any]:
 
 def stamp(proto: onnx.ModelProto, recipe: Recipe) -> None:
     """Record ``recipe`` (canonical) and its sha256 in ``metadata_props``. Mutates proto."""
-    values = {RECIPE_KEY: recipe.canonical(), RECIPE_SHA_KEY: recipe.sha256()}
-    for prop in proto.metadata_props:
-        if prop.key in values:
-            prop.value = values.pop(prop.key)
-    for key, value in values.items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = key, value
+    set_metadata(proto, {RECIPE_KEY: recipe.canonical(), RECIPE_SHA_KEY: recipe.sha256()})
 
 
 def recorded_recipe(proto: onnx.ModelProto) -> tuple[str, str] | None:

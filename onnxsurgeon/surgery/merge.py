@@ -25,6 +25,7 @@ from ..errors import NotFoundError, RewriteError, UsageError, name_list
 from ..external import is_external, iter_tensors
 from ..index import GraphIndex, iter_graphs
 from ..io import Model, as_model
+from ..metadata import set_metadata
 from ..names import NameAllocator, all_names
 from ..protos import rename_scoped, set_default_opset
 from ..record import MergeRecord, add_rewrite
@@ -300,17 +301,9 @@ def merge(
     host.functions.extend(functions_to_add)
     host.opset_import.extend(opsets_to_add)
     host.ir_version = max(host.ir_version, block.ir_version)
-    for key, data in ((NAME_MAP_KEY, merged_map), (FUSED_KEY, merged_fused)):
-        if data is None:
-            continue
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        for prop in host.metadata_props:
-            if prop.key == key:
-                prop.value = text
-                break
-        else:
-            entry = host.metadata_props.add()
-            entry.key, entry.value = key, text
+    set_metadata(host, {key: json.dumps(data, sort_keys=True, separators=(",", ":"))
+                        for key, data in ((NAME_MAP_KEY, merged_map), (FUSED_KEY, merged_fused))
+                        if data is not None})
     record_renames = dict(renames)
     add_rewrite(host, MergeRecord(
         connect=tuple((src, dst) for dst, src in links.items()), renamed=record_renames,
