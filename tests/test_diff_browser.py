@@ -167,8 +167,13 @@ def test_the_checks_can_fail(browser, tmp_path):
     assert any("undefinedFunction" in p for p in view.problems())
     assert "http://127.0.0.1:9/x.png" in view.requests()
     view.close()
-    with pytest.raises(BrowserError):
-        view.eval("1")
+    # a closed page never answers: wait 3 s for that instead of the browser's usual 60 s
+    browser.timeout, usual = 3.0, browser.timeout
+    try:
+        with pytest.raises(BrowserError):
+            view.eval("1")
+    finally:
+        browser.timeout = usual
 
 
 EDGES = """(() => [...document.querySelectorAll('#graph .edge')].map(e => {
