@@ -293,6 +293,21 @@ class GraphIndex:
         """:meth:`int_graph` only when it exists already (handed over or built before)."""
         return self.edges if self.edges is not None else self.memo.get("int_graph")
 
+    def edge_id(self, name: str) -> int | None:
+        """``name``'s id on the int dataflow graph: its producer's node index, else its leaf id
+        (a graph input or initializer, from a reverse map built once per index); None when it
+        is neither, or no int graph exists yet (:meth:`known_int_graph`)."""
+        j = self.producer.get(name)
+        if j is not None:
+            return j
+        edges = self.known_int_graph()
+        if edges is None:
+            return None
+        ids: dict[str, int] | None = self.memo.get("leaf_ids")
+        if ids is None:
+            ids = self.memo["leaf_ids"] = {leaf: k for k, leaf in edges.leaves.items()}
+        return ids.get(name)
+
     # ----------------------------------------------------------------- lazily built parts
     @cached_property
     def body_holders(self) -> list[int]:
@@ -351,11 +366,9 @@ class GraphIndex:
         against the node's input slot. None when ``name`` has no id (not a tensor here)."""
         edges = self.known_int_graph()
         assert edges is not None
-        j = self.producer.get(name)
+        j = self.edge_id(name)
         if j is None:
-            j = next((k for k, leaf in edges.leaves.items() if leaf == name), None)
-            if j is None:
-                return None
+            return None
         preds, starts, nodes = edges.preds, edges.starts, self.graph.node
         uses: list[Use] = []
         at = -1

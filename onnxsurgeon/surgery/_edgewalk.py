@@ -143,7 +143,6 @@ def propagate_edges(
     return found
 
 
-
 def type_by_edges(index: GraphIndex, name: str) -> onnx.ValueInfoProto | None:
     """The type of node output ``name`` by :func:`propagate_edges` over the nodes of its
     closure not typed by an earlier call on the same index (the types found are kept on the
@@ -184,26 +183,20 @@ def closure_edges(
     edges = index.int_graph()
     if edges is None:
         return None
-    producer, initializers, inputs = index.producer, index.initializers, index.inputs
+    initializers, inputs, edge_id = index.initializers, index.inputs, index.edge_id
     leaves = edges.leaves
-    leaf_ids = {name: i for i, name in leaves.items()}
-    stop_ids: set[int] = set()
+    stop_id: dict[str, int] = {}
     for s in stops:
-        j = producer.get(s)
-        if j is None:
-            j = leaf_ids.get(s)
-            if j is None:
-                return None
-        elif len(index.graph.node[j].output) != 1:
+        j = edge_id(s)
+        if j is None or (j >= 0 and len(index.graph.node[j].output) != 1):
             return None
-        stop_ids.add(j)
+        stop_id[s] = j
+    stop_ids = set(stop_id.values())
     stack: list[int] = []
     for t in reversed(targets):
-        j = producer.get(t)
+        j = edge_id(t)
         if j is None:
-            j = leaf_ids.get(t)
-            if j is None:
-                return None
+            return None
         stack.append(j)
     preds, starts = edges.preds, edges.starts
     seen: set[int] = {-1}
@@ -228,5 +221,5 @@ def closure_edges(
             nodes.append(j)
             push(reversed(preds[starts[j]:starts[j + 1]]))
     nodes.sort()
-    hit = [s for s in stops if (producer[s] if s in producer else leaf_ids[s]) in reached]
+    hit = [s for s in stops if stop_id[s] in reached]
     return nodes, init_order, hit

@@ -201,12 +201,9 @@ def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
     edges = index.int_graph()
     if edges is None:
         return None
-    producer = index.producer
-    tid = producer.get(tgt)
+    tid = index.edge_id(tgt)
     if tid is None:
-        tid = next((k for k, leaf in edges.leaves.items() if leaf == tgt), None)
-        if tid is None:
-            return None
+        return None
     preds, starts = list(edges.preds), edges.starts
     for use in selected:
         if use.inner is not None:
@@ -216,7 +213,7 @@ def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
     for k in out_positions:
         outs[k] = tgt
     live: set[int] = set()
-    stack = [j for j in map(producer.get, outs) if j is not None]
+    stack = [j for j in map(index.producer.get, outs) if j is not None]
     live.update(stack)
     add, push, pop = live.add, stack.append, stack.pop
     while stack:
