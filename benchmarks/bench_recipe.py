@@ -140,6 +140,9 @@ def main() -> None:
     parser.add_argument("--typed", action="store_true",
                         help="value_info on every tensor of the chain (as exporters write it)")
     args = parser.parse_args()
+    from run import compile_sources  # this folder: the same byte-compiled code as run.py times
+
+    compile_sources()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-recipe-") as name:
         tmp = Path(name)

@@ -363,7 +363,45 @@ def build_parser() -> argparse.ArgumentParser:
     _add_isolation_flags(p)
 
     sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
-    from .recipe.command import add_parsers as add_recipe_parsers
 
-    add_recipe_parsers(sub, _add_isolation_flags)
+    _add_recipe_parsers(sub, _add_isolation_flags)
     return parser
+
+
+def _add_recipe_parsers(sub: Any, add_isolation_flags: Any) -> None:
+    """Add ``apply`` and ``recipe`` to the CLI's subparsers (run by
+    :mod:`onnxsurgeon.recipe.command`; defined here so that parsing the command line does not
+    import the recipe package, ~25 ms of start-up for every other command)."""
+    p = sub.add_parser("apply", help="run a recipe (YAML/JSON steps) on a model or a fleet of models")
+    p.add_argument("recipe", metavar="RECIPE", help="the recipe file (.yaml or .json)")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="input .onnx file(s), never modified; several make a fleet")
+    p.add_argument("-o", "--output", required=True, metavar="OUT|OUTDIR/",
+                   help="output .onnx file; for several models (or a path ending in '/') a "
+                        "folder that receives one file per model, under its own name")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite outputs even when they exist and are not ONNX models")
+    p.add_argument("--plan", action="store_true",
+                   help="check every step and print what it would do; write nothing")
+    p.add_argument("--verify", action="store_true",
+                   help="prove every rewrite since the last verify step before saving (exit 1 "
+                        "and nothing written if a check fails)")
+    add_isolation_flags(p)
+    p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+                   help="fleet: models processed in parallel (processes; default 1)")
+    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                   help="fleet: run the per-model tasks on Ray (a local instance, or the cluster "
+                        "at ADDRESS; needs onnxsurgeon[ray] and a shared filesystem)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable result (a fleet: one JSON line per model)")
+    _add_html_flag(p)  # one model: draws MODEL -> OUT
+
+    p = sub.add_parser("recipe", help="print the recipe that replays a model's recorded rewrites")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--json", action="store_true", help="JSON instead of YAML")
+
+
+def _jobs(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of jobs, got {value!r}")
+    return int(value)

@@ -490,27 +490,32 @@ def check_tensors(tensors: Iterable[TensorProto], base_dir: Path | None) -> None
     entries, data_location, doc_string, metadata) adds bytes, so a size match leaves only the
     raw_data length to compare. External references to the same file share one open+fstat.
     """
-    known: dict[tuple[int, ...], tuple[int, int]] = {}  # (dtype, *dims) -> (nbytes, fixed size)
+    # (dtype, *dims) -> (nbytes, serialized size of such a tensor without its name)
+    known: dict[tuple[int, ...], tuple[int, int]] = {}
     files: dict[tuple[str, ...], os.stat_result] = {}
     get = known.get
+    external = TensorProto.EXTERNAL
     for tensor in tensors:
         location, dtype, dims, raw, name = _FAST_FIELDS(tensor)
-        if location == TensorProto.EXTERNAL:
+        if location == external:
             resolve_external(tensor, base_dir, _files=files)
             continue
-        key = (dtype, *dims)
-        shape = get(key)
-        if shape is not None:
-            n = len(raw)
-            size = shape[1] + 1 + _varint_len(n) + n
-            if name:
-                size += 1 + _varint_len(len(name)) + len(name)  # bytes == chars when ASCII
-            if n == shape[0] and tensor.ByteSize() == size:
+        shape = get((dtype, *dims))
+        if shape is not None and len(raw) == shape[0]:
+            size = len(name)  # + its tag and length: 2 bytes below 128 (bytes == chars if ASCII)
+            size = shape[1] + (size + 2 if 0 < size < 128 else _name_size(size))
+            if tensor.ByteSize() == size:
                 continue
         check_inline_tensor(tensor)  # the exact check (raises on a bad tensor)
         if shape is None and dtype != TensorProto.STRING and _BITS.get(dtype, 6) != 6:
+            nbytes = expected_nbytes(tensor) or 0
             fixed = sum(1 + _varint_len(d) for d in dims) + 1 + _varint_len(dtype)
-            known[key] = (expected_nbytes(tensor) or 0, fixed)
+            known[(dtype, *dims)] = (nbytes, fixed + 1 + _varint_len(nbytes) + nbytes)
+
+
+def _name_size(length: int) -> int:
+    """Serialized bytes of a name field of ``length`` bytes (none when empty)."""
+    return 1 + _varint_len(length) + length if length else 0
 
 
 def read_tensor(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:

@@ -71,10 +71,19 @@ def _unknown_dtype(t: TensorProto) -> None:
     t.data_type = 999
 
 
+def _long_name(t: TensorProto) -> None:
+    t.name = "w" * 200  # its length takes two varint bytes: the size rule must still match
+
+
+def _raw_short_doc_makes_up(t: TensorProto) -> None:
+    t.raw_data = t.raw_data[:-4]
+    t.doc_string = "ab"  # 4 bytes more: the same serialized size as a good tensor
+
+
 @pytest.mark.parametrize("damage", [
     _raw_too_long, _raw_too_short, _raw_and_typed, _segment, _harmless_doc, _unicode_name,
     _no_raw_typed_ok, _no_raw_typed_short, _empty_name_set, _negative_dim, _string_with_raw,
-    _unknown_dtype,
+    _unknown_dtype, _long_name, _raw_short_doc_makes_up,
 ], ids=lambda f: f.__name__.strip("_"))
 @pytest.mark.parametrize("where", [0, 1, 7])
 def test_fast_check_decides_as_the_exact_check(damage, where):
