@@ -4,7 +4,8 @@ The ``ModelProto`` stays the source of truth. :class:`GraphIndex` is built once 
 answers: who produces a tensor, who reads it (explicit input slots of main-graph nodes, and reads
 from inside If/Loop/Scan bodies), which tensors are initializers, graph inputs, graph outputs, and
 what type information is known. Any verb that mutates the model must drop its index and build a
-new one (``GraphIndex(model)``); verbs say so in their docstrings.
+new one (``GraphIndex(model)``), or say what it changed to an :class:`~onnxsurgeon.upkeep.Upkeep`
+so that a recipe's next step starts from the edited index (``io.hand_on``).
 
 Building is O(nodes + edges). Consumers and captures are computed lazily on first use, because
 ``extract`` only needs producers.
@@ -201,6 +202,20 @@ def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
                      ops)
 
 
+def positions(items: list[Any], value: Any) -> list[int]:
+    """Every position of ``value`` in ``items``, ascending, by C-level ``list.index`` scans
+    (no Python step per item). O(len(items))."""
+    found: list[int] = []
+    at = -1
+    find = items.index
+    while True:
+        try:
+            at = find(value, at + 1)
+        except ValueError:
+            return found
+        found.append(at)
+
+
 def _positions(items: Iterable[Any]) -> dict[str, int]:
     """Name -> position; a repeated name maps to its last position (as the dict comprehension
     over ``enumerate`` this replaces did)."""
@@ -312,7 +327,10 @@ class GraphIndex:
     @cached_property
     def body_holders(self) -> list[int]:
         """Main-graph nodes that hold a graph (If/Loop/Scan bodies...), ascending. One C-level
-        field read per node."""
+        field read per node; none at all where the int graph exists (it exists only when no
+        node holds a graph)."""
+        if self.known_int_graph() is not None:
+            return []
         nodes = self.graph.node
         return [i for i, attrs in enumerate(map(_ATTRIBUTES, nodes))
                 if attrs and has_subgraphs(nodes[i])]
@@ -369,15 +387,9 @@ class GraphIndex:
         j = self.edge_id(name)
         if j is None:
             return None
-        preds, starts, nodes = edges.preds, edges.starts, self.graph.node
+        starts, nodes = edges.starts, self.graph.node
         uses: list[Use] = []
-        at = -1
-        find = preds.index
-        while True:
-            try:
-                at = find(j, at + 1)
-            except ValueError:
-                break
+        for at in positions(edges.preds, j):
             i = bisect_right(starts, at) - 1
             slot = at - starts[i]
             if nodes[i].input[slot] == name:  # a multi-output producer: the right output?
@@ -399,7 +411,19 @@ class GraphIndex:
 
     @cached_property
     def node_names(self) -> dict[str, int]:
-        """Node name -> index (first one wins when names repeat; unnamed nodes are absent)."""
+        """Node name -> index (first one wins when names repeat; unnamed nodes are absent).
+        From the int graph's name list when it exists (C-level when the names are unique)."""
+        edges = self.known_int_graph()
+        if edges is not None:
+            listed = edges.names
+            found = dict(zip(listed, count()))
+            unnamed = listed.count("")
+            if len(found) - (unnamed > 0) + unnamed != len(listed):  # repeats: first one wins
+                found = {}
+                for i, name in enumerate(listed):
+                    found.setdefault(name, i)
+            found.pop("", None)
+            return found
         names: dict[str, int] = {}
         for i, node in enumerate(self.graph.node):
             if node.name and node.name not in names:

@@ -43,7 +43,7 @@ from .index import GraphIndex, NodeEdges
 from .validate import validate_producers
 
 __all__ = [
-    "Model", "as_model", "handed_over", "indexed", "load", "parse_model", "save", "validate_tensors",
+    "Model", "as_model", "hand_on", "handed_over", "indexed", "load", "parse_model", "save", "validate_tensors",
 ]
 """External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
 and are imported from there, not through io."""
@@ -128,6 +128,17 @@ def handed_over(model: Model) -> Model:
     reuses load's validated producer map without the byte comparison. Returns ``model``."""
     model._untouched = model._fresh is not None
     return model
+
+
+def hand_on(model: Model | onnx.ModelProto,
+            kept: tuple[dict[str, int], NodeEdges] | None) -> None:
+    """A verb's last act: the producer map and int dataflow graph of ``model`` as the verb
+    leaves it (:meth:`onnxsurgeon.upkeep.Upkeep.result`), or None when it cannot say. The next
+    :func:`indexed` uses them only when the caller declares the proto untouched since
+    (:func:`handed_over`, as ``apply_recipe`` does between steps); else it rebuilds."""
+    if isinstance(model, Model):
+        model._fresh = None if kept is None else (None, kept[0], kept[1])
+        model._untouched = False
 
 
 def indexed(model: Model | onnx.ModelProto) -> GraphIndex:

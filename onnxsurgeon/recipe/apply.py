@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 
 from ..errors import SurgeryError
-from ..io import Model, as_model
+from ..io import Model, as_model, handed_over
 from ..metadata import set_metadata
 from ..record import RewriteRecord, records, rewrites
 from .format import Recipe, Step
@@ -214,6 +214,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
                 outcomes.append(StepOutcome(step, {"would_verify": covered}))
                 pending = []
                 continue
+            m._fresh, m._untouched = None, False  # no index is carried past a checkpoint
             report = _checkpoint(m, pending, _verify_options(step, recipe, base_options),
                                  recipe.base_dir)
             pending = []
@@ -229,10 +230,16 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
         run = STEPS[step.verb].run
         assert run is not None
         params = step.resolved(recipe.base_dir)
+        kept = m._fresh
         try:
             result = run(m, params, ctx)
         except SurgeryError as exc:
+            m._untouched = False
             raise step_error(recipe, step, params, exc) from None
+        except BaseException:
+            m._untouched = False
+            raise
+        _hand_over_between_steps(m, kept)
         account = _account(before.proto, m.proto) if plan and before is not None else None
         if before is not None and k < last_check:
             new = records(m.proto)[logged:]
@@ -240,12 +247,22 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
         outcomes.append(StepOutcome(step, result, plan=account))
         if progress is not None:
             progress(k + 1, len(steps))
+    m._untouched = False  # the caller owns the proto again
     complete = len(outcomes) == len(steps) and all(r.ok for _, r in reports)
     if pending and verify and not plan and complete:
         reports.append(("final", _checkpoint(m, pending, base_options, recipe.base_dir)))
     if not plan and len(outcomes) == len(steps) and all(r.ok for _, r in reports):
         stamp(m.proto, recipe)
     return ApplyResult(tuple(outcomes), recipe.sha256(), plan, len(steps), tuple(reports))
+
+
+def _hand_over_between_steps(model: Model, before: Any) -> None:
+    """After a step: the index its verb handed on (:func:`~onnxsurgeon.io.hand_on`) goes to the
+    next step, which nothing else runs before; a verb that handed nothing on leaves no index
+    (whatever was kept before it is stale now)."""
+    if model._fresh is before:
+        model._fresh = None
+    handed_over(model)
 
 
 def _checkpoint(model: Model, pending: list[tuple[Model, RewriteRecord, Step]],

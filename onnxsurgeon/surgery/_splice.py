@@ -12,6 +12,7 @@ from ..closure import downstream_nodes
 from ..errors import RewriteError
 from ..index import GraphIndex
 from ..protos import set_default_opset, weightless_copy
+from ..upkeep import Upkeep
 from ._edges import rewire
 
 
@@ -86,6 +87,25 @@ def splice(host: onnx.ModelProto, index: GraphIndex, plan: Plan) -> tuple[list[s
     host.functions.extend(plan.functions)
     host.opset_import.extend(plan.opsets)
     return rerouted, rerouted_outputs
+
+
+def upkeep_after_splice(index: GraphIndex, plan: Plan, readers: list[int]) -> Upkeep:
+    """What :func:`splice` changed, told to an :class:`~onnxsurgeon.upkeep.Upkeep` of the
+    host's ``index`` (``readers``: the main-graph nodes reading ``plan.at`` before): the
+    activation renamed to ``plan.pre``, the block's initializers (and IR 3 inputs) added, its
+    nodes inserted after the activation's producer, the readers rewired."""
+    upkeep = Upkeep(index)
+    if plan.pre is not None:
+        upkeep.rename_tensors({plan.at: plan.pre})
+    bg = plan.block.graph
+    if len(bg.initializer) or len(bg.sparse_initializer):
+        upkeep.leaves_changed()
+    pos = index.producer[plan.at] + 1 if plan.at in index.producer else 0
+    count = len(bg.node)
+    upkeep.inserted(pos, count)
+    if not plan.as_output:
+        upkeep.reread(i + count if i >= pos else i for i in readers)
+    return upkeep
 
 
 def downstream_types(host: onnx.ModelProto, plan: Plan, label: str) -> dict[str, onnx.ValueInfoProto]:

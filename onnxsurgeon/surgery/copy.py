@@ -16,12 +16,13 @@ import onnx
 from ..closure import closure
 from ..errors import RewriteError, UsageError, name_list
 from ..index import GraphIndex, has_subgraphs, subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model, hand_on, indexed
 from ..names import NameAllocator
 from ..protos import rename_scoped
 from ..record import CopyRecord, add_rewrite, as_record
 from ..select import Selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
+from ..upkeep import Upkeep
 from ._edgewalk import closure_edges
 from ._proto import quick_value_info
 
@@ -231,7 +232,7 @@ def copy(
     # ---- mutate
     for i, name in named.items():
         graph.node[i].name = name
-    first = len(graph.node)
+    first = n_before = len(graph.node)
     graph.node.extend([graph.node[i] for i in copy_nodes])  # C-level copies
     get = mapping.get
     for n in graph.node[first:]:
@@ -259,6 +260,12 @@ def copy(
     graph.input.extend(new_inputs)
     graph.value_info.extend(new_vi)
     graph.output.extend(new_outputs)
+    upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
+    upkeep.name_nodes(named)
+    if init_map or new_inputs:
+        upkeep.leaves_changed()
+    upkeep.inserted(n_before, len(copy_nodes))
+    hand_on(model, upkeep.result())
     result = CopyResult(
         outputs={o: mapping[o] for o in outs},
         initializers=init_map,

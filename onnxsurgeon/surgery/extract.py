@@ -15,11 +15,12 @@ import onnx
 
 from ..errors import InvalidModelError, RewriteError, UsageError, name_list
 from ..index import GraphIndex, body_captures, has_subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model, hand_on, indexed
 from ..names import NameAllocator
 from ..record import ExtractRecord, add_rewrite
 from ..select import Selector, drop_missing, name_map
 from ..types import TypeOracle, is_complete, known_value_info
+from ..upkeep import Upkeep
 from ._edgewalk import propagate_edges, walk_edges
 from ._proto import (
     boundary_value_info,
@@ -298,6 +299,12 @@ def extract(
     del graph.output[:]
     graph.output.extend(new_outputs)
     _drop_stale_names(proto)
+    upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
+    if stops:
+        upkeep.fail()  # reads of the stops move to new graph inputs: the next verb re-indexes
+    upkeep.kept_only(kept)
+    upkeep.leaves_changed()
+    hand_on(model, upkeep.result())
     add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
     return ExtractResult(
         outputs=outs,

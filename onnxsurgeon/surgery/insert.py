@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from ..errors import RewriteError, UsageError
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model, hand_on, indexed
 from ..names import NameAllocator
 from ..processing import (
     ParamValue,
@@ -38,7 +38,7 @@ from ._blocks import (
 from ._edges import check_types
 from ._opsets import changed_ops, default_nodes, reconcile
 from ._proto import quick_value_info
-from ._splice import Plan, downstream_types, retype, splice
+from ._splice import Plan, downstream_types, retype, splice, upkeep_after_splice
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,7 @@ def insert(
         retype(host, fresh_types)
     renamed = {at_name: pre} if pre is not None else {}
     follow_renames(host, renamed)
+    hand_on(m, upkeep_after_splice(index, plan, sorted({u.node for u in uses})).result())
     add_rewrite(host, InsertRecord(
         at=at_name, processed=processed, block=op if op is not None else "graph",
         params=record_params, block_nodes=tuple(block_nodes), rerouted=tuple(rerouted),

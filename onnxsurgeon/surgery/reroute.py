@@ -11,10 +11,11 @@ import onnx
 from ..closure import closure
 from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError, name_list
 from ..index import GraphIndex, Use
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model, hand_on, indexed
 from ..record import RerouteRecord, add_rewrite
 from ..select import Selector, drop_missing
 from ..types import TypeOracle
+from ..upkeep import Upkeep
 from ._edges import check_types, rewire
 from ._proto import keep_only, quick_value_info, replace_all
 
@@ -178,10 +179,14 @@ def reroute(
     if movers and first is not None:
         _reorder(proto.graph, movers, first)
     pruned_inits: list[str] = []
+    upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
     if unused_now is not None:
         unused = unused_now
+        upkeep.reread(u.node for u in selected)
     else:
         unused, pruned_inits = dead_nodes(proto, prune=prune)
+        upkeep.fail()  # nodes moved or pruned: the next verb indexes the model again
+    hand_on(m, upkeep.result())
     add_rewrite(proto, RerouteRecord(
         source=src, target=tgt, rerouted=tuple(rerouted), rerouted_outputs=tuple(rerouted_outputs),
         pruned_nodes=tuple(unused) if prune else None,

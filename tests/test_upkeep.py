@@ -1,0 +1,205 @@
+"""One index kept across a recipe's steps (issue 12): after every verb the producer map and int
+dataflow graph handed to the next step equal a fresh build of the model as the verb left it;
+where a verb cannot say what it changed (bodies, nodes moved or pruned, extract's stops, nodes
+out of order) nothing is kept and the next step builds its own; either way the recipe's output
+is byte-identical to running each verb with an index of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxsurgeon.index import GraphIndex, _build_edges
+from onnxsurgeon.io import Model, as_model, load
+from onnxsurgeon.recipe import STEPS, apply_recipe, parse_recipe
+from onnxsurgeon.recipe.apply import stamp
+from onnxsurgeon.recipe.spec import StepContext
+from onnxsurgeon.surgery import copy, insert
+from tests import builders
+
+F = TensorProto.FLOAT
+
+
+def split_and_late() -> onnx.ModelProto:
+    """A Split whose two outputs are read apart, an unnamed node, a dead branch, and a tensor
+    ``c`` produced after a reader of ``a`` (rerouting that reader to ``c`` moves Exp up).
+
+    x -> Split -> {a, b};  a -> Relu -> ra;  b -> Mul(b, b) -> bb;  a -> Neg -> dead
+    x -> Exp -> c;  Add(ra, bb) -> s;  Add(s, c) -> y
+    """
+    nodes = [
+        helper.make_node("Split", ["x"], ["a", "b"], name="split", axis=1, num_outputs=2),
+        helper.make_node("Relu", ["a"], ["ra"]),  # unnamed
+        helper.make_node("Mul", ["b", "b"], ["bb"], name="sq"),
+        helper.make_node("Neg", ["a"], ["dead"], name="neg"),
+        helper.make_node("Sigmoid", ["x"], ["xs"], name="sig"),
+        helper.make_node("Slice", ["xs", "st", "en", "ax"], ["c"], name="slice"),
+        helper.make_node("Add", ["ra", "bb"], ["s"], name="add"),
+        helper.make_node("Add", ["s", "c"], ["y"], name="add2"),
+    ]
+    ints = [onnx.numpy_helper.from_array(__import__("numpy").array([v], "int64"), n)
+            for n, v in (("st", 0), ("en", 2), ("ax", 1))]
+    graph = helper.make_graph(
+        nodes, "split_and_late",
+        [helper.make_tensor_value_info("x", F, [2, 4])],
+        [helper.make_tensor_value_info("y", F, [2, 2])], ints,
+        value_info=[helper.make_tensor_value_info(n, F, [2, 2]) for n in ("a", "b", "c")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def out_of_order() -> onnx.ModelProto:
+    """The chain with its nodes listed backwards (valid once sorted; never sorted here)."""
+    model = builders.chain(4)
+    nodes = list(model.graph.node)[::-1]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+CHAIN_STEPS = [  # the benchmark's recipe, shrunk
+    {"insert": {"at": "relu5", "op": "scale", "params": {"factor": 2.0}}},
+    {"copy": {"outputs": ["relu3"], "prefix": "twin/"}},
+    {"reroute": {"from": "relu8", "to": "relu7", "consumers": ["MatMul_9"]}},
+    {"rename": {"mapping": {"y": "out"}}},
+    {"extract": {"outputs": ["out", "twin/relu3"]}},
+    {"insert": {"at": "relu2", "op": "scale", "params": {"factor": 0.5}}},
+]
+
+# (model, steps, which steps hand an index on)
+CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
+    "chain": (lambda: builders.chain(12), CHAIN_STEPS, [True] * 6),
+    "chain_outputs_inputs_regex": (lambda: builders.chain(12), [
+        {"insert": {"at": "y", "op": "l2_normalize", "params": {"axis": 1}}},  # y keeps its name
+        {"insert": {"at": "x", "op": "scale", "params": {"factor": 3.0}}},  # at a graph input
+        {"rename": {"mapping": {"MatMul_0": "first"}, "nodes": True}},
+        {"rename": {"regex": [["^relu", "r"]]}},  # many names at once
+        {"copy": {"outputs": ["r4"], "weights": "shared", "prefix": "c/"}},
+        {"insert": {"at": "add6", "op": "scale", "params": {"factor": 1.5}, "as_output": True}},
+    ], [True] * 6),
+    "chain_stops_and_prune": (lambda: builders.chain(12), [
+        {"copy": {"outputs": ["relu6"], "replace_inputs": {"relu2": "relu1"}}},
+        {"extract": {"outputs": ["relu6", "copy/relu6"], "inputs": ["relu3"]}},  # stops: rebuild
+        {"insert": {"at": "relu5", "op": "scale", "params": {"factor": 2.0}}},
+        {"reroute": {"from": "relu4", "to": "relu3", "prune": True}},  # pruned: rebuild
+        {"rename": {"mapping": {"relu6": "six"}}},  # no int graph was built: nothing kept
+        {"copy": {"outputs": ["six"], "prefix": "again/"}},
+        {"extract": {"outputs": ["again/six"]}},
+    ], [True, False, True, False, False, True, True]),
+    "tiny_cnn": (builders.tiny_cnn, [
+        {"insert": {"at": "act", "op": "l2_normalize", "params": {"axis": 1}}},
+        {"copy": {"outputs": ["logits"], "prefix": "t/"}},  # weights copied: new leaves
+        {"rename": {"mapping": {"conv5_out": "c5", "fc.weight": "fcw"}}},
+        {"extract": {"outputs": ["t/logits", "side_out"]}},
+    ], [True] * 4),
+    "ir3_inputs": (builders.init_as_input, [
+        {"copy": {"outputs": ["y"], "prefix": "k/"}},  # IR 3: copied weights become inputs too
+        {"insert": {"at": "h", "op": "scale", "params": {"factor": 2.0}}},
+        {"rename": {"mapping": {"W": "weight"}}},
+        {"extract": {"outputs": ["k/y"]}},
+    ], [True] * 4),
+    "split_and_late": (split_and_late, [
+        {"rename": {"mapping": {"a": "a2", "b": "b2"}}},  # both outputs of one node
+        {"insert": {"at": "b2", "op": "scale", "params": {"factor": 2.0}}},
+        {"reroute": {"from": "ra", "to": "dead", "consumers": ["add"]}},
+        {"extract": {"outputs": ["y"]}},  # drops Relu: the kept nodes are not a prefix
+        {"reroute": {"from": "a2", "to": "c"}},  # c comes too late: its producers move up
+        {"copy": {"outputs": ["y"]}},
+    ], [True, True, True, True, False, True]),
+    "if_capture": (builders.if_capture, [
+        {"insert": {"at": "a", "op": "scale", "params": {"factor": 2.0}}},
+        {"copy": {"outputs": ["z"]}},
+        {"rename": {"mapping": {"a": "a2"}}},
+    ], [False] * 3),
+    "loop_capture": (builders.loop_capture, [
+        {"reroute": {"from": "b", "to": "x"}},
+        {"insert": {"at": "y", "op": "scale", "params": {"factor": 2.0}}},
+    ], [False] * 2),
+}
+
+
+def _recipe(steps: list[dict[str, Any]], tmp_path: Path) -> Any:
+    return parse_recipe({"onnxsurgeon": 1, "steps": steps}, base_dir=tmp_path)
+
+
+def _apply_checking_each_step(model: Model, recipe: Any) -> list[bool]:
+    """Run ``recipe``; after each step compare what it handed on with a fresh build."""
+    kept: list[bool] = []
+
+    def after_step(done: int, total: int) -> None:
+        fresh = model._fresh
+        edges = _build_edges(model.proto.graph)
+        if fresh is None:
+            kept.append(False)
+            return
+        _, producer, handed = fresh
+        assert model._untouched, "a kept index goes only to the very next step"
+        assert list(producer.items()) == list(GraphIndex(model.proto).producer.items())
+        assert handed == edges, f"step {done}: the kept int graph is not the model's"
+        kept.append(True)
+
+    apply_recipe(model, recipe, progress=after_step)
+    assert not model._untouched  # the caller owns the proto again
+    return kept
+
+
+def _each_verb_on_its_own(proto: onnx.ModelProto, recipe: Any) -> onnx.ModelProto:
+    """The same steps, every verb building its index from the proto (a bare proto keeps none)."""
+    for step in recipe.steps:
+        STEPS[step.verb].run(proto, step.resolved(recipe.base_dir), StepContext())
+    stamp(proto, recipe)
+    return proto
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_kept_index_equals_a_fresh_build_after_every_step(case, tmp_path):
+    build, steps, expected = CASES[case]
+    path = tmp_path / "m.onnx"
+    onnx.save(build(), str(path))
+    recipe = _recipe(steps, tmp_path)
+    model = load(path)
+    kept = _apply_checking_each_step(model, recipe)
+    assert kept == expected  # the fast path is taken where it can be, and only there
+    baseline = _each_verb_on_its_own(load(path).proto, recipe)
+    assert model.proto.SerializeToString() == baseline.SerializeToString()
+
+
+def test_nodes_out_of_order_keep_nothing_and_give_the_same_model(tmp_path):
+    recipe = _recipe([
+        {"insert": {"at": "relu1", "op": "scale", "params": {"factor": 2.0}}},
+        {"copy": {"outputs": ["relu2"]}},
+        {"rename": {"mapping": {"y": "out"}}},
+    ], tmp_path)
+    model = as_model(out_of_order())  # not loaded, so never sorted
+    assert _build_edges(model.proto.graph) is None
+    assert _apply_checking_each_step(model, recipe) == [False] * 3
+    baseline = _each_verb_on_its_own(out_of_order(), recipe)
+    assert model.proto.SerializeToString() == baseline.SerializeToString()
+
+
+def _read_x(proto: onnx.ModelProto) -> None:
+    """By hand: MatMul_3 reads the graph input instead of relu2 (a structural change)."""
+    node = next(n for n in proto.graph.node if n.name == "MatMul_3")
+    node.input[0] = "x"
+
+
+def test_a_kept_index_is_not_used_once_the_caller_touches_the_proto(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(builders.chain(6), str(path))
+    model = load(path)
+    insert(model, "relu1", op="scale", params={"factor": 2.0})
+    assert model._fresh is not None  # handed on, but nobody declared the proto untouched
+    _read_x(model.proto)
+    result = copy(model, ["relu3"], prefix="c/")
+    assert sorted(result.nodes) == ["Add_3", "MatMul_3", "Relu_3"]  # not the stale closure
+    by_hand = load(path).proto
+    insert(by_hand, "relu1", op="scale", params={"factor": 2.0})
+    _read_x(by_hand)
+    copy(by_hand, ["relu3"], prefix="c/")
+    assert model.proto.SerializeToString() == by_hand.SerializeToString()
