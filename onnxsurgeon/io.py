@@ -40,6 +40,7 @@ from .external import (
     resolve_external,
 )
 from .index import GraphIndex, NodeEdges
+from .upkeep import Upkeep
 from .validate import validate_producers
 
 __all__ = [
@@ -90,6 +91,8 @@ class Model:
     proto still serializes to exactly those bytes, or when the caller that loaded the model
     declared it untouched (:func:`handed_over`), so a stale index can never come out of it."""
     _untouched: bool = field(default=False, init=False, repr=False, compare=False)
+    _kept: Upkeep | None = field(default=None, init=False, repr=False, compare=False)
+    """Set by a verb (:func:`hand_on`): its edits of the index it used, for the next verb."""
 
     # a small read-only view (each call indexes the model as it is now; for many queries keep
     # one onnxsurgeon.listing.Listing)
@@ -126,19 +129,17 @@ def handed_over(model: Model) -> Model:
     """Declare that ``model``, just returned by :func:`load`, goes to one verb before anything
     else touches its proto (the CLI's load -> verb -> save): that verb's :func:`indexed` then
     reuses load's validated producer map without the byte comparison. Returns ``model``."""
-    model._untouched = model._fresh is not None
+    model._untouched = model._fresh is not None or model._kept is not None
     return model
 
 
-def hand_on(model: Model | onnx.ModelProto,
-            kept: tuple[dict[str, int], NodeEdges] | None) -> None:
-    """A verb's last act: the producer map and int dataflow graph of ``model`` as the verb
-    leaves it (:meth:`onnxsurgeon.upkeep.Upkeep.result`), or None when it cannot say. The next
-    :func:`indexed` uses them only when the caller declares the proto untouched since
-    (:func:`handed_over`, as ``apply_recipe`` does between steps); else it rebuilds."""
+def hand_on(model: Model | onnx.ModelProto, upkeep: Upkeep | None) -> None:
+    """A verb's last act: what its mutate section changed in the index it used (an
+    :class:`~onnxsurgeon.upkeep.Upkeep`), or None when it cannot say. The next :func:`indexed`
+    applies it only when the caller declares the proto untouched since (:func:`handed_over`, as
+    ``apply_recipe`` does between steps); else it rebuilds."""
     if isinstance(model, Model):
-        model._fresh = None if kept is None else (None, kept[0], kept[1])
-        model._untouched = False
+        model._fresh, model._kept, model._untouched = None, upkeep, False
 
 
 def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
@@ -150,7 +151,11 @@ def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
     if not isinstance(model, Model):
         return GraphIndex(model)
     fresh, model._fresh = model._fresh, None
+    kept, model._kept = model._kept, None
     untouched, model._untouched = model._untouched, False
+    state = kept.result() if untouched and kept is not None else None
+    if state is not None:  # the previous step's index, edited along with the model
+        return GraphIndex(model.proto, _producer=state[0], _edges=state[1])
     if fresh is not None and (untouched or (
             fresh[0] is not None and model.proto.SerializeToString() == fresh[0])):
         return GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])

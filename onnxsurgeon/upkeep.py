@@ -16,16 +16,18 @@ worked on, in the order it changed things:
 edited model gives (same ids, same dict order; the tests compare them after every verb), or None
 when something is outside what an upkeep can say (a node holding a body, a read before its
 producer, a name defined twice, an edit the verb did not describe): the next verb then builds its
-index from the proto, as it always did. Ints and the edited nodes only: O(nodes) of int work per
-edit plus the protobuf fields of the nodes that changed.
+index from the proto, as it always did. The edits are applied only when the next verb asks for
+its index (nothing is spent after a recipe's last step). Ints and the edited nodes only: O(nodes)
+of int work per edit plus the protobuf fields of the nodes that changed.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, chain
 from operator import attrgetter
+from typing import Any
 
 import onnx
 
@@ -49,6 +51,8 @@ class Upkeep:
         self.ok = edges is not None
         self._leaf_ids: dict[str, int] | None = None
         self._dangling: list[int] = []
+        self._todo: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self._done: tuple[dict[str, int], NodeEdges] | None = None
         if edges is None:
             return
         self.producer = index.producer
@@ -62,8 +66,34 @@ class Upkeep:
         """The edit is one an upkeep cannot follow: the next verb rebuilds the index."""
         self.ok = False
 
-    # ------------------------------------------------------------------ names only
+    # the edits, as the verb says them; applied only when the next verb asks (:meth:`result`),
+    # so the last step of a recipe costs nothing here
     def rename_tensors(self, renames: Mapping[str, str]) -> None:
+        """Main-graph tensors were renamed (definitions and reads alike)."""
+        self._todo.append((self._rename_tensors, (dict(renames),)))
+
+    def name_nodes(self, names: Mapping[int, str]) -> None:
+        """Node ``i`` is now named ``names[i]``."""
+        self._todo.append((self._name_nodes, (dict(names),)))
+
+    def leaves_changed(self) -> None:
+        """Graph inputs or initializers were added, dropped or reordered."""
+        self._todo.append((self._leaves_changed, ()))
+
+    def inserted(self, pos: int, count: int) -> None:
+        """``count`` nodes were inserted at ``pos`` (``pos`` = the old length: appended)."""
+        self._todo.append((self._inserted, (pos, count)))
+
+    def reread(self, nodes: Iterable[int]) -> None:
+        """The inputs of these nodes (indexes after the edits said before) were rewired."""
+        self._todo.append((self._reread, (list(nodes),)))
+
+    def kept_only(self, kept: Sequence[int]) -> None:
+        """Only nodes ``kept`` (ascending indexes) remain, in that order."""
+        self._todo.append((self._kept_only, (list(kept),)))
+
+    # ------------------------------------------------------------------ names only
+    def _rename_tensors(self, renames: Mapping[str, str]) -> None:
         """Main-graph tensors were renamed (definitions and reads alike): ids stay, names move.
         O(producer entries) when a node output is renamed (the map is rebuilt in order)."""
         if not self.ok or not renames:
@@ -76,7 +106,7 @@ class Upkeep:
             self.leaves = {i: renames.get(n, n) for i, n in self.leaves.items()}
             self._leaf_ids = None
 
-    def name_nodes(self, names: Mapping[int, str]) -> None:
+    def _name_nodes(self, names: Mapping[int, str]) -> None:
         """Node ``i`` is now named ``names[i]``. O(nodes) list copy."""
         if not self.ok or not names:
             return
@@ -85,7 +115,7 @@ class Upkeep:
             self.names[i] = name
 
     # ------------------------------------------------------------------ leaves
-    def leaves_changed(self) -> None:
+    def _leaves_changed(self) -> None:
         """Graph inputs or initializers changed: number the leaves again from the proto (inputs,
         then initializers, then sparse initializers, first occurrence wins) and move the reads
         of every leaf whose id changed. A read of a leaf that is gone marks its node for
@@ -138,7 +168,7 @@ class Upkeep:
             out.append(j)
         return out
 
-    def inserted(self, pos: int, count: int) -> None:
+    def _inserted(self, pos: int, count: int) -> None:
         """``count`` nodes were inserted at ``pos`` of the node list (``pos`` = the old length:
         appended): later nodes move by ``count``; the new nodes are read from the proto (their
         inputs must be defined before them, their outputs new, no bodies). O(nodes) of int
@@ -197,7 +227,7 @@ class Upkeep:
         self.names = [*self.names[:pos], *names, *self.names[pos:]]
         self.ops = [*self.ops[:pos], *ops, *self.ops[pos:]]
 
-    def reread(self, nodes: Iterable[int]) -> None:
+    def _reread(self, nodes: Iterable[int]) -> None:
         """The inputs of these nodes (indexes as now) were rewired in place: read them again
         (same number of inputs, each defined before the node). O(their inputs)."""
         if not self.ok:
@@ -214,7 +244,7 @@ class Upkeep:
             preds[starts[i]:starts[i + 1]] = read
         self.preds = preds
 
-    def kept_only(self, kept: Sequence[int]) -> None:
+    def _kept_only(self, kept: Sequence[int]) -> None:
         """Only nodes ``kept`` (ascending old indexes) remain, in that order. Reads of a removed
         node mark the reader for :meth:`reread` (done by :meth:`result`, after the leaves are
         numbered again). O(nodes + edges) of ints."""
@@ -242,11 +272,20 @@ class Upkeep:
 
     # ------------------------------------------------------------------ the kept state
     def result(self) -> tuple[dict[str, int], NodeEdges] | None:
-        """The producer map and ``NodeEdges`` of the edited model, or None (rebuild)."""
+        """The producer map and ``NodeEdges`` of the edited model, or None (rebuild). Applies
+        the edits said so far (once; the proto must be as the verb left it)."""
+        todo, self._todo = self._todo, []
+        for edit, args in todo:
+            if not self.ok:
+                break
+            edit(*args)
+        if self._done is not None and not todo:
+            return self._done
         if self.ok and self._dangling:
             dangling, self._dangling = self._dangling, []
-            self.reread(dangling)
+            self._reread(dangling)
         if not self.ok or len(self.names) != len(self.graph.node):
             return None
-        return self.producer, NodeEdges(self.preds, self.starts, self.leaves, self.names,
-                                        self.ops)
+        self._done = self.producer, NodeEdges(self.preds, self.starts, self.leaves, self.names,
+                                              self.ops)
+        return self._done

@@ -92,6 +92,11 @@ CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
         {"copy": {"outputs": ["six"], "prefix": "again/"}},
         {"extract": {"outputs": ["again/six"]}},
     ], [True, False, True, False, False, True, True]),
+    "a_verb_that_says_nothing": (lambda: builders.chain(8), [
+        {"insert": {"at": "relu2", "op": "scale", "params": {"factor": 2.0}}},
+        {"bypass": {"nodes": ["Relu_4"]}},  # hands nothing on: the insert's index is stale
+        {"copy": {"outputs": ["relu5"]}},
+    ], [True, False, True]),
     "tiny_cnn": (builders.tiny_cnn, [
         {"insert": {"at": "act", "op": "l2_normalize", "params": {"axis": 1}}},
         {"copy": {"outputs": ["logits"], "prefix": "t/"}},  # weights copied: new leaves
@@ -133,12 +138,13 @@ def _apply_checking_each_step(model: Model, recipe: Any) -> list[bool]:
     kept: list[bool] = []
 
     def after_step(done: int, total: int) -> None:
-        fresh = model._fresh
+        assert model._fresh is None  # load's index went to the first step
+        state = model._kept.result() if model._kept is not None else None
         edges = _build_edges(model.proto.graph)
-        if fresh is None:
+        if state is None:
             kept.append(False)
             return
-        _, producer, handed = fresh
+        producer, handed = state
         assert model._untouched, "a kept index goes only to the very next step"
         assert list(producer.items()) == list(GraphIndex(model.proto).producer.items())
         assert handed == edges, f"step {done}: the kept int graph is not the model's"
@@ -194,7 +200,7 @@ def test_a_kept_index_is_not_used_once_the_caller_touches_the_proto(tmp_path):
     onnx.save(builders.chain(6), str(path))
     model = load(path)
     insert(model, "relu1", op="scale", params={"factor": 2.0})
-    assert model._fresh is not None  # handed on, but nobody declared the proto untouched
+    assert model._kept is not None  # handed on, but nobody declared the proto untouched
     _read_x(model.proto)
     result = copy(model, ["relu3"], prefix="c/")
     assert sorted(result.nodes) == ["Add_3", "MatMul_3", "Relu_3"]  # not the stale closure

@@ -214,7 +214,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
                 outcomes.append(StepOutcome(step, {"would_verify": covered}))
                 pending = []
                 continue
-            m._fresh, m._untouched = None, False  # no index is carried past a checkpoint
+            m._fresh, m._kept, m._untouched = None, None, False  # none past a checkpoint
             report = _checkpoint(m, pending, _verify_options(step, recipe, base_options),
                                  recipe.base_dir)
             pending = []
@@ -230,7 +230,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
         run = STEPS[step.verb].run
         assert run is not None
         params = step.resolved(recipe.base_dir)
-        kept = m._fresh
+        kept = m._fresh, m._kept
         try:
             result = run(m, params, ctx)
         except SurgeryError as exc:
@@ -256,12 +256,14 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
     return ApplyResult(tuple(outcomes), recipe.sha256(), plan, len(steps), tuple(reports))
 
 
-def _hand_over_between_steps(model: Model, before: Any) -> None:
+def _hand_over_between_steps(model: Model, before: tuple[Any, Any]) -> None:
     """After a step: the index its verb handed on (:func:`~onnxsurgeon.io.hand_on`) goes to the
     next step, which nothing else runs before; a verb that handed nothing on leaves no index
     (whatever was kept before it is stale now)."""
-    if model._fresh is before:
+    if model._fresh is before[0]:
         model._fresh = None
+    if model._kept is before[1]:
+        model._kept = None
     handed_over(model)
 
 

@@ -265,7 +265,7 @@ def copy(
     if init_map or new_inputs:
         upkeep.leaves_changed()
     upkeep.inserted(n_before, len(copy_nodes))
-    hand_on(model, upkeep.result())
+    hand_on(model, upkeep)
     result = CopyResult(
         outputs={o: mapping[o] for o in outs},
         initializers=init_map,

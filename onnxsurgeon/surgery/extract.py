@@ -304,7 +304,7 @@ def extract(
         upkeep.fail()  # reads of the stops move to new graph inputs: the next verb re-indexes
     upkeep.kept_only(kept)
     upkeep.leaves_changed()
-    hand_on(model, upkeep.result())
+    hand_on(model, upkeep)
     add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
     return ExtractResult(
         outputs=outs,

@@ -195,7 +195,7 @@ def insert(
         retype(host, fresh_types)
     renamed = {at_name: pre} if pre is not None else {}
     follow_renames(host, renamed)
-    hand_on(m, upkeep_after_splice(index, plan, sorted({u.node for u in uses})).result())
+    hand_on(m, upkeep_after_splice(index, plan, sorted({u.node for u in uses})))
     add_rewrite(host, InsertRecord(
         at=at_name, processed=processed, block=op if op is not None else "graph",
         params=record_params, block_nodes=tuple(block_nodes), rerouted=tuple(rerouted),

@@ -317,6 +317,6 @@ def rename(
             upkeep.fail()  # names inside bodies (there is no int graph then anyway)
         for g, ren in by_body.values():
             _rename_in_scope(g, ren)
-    hand_on(m, upkeep.result())
+    hand_on(m, upkeep)
     add_rewrite(proto, RenameRecord(renamed=dict(renamed), nodes=bool(nodes)))
     return RenameResult(dict(renamed), bool(nodes))

@@ -186,7 +186,7 @@ def reroute(
     else:
         unused, pruned_inits = dead_nodes(proto, prune=prune)
         upkeep.fail()  # nodes moved or pruned: the next verb indexes the model again
-    hand_on(m, upkeep.result())
+    hand_on(m, upkeep)
     add_rewrite(proto, RerouteRecord(
         source=src, target=tgt, rerouted=tuple(rerouted), rerouted_outputs=tuple(rerouted_outputs),
         pruned_nodes=tuple(unused) if prune else None,
