@@ -232,7 +232,8 @@ class GraphIndex:
         inputs: graph input name -> position (initializers listed as inputs included).
         outputs: graph output name -> position.
         edges: the int dataflow graph when handed over by :func:`onnxsurgeon.io.indexed` (the
-            model provably unchanged since load validated it), else None.
+            model provably unchanged since load validated it, or since the previous recipe step
+            edited it along with its :class:`~onnxsurgeon.upkeep.Upkeep`), else None.
     """
 
     def __init__(

@@ -6,6 +6,7 @@ is byte-identical to running each verb with an index of its own."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ from onnx import TensorProto, helper
 
 from onnxsurgeon.index import GraphIndex, _build_edges
 from onnxsurgeon.io import Model, as_model, load
-from onnxsurgeon.recipe import STEPS, apply_recipe, parse_recipe
+from onnxsurgeon.recipe import STEPS, apply_recipe, load_recipe, parse_recipe
 from onnxsurgeon.recipe.apply import stamp
 from onnxsurgeon.recipe.spec import StepContext
 from onnxsurgeon.surgery import copy, insert
 from tests import builders
+from tests.cli_helpers import cli_main
 
 F = TensorProto.FLOAT
 
@@ -209,3 +211,22 @@ def test_a_kept_index_is_not_used_once_the_caller_touches_the_proto(tmp_path):
     _read_x(by_hand)
     copy(by_hand, ["relu3"], prefix="c/")
     assert model.proto.SerializeToString() == by_hand.SerializeToString()
+
+
+@pytest.mark.parametrize(("case", "rename"), [
+    ("chain", {"x": "input"}), ("chain_outputs_inputs_regex", {"B": "bias"}),
+    ("split_and_late", {"x": "input"})])
+def test_apply_from_the_cli_writes_the_model_each_verb_alone_gives(case, rename, tmp_path,
+                                                                   capsys):
+    """The CLI hands load's index to the first step (rename first too) and every step's index
+    to the next: the file equals the verbs run one by one, each with an index of its own."""
+    build, steps, _ = CASES[case]
+    path, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(build(), str(path))
+    steps = [{"rename": {"mapping": rename}}, *steps]
+    recipe_path = tmp_path / "r.json"
+    recipe_path.write_text(json.dumps({"onnxsurgeon": 1, "steps": steps}))
+    code, _, err = cli_main(capsys, "apply", recipe_path, path, "-o", out)
+    assert code == 0, err
+    baseline = _each_verb_on_its_own(load(path).proto, load_recipe(recipe_path))
+    assert load(out).proto.SerializeToString() == baseline.SerializeToString()

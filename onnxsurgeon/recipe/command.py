@@ -82,7 +82,7 @@ def _is_fleet(args: argparse.Namespace) -> bool:
     return len(args.models) > 1 or args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()
 
 
-_INDEXING_VERBS = frozenset({"extract", "copy", "insert", "reroute"})
+_INDEXING_VERBS = frozenset({"extract", "copy", "insert", "reroute", "rename"})
 """Verbs that index the model (:func:`onnxsurgeon.io.indexed`) before changing it: as a first
 step they may reuse load's validated index, as the CLI's commands do."""
 
