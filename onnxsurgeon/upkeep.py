@@ -180,16 +180,16 @@ class Upkeep:
             self.fail()
             return
         producer = self.producer
+        tail: Iterable[tuple[str, int]] = ()
         if pos < n_old:
             self.preds = [p + count if p >= pos else p for p in self.preds]
-            values = list(producer.values())
-            cut = bisect_left(values, pos)
-            items = list(producer.items())
-            head = dict(items[:cut])
-            tail = [(name, i + count) for name, i in items[cut:]]
+            keys, values = list(producer), list(producer.values())
+            cut = bisect_left(values, pos)  # the map is in node order: C-level split and shift
+            head = dict(zip(keys[:cut], values[:cut], strict=True))
+            tail = zip(keys[cut:], map(count.__add__, values[cut:]), strict=True)
             self._dangling = [i + count if i >= pos else i for i in self._dangling]
         else:
-            head, tail = dict(producer), []
+            head = dict(producer)
         self.producer = head
         new_preds: list[int] = []
         counts: list[int] = []
