@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -43,7 +44,7 @@ def split_and_late() -> onnx.ModelProto:
         helper.make_node("Add", ["ra", "bb"], ["s"], name="add"),
         helper.make_node("Add", ["s", "c"], ["y"], name="add2"),
     ]
-    ints = [onnx.numpy_helper.from_array(__import__("numpy").array([v], "int64"), n)
+    ints = [onnx.numpy_helper.from_array(np.array([v], "int64"), n)
             for n, v in (("st", 0), ("en", 2), ("ax", 1))]
     graph = helper.make_graph(
         nodes, "split_and_late",
@@ -63,6 +64,17 @@ def out_of_order() -> onnx.ModelProto:
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     return model
+
+
+def block() -> onnx.ModelProto:
+    """A one-input one-output block with a weight of its own: Relu(inp * k)."""
+    k = onnx.numpy_helper.from_array(np.full([4], 0.5, "float32"), "k")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["inp", "k"], ["m"], name="mul"),
+         helper.make_node("Relu", ["m"], ["out"], name="relu")], "block",
+        [helper.make_tensor_value_info("inp", F, [1, 4])],
+        [helper.make_tensor_value_info("out", F, [1, 4])], [k])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", builders.OPSET)])
 
 
 CHAIN_STEPS = [  # the benchmark's recipe, shrunk
@@ -85,6 +97,12 @@ CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
         {"copy": {"outputs": ["r4"], "weights": "shared", "prefix": "c/"}},
         {"insert": {"at": "add6", "op": "scale", "params": {"factor": 1.5}, "as_output": True}},
     ], [True] * 6),
+    "graph_blocks": (lambda: builders.chain(6), [
+        {"insert": {"at": "relu1", "graph": "block.onnx"}},
+        {"insert": {"at": "relu1", "graph": "block.onnx"}},  # the same names again: renamed
+        {"copy": {"outputs": ["relu3"], "weights": "independent"}},
+        {"insert": {"at": "copy/relu3", "graph": "block.onnx", "as_output": True}},
+    ], [True] * 4),
     "chain_stops_and_prune": (lambda: builders.chain(12), [
         {"copy": {"outputs": ["relu6"], "replace_inputs": {"relu2": "relu1"}}},
         {"extract": {"outputs": ["relu6", "copy/relu6"], "inputs": ["relu3"]}},  # stops: rebuild
@@ -132,6 +150,7 @@ CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
 
 
 def _recipe(steps: list[dict[str, Any]], tmp_path: Path) -> Any:
+    onnx.save(block(), str(tmp_path / "block.onnx"))
     return parse_recipe({"onnxsurgeon": 1, "steps": steps}, base_dir=tmp_path)
 
 
