@@ -75,6 +75,13 @@ PEERS = {
         "RemoveUnusedNodesPass()(model)\n"
         "ir.save(model, sys.argv[2])"),
 }
+# onnx-ir's ir.save above keeps an external tensor's reference as it is (no byte is written: the
+# output names the input's data file by the same relative location, which is not there when the
+# output is in another folder). For external data this variant writes the kept bytes, as
+# onnxsurgeon does without --share-data.
+IR_WITH_DATA = PEERS["onnx-ir"].replace(
+    "ir.save(model, sys.argv[2])",
+    "import os; ir.save(model, sys.argv[2], external_data=os.path.basename(sys.argv[2]) + '.data')")
 
 
 # ----------------------------------------------------------------------------------- models
@@ -307,6 +314,9 @@ def external_jobs(src: Path, tmp: Path, blocks: int, *, full_floor: bool,
     jobs: dict[str, tuple[list[str], list[Path], str]] = {
         "cp of the data file": (["cp", str(data), str(outdir / "cp.data")], [outdir / "cp.data"],
                                 "cp of the data file"),
+        "cp + fsync of the data file": (
+            ["sh", "-c", 'cp "$1" "$2" && sync "$2"', "sh", str(data), str(outdir / "cps.data")],
+            [outdir / "cps.data"], "cp of the data file"),
         "floor of the graph: onnx load+save without weights": (
             [PY, "-c", GRAPH_FLOOR, str(src), str(outdir / "graph.onnx")],
             out(outdir / "graph.onnx"), "floor of the graph: onnx load+save without weights"),
@@ -332,6 +342,10 @@ def external_jobs(src: Path, tmp: Path, blocks: int, *, full_floor: bool,
         target = outdir / f"{peer}.onnx"
         jobs[f"{peer} extract"] = ([PY, "-c", PEERS[peer], str(src), str(target), mid, "2048"],
                                    out(target), copied)
+        if peer == "onnx-ir":
+            target = outdir / "onnx-ir-data.onnx"
+            jobs["onnx-ir extract, writing its data file"] = (
+                [PY, "-c", IR_WITH_DATA, str(src), str(target), mid, "2048"], out(target), copied)
     return jobs
 
 
@@ -440,7 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,30000,90000,270000",
-                        help="node counts of the chains (comma separated)")
+                        help="node counts of the chains (comma separated; 0: no chains, e.g. "
+                             "to run only the external-data models)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--shapes", default="shared,distinct")
     parser.add_argument("--peer-max-nodes", type=int, default=90000,
@@ -472,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             available.append(peer)
         else:
             notes.append(f"{peer} is not installed: not measured")
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    sizes = [int(s) for s in args.sizes.split(",") if s and int(s) > 0]
     with tempfile.TemporaryDirectory(prefix="osg-bench-") as tmpname:
         tmp = Path(tmpname)
         for shape in args.shapes.split(","):
@@ -513,6 +528,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "not run (it holds every weight in memory); the floor is cp plus "
                              "the graph's own load+save")
             shutil.rmtree(folder)
+        if any(mb for mb in (args.external_mb, args.big_mb)):
+            notes.append("external data: onnxsurgeon fsyncs every file it writes before renaming "
+                         "it into place (a crash leaves the old output or the whole new one); "
+                         "cp, onnx and onnx-ir do not (their bytes reach the disk later, on the "
+                         "kernel's time): 'cp + fsync' is the durable copy for comparison")
+            notes.append("external data: 'onnx-ir extract' writes no data file (ir.save keeps "
+                         "the input's references: its output in another folder cannot be "
+                         "loaded); 'writing its data file' passes external_data= and is the peer "
+                         "of onnxsurgeon extract, the other the peer of extract --share-data")
     if args.peer_max_nodes < max(sizes, default=0):
         notes.append(f"peers run up to {args.peer_max_nodes} nodes (--peer-max-nodes); "
                      f"onnx-graphsurgeon on the shared-weight chain up to "

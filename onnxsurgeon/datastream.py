@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import InvalidModelError, UnsafeModelError, UsageError
@@ -32,6 +34,8 @@ from .external import (
 ALIGNMENT = 64
 """Byte alignment of every tensor in written external data files."""
 _CHUNK = 1 << 22
+WINDOW = 1 << 25
+"""Bytes copied per kernel call and handed to the disk at once (32 MiB)."""
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF,
                    errno.EPERM}
 
@@ -42,10 +46,13 @@ class RangeWriter:
     Not thread-safe; :meth:`close` closes the source files (not ``fd``).
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, window: int = WINDOW) -> None:
         self.fd = fd
+        self.window = window  # bytes per kernel copy call and per writeback hand-over
         self.offset = 0
         self.kernel_copy = hasattr(os, "copy_file_range")
+        self._start_writeback = _writeback_starter()
+        self._handed = 0  # bytes [0, _handed) are already on their way to the disk
         self._sources: dict[tuple[int, int], tuple[int, int]] = {}  # identity -> (fd, size)
         self._written: dict[tuple[int, int, int, int], int] = {}  # (dev, ino, off, len) -> start
 
@@ -60,6 +67,7 @@ class RangeWriter:
         done = 0
         while done < len(view):
             done += os.pwrite(self.fd, view[done:done + _CHUNK], start + done)
+            self._hand_over(start + done)
         self.offset = start + len(data)
         return start
 
@@ -94,7 +102,8 @@ class RangeWriter:
         done = 0
         while done < length and self.kernel_copy:
             try:
-                n = os.copy_file_range(src, self.fd, length - done, at + done, to + done)
+                n = os.copy_file_range(src, self.fd, min(self.window, length - done), at + done,
+                                       to + done)
             except OSError as exc:
                 if exc.errno not in _NO_KERNEL_COPY:
                     raise
@@ -105,6 +114,7 @@ class RangeWriter:
                     f"external data file '{ref.path.name}' ended early; it is truncated"
                 )
             done += n
+            self._hand_over(to + done)
         while done < length:
             chunk = os.pread(src, min(_CHUNK, length - done), at + done)
             if not chunk:
@@ -116,16 +126,52 @@ class RangeWriter:
                 n = os.pwrite(self.fd, view, to + done)
                 view = view[n:]
                 done += n
+            self._hand_over(to + done)
+
+    def _hand_over(self, end: int) -> None:
+        """Start writeback of ``[_handed, end)`` once it spans a whole window."""
+        if self._start_writeback is not None and end - self._handed >= self.window:
+            if not self._start_writeback(self.fd, self._handed, end - self._handed):
+                self._start_writeback = None  # this file cannot: the final fsync does it all
+            self._handed = end
 
     def finish(self) -> None:
-        """Give the file its full length (a trailing alignment gap included)."""
+        """Give the file its full length (a trailing alignment gap included) and start the
+        writeback of what is left (the caller's fsync waits for it)."""
         os.ftruncate(self.fd, self.offset)
+        if self._start_writeback is not None and self.offset > self._handed:
+            self._start_writeback(self.fd, self._handed, self.offset - self._handed)
+            self._handed = self.offset
 
     def close(self) -> None:
         for fd, _ in self._sources.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._sources.clear()
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _writeback_starter() -> Callable[[int, int, int], bool] | None:
+    """``start(fd, offset, length) -> ok``: Linux's ``sync_file_range`` with
+    ``SYNC_FILE_RANGE_WRITE`` (queue the dirty pages of the range for writing, return at once;
+    a hint only, the fsync before the rename is the guarantee), or None where libc lacks it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # pragma: no cover - a libc without it (not glibc/musl)
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+
+    def start(fd: int, offset: int, length: int) -> bool:
+        return call(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
+
+    return start
 
 
 def shared_location(ref: ExternalRef, out_folder: Path, tensor: str) -> str:

@@ -366,8 +366,10 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     tree and open the very file validated on load (the same rules as loading); the output then
     needs those files, unchanged, at that place. With ``external=None`` the save switches inline tensors to external
     data by itself when the proto would pass 2 GB. The input file and its data files are never
-    written. Files are written invisibly and renamed into place only when complete, so an
-    interrupted save leaves no partial output. Peak memory: the serialized proto plus one chunk.
+    written. Files are written invisibly, flushed to the disk (fsync) and renamed into place only
+    when complete, so an interrupted save leaves no partial output, even after a power loss (the
+    data file is handed to the disk while it is copied: the flush adds little to the copy; see
+    :mod:`~onnxsurgeon.datastream`). Peak memory: the serialized proto plus one chunk.
 
     The written file is then checked with ``onnx.checker`` as ``check`` says (see
     :class:`~onnxsurgeon.checking.Check`; by default the full check for models up to 20,000
