@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxsurgeon.datastream import ALIGNMENT, RangeWriter
+from onnxsurgeon.datastream import ALIGNMENT, BLOCK, RangeWriter
 from onnxsurgeon.external import ExternalRef, resolve_external
 from onnxsurgeon.io import load, save
 
@@ -65,6 +65,36 @@ def test_ranges_longer_than_a_window_are_copied_exactly(tmp_path, kernel):
         assert out[start:start + size] == data[offset:offset + size]
         offset += size
     assert out[at:at + len(inline)] == inline
+
+
+def test_large_ranges_keep_their_place_in_a_block(tmp_path):
+    """A range of >= 1 MiB at a 64-byte aligned source offset starts at an output offset
+    congruent to it modulo 4 KiB (what a reflinking filesystem needs to clone it), still 64-byte
+    aligned; other ranges are only 64-byte aligned."""
+    mib = 1 << 20
+    # w1 at 1000 (not 64-aligned), w2 at 1000 + mib + 24 = 64 * 16400 (64- not 4096-aligned)
+    sizes = [1000, mib + 24, 2 * mib + 3, 5053, mib - 64]
+    data, refs = _data_refs(tmp_path, sizes)
+    offsets = np.cumsum([0, *sizes[:-1]])
+    fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    writer = RangeWriter(fd)
+    try:
+        starts = [writer.copy(ref, f"w{i}") for i, ref in enumerate(refs)]
+        writer.finish()
+    finally:
+        writer.close()
+        os.close(fd)
+    out = (tmp_path / "out.data").read_bytes()
+    for start, offset, size in zip(starts, offsets, sizes, strict=True):
+        assert start % ALIGNMENT == 0
+        assert out[start:start + size] == data[offset:offset + size]
+    assert offsets[2] % ALIGNMENT == 0 and offsets[2] % BLOCK != 0
+    assert starts[2] % BLOCK == offsets[2] % BLOCK  # large, 64-aligned source: same place
+    assert starts[2] - (starts[1] + sizes[1]) < BLOCK
+    assert offsets[1] % ALIGNMENT != 0 and starts[1] == 1024  # unaligned source: next 64
+    assert starts[3] - (starts[2] + sizes[2]) < ALIGNMENT  # small ranges: 64-byte aligned
+    assert offsets[4] % ALIGNMENT == 0 and offsets[4] % BLOCK != 0
+    assert starts[4] - (starts[3] + sizes[3]) < ALIGNMENT  # just under 1 MiB: as small
 
 
 class _CacheStat(ctypes.Structure):
