@@ -100,8 +100,14 @@ class Upkeep:
             return
         producer = self.producer
         if not producer.keys().isdisjoint(renames):
-            get = renames.get
-            self.producer = dict(zip([get(n, n) for n in producer], producer.values(), strict=True))
+            keys = list(producer)
+            if len(renames) <= 16:  # find each key by a C-level scan, keep the order
+                for old in renames.keys() & producer.keys():
+                    keys[keys.index(old)] = renames[old]
+            else:
+                get = renames.get
+                keys = [get(n, n) for n in keys]
+            self.producer = dict(zip(keys, producer.values(), strict=True))
         if any(name in renames for name in self.leaves.values()):
             self.leaves = {i: renames.get(n, n) for i, n in self.leaves.items()}
             self._leaf_ids = None
@@ -222,8 +228,8 @@ class Upkeep:
         at = starts[pos]
         added = len(new_preds)
         self.preds = [*self.preds[:at], *new_preds, *self.preds[at:]]
-        self.starts = [*starts[:pos + 1], *(at + c for c in accumulate(counts)),
-                       *(s + added for s in starts[pos + 1:])]
+        self.starts = [*starts[:pos + 1], *map(at.__add__, accumulate(counts)),
+                       *map(added.__add__, starts[pos + 1:])]
         self.names = [*self.names[:pos], *names, *self.names[pos:]]
         self.ops = [*self.ops[:pos], *ops, *self.ops[pos:]]
 

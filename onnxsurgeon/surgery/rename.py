@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -131,11 +131,11 @@ def _check_inner_names(inner: Mapping[str, str], renamed: Mapping[str, str],
             )
 
 
-def _check_new_names(renamed: Mapping[str, str], existing: Iterable[str], what: str,
+def _check_new_names(renamed: Mapping[str, str], exists: Callable[[str], bool], what: str,
                      nested: Mapping[str, str]) -> None:
-    """Refuse empty names, two names renamed to one, collisions with names that stay, and names
-    a nested body defines (they would shadow the renamed tensor inside it)."""
-    staying = set(existing) - renamed.keys()
+    """Refuse empty names, two names renamed to one, collisions with names that stay (``exists``
+    and not renamed away), and names a nested body defines (they would shadow the renamed
+    tensor inside it). O(renamed)."""
     seen: dict[str, str] = {}
     for old, new in renamed.items():
         if not new:
@@ -146,7 +146,7 @@ def _check_new_names(renamed: Mapping[str, str], existing: Iterable[str], what: 
                 "different names"
             )
         seen[new] = old
-        if new in staying:
+        if exists(new) and new not in renamed:
             raise UsageError(
                 f"cannot rename {what} '{old}' to '{new}': the model already has a {what} named "
                 f"'{new}'; pick another name (or rename that one too)"
@@ -269,8 +269,9 @@ def rename(
     what = "node" if nodes else "tensor"
     if nodes:
         renamed = _resolve_nodes(index, given)
-        renamed |= _apply(compiled, index.node_names, renamed)
-        existing: Iterable[str] = index.node_names
+        if compiled:
+            renamed |= _apply(compiled, index.node_names, renamed)
+        exists: Callable[[str], bool] = index.node_names.__contains__
         nested: dict[str, str] = {}
     else:
         selector = Selector(index)
@@ -282,19 +283,20 @@ def rename(
             if resolved in renamed and renamed[resolved] != new:
                 raise UsageError(f"tensor '{resolved}' is given two new names; give it one")
             renamed[resolved] = new
-        candidates = [*index.tensor_names(), *(n for n in nested if not index.is_tensor(n))]
-        renamed |= _apply(compiled, candidates, renamed)
-        existing = index.tensor_names()
+        if compiled:
+            candidates = [*index.tensor_names(),
+                          *(n for n in nested if not index.is_tensor(n))]
+            renamed |= _apply(compiled, candidates, renamed)
+        exists = index.is_tensor
     renamed = {old: new for old, new in renamed.items() if old != new}
     if not renamed:
         raise UsageError(f"every {what} keeps its name; nothing to rename")
     main = {o: n for o, n in renamed.items() if nodes or index.is_tensor(o)}
     inner = {o: n for o, n in renamed.items() if o not in main}
-    existing = list(existing)
     if inner:
-        _check_inner_names(inner, renamed, set(existing), nested)
-    _check_new_names(renamed, existing, what, {})
-    _check_new_names(main, existing, what, {k: v for k, v in nested.items() if k not in inner})
+        _check_inner_names(inner, renamed, set(index.tensor_names()), nested)
+    _check_new_names(renamed, exists, what, {})
+    _check_new_names(main, exists, what, {k: v for k, v in nested.items() if k not in inner})
     bodies = _defining_bodies(index, inner)
 
     # ------------------------------------------------------------------ mutate (all checked)
