@@ -155,7 +155,10 @@ def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
     untouched, model._untouched = model._untouched, False
     state = kept.result() if untouched and kept is not None else None
     if state is not None:  # the previous step's index, edited along with the model
-        return GraphIndex(model.proto, _producer=state[0], _edges=state[1])
+        index = GraphIndex(model.proto, _producer=state[0], _edges=state[1])
+        if kept is not None and kept.types:
+            index.memo["edge_types"] = kept.types
+        return index
     if fresh is not None and (untouched or (
             fresh[0] is not None and model.proto.SerializeToString() == fresh[0])):
         return GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])

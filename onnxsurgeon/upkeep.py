@@ -53,6 +53,11 @@ class Upkeep:
         self._dangling: list[int] = []
         self._todo: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self._done: tuple[dict[str, int], NodeEdges] | None = None
+        self._memo = index.memo
+        self.types: dict[int, Any] = {}
+        """Node id -> output type found by the cheap type pass (``memo["edge_types"]``), kept
+        for the nodes no edit can reach: a node's type follows from its op and what lies
+        upstream, so only nodes before the first inserted or rewired one keep theirs."""
         if edges is None:
             return
         self.producer = index.producer
@@ -188,6 +193,7 @@ class Upkeep:
         producer = self.producer
         tail: Iterable[tuple[str, int]] = ()
         if pos < n_old:
+            self.types = {k: t for k, t in self.types.items() if k < pos}
             self.preds = [p + count if p >= pos else p for p in self.preds]
             keys, values = list(producer), list(producer.values())
             cut = bisect_left(values, pos)  # the map is in node order: C-level split and shift
@@ -240,7 +246,10 @@ class Upkeep:
             return
         preds, starts, graph_nodes = self.preds, self.starts, self.graph.node
         copied = False
-        for i in sorted(set(nodes)):
+        todo = sorted(set(nodes))
+        if todo:
+            self.types = {k: t for k, t in self.types.items() if k < todo[0]}
+        for i in todo:
             read = self._read(graph_nodes[i], i)
             if read is None or len(read) != starts[i + 1] - starts[i]:
                 self.fail()
@@ -275,12 +284,17 @@ class Upkeep:
         self.producer = {name: new_id[i] for name, i in self.producer.items()  # type: ignore[misc]
                          if new_id[i] is not None}
         self._dangling = dangling  # type: ignore[assignment]
+        self.types = {new_id[k]: t for k, t in self.types.items()  # type: ignore[misc]
+                      if new_id[k] is not None}
 
     # ------------------------------------------------------------------ the kept state
     def result(self) -> tuple[dict[str, int], NodeEdges] | None:
         """The producer map and ``NodeEdges`` of the edited model, or None (rebuild). Applies
         the edits said so far (once; the proto must be as the verb left it)."""
         todo, self._todo = self._todo, []
+        if todo and self._done is None:
+            found = self._memo.get("edge_types", {})
+            self.types = {k: t for k, t in found.items() if k >= 0}  # leaves: typed again
         for edit, args in todo:
             if not self.ok:
                 break

@@ -21,6 +21,7 @@ from onnxsurgeon.recipe import STEPS, apply_recipe, load_recipe, parse_recipe
 from onnxsurgeon.recipe.apply import stamp
 from onnxsurgeon.recipe.spec import StepContext
 from onnxsurgeon.surgery import copy, insert
+from onnxsurgeon.surgery._edgewalk import type_by_edges
 from tests import builders
 from tests.cli_helpers import cli_main
 
@@ -55,6 +56,32 @@ def split_and_late() -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     return model
+
+
+def funnel(n: int = 8) -> onnx.ModelProto:
+    """A side branch first (x -> MatMul -> side, a graph output), then ``n`` MatMul -> Relu
+    blocks whose widths alternate 8, 3, 8, 3, ... (r0 [1,8], r1 [1,3], ...; output y): every
+    node's type differs from its neighbours', so a type kept for the wrong node shows."""
+    rng = np.random.default_rng(0)
+    widths = [4] + [8 if i % 2 == 0 else 3 for i in range(n)]
+
+    def weight(name: str, shape: tuple[int, int]) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype("float32"), name)
+
+    nodes = [helper.make_node("MatMul", ["x", "Ws"], ["side"], name="side_mm")]
+    inits = [weight("Ws", (4, 5))]
+    prev = "x"
+    for i in range(n):
+        inits.append(weight(f"W{i}", (widths[i], widths[i + 1])))
+        out = "y" if i == n - 1 else f"r{i}"
+        nodes += [helper.make_node("MatMul", [prev, f"W{i}"], [f"mm{i}"], name=f"MatMul_{i}"),
+                  helper.make_node("Relu", [f"mm{i}"], [out], name=f"Relu_{i}")]
+        prev = out
+    graph = helper.make_graph(
+        nodes, "funnel", [helper.make_tensor_value_info("x", F, [1, 4])],
+        [helper.make_tensor_value_info("y", F, [1, widths[n]]),
+         helper.make_tensor_value_info("side", F, [1, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", builders.OPSET)])
 
 
 def out_of_order() -> onnx.ModelProto:
@@ -96,6 +123,14 @@ CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
         {"rename": {"regex": [["^relu", "r"]]}},  # many names at once
         {"copy": {"outputs": ["r4"], "weights": "shared", "prefix": "c/"}},
         {"insert": {"at": "add6", "op": "scale", "params": {"factor": 1.5}, "as_output": True}},
+    ], [True] * 6),
+    "funnel": (funnel, [
+        {"insert": {"at": "r4", "op": "scale", "params": {"factor": 2.0}}},
+        {"insert": {"at": "r1", "op": "scale", "params": {"factor": 2.0}}},  # earlier: ids move
+        {"copy": {"outputs": ["r5"]}},
+        {"reroute": {"from": "r3", "to": "r1", "consumers": ["MatMul_4"]}},
+        {"extract": {"outputs": ["y"]}},  # the side branch before everything goes: ids move
+        {"insert": {"at": "r6", "op": "scale", "params": {"factor": 2.0}}},
     ], [True] * 6),
     "graph_blocks": (lambda: builders.chain(6), [
         {"insert": {"at": "relu1", "graph": "block.onnx"}},
@@ -154,9 +189,12 @@ def _recipe(steps: list[dict[str, Any]], tmp_path: Path) -> Any:
     return parse_recipe({"onnxsurgeon": 1, "steps": steps}, base_dir=tmp_path)
 
 
-def _apply_checking_each_step(model: Model, recipe: Any) -> list[bool]:
-    """Run ``recipe``; after each step compare what it handed on with a fresh build."""
+def _apply_checking_each_step(model: Model, recipe: Any,
+                              typed: list[int] | None = None) -> list[bool]:
+    """Run ``recipe``; after each step compare what it handed on with a fresh build (``typed``
+    gets the number of node types carried on, each checked too)."""
     kept: list[bool] = []
+    typed = [] if typed is None else typed
 
     def after_step(done: int, total: int) -> None:
         assert model._fresh is None  # load's index went to the first step
@@ -169,11 +207,24 @@ def _apply_checking_each_step(model: Model, recipe: Any) -> list[bool]:
         assert model._untouched, "a kept index goes only to the very next step"
         assert list(producer.items()) == list(GraphIndex(model.proto).producer.items())
         assert handed == edges, f"step {done}: the kept int graph is not the model's"
+        typed.append(_check_kept_types(model, model._kept.types))
         kept.append(True)
 
     apply_recipe(model, recipe, progress=after_step)
     assert not model._untouched  # the caller owns the proto again
     return kept
+
+
+def _check_kept_types(model: Model, types: dict[int, Any]) -> int:
+    """Every node type carried to the next step equals the type pass on a fresh index; how
+    many there are."""
+    fresh = GraphIndex(model.proto, _producer=GraphIndex(model.proto).producer,
+                       _edges=_build_edges(model.proto.graph))
+    for k, (elem, dims) in types.items():
+        name = model.proto.graph.node[k].output[0]
+        assert type_by_edges(fresh, name) == helper.make_tensor_value_info(name, elem,
+                                                                           list(dims)), name
+    return len(types)
 
 
 def _each_verb_on_its_own(proto: onnx.ModelProto, recipe: Any) -> onnx.ModelProto:
@@ -191,8 +242,14 @@ def test_the_kept_index_equals_a_fresh_build_after_every_step(case, tmp_path):
     onnx.save(build(), str(path))
     recipe = _recipe(steps, tmp_path)
     model = load(path)
-    kept = _apply_checking_each_step(model, recipe)
+    typed: list[int] = []
+    kept = _apply_checking_each_step(model, recipe, typed)
     assert kept == expected  # the fast path is taken where it can be, and only there
+    if case == "chain":  # insert typed relu5's closure (nodes 0-17, before its block at 18);
+        # copy appends; reroute typed relu8's closure (0-27) and rewired MatMul_9 (28)
+        assert typed[:3] == [18, 18, 28]
+    if case == "funnel":  # types are carried past every step, and checked
+        assert min(typed) > 0
     baseline = _each_verb_on_its_own(load(path).proto, recipe)
     assert model.proto.SerializeToString() == baseline.SerializeToString()
 
