@@ -55,6 +55,9 @@ class Upkeep:
         self._done: tuple[dict[str, int], NodeEdges] | None = None
         self._memo = index.memo
         self.types: dict[int, Any] = {}
+        self._types_below = len(edges.names) if edges is not None else 0
+        """Node ids (as now) below which the types found stay true; the filtering is done once,
+        in :meth:`result` (or when ids are renumbered)."""
         """Node id -> output type found by the cheap type pass (``memo["edge_types"]``), kept
         for the nodes no edit can reach: a node's type follows from its op and what lies
         upstream, so only nodes before the first inserted or rewired one keep theirs."""
@@ -193,7 +196,7 @@ class Upkeep:
         producer = self.producer
         tail: Iterable[tuple[str, int]] = ()
         if pos < n_old:
-            self.types = {k: t for k, t in self.types.items() if k < pos}
+            self._types_below = min(self._types_below, pos)
             self.preds = [p + count if p >= pos else p for p in self.preds]
             keys, values = list(producer), list(producer.values())
             cut = bisect_left(values, pos)  # the map is in node order: C-level split and shift
@@ -248,7 +251,7 @@ class Upkeep:
         copied = False
         todo = sorted(set(nodes))
         if todo:
-            self.types = {k: t for k, t in self.types.items() if k < todo[0]}
+            self._types_below = min(self._types_below, todo[0])
         for i in todo:
             read = self._read(graph_nodes[i], i)
             if read is None or len(read) != starts[i + 1] - starts[i]:
@@ -284,8 +287,10 @@ class Upkeep:
         self.producer = {name: new_id[i] for name, i in self.producer.items()  # type: ignore[misc]
                          if new_id[i] is not None}
         self._dangling = dangling  # type: ignore[assignment]
+        below = self._types_below
         self.types = {new_id[k]: t for k, t in self.types.items()  # type: ignore[misc]
-                      if new_id[k] is not None}
+                      if 0 <= k < below and new_id[k] is not None}
+        self._types_below = len(kept)
 
     # ------------------------------------------------------------------ the kept state
     def result(self) -> tuple[dict[str, int], NodeEdges] | None:
@@ -293,8 +298,7 @@ class Upkeep:
         the edits said so far (once; the proto must be as the verb left it)."""
         todo, self._todo = self._todo, []
         if todo and self._done is None:
-            found = self._memo.get("edge_types", {})
-            self.types = {k: t for k, t in found.items() if k >= 0}  # leaves: typed again
+            self.types = self._memo.get("edge_types", {})  # filtered below
         for edit, args in todo:
             if not self.ok:
                 break
@@ -306,6 +310,8 @@ class Upkeep:
             self._reread(dangling)
         if not self.ok or len(self.names) != len(self.graph.node):
             return None
+        below = self._types_below  # leaves (ids < 0) are typed again by the next pass
+        self.types = {k: t for k, t in self.types.items() if 0 <= k < below}
         self._done = self.producer, NodeEdges(self.preds, self.starts, self.leaves, self.names,
                                               self.ops)
         return self._done
