@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +170,29 @@ class RangeWriter:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._sources.clear()
+
+
+def release_cache(path: Path) -> None:
+    """Drop the cached pages of ``path``, the data file this save is about to replace (its
+    content is untouched). ``cp`` truncates the file it overwrites before copying, so the copy
+    reuses the pages the old bytes held; an atomic save keeps the old file until the rename, and
+    without this the old and the new bytes would both sit in memory during the copy, which then
+    evicts other files' cache for its pages (see benchmarks/PROFILE.md, round 3). A hint only:
+    anything unusual (not a regular file, no fadvise) is left alone."""
+    if not hasattr(os, "posix_fadvise"):  # pragma: no cover - macOS, Windows
+        return
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:  # pragma: no cover - a filesystem without the advice
+        pass
+    finally:
+        os.close(fd)
 
 
 _SYNC_FILE_RANGE_WRITE = 2

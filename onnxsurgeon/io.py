@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from .checking import Check, check_written, full_check_for
-from .datastream import RangeWriter, shared_location
+from .datastream import RangeWriter, release_cache, shared_location
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
     check_tensors,
@@ -488,6 +488,8 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
                 point(t, [(e.key, relocated[id(t)] if e.key == "location" else e.value)
                           for e in t.external_data])
         if to_write:
+            if data_path.is_file():
+                release_cache(data_path)  # the file being replaced: its pages serve the copy
             data_file = _AtomicFile(folder, data_name)
             writer = RangeWriter(data_file.fd)
             for t in to_write:

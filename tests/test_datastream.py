@@ -102,18 +102,27 @@ class _CacheStat(ctypes.Structure):
                 ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
 
 
-def _dirty_pages(fd: int) -> int:
-    """Pages of ``fd``'s file that are dirty and not yet queued for writing (Linux cachestat)."""
+def _cachestat(fd: int) -> _CacheStat:
+    """The page cache state of ``fd``'s whole file (Linux cachestat)."""
     whole = (ctypes.c_uint64 * 2)(0, 0)  # offset 0, length 0: the whole file
     stat = _CacheStat()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(451, fd, ctypes.byref(whole), ctypes.byref(stat), 0) != 0:
         pytest.skip(f"no cachestat syscall here ({os.strerror(ctypes.get_errno())})")
-    return int(stat.nr_dirty)
+    return stat
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
-                    reason="cachestat (syscall 451 on x86_64 Linux >= 6.5) observes dirty pages")
+def _dirty_pages(fd: int) -> int:
+    """Pages of ``fd``'s file that are dirty and not yet queued for writing."""
+    return int(_cachestat(fd).nr_dirty)
+
+
+CACHESTAT = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+    reason="cachestat (syscall 451 on x86_64 Linux >= 6.5) observes the page cache")
+
+
+@CACHESTAT
 def test_finished_windows_are_handed_to_the_disk_while_copying(tmp_path):
     window = 1 << 20
     page = os.sysconf("SC_PAGE_SIZE")
@@ -140,6 +149,39 @@ def test_finished_windows_are_handed_to_the_disk_while_copying(tmp_path):
         writer.close()
         os.close(fd)
     assert (tmp_path / "out.data").read_bytes() == data
+
+
+@CACHESTAT
+def test_a_save_over_an_output_first_releases_the_old_data_files_pages(tmp_path):
+    """The old data file keeps its bytes (another open handle still reads them) but no longer
+    holds memory while the new one is copied: what cp's truncation gives, without losing the
+    atomic replace."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    weight = np.random.default_rng(2).standard_normal((512, 1024)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+        [onnx.numpy_helper.from_array(weight, "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              folder / "m.onnx", save_as_external_data=True, location="m.onnx.data")
+    model = load(folder / "m.onnx")
+    save(model, tmp_path / "out.onnx")
+    old = tmp_path / "out.onnx.data"
+    old_bytes = old.read_bytes()  # cached now
+    fd = os.open(old, os.O_RDONLY)  # keeps the old file alive after the rename
+    try:
+        if _cachestat(fd).nr_cache == 0:
+            pytest.skip("this filesystem keeps no page cache for the file")
+        save(model, tmp_path / "out.onnx")
+        assert _cachestat(fd).nr_cache == 0
+        assert os.pread(fd, len(old_bytes) + 1, 0) == old_bytes  # content untouched
+    finally:
+        os.close(fd)
+    np.testing.assert_array_equal(
+        onnx.numpy_helper.to_array(onnx.load(str(tmp_path / "out.onnx")).graph.initializer[0]),
+        weight)
 
 
 def test_save_of_a_large_external_model_is_exact_and_deterministic(tmp_path):
