@@ -12,6 +12,11 @@ worked on, in the order it changed things:
 - :meth:`Upkeep.reread`: the inputs of some nodes were rewired in place;
 - :meth:`Upkeep.kept_only`: only these nodes remain, in their order.
 
+Nodes are read from the proto as the verb leaves it, when the edits are applied: say the edits
+in the order they happened and give the nodes of :meth:`Upkeep.inserted` and
+:meth:`Upkeep.reread` as they are numbered after every structural edit said before them (so say
+those last).
+
 :meth:`Upkeep.result` then gives the producer map and the ``NodeEdges`` a fresh build of the
 edited model gives (same ids, same dict order; the tests compare them after every verb), or None
 when something is outside what an upkeep can say (a node holding a body, a read before its

@@ -84,6 +84,22 @@ def funnel(n: int = 8) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", builders.OPSET)])
 
 
+def dead_first() -> onnx.ModelProto:
+    """A node nothing reads first (Tanh), then x -> Relu -> a -> Sigmoid -> s (an output),
+    x -> Neg -> b -> Exp -> e, Add(e, a) -> y: rerouting Add's ``a`` to ``b`` with prune drops
+    Tanh while ``a`` stays alive."""
+    nodes = [helper.make_node("Tanh", ["x"], ["t"], name="tanh"),
+             helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Neg", ["x"], ["b"], name="neg"),
+             helper.make_node("Exp", ["b"], ["e"], name="exp"),
+             helper.make_node("Sigmoid", ["a"], ["s"], name="sig"),
+             helper.make_node("Add", ["e", "a"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes, "dead_first", [helper.make_tensor_value_info("x", F, [2, 4])],
+        [helper.make_tensor_value_info(n, F, [2, 4]) for n in ("y", "s")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", builders.OPSET)])
+
+
 def out_of_order() -> onnx.ModelProto:
     """The chain with its nodes listed backwards (valid once sorted; never sorted here)."""
     model = builders.chain(4)
@@ -140,13 +156,23 @@ CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
     ], [True] * 4),
     "chain_stops_and_prune": (lambda: builders.chain(12), [
         {"copy": {"outputs": ["relu6"], "replace_inputs": {"relu2": "relu1"}}},
-        {"extract": {"outputs": ["relu6", "copy/relu6"], "inputs": ["relu3"]}},  # stops: rebuild
+        {"extract": {"outputs": ["relu6", "copy/relu6"], "inputs": ["relu3"]}},  # relu3: input
         {"insert": {"at": "relu5", "op": "scale", "params": {"factor": 2.0}}},
-        {"reroute": {"from": "relu4", "to": "relu3", "prune": True}},  # pruned: rebuild
-        {"rename": {"mapping": {"relu6": "six"}}},  # no int graph was built: nothing kept
+        {"reroute": {"from": "relu4", "to": "relu3", "prune": True}},  # 3 nodes pruned
+        {"rename": {"mapping": {"relu6": "six"}}},
         {"copy": {"outputs": ["six"], "prefix": "again/"}},
         {"extract": {"outputs": ["again/six"]}},
-    ], [True, False, True, False, False, True, True]),
+    ], [True] * 7),
+    "prune_with_a_live_source": (dead_first, [
+        {"reroute": {"from": "a", "to": "b", "consumers": ["add"], "prune": True}},
+        {"copy": {"outputs": ["y"]}},
+    ], [True, True]),
+    "stop_at_one_output": (split_and_late, [
+        {"extract": {"outputs": ["y"], "inputs": ["b"]}},  # Split stays for a: b renamed away
+        {"insert": {"at": "bb", "op": "scale", "params": {"factor": 2.0}}},
+        {"reroute": {"from": "a", "to": "c", "prune": True}},  # moves Slice up: rebuild
+        {"copy": {"outputs": ["y"]}},
+    ], [True, True, False, True]),
     "a_verb_that_says_nothing": (lambda: builders.chain(8), [
         {"insert": {"at": "relu2", "op": "scale", "params": {"factor": 2.0}}},
         {"bypass": {"nodes": ["Relu_4"]}},  # hands nothing on: the insert's index is stale

@@ -7,6 +7,7 @@ index and one walk over the kept nodes.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -281,6 +282,10 @@ def extract(
             new_inputs.append(stop_infos.pop(vi.name, vi))
     new_inputs.extend(stop_infos[s] for s in stops if s in stop_infos)
 
+    renamed_stops = {graph.node[i].output[slot]: fresh for i, slot, fresh in renamed_outputs}
+    stop_readers = sorted({u.node for s in stops for u in index.uses_of(s) if u.node in kept_set}
+                          if index.known_int_graph() is not None else ())
+
     # ---- mutate
     n_nodes = len(graph.node)
     for i, slot, fresh in renamed_outputs:
@@ -300,10 +305,10 @@ def extract(
     graph.output.extend(new_outputs)
     _drop_stale_names(proto)
     upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
-    if stops:
-        upkeep.fail()  # reads of the stops move to new graph inputs: the next verb re-indexes
+    upkeep.rename_tensors(renamed_stops)  # a kept node's output that was a stop
     upkeep.kept_only(kept)
-    upkeep.leaves_changed()
+    upkeep.leaves_changed()  # the stops are graph inputs now: their readers read them again
+    upkeep.reread(bisect_left(kept, i) for i in stop_readers)
     hand_on(model, upkeep)
     add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
     return ExtractResult(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -180,12 +181,14 @@ def reroute(
         _reorder(proto.graph, movers, first)
     pruned_inits: list[str] = []
     upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
+    if movers:
+        upkeep.fail()  # nodes moved: the next verb indexes the model again
+    rewired = sorted({u.node for u in selected})
     if unused_now is not None:
         unused = unused_now
-        upkeep.reread(u.node for u in selected)
+        upkeep.reread(rewired)
     else:
-        unused, pruned_inits = dead_nodes(proto, prune=prune)
-        upkeep.fail()  # nodes moved or pruned: the next verb indexes the model again
+        unused, pruned_inits = dead_nodes(proto, prune=prune, upkeep=upkeep, rewired=rewired)
     hand_on(m, upkeep)
     add_rewrite(proto, RerouteRecord(
         source=src, target=tgt, rerouted=tuple(rerouted), rerouted_outputs=tuple(rerouted_outputs),
@@ -230,10 +233,13 @@ def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
     return [index.node_label(i) for i in range(len(starts) - 1) if i not in live]
 
 
-def dead_nodes(proto: onnx.ModelProto, *, prune: bool) -> tuple[list[str], list[str]]:
+def dead_nodes(proto: onnx.ModelProto, *, prune: bool, upkeep: Upkeep | None = None,
+               rewired: Sequence[int] = ()) -> tuple[list[str], list[str]]:
     """Labels of the main-graph nodes no graph output depends on, and (with ``prune``) the
     initializers only they read. With ``prune`` both are removed (graph inputs stay; IR < 4
-    initializers listed as inputs stay too). Mutates model only with ``prune``. O(nodes + edges).
+    initializers listed as inputs stay too). ``upkeep`` is told what changed, the nodes
+    ``rewired`` (ascending, before the removal) included. Mutates model only with ``prune``.
+    O(nodes + edges).
     """
     index = GraphIndex(proto)
     live = closure(index, [vi.name for vi in proto.graph.output])
@@ -241,6 +247,8 @@ def dead_nodes(proto: onnx.ModelProto, *, prune: bool) -> tuple[list[str], list[
     dead = [i for i in range(len(proto.graph.node)) if i not in live_nodes]
     labels = [index.node_label(i) for i in dead]
     if not prune or not dead:
+        if upkeep is not None:
+            upkeep.reread(rewired)
         return labels, []
     g = proto.graph
     read: set[str] = set(live.initializers) | set(index.inputs) | set(index.outputs)
@@ -249,7 +257,12 @@ def dead_nodes(proto: onnx.ModelProto, *, prune: bool) -> tuple[list[str], list[
     drop += [st.values.name for st in g.sparse_initializer if st.values.name not in read]
     kept_sparse_changed = len(kept_sparse) != len(g.sparse_initializer)
     gone = {o for i in dead for o in index.graph.node[i].output if o} | set(drop)
-    keep_only(g.node, sorted(live_nodes))
+    kept = sorted(live_nodes)
+    keep_only(g.node, kept)
+    if upkeep is not None:  # nodes read again last, as they are now numbered
+        upkeep.kept_only(kept)
+        upkeep.leaves_changed()
+        upkeep.reread(bisect_left(kept, i) for i in rewired if i in live_nodes)
     keep_only(g.initializer, [k for k, t in enumerate(g.initializer) if t.name in read])
     if kept_sparse_changed:
         replace_all(g.sparse_initializer, kept_sparse)
