@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 import sys
@@ -198,6 +199,7 @@ def release_cache(path: Path) -> None:
 _SYNC_FILE_RANGE_WRITE = 2
 
 
+@functools.cache
 def _writeback_starter() -> Callable[[int, int, int], bool] | None:
     """``start(fd, offset, length) -> ok``: Linux's ``sync_file_range`` with
     ``SYNC_FILE_RANGE_WRITE`` (queue the dirty pages of the range for writing, return at once;
@@ -208,7 +210,8 @@ def _writeback_starter() -> Callable[[int, int, int], bool] | None:
         import ctypes
 
         call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):  # pragma: no cover - a libc without it (not glibc/musl)
+    except (ImportError, OSError, AttributeError):  # pragma: no cover - no ctypes, or a libc
+        # without it (glibc and musl have it)
         return None
     call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     call.restype = ctypes.c_int
