@@ -70,8 +70,9 @@ class NameAllocator:
         if edges is None:
             return cls.for_model(index.model)
         taken = set(index.producer)
+        known = index.__dict__.get("value_info")  # built already: its keys hold those names
         taken.update(index.initializers, index.inputs, index.outputs, edges.names,
-                     map(_NAME, index.graph.value_info))
+                     known if known is not None else map(_NAME, index.graph.value_info))
         for fn in index.model.functions:
             taken.update(fn.input, fn.output, _node_names(fn.node))
         allocator = cls()

@@ -83,6 +83,8 @@ def test_readers_names_and_types_on_ints_equal_the_name_based_ones(tmp_path, bui
     for name in _tensors(slow.model):
         assert fast.uses_of(name) == slow.consumers.get(name, []), name
     assert NameAllocator.for_index(fast)._taken == NameAllocator.for_model(slow.model)._taken
+    assert fast.value_info.keys() == slow.value_info.keys()  # now built: its keys are used
+    assert NameAllocator.for_index(fast)._taken == NameAllocator.for_model(slow.model)._taken
     produced = [o for n in slow.graph.node for o in n.output if o]
     # asked last to first and first to last: later questions reuse the types found before
     for order in (produced[::-1], produced):
