@@ -331,3 +331,42 @@ def test_list_flags_take_several_values_or_repeats(cnn, tmp_path):
     proc = cli("copy", cnn, "-o", out, "--outputs", "logits", "--replace-input", "act=conv5_out",
                "x=x")
     assert proc.returncode == 2 and "'x' is not on the path" in proc.stderr
+
+
+_STARTUP_PROBE = """
+import os, sys
+import onnxsurgeon.__main__ as entry
+before = sorted(m for m in ("numpy", "onnx") if m in sys.modules)
+sys.argv = ["onnxsurgeon", "--version"]
+try:
+    code = entry.main()
+except SystemExit as exc:
+    code = exc.code
+print(before, os.environ.get("OPENBLAS_NUM_THREADS"), code)
+"""
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "1"), ("3", "3")])
+def test_command_line_limits_openblas_threads_before_numpy_loads(preset, expected):
+    """The entry point (``python -m onnxsurgeon`` and the ``onnxsurgeon`` script) sets
+    OPENBLAS_NUM_THREADS=1 before numpy is imported (importing the package loads neither numpy
+    nor onnx), and a value the caller set wins."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    proc = subprocess.run([sys.executable, "-c", _STARTUP_PROBE], capture_output=True, text=True,
+                          env=env, check=True)
+    assert proc.stdout.splitlines()[-1] == f"[] {expected} 0"
+
+
+def test_package_names_resolve_lazily():
+    import onnxsurgeon
+    import onnxsurgeon.closure  # the submodule of the same name does not shadow the function
+
+    assert sorted(onnxsurgeon.__all__) == sorted(onnxsurgeon._HOME_OF)
+    for name in onnxsurgeon.__all__:
+        assert getattr(onnxsurgeon, name).__name__ == name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        onnxsurgeon.nope  # noqa: B018
