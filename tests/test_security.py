@@ -185,6 +185,7 @@ events = []
 sys.addaudithook(lambda e, a: events.append(e) if e in
     ("ctypes.dlopen", "pickle.find_class", "subprocess.Popen", "os.system", "exec") else None)
 import onnxsurgeon
+onnxsurgeon.load, onnxsurgeon.save  # the package resolves them (and imports onnx) on first use
 events.clear()
 m = onnxsurgeon.load({str(path)!r})
 onnxsurgeon.save(m, {str(tmp_path / 'out.onnx')!r})
