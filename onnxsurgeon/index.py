@@ -14,7 +14,7 @@ Building is O(nodes + edges). Consumers and captures are computed lazily on firs
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, count
@@ -163,7 +163,14 @@ class NodeEdges:
 _NAME = attrgetter("name")
 _ATTRIBUTES = attrgetter("attribute")
 _INPUTS = attrgetter("input")
-_EDGE_FIELDS = attrgetter("input", "output", "attribute", "name", "op_type", "domain")
+EDGE_FIELDS = attrgetter("input", "output", "attribute", "name", "op_type", "domain")
+"""The node fields every int-graph builder reads, in one C-level call per node."""
+
+
+def edge_op(op: str, domain: str, outputs: Sequence[str]) -> str:
+    """What :attr:`NodeEdges.ops` holds for a node: its op for a default-domain node with one
+    output (the nodes the cheap type pass can type), else ""."""
+    return op if len(outputs) == 1 and (not domain or domain == "ai.onnx") else ""
 
 
 def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
@@ -185,11 +192,11 @@ def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
     ops: list[str] = []
     record, count, name_of, op_of = preds.extend, counts.append, names.append, ops.append
     nodes = graph.node
-    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(_EDGE_FIELDS, nodes)):
+    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, nodes)):
         record(map(get, ins))
         count(len(ins))
         name_of(name)
-        op_of(op if len(outs) == 1 and (not dom or dom == "ai.onnx") else "")
+        op_of(edge_op(op, dom, outs))
         for out in outs:
             if out and put(out, i) != i:
                 return None

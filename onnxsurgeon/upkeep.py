@@ -36,10 +36,9 @@ from typing import Any
 
 import onnx
 
-from .index import GraphIndex, NodeEdges, has_subgraphs, positions
+from .index import EDGE_FIELDS, GraphIndex, NodeEdges, edge_op, has_subgraphs, positions
 
 _NAME = attrgetter("name")
-_FIELDS = attrgetter("input", "output", "attribute", "name", "op_type", "domain")
 
 
 class Upkeep:
@@ -60,12 +59,12 @@ class Upkeep:
         self._done: tuple[dict[str, int], NodeEdges] | None = None
         self._memo = index.memo
         self.types: dict[int, Any] = {}
-        self._types_below = len(edges.names) if edges is not None else 0
-        """Node ids (as now) below which the types found stay true; the filtering is done once,
-        in :meth:`result` (or when ids are renumbered)."""
         """Node id -> output type found by the cheap type pass (``memo["edge_types"]``), kept
         for the nodes no edit can reach: a node's type follows from its op and what lies
         upstream, so only nodes before the first inserted or rewired one keep theirs."""
+        self._types_below = len(edges.names) if edges is not None else 0
+        """Node ids (as now) below which the types found stay true; the filtering is done once,
+        in :meth:`result` (or when ids are renumbered)."""
         if edges is None:
             return
         self.producer = index.producer
@@ -219,7 +218,7 @@ class Upkeep:
         ids = self._ids()
         for i in range(pos, pos + count):
             node = nodes[i]
-            ins, outs, attrs, name, op, dom = _FIELDS(node)
+            ins, outs, attrs, name, op, dom = EDGE_FIELDS(node)
             if attrs and has_subgraphs(node):
                 self.fail()
                 return
@@ -230,7 +229,7 @@ class Upkeep:
             new_preds.extend(read)
             counts.append(len(ins))
             names.append(name)
-            ops.append(op if len(outs) == 1 and (not dom or dom == "ai.onnx") else "")
+            ops.append(edge_op(op, dom, outs))
             for out in outs:
                 if out:
                     if out in head or out in producer or out in ids:

@@ -27,6 +27,7 @@ import onnx
 
 from .errors import CONTROL_ESCAPES, InvalidModelError
 from .index import (
+    EDGE_FIELDS,
     MAX_NESTING,
     NodeEdges,
     body_captures,
@@ -211,7 +212,7 @@ def _check_scope(
     names: list[str] = []  # node names (for a name allocator that needs no second pass)
     ops: list[str] = []  # op of a default-domain one-output node, else "" (the type pass)
     name_of, op_of = names.append, ops.append
-    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(_NODE_FIELDS, nodes)):
+    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, nodes)):
         record(map(get, ins))  # C-level; checked below in one scan
         name_of(name)
         count(len(ins))
@@ -316,7 +317,6 @@ def _check_scope(
     return _ScopeResult(defined, nested, producer, holders, edges, warnings)
 
 
-_NODE_FIELDS = attrgetter("input", "output", "attribute", "name", "op_type", "domain")
 _NAME = attrgetter("name")
 
 

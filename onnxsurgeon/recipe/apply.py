@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 
 from ..errors import SurgeryError
-from ..io import Model, as_model, handed_over
+from ..io import Model, as_model, hand_on, handed_over
 from ..metadata import set_metadata
 from ..record import RewriteRecord, records, rewrites
 from .format import Recipe, Step
@@ -214,7 +214,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
                 outcomes.append(StepOutcome(step, {"would_verify": covered}))
                 pending = []
                 continue
-            m._fresh, m._kept, m._untouched = None, None, False  # none past a checkpoint
+            hand_on(m, None)  # no kept index past a checkpoint
             report = _checkpoint(m, pending, _verify_options(step, recipe, base_options),
                                  recipe.base_dir)
             pending = []
@@ -233,11 +233,10 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
         kept = m._fresh, m._kept
         try:
             result = run(m, params, ctx)
-        except SurgeryError as exc:
-            m._untouched = False
-            raise step_error(recipe, step, params, exc) from None
-        except BaseException:
-            m._untouched = False
+        except BaseException as exc:
+            m._untouched = False  # whatever the step did, nobody vouches for the proto now
+            if isinstance(exc, SurgeryError):
+                raise step_error(recipe, step, params, exc) from None
             raise
         _hand_over_between_steps(m, kept)
         account = _account(before.proto, m.proto) if plan and before is not None else None
