@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # onnx is imported lazily: the CLI reads FULL_CHECK_MAX_NODES at start-up
     import onnx
 
+    from .io import Model
+
 FULL_CHECK_MAX_NODES = 20_000
 """Outputs with more nodes than this are not given the full check by ``Check.AUTO`` / ``SMALL``."""
 
@@ -37,6 +39,10 @@ class Check(str, Enum):
     SMALL = "small"
     """FULL up to :data:`FULL_CHECK_MAX_NODES` nodes, nothing above (the default of ``save``:
     on where it is cheap)."""
+    TOUCHED = "touched"
+    """What the CLI runs: FULL up to :data:`FULL_CHECK_MAX_NODES` nodes; above, the checks of
+    :func:`check_touched` when they can vouch for the model (one verb's edits since
+    :func:`~onnxsurgeon.io.load`, nothing else changed the proto since), else STRUCTURE."""
 
     def __str__(self) -> str:
         return self.value
@@ -67,6 +73,87 @@ def node_count(model: onnx.ModelProto, limit: int) -> int:
     return count
 
 
+def model_fingerprint(proto: onnx.ModelProto) -> bytes:
+    """The model-level fields ``onnx.checker`` reads besides the graph (IR version, opset
+    imports, local functions), serialized: :func:`check_touched` vouches only for a model whose
+    fields are still those load saw."""
+    import onnx
+
+    head = onnx.ModelProto(ir_version=proto.ir_version)
+    head.opset_import.extend(proto.opset_import)
+    head.functions.extend(proto.functions)
+    return head.SerializeToString(deterministic=True)
+
+
+def check_touched(model: Model) -> bool:
+    """Whether ``model`` passes ``onnx.checker``'s plain check, decided from what its one verb
+    touched, without walking the untouched nodes again. True: it does (as far as the rewrite
+    can change it). False: these checks cannot vouch for it; run the whole check (which also
+    gives the verdict when something here fails).
+
+    It can vouch only for a model :func:`~onnxsurgeon.io.load` validated (SSA, topological
+    order, every read defined, every tensor against its shape) and then changed by one verb
+    that told its :class:`~onnxsurgeon.upkeep.Upkeep` every edit, with the IR version, opset
+    imports and functions unchanged (IR >= 4, no sparse initializers, no touched node holding a
+    body: an inserted one makes the upkeep give up, a rewired one fails ``check_node``). It then checks, with onnx.checker's own functions where there is one:
+
+    - the structure where the edits are: :meth:`~onnxsurgeon.upkeep.Upkeep.result` re-reads
+      every inserted or rewired node and refuses a read of a later or unknown tensor and an
+      output defined twice (the int dataflow graph of the whole edited model stays valid);
+    - every inserted or rewired node against its schema (``onnx.checker.check_node``: op known
+      at the model's opsets, attributes, input and output counts);
+    - the tensors the verb made (``check_tensor``), every graph input and output
+      (``check_value_info``), graph inputs and initializer names unique and non-empty, every
+      graph output produced, metadata keys unique, the graph named.
+
+    The nodes no edit touched are the input's, byte for byte: a fault in one of them is the
+    input's (the whole check reports it as such; ``check=Check.STRUCTURE`` runs it).
+    O(touched nodes + graph inputs, outputs and initializer names) instead of O(model).
+    """
+    import onnx
+    from onnx.checker import C
+
+    upkeep = model._kept
+    proto = model.proto
+    if (upkeep is None or not upkeep.validated or upkeep.graph is not proto.graph
+            or model._baseline is None or proto.ir_version < 4
+            or proto.ir_version > onnx.IR_VERSION or len(proto.graph.sparse_initializer)):
+        return False
+    if model_fingerprint(proto) != model._baseline:
+        return False  # opsets or functions changed: the whole check reads them all
+    if upkeep.inserted_count * 2 >= len(proto.graph.node):
+        return False  # re-reading that many new nodes in Python costs more than the C++ pass
+    state = upkeep.result()
+    touched = upkeep.touched()
+    if state is None or touched is None:
+        return False
+    graph = proto.graph
+    nodes = graph.node
+    producer, edges = state
+    leaves = set(edges.leaves.values())
+    inputs = [vi.name for vi in graph.input]
+    inits = [t.name for t in graph.initializer]
+    keys = [p.key for p in proto.metadata_props]
+    if (not graph.name or len(set(inputs)) != len(inputs) or len(set(inits)) != len(inits)
+            or "" in inits or len(set(keys)) != len(keys)):
+        return False
+    if any(vi.name not in producer and vi.name not in leaves for vi in graph.output):
+        return False
+    ctx = C.CheckerContext()
+    ctx.ir_version = proto.ir_version
+    ctx.opset_imports = {d.domain: d.version for d in proto.opset_import}
+    try:
+        for vi in (*graph.input, *graph.output):
+            onnx.checker.check_value_info(vi, ctx)
+        for t in upkeep.fresh_tensors:
+            onnx.checker.check_tensor(t, ctx)
+        for i in touched:  # a node holding a body fails here (no outer scope given): whole check
+            onnx.checker.check_node(nodes[i], ctx)
+    except Exception:  # noqa: BLE001 - the checker raises several types; the whole check reports
+        return False
+    return True
+
+
 def full_check_for(model: onnx.ModelProto, level: Check) -> bool | None:
     """Whether ``level`` asks for the full check (True), the plain one (False) or none (None)."""
     if level is Check.OFF:
@@ -76,7 +163,7 @@ def full_check_for(model: onnx.ModelProto, level: Check) -> bool | None:
     small = node_count(model, FULL_CHECK_MAX_NODES) <= FULL_CHECK_MAX_NODES
     if level is Check.SMALL:
         return True if small else None
-    return small
+    return small  # AUTO, TOUCHED (its touched checks are tried by save first)
 
 
 def check_written(path: Path, *, full: bool, reference: Path | None,

@@ -74,6 +74,7 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="input .onnx file (never modified)")
     _add_output(p)
     _add_share_data_flag(p)
+    _add_check_flag(p)
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -89,6 +90,14 @@ def _add_share_data_flag(p: argparse.ArgumentParser) -> None:
                    help="the output reads the input's external data file(s) in place instead of "
                         "a copy (OUT must be in the input's folder or a folder above it; the "
                         "output then needs those files, unchanged)")
+
+
+def _add_check_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--check", choices=("touched", "structure", "full"), default="touched",
+                   help="onnx.checker on the output: 'touched' the full check up to 20,000 "
+                        "nodes, above it what the rewrite touched (untouched nodes are the "
+                        "input's); 'structure' the plain check of the whole output; 'full' with "
+                        "strict shape inference, at any size (default: touched)")
 
 
 def _positive_float(value: str) -> float:
@@ -272,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("second", metavar="SECOND", help="the model that runs second (never modified)")
     _add_output(p)
     _add_share_data_flag(p)
+    _add_check_flag(p)
     p.add_argument("--connect", type=_pair, action="extend", nargs="+", required=True,
                    metavar="FIRST_OUT=SECOND_IN",
                    help="SECOND_IN reads FIRST's tensor FIRST_OUT (several pairs, or the flag repeated)")

@@ -56,7 +56,8 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
         return code
     with _paused_gc(), phase(f"saving {args.output}"):
         _write(model, args.output, args.model,
-               share_data=bool(getattr(args, "share_data", False)))
+               share_data=bool(getattr(args, "share_data", False)),
+               check=getattr(args, "check", "touched"))
     _print_result(command, args, payload, text, report, written=True)
     _html_of(args, model, text, report)
     return EXIT_OK

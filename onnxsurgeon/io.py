@@ -30,7 +30,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from .checking import Check, check_written, full_check_for
+from .checking import Check, check_touched, check_written, full_check_for, model_fingerprint
 from .datastream import RangeWriter, release_cache, shared_location
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
@@ -93,6 +93,9 @@ class Model:
     _untouched: bool = field(default=False, init=False, repr=False, compare=False)
     _kept: Upkeep | None = field(default=None, init=False, repr=False, compare=False)
     """Set by a verb (:func:`hand_on`): its edits of the index it used, for the next verb."""
+    _baseline: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    """Set by :func:`load`: the model-level fields it validated (see
+    :func:`~onnxsurgeon.checking.check_touched`)."""
 
     # a small read-only view (each call indexes the model as it is now; for many queries keep
     # one onnxsurgeon.listing.Listing)
@@ -161,7 +164,9 @@ def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
         return index
     if fresh is not None and (untouched or (
             fresh[0] is not None and model.proto.SerializeToString() == fresh[0])):
-        return GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])
+        index = GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])
+        index.memo["validated"] = True  # load's checks hold for it (see checking.check_touched)
+        return index
     return GraphIndex(model.proto)
 
 
@@ -250,6 +255,7 @@ def load(path: str | os.PathLike[str]) -> Model:
     # those only instead of walking every node again (re-sorted nodes: walk them all)
     validate_tensors(model, main_holders=found.holders if not found.warnings else None)
     model.warnings.extend(found.warnings)
+    model._baseline = model_fingerprint(proto)
     if found.producers is not None:
         cheap = len(data) <= _FRESH_BYTES_PER_NODE * len(proto.graph.node)
         model._fresh = (data if cheap else None, found.producers, found.edges)
@@ -376,7 +382,7 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
 
     The written file is then checked with ``onnx.checker`` as ``check`` says (see
     :class:`~onnxsurgeon.checking.Check`; by default the full check for models up to 20,000
-    nodes, none above; the CLI uses ``Check.AUTO``). A file that fails while the model's
+    nodes, none above; the CLI uses ``Check.TOUCHED``). A file that fails while the model's
     ``source`` file fails the same check is kept, with a warning appended to ``model.warnings``.
 
     Returns:
@@ -419,6 +425,8 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             )
     proto = m.proto
     full = full_check_for(proto, level)
+    if full is False and level is Check.TOUCHED and check_touched(m):
+        full = None  # vouched for by the checks of what the verb touched
     tensors = list(iter_tensors(proto))
     external_tensors = list(compress(tensors, map(_EXTERNAL.__eq__, map(_LOCATION, tensors))))
     files: dict[tuple[str, ...], os.stat_result] = {}

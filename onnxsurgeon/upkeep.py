@@ -39,6 +39,8 @@ import onnx
 from .index import EDGE_FIELDS, GraphIndex, NodeEdges, edge_op, has_subgraphs, positions
 
 _NAME = attrgetter("name")
+_FEW = 64
+"""Inserted nodes up to this many are read against the maps as they are (no merged copy)."""
 
 
 class Upkeep:
@@ -65,6 +67,15 @@ class Upkeep:
         self._types_below = len(edges.names) if edges is not None else 0
         """Node ids (as now) below which the types found stay true; the filtering is done once,
         in :meth:`result` (or when ids are renumbered)."""
+        self.validated = bool(index.memo.get("validated"))
+        """The index is the one :func:`~onnxsurgeon.io.load` validated (no verb in between):
+        what the edits leave untouched passed load's checks."""
+        self._touched: list[int] = []
+        """Ids (as now) of the nodes the edits inserted or rewired."""
+        self.inserted_count = 0
+        """Nodes said inserted so far (what re-reading them will cost)."""
+        self.fresh_tensors: list[onnx.TensorProto] = []
+        """Tensors the verb added with content that was not in the model (not copies)."""
         if edges is None:
             return
         self.producer = index.producer
@@ -94,6 +105,7 @@ class Upkeep:
 
     def inserted(self, pos: int, count: int) -> None:
         """``count`` nodes were inserted at ``pos`` (``pos`` = the old length: appended)."""
+        self.inserted_count += max(count, 0)
         self._todo.append((self._inserted, (pos, count)))
 
     def reread(self, nodes: Iterable[int]) -> None:
@@ -103,6 +115,11 @@ class Upkeep:
     def kept_only(self, kept: Sequence[int]) -> None:
         """Only nodes ``kept`` (ascending indexes) remain, in that order."""
         self._todo.append((self._kept_only, (list(kept),)))
+
+    def created_tensors(self, tensors: Iterable[onnx.TensorProto]) -> None:
+        """These tensors were added with content of the verb's own making (a block's weights;
+        not copies of the model's): the output check looks at them."""
+        self.fresh_tensors.extend(tensors)
 
     # ------------------------------------------------------------------ names only
     def _rename_tensors(self, renames: Mapping[str, str]) -> None:
@@ -141,17 +158,24 @@ class Upkeep:
         if not self.ok:
             return
         g = self.graph
-        first: dict[str, int] = {}
-        for name in chain(map(_NAME, g.input), map(_NAME, g.initializer),
-                          (st.values.name for st in g.sparse_initializer)):
-            first.setdefault(name, -2 - len(first))
+        names = [*map(_NAME, g.input), *map(_NAME, g.initializer),
+                 *(st.values.name for st in g.sparse_initializer)]
+        first = dict(zip(names, range(-2, -2 - len(names), -1), strict=True))  # all distinct?
+        if len(first) != len(names):  # a name listed twice (an IR 3 input and initializer)
+            first = {}
+            for name in names:
+                first.setdefault(name, -2 - len(first))
         if not self.producer.keys().isdisjoint(first):
             self.fail()  # a node output also named as an input or initializer
             return
         old = self.leaves
-        moved = {i: first.get(name) for i, name in old.items() if first.get(name) != i}
-        self.leaves = {i: name for name, i in first.items()}
+        leaves = dict(zip(first.values(), first.keys(), strict=True))
+        self.leaves = leaves
         self._leaf_ids = first
+        if leaves == old:
+            return
+        get = first.get
+        moved = {i: get(name) for i, name in old.items() if get(name) != i}
         if not moved:
             return
         new_preds = [moved.get(p, p) if p < -1 else p for p in self.preds]
@@ -201,6 +225,7 @@ class Upkeep:
         tail: Iterable[tuple[str, int]] = ()
         if pos < n_old:
             self._types_below = min(self._types_below, pos)
+            self._touched = [t + count if t >= pos else t for t in self._touched]
             self.preds = [p + count if p >= pos else p for p in self.preds]
             keys, values = list(producer), list(producer.values())
             cut = bisect_left(values, pos)  # the map is in node order: C-level split and shift
@@ -210,41 +235,59 @@ class Upkeep:
         else:
             head = dict(producer)
         self.producer = head
-        new_preds: list[int] = []
+        # one pass in the style of load's hot loop: ``known`` holds every name defined before
+        # the node being read (leaves, the nodes before ``pos``, the new nodes so far), so a
+        # read that is not there (None) is of a later node or of nothing: the upkeep fails
+        ids = self._ids()
+        known: dict[str, int] = {"": -1}
+        get: Callable[[str], int | None]
+        put: Callable[[str, int], int | None]
+        if count > _FEW:  # a C-level merge (O(names)) pays off
+            known.update(ids)
+            known.update(head)
+            get, put = known.get, known.setdefault
+        else:
+            def get(name: str) -> int | None:
+                found = known.get(name)
+                return found if found is not None else head.get(name, ids.get(name))
+
+            def put(name: str, i: int) -> int | None:
+                return None if name in head or name in ids else known.setdefault(name, i)
+        new_preds: list[int | None] = []
         counts: list[int] = []
         names: list[str] = []
         ops: list[str] = []
-        nodes = self.graph.node
-        ids = self._ids()
-        for i in range(pos, pos + count):
-            node = nodes[i]
-            ins, outs, attrs, name, op, dom = EDGE_FIELDS(node)
-            if attrs and has_subgraphs(node):
+        record, count_of, name_of, op_of = new_preds.extend, counts.append, names.append, ops.append
+        new_nodes = self.graph.node[pos:pos + count]
+        fresh_outs: list[str] = []
+        for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, new_nodes), pos):
+            if attrs and has_subgraphs(new_nodes[i - pos]):
                 self.fail()
                 return
-            read = self._read(node, i)
-            if read is None:
-                self.fail()
-                return
-            new_preds.extend(read)
-            counts.append(len(ins))
-            names.append(name)
-            ops.append(edge_op(op, dom, outs))
+            record(map(get, ins))
+            count_of(len(ins))
+            name_of(name)
+            op_of(edge_op(op, dom, outs))
             for out in outs:
                 if out:
-                    if out in head or out in producer or out in ids:
-                        self.fail()
+                    if put(out, i) != i:
+                        self.fail()  # defined before (or twice)
                         return
-                    head[out] = i
+                    fresh_outs.append(out)
+        if None in new_preds or not producer.keys().isdisjoint(fresh_outs):
+            self.fail()  # a read of a later or unknown tensor, or an output defined later on
+            return
+        head.update(zip(fresh_outs, map(known.__getitem__, fresh_outs), strict=True))
         head.update(tail)
         starts = self.starts
         at = starts[pos]
         added = len(new_preds)
-        self.preds = [*self.preds[:at], *new_preds, *self.preds[at:]]
+        self.preds = [*self.preds[:at], *new_preds, *self.preds[at:]]  # type: ignore[list-item]
         self.starts = [*starts[:pos + 1], *map(at.__add__, accumulate(counts)),
                        *map(added.__add__, starts[pos + 1:])]
         self.names = [*self.names[:pos], *names, *self.names[pos:]]
         self.ops = [*self.ops[:pos], *ops, *self.ops[pos:]]
+        self._touched.extend(range(pos, pos + count))
 
     def _reread(self, nodes: Iterable[int]) -> None:
         """The inputs of these nodes (indexes as now) were rewired in place: read them again
@@ -265,6 +308,7 @@ class Upkeep:
                 preds, copied = list(preds), True
             preds[starts[i]:starts[i + 1]] = read
         self.preds = preds
+        self._touched.extend(todo)
 
     def _kept_only(self, kept: Sequence[int]) -> None:
         """Only nodes ``kept`` (ascending old indexes) remain, in that order. Reads of a removed
@@ -291,6 +335,8 @@ class Upkeep:
         self.producer = {name: new_id[i] for name, i in self.producer.items()  # type: ignore[misc]
                          if new_id[i] is not None}
         self._dangling = dangling  # type: ignore[assignment]
+        self._touched = [new_id[t] for t in self._touched  # type: ignore[misc]
+                         if new_id[t] is not None]
         below = self._types_below
         self.types = {new_id[k]: t for k, t in self.types.items()  # type: ignore[misc]
                       if 0 <= k < below and new_id[k] is not None}
@@ -319,3 +365,10 @@ class Upkeep:
         self._done = self.producer, NodeEdges(self.preds, self.starts, self.leaves, self.names,
                                               self.ops)
         return self._done
+
+    def touched(self) -> list[int] | None:
+        """After :meth:`result`: the ids of the nodes the edits inserted or rewired (ascending,
+        once each), or None when :meth:`result` is None."""
+        if self.result() is None:
+            return None
+        return sorted(set(self._touched))

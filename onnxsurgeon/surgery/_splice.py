@@ -100,6 +100,7 @@ def upkeep_after_splice(index: GraphIndex, plan: Plan, readers: list[int]) -> Up
     bg = plan.block.graph
     if len(bg.initializer) or len(bg.sparse_initializer):
         upkeep.leaves_changed()
+        upkeep.created_tensors(bg.initializer)
     pos = index.producer[plan.at] + 1 if plan.at in index.producer else 0
     count = len(bg.node)
     upkeep.inserted(pos, count)
