@@ -14,12 +14,26 @@ from __future__ import annotations
 import contextlib
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # onnx is imported lazily: the CLI reads FULL_CHECK_MAX_NODES at start-up
     import onnx
 
-    from .io import Model
+    from .index import NodeEdges
+
+
+class Edits(Protocol):
+    """What :func:`check_touched` reads of a verb's edits (an :class:`onnxsurgeon.upkeep.Upkeep`:
+    the same layer, so named by its shape here)."""
+
+    validated: bool
+    graph: Any
+    inserted_count: int
+    fresh_tensors: list[Any]
+
+    def result(self) -> tuple[dict[str, int], NodeEdges] | None: ...
+
+    def touched(self) -> list[int] | None: ...
 
 FULL_CHECK_MAX_NODES = 20_000
 """Outputs with more nodes than this are not given the full check by ``Check.AUTO`` / ``SMALL``."""
@@ -85,15 +99,16 @@ def model_fingerprint(proto: onnx.ModelProto) -> bytes:
     return head.SerializeToString(deterministic=True)
 
 
-def check_touched(model: Model) -> bool:
-    """Whether ``model`` passes ``onnx.checker``'s plain check, decided from what its one verb
+def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes | None) -> bool:
+    """Whether ``proto`` passes ``onnx.checker``'s plain check, decided from what its one verb
     touched, without walking the untouched nodes again. True: it does (as far as the rewrite
     can change it). False: these checks cannot vouch for it; run the whole check (which also
     gives the verdict when something here fails).
 
     It can vouch only for a model :func:`~onnxsurgeon.io.load` validated (SSA, topological
-    order, every read defined, every tensor against its shape) and then changed by one verb
-    that told its :class:`~onnxsurgeon.upkeep.Upkeep` every edit, with the IR version, opset
+    order, every read defined, every tensor against its shape; ``baseline``: its
+    :func:`model_fingerprint` then) and then changed by one verb that told ``upkeep`` (its
+    :class:`~onnxsurgeon.upkeep.Upkeep`) every edit, with the IR version, opset
     imports and functions unchanged (IR >= 4, no sparse initializers, no touched node holding a
     body: an inserted one makes the upkeep give up, a rewired one fails ``check_node``). It then checks, with onnx.checker's own functions where there is one:
 
@@ -113,13 +128,11 @@ def check_touched(model: Model) -> bool:
     import onnx
     from onnx.checker import C
 
-    upkeep = model._kept
-    proto = model.proto
     if (upkeep is None or not upkeep.validated or upkeep.graph is not proto.graph
-            or model._baseline is None or proto.ir_version < 4
+            or baseline is None or proto.ir_version < 4
             or proto.ir_version > onnx.IR_VERSION or len(proto.graph.sparse_initializer)):
         return False
-    if model_fingerprint(proto) != model._baseline:
+    if model_fingerprint(proto) != baseline:
         return False  # opsets or functions changed: the whole check reads them all
     if upkeep.inserted_count * 2 >= len(proto.graph.node):
         return False  # re-reading that many new nodes in Python costs more than the C++ pass

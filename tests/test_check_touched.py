@@ -12,8 +12,9 @@ import pytest
 from onnx import helper
 
 from onnxsurgeon import checking, load, save
-from onnxsurgeon.checking import Check, OutputCheckError, check_touched
+from onnxsurgeon.checking import Check, OutputCheckError
 from onnxsurgeon.io import handed_over
+from onnxsurgeon.io import vouched_by_edits as check_touched
 from onnxsurgeon.surgery import copy, extract, insert, rename, reroute
 from tests import builders
 from tests.cli_helpers import cli_main as run
