@@ -90,10 +90,19 @@ class NameAllocator:
     def fresh_many(self, bases: list[str]) -> list[str]:
         """``[self.fresh(b) for b in bases]``, in C when no base is empty, taken or repeated
         (the common case of a prefixed copy: then every base is its own answer). O(len(bases))."""
-        if all(bases) and self._taken.isdisjoint(bases) and len(set(bases)) == len(bases):
-            self._taken.update(bases)
+        if self.claim(bases):
             return list(bases)
         return [self.fresh(b) for b in bases]
+
+    def claim(self, bases: list[str]) -> bool:
+        """Reserve every name of ``bases`` when none is empty, taken or repeated (then
+        ``fresh_many(bases) == bases``) and return True; else reserve nothing and return False.
+        In C. O(len(bases))."""
+        wanted = set(bases)
+        if len(wanted) != len(bases) or "" in wanted or not self._taken.isdisjoint(wanted):
+            return False
+        self._taken |= wanted
+        return True
 
     def fresh(self, base: str) -> str:
         """A new unique name built from ``base``; it is reserved before being returned."""

@@ -299,3 +299,53 @@ def test_replace_inputs_reaches_captures_inside_bodies():
     w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}["copy/W"]
     y = x * w if x.sum() > 0 else x - w
     np.testing.assert_array_equal(got["copy/z"], y + x)
+
+
+def _split_dropout() -> onnx.ModelProto:
+    """x -> mm -> Split -> {a -> relu -> ra, b} -> add(ra, b) -> Dropout (mask unused: "") -> mul
+    (x2) -> y: nodes reading outputs of two-output nodes, and a node with an unnamed output."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+             helper.make_node("Split", ["h"], ["a", "b"], name="split", axis=1, num_outputs=2),
+             helper.make_node("Relu", ["a"], ["ra"], name="relu"),
+             helper.make_node("Add", ["ra", "b"], ["s"], name="add"),
+             helper.make_node("Dropout", ["s"], ["d", ""], name="drop"),
+             helper.make_node("Mul", ["d", "x2"], ["y"], name="mul")]
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        nodes, "split_topk",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("x2", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+        [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
+@pytest.mark.parametrize("weights", list(Weights), ids=str)
+def test_copy_reads_multi_output_nodes_and_keeps_unnamed_outputs(weights, tmp_path):
+    """The copy's inputs are renamed from the int dataflow graph (a chain without bodies): reads
+    of a two-output node's outputs and an unused optional output still come out right, whether
+    the model comes from load (its int graph handed over) or is a bare proto."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_split_dropout(), path)
+    for model in (io.handed_over(io.load(path)), _split_dropout()):
+        copy(model, ["y"], weights=weights, prefix="twin/")
+        proto = model.proto if isinstance(model, io.Model) else model
+        by_name = {n.name: n for n in proto.graph.node}
+        assert list(by_name["twin/add"].input) == ["twin/ra", "twin/b"]
+        assert list(by_name["twin/split"].output) == ["twin/a", "twin/b"]
+        assert list(by_name["twin/drop"].output) == ["twin/d", ""]
+        assert list(by_name["twin/mul"].input) == ["twin/d", "x2"]
+        assert list(by_name["twin/mm"].input) == ["x", "W" if weights is Weights.SHARED else "twin/W"]
+        onnx.checker.check_model(proto, full_check=True)
+        got = run(proto, random_feeds(proto))
+        np.testing.assert_array_equal(got["twin/y"], got["y"])
+
+
+def test_replace_inputs_of_a_graph_input_and_an_initializer():
+    model = _split_dropout()
+    copy(model, ["y"], prefix="twin/", replace_inputs={"x2": "ra", "W": "W"})
+    by_name = {n.name: n for n in model.graph.node}
+    assert list(by_name["twin/mul"].input) == ["twin/d", "ra"]  # B itself, not its copy
+    assert list(by_name["twin/mm"].input) == ["x", "W"]
+    assert "twin/W" not in {t.name for t in model.graph.initializer}
+    onnx.checker.check_model(model, full_check=True)

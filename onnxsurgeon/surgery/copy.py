@@ -6,16 +6,17 @@ Sharing is decided once, in one rename map, before anything is copied (the torch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 from typing import Any
 
 import onnx
 
 from ..closure import closure
 from ..errors import RewriteError, UsageError, name_list
-from ..index import GraphIndex, has_subgraphs, subgraphs
+from ..index import GraphIndex, NodeEdges, has_subgraphs, subgraphs
 from ..io import Model, as_model, hand_on, indexed
 from ..names import NameAllocator
 from ..protos import rename_scoped
@@ -64,6 +65,117 @@ def _oracle(index: GraphIndex) -> TypeOracle:
 
 def _is_constant(node: onnx.NodeProto) -> bool:
     return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _is_constant_at(nodes: Any, i: int, ops: list[str] | None) -> bool:
+    """``_is_constant(nodes[i])``, from the int graph's op list where it tells."""
+    if ops is not None and ops[i]:
+        return ops[i] == "Constant"
+    return _is_constant(nodes[i])
+
+
+_INPUT_OUTPUT = attrgetter("input", "output")
+
+
+def _outputs(index: GraphIndex, positions: list[int], edges: NodeEdges | None) -> list[list[str]]:
+    """The outputs of main-graph node ``i`` for each ``i`` of ``positions``. Where the int graph
+    says a node has one output, that output is read from the producer map (inverted at C
+    speed) rather than from the proto. O(nodes) plus one proto read per other node."""
+    nodes = index.graph.node
+    if edges is None:
+        return [list(nodes[i].output) for i in positions]
+    producer = index.producer
+    # node -> its last output: its only one where ops[i] says it has one
+    single = dict(zip(producer.values(), producer, strict=True))
+    ops = edges.ops
+    return [[single[i]] if ops[i] and i in single else list(nodes[i].output) for i in positions]
+
+
+@dataclass(frozen=True)
+class _Names:
+    """The names a copy gets (:func:`_allocate`)."""
+
+    initializers: dict[str, str]
+    nodes: dict[str, str]
+    tensors: dict[str, str]  # initializers first, then node outputs
+    node_names: list[str]  # each copied node's new name, in order
+    outputs: list[list[str]]  # each copied node's new outputs ("" kept)
+    prefixed: bool  # every new name is ``prefix`` + its original
+
+
+def _allocate(
+    names: NameAllocator, prefix: str, init_names: list[str], node_names: list[str],
+    outputs: list[list[str]],
+) -> _Names:
+    """The names of a copy: a fresh name for ``prefix`` + each original, allocated in this
+    order: the initializers, then each node's name and outputs. In C when no prefixed name
+    collides (:meth:`NameAllocator.claim`: then each name is its own answer). O(names)."""
+    init_bases = [prefix + name for name in init_names]
+    node_bases = [prefix + name for name in node_names]
+    out_names = [out for outs in outputs for out in outs if out]
+    out_bases = [prefix + out for out in out_names]
+    if names.claim(init_bases + node_bases + out_bases):
+        init_map = dict(zip(init_names, init_bases, strict=True))
+        tensor_map = dict(init_map)
+        tensor_map.update(zip(out_names, out_bases, strict=True))
+        if len(out_bases) == len(outputs) and all(len(outs) == 1 for outs in outputs):
+            new_outs = [[base] for base in out_bases]
+        else:
+            get = tensor_map.get
+            new_outs = [[get(out, "") for out in outs] for outs in outputs]
+        return _Names(init_map, dict(zip(node_names, node_bases, strict=True)), tensor_map,
+                      node_bases, new_outs, True)
+    fresh = names.fresh
+    init_map = {name: fresh(base) for name, base in zip(init_names, init_bases, strict=True)}
+    node_map: dict[str, str] = {}
+    tensor_map = dict(init_map)
+    for name, outs in zip(node_names, outputs, strict=True):
+        node_map[name] = fresh(prefix + name)
+        for out in outs:
+            if out:
+                tensor_map[out] = fresh(prefix + out)
+    get = tensor_map.get
+    return _Names(init_map, node_map, tensor_map, [node_map[name] for name in node_names],
+                  [[get(out, "") for out in outs] for outs in outputs], False)
+
+
+def _inputs_on_ints(
+    index: GraphIndex, edges: NodeEdges, cl_nodes: list[int], cl_outs: list[list[str]],
+    copy_nodes: list[int], new_outs: list[list[str]], mapping: Mapping[str, str],
+    stops: Collection[str],
+) -> list[list[str]]:
+    """The renamed inputs of each copied node, from the int graph's producer ids instead of
+    re-reading input names: one table maps every id a copied node can read (a closure node
+    with one output, a stop's producer, a leaf, -1 for "") to its name in the copy. A node
+    reading an output of a multi-output node is renamed from its input names. O(closure +
+    leaves + edges of the copy)."""
+    get = mapping.get
+    node_field = index.graph.node
+    table: list[str | None] = [None] * len(node_field)
+    if len(copy_nodes) != len(cl_nodes):  # the Constants left shared keep their names
+        for i, outs in zip(cl_nodes, cl_outs, strict=True):
+            if len(outs) == 1:
+                table[i] = outs[0]
+    for i, outs in zip(copy_nodes, new_outs, strict=True):
+        if len(outs) == 1:
+            table[i] = outs[0]
+    for a in stops:  # the one kind of producer outside the closure a copied node reads
+        j = index.producer.get(a)
+        if j is not None and len(node_field[j].output) == 1:
+            table[j] = get(a, a)
+    leaves = edges.leaves
+    depth = max((-k for k in leaves), default=1)  # ids -1 ("") to -depth by negative indexing
+    tail: list[str | None] = [None] * depth
+    tail[-1] = ""
+    for k, name in leaves.items():
+        tail[depth + k] = get(name, name)
+    table += tail
+    at, preds, starts = table.__getitem__, edges.preds, edges.starts
+    new_ins: list[list[Any]] = [list(map(at, preds[starts[i]:starts[i + 1]])) for i in copy_nodes]
+    for k, ins in enumerate(new_ins):
+        if None in ins:
+            new_ins[k] = [get(x, x) for x in node_field[copy_nodes[k]].input]
+    return new_ins
 
 
 def copy(
@@ -174,45 +286,40 @@ def copy(
 
     # ---- the rename map, decided before anything is copied
     names = NameAllocator.for_index(index)
-    mapping: dict[str, str] = dict(repl)
-    # one list of bases in allocation order (initializers, then each node's name and outputs),
-    # allocated at once: C-level when no prefixed name collides (see NameAllocator.fresh_many)
+    edges = index.known_int_graph()  # None when a node holds a body (then no fast paths)
+    node_field = graph.node
+    cl_outs = _outputs(index, cl_nodes, edges)
+    if shared_mode:
+        ops = edges.ops if edges is not None else None
+        keep = [not _is_constant_at(node_field, i, ops) for i in cl_nodes]
+        copy_nodes = [i for i, kept in zip(cl_nodes, keep, strict=True) if kept]
+        copy_outs = [outs for outs, kept in zip(cl_outs, keep, strict=True) if kept]
+    else:
+        copy_nodes, copy_outs = cl_nodes, cl_outs
     init_names = [] if shared_mode else cl_initializers
-    copy_nodes: list[int] = []
+    node_names = ([edges.names[i] for i in copy_nodes] if edges is not None
+                  else [node_field[i].name for i in copy_nodes])
     named: dict[int, str] = {}
-    node_names: list[str] = []
-    bases = [prefix + name for name in init_names]
-    for i in cl_nodes:
-        node = graph.node[i]
-        if shared_mode and _is_constant(node):
-            continue
-        copy_nodes.append(i)
-        orig_name = node.name
-        if not orig_name:
-            orig_name = names.fresh(f"{node.op_type}_{i}")
-            named[i] = orig_name
-        node_names.append(orig_name)
-        bases.append(prefix + orig_name)
-        bases.extend(prefix + out for out in node.output if out)
-    fresh_names = names.fresh_many(bases)
-    k = len(init_names)
-    init_map: dict[str, str] = dict(zip(init_names, fresh_names[:k], strict=True))
-    allocated = iter(fresh_names[k:])
-    mapping.update(init_map)
-    node_map: dict[str, str] = {}
-    tensor_map: dict[str, str] = dict(init_map)
-    for i, orig_name in zip(copy_nodes, node_names, strict=True):
-        node_map[orig_name] = next(allocated)
-        for out in graph.node[i].output:
-            if out:
-                tensor_map[out] = next(allocated)
-    mapping.update(tensor_map)
+    if "" in node_names:  # unnamed nodes are named first (the originals too)
+        for k, i in enumerate(copy_nodes):
+            if not node_names[k]:
+                node_names[k] = named[i] = names.fresh(f"{node_field[i].op_type}_{i}")
+    new = _allocate(names, prefix, init_names, node_names, copy_outs)
+    init_map, node_map, tensor_map = new.initializers, new.nodes, new.tensors
+    mapping: dict[str, str] = dict(repl)
+    mapping.update(tensor_map)  # initializers included
+    get = mapping.get
+    new_ins = None if edges is None else _inputs_on_ints(
+        index, edges, cl_nodes, cl_outs, copy_nodes, new.outputs, mapping, repl)
 
     # Everything below only copies (in C: repeated-field extends) and renames in place; the
     # renames were all decided above, so nothing can fail after the first mutation.
     sparse_pos = {st.values.name: k for k, st in enumerate(graph.sparse_initializer)}
-    dense = [(name, fresh) for name, fresh in init_map.items() if index.initializers[name] >= 0]
-    sparse = [(name, fresh) for name, fresh in init_map.items() if index.initializers[name] < 0]
+    if sparse_pos:
+        dense = [(name, fresh) for name, fresh in init_map.items() if index.initializers[name] >= 0]
+        sparse = [(name, fresh) for name, fresh in init_map.items() if index.initializers[name] < 0]
+    else:
+        dense, sparse = list(init_map.items()), []
     new_inputs: list[onnx.ValueInfoProto] = [
         renamed_value_info(graph.input[index.inputs[name]], fresh)
         for name, fresh in init_map.items() if name in index.inputs  # IR < 4: so does the copy
@@ -231,24 +338,30 @@ def copy(
 
     # ---- mutate
     for i, name in named.items():
-        graph.node[i].name = name
-    first = n_before = len(graph.node)
-    graph.node.extend([graph.node[i] for i in copy_nodes])  # C-level copies
-    get = mapping.get
-    for n in graph.node[first:]:
-        n.name = node_map[n.name]
-        ins = n.input
-        for k, name in enumerate(ins):
-            renamed = get(name)
-            if renamed is not None:
-                ins[k] = renamed
-        outs_ = n.output
-        for k, name in enumerate(outs_):
-            if name:
-                outs_[k] = mapping[name]
-        if n.attribute and has_subgraphs(n):
-            rename_scoped(subgraphs(n), mapping, define=lambda name: names.fresh(prefix + name),
-                          node_name=lambda node: names.fresh(prefix + node.name) if node.name else "")
+        node_field[i].name = name
+    first = n_before = len(node_field)
+    node_field.extend(list(map(node_field.__getitem__, copy_nodes)))  # C-level copies
+    copies = node_field[first:]
+    if new_ins is not None:  # every renamed list ready: one slice write per field (no bodies)
+        for n, (ins, outs_), name, new_in, new_out in zip(
+                copies, map(_INPUT_OUTPUT, copies), new.node_names, new_ins, new.outputs,
+                strict=True):
+            n.name = name
+            ins[:] = new_in
+            outs_[:] = new_out
+    else:
+        for n, name, new_out in zip(copies, new.node_names, new.outputs, strict=True):
+            n.name = name
+            ins = n.input
+            for k, x in enumerate(ins):
+                renamed = get(x)
+                if renamed is not None:
+                    ins[k] = renamed
+            n.output[:] = new_out
+            if n.attribute and has_subgraphs(n):
+                rename_scoped(subgraphs(n), mapping, define=lambda x: names.fresh(prefix + x),
+                              node_name=lambda node: names.fresh(prefix + node.name) if node.name
+                              else "")
     first = len(graph.initializer)
     graph.initializer.extend([graph.initializer[index.initializers[name]] for name, _ in dense])
     for t, (_, fresh) in zip(graph.initializer[first:], dense, strict=True):
@@ -276,8 +389,9 @@ def copy(
     # are the closure of the outputs, which verify recomputes), so only the names the
     # allocator had to change are listed
     add_rewrite(proto, CopyRecord(
-        outputs=result.outputs, prefix=prefix, initializers=_exceptions(init_map, prefix),
-        nodes=_exceptions(node_map, prefix),
+        outputs=result.outputs, prefix=prefix,
+        initializers={} if new.prefixed else _exceptions(init_map, prefix),
+        nodes={} if new.prefixed else _exceptions(node_map, prefix),
         copied={"nodes": len(copy_nodes), "initializers": len(init_map)},
         weights=mode.value, replace_inputs=repl,
     ))
