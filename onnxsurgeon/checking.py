@@ -118,8 +118,9 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
     - every inserted or rewired node against its schema (``onnx.checker.check_node``: op known
       at the model's opsets, attributes, input and output counts);
     - the tensors the verb made (``check_tensor``), every graph input and output
-      (``check_value_info``), graph inputs and initializer names unique and non-empty, every
-      graph output produced, metadata keys unique, the graph named.
+      (``check_value_info``), every graph output produced, metadata keys unique, the graph
+      named; graph input and initializer names unique and non-empty (load checked them; an
+      upkeep told of changed leaves checks them again, or gives up).
 
     The nodes no edit touched are the input's, byte for byte: a fault in one of them is the
     input's (the whole check reports it as such; ``check=Check.STRUCTURE`` runs it).
@@ -143,15 +144,14 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
     graph = proto.graph
     nodes = graph.node
     producer, edges = state
-    leaves = set(edges.leaves.values())
-    inputs = [vi.name for vi in graph.input]
-    inits = [t.name for t in graph.initializer]
     keys = [p.key for p in proto.metadata_props]
-    if (not graph.name or len(set(inputs)) != len(inputs) or len(set(inits)) != len(inits)
-            or "" in inits or len(set(keys)) != len(keys)):
+    if not graph.name or len(set(keys)) != len(keys):
         return False
-    if any(vi.name not in producer and vi.name not in leaves for vi in graph.output):
-        return False
+    outputs = [vi.name for vi in graph.output]
+    if any(name not in producer for name in outputs):
+        leaves = set(edges.leaves.values())
+        if any(name not in producer and name not in leaves for name in outputs):
+            return False
     ctx = C.CheckerContext()
     ctx.ir_version = proto.ir_version
     ctx.opset_imports = {d.domain: d.version for d in proto.opset_import}

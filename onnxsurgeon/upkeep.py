@@ -158,22 +158,26 @@ class Upkeep:
         if not self.ok:
             return
         g = self.graph
-        names = [*map(_NAME, g.input), *map(_NAME, g.initializer),
-                 *(st.values.name for st in g.sparse_initializer)]
+        inputs = list(map(_NAME, g.input))
+        inits = [*map(_NAME, g.initializer), *(st.values.name for st in g.sparse_initializer)]
+        names = inputs + inits
         first = dict(zip(names, range(-2, -2 - len(names), -1), strict=True))  # all distinct?
         if len(first) != len(names):  # a name listed twice (an IR 3 input and initializer)
+            if len(set(inputs)) != len(inputs) or len(set(inits)) != len(inits):
+                self.fail()  # an input or an initializer twice: not a valid graph
+                return
             first = {}
             for name in names:
                 first.setdefault(name, -2 - len(first))
-        if not self.producer.keys().isdisjoint(first):
-            self.fail()  # a node output also named as an input or initializer
+        if "" in first or not self.producer.keys().isdisjoint(first):
+            self.fail()  # an unnamed leaf, or a node output also named as an input or initializer
             return
         old = self.leaves
         leaves = dict(zip(first.values(), first.keys(), strict=True))
         self.leaves = leaves
         self._leaf_ids = first
-        if leaves == old:
-            return
+        if len(first) == len(names) and list(old.values()) == names[:len(old)]:
+            return  # leaves appended (or none changed): no id moved
         get = first.get
         moved = {i: get(name) for i, name in old.items() if get(name) != i}
         if not moved:
@@ -188,7 +192,7 @@ class Upkeep:
     # ------------------------------------------------------------------ nodes
     def _ids(self) -> dict[str, int]:
         if self._leaf_ids is None:
-            self._leaf_ids = {name: i for i, name in self.leaves.items()}
+            self._leaf_ids = dict(zip(self.leaves.values(), self.leaves.keys(), strict=True))
         return self._leaf_ids
 
     def _read(self, node: onnx.NodeProto, i: int) -> list[int] | None:
@@ -316,6 +320,9 @@ class Upkeep:
         numbered again). O(nodes + edges) of ints."""
         if not self.ok:
             return
+        if kept and kept[-1] == len(kept) - 1:  # a prefix (ascending, distinct): C-level cuts
+            self._kept_prefix(len(kept))
+            return
         new_id: list[int | None] = [None] * len(self.names)
         for k, i in enumerate(kept):
             new_id[i] = k
@@ -341,6 +348,21 @@ class Upkeep:
         self.types = {new_id[k]: t for k, t in self.types.items()  # type: ignore[misc]
                       if 0 <= k < below and new_id[k] is not None}
         self._types_below = len(kept)
+
+    def _kept_prefix(self, k: int) -> None:
+        """:meth:`_kept_only` of nodes ``0 .. k-1``: ids stay, every kept read is of a kept node
+        or a leaf (nodes read only earlier ones), so everything is a slice."""
+        starts = self.starts
+        self.preds = self.preds[:starts[k]]
+        self.starts = starts[:k + 1]
+        self.names = self.names[:k]
+        self.ops = self.ops[:k]
+        keys, values = list(self.producer), list(self.producer.values())
+        cut = bisect_left(values, k)  # the map is in node order
+        self.producer = dict(zip(keys[:cut], values[:cut], strict=True))
+        self._dangling = [i for i in self._dangling if i < k]
+        self._touched = [t for t in self._touched if t < k]
+        self._types_below = min(self._types_below, k)
 
     # ------------------------------------------------------------------ the kept state
     def result(self) -> tuple[dict[str, int], NodeEdges] | None:

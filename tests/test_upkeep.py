@@ -163,6 +163,14 @@ CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
         {"copy": {"outputs": ["six"], "prefix": "again/"}},
         {"extract": {"outputs": ["again/six"]}},
     ], [True] * 7),
+    "extract_a_prefix": (lambda: builders.chain(12), [
+        {"insert": {"at": "relu8", "op": "scale", "params": {"factor": 2.0}}},  # types 0-26
+        {"extract": {"outputs": ["relu5"]}},  # nodes 0-17 stay: cut, not renumbered
+        {"insert": {"at": "relu3", "op": "scale", "params": {"factor": 0.5}}},
+        {"copy": {"outputs": ["relu5"], "prefix": "c/"}},
+        {"extract": {"outputs": ["relu2", "relu4"]}},  # a prefix again, two outputs
+        {"insert": {"at": "relu1", "op": "scale", "params": {"factor": 3.0}}},
+    ], [True] * 6),
     "prune_with_a_live_source": (dead_first, [
         {"reroute": {"from": "a", "to": "b", "consumers": ["add"], "prune": True}},
         {"copy": {"outputs": ["y"]}},
