@@ -391,7 +391,17 @@ def iter_tensors(
     bodies, function bodies and training-info graphs included) and tensors in node attributes
     (Constant values, sparse tensor attributes). Iterative; O(nodes + attributes), one pass over
     each graph's nodes. ``main_holders``: the main-graph node indexes that have attributes, when
-    the caller knows them (the main graph's nodes are then not walked)."""
+    the caller knows them (the main graph's nodes are then not walked). The main graph's
+    initializers come right after the :func:`function_tensors`."""
+    yield from function_tensors(model)
+    roots = [(model.graph, 0)]
+    for ti in model.training_info:
+        roots.extend([(ti.initialization, 0), (ti.algorithm, 0)])
+    yield from _walk_tensors(roots, main_holders)
+
+
+def function_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
+    """The tensors held by local functions' nodes (the first ones :func:`iter_tensors` gives)."""
     for fn in model.functions:
         for node in fn.node:
             if node.attribute:
@@ -399,10 +409,6 @@ def iter_tensors(
                 roots = [(sub, 1) for sub in subgraphs(node)]
                 if roots:
                     yield from _walk_tensors(roots)
-    roots = [(model.graph, 0)]
-    for ti in model.training_info:
-        roots.extend([(ti.initialization, 0), (ti.algorithm, 0)])
-    yield from _walk_tensors(roots, main_holders)
 
 
 def _attr_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:
@@ -475,12 +481,18 @@ def _varint_len(value: int) -> int:
     return max(1, (value.bit_length() + 6) // 7)
 
 
-_FAST_FIELDS = attrgetter("data_location", "data_type", "dims", "raw_data", "name")
+_FAST_FIELDS = attrgetter("data_type", "dims", "raw_data", "name")
+
+TensorType = tuple[int, tuple[int, ...]]
+"""A tensor's (data type, dims), as :func:`check_tensors` records them."""
 
 
-def check_tensors(tensors: Iterable[TensorProto], base_dir: Path | None) -> None:
+def check_tensors(
+    tensors: Iterable[TensorProto], base_dir: Path | None, *, types: list[TensorType] | None = None
+) -> None:
     """:func:`check_inline_tensor` on every inline tensor and :func:`resolve_external` on every
     external one, in order (the first bad tensor raises, as checking them one by one would).
+    ``types``, when given, gets every tensor's (data type, dims), in order.
 
     One pass, ~1 us per tensor instead of ~5: the exact check runs once per distinct
     (dtype, dims) and on any tensor that might hold more than raw_data. The proof that a tensor
@@ -488,29 +500,35 @@ def check_tensors(tensors: Iterable[TensorProto], base_dir: Path | None) -> None
     dims, data_type, a non-empty name and raw_data serializes to exactly the bytes computed
     below, and any further field (a typed data field with entries, a segment, external_data
     entries, data_location, doc_string, metadata) adds bytes, so a size match leaves only the
-    raw_data length to compare. External references to the same file share one open+fstat.
+    raw_data length to compare. An external tensor sets data_location, so it never matches and
+    is told apart after. The dims are read by slicing (a C-level copy: ~3x cheaper in upb than
+    iterating the field). External references to the same file share one open+fstat.
     """
-    # (dtype, *dims) -> (nbytes, serialized size of such a tensor without its name)
-    known: dict[tuple[int, ...], tuple[int, int]] = {}
+    # (dtype, dims) -> (nbytes, serialized size of such a tensor without its name)
+    known: dict[TensorType, tuple[int, int]] = {}
     files: dict[tuple[str, ...], os.stat_result] = {}
     get = known.get
+    record = types.append if types is not None else None
     external = TensorProto.EXTERNAL
     for tensor in tensors:
-        location, dtype, dims, raw, name = _FAST_FIELDS(tensor)
-        if location == external:
-            resolve_external(tensor, base_dir, _files=files)
-            continue
-        shape = get((dtype, *dims))
+        dtype, dims, raw, name = _FAST_FIELDS(tensor)
+        key = dtype, tuple(dims[:])
+        if record is not None:
+            record(key)
+        shape = get(key)
         if shape is not None and len(raw) == shape[0]:
             size = len(name)  # + its tag and length: 2 bytes below 128 (bytes == chars if ASCII)
             size = shape[1] + (size + 2 if 0 < size < 128 else _name_size(size))
             if tensor.ByteSize() == size:
                 continue
+        if tensor.data_location == external:
+            resolve_external(tensor, base_dir, _files=files)
+            continue
         check_inline_tensor(tensor)  # the exact check (raises on a bad tensor)
         if shape is None and dtype != TensorProto.STRING and _BITS.get(dtype, 6) != 6:
             nbytes = expected_nbytes(tensor) or 0
-            fixed = sum(1 + _varint_len(d) for d in dims) + 1 + _varint_len(dtype)
-            known[(dtype, *dims)] = (nbytes, fixed + 1 + _varint_len(nbytes) + nbytes)
+            fixed = sum(1 + _varint_len(d) for d in key[1]) + 1 + _varint_len(dtype)
+            known[key] = (nbytes, fixed + 1 + _varint_len(nbytes) + nbytes)
 
 
 def _name_size(length: int) -> int:

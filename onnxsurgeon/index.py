@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, count
 from operator import attrgetter
@@ -151,6 +151,9 @@ class NodeEdges:
         names: the nodes' names ("" for an unnamed node), in node order.
         ops: each node's op_type when it is in the default domain and has one output, else
             "" (what the cheap type pass can look at), in node order.
+        leaf_types: leaf id -> (data type, dims) of every main-graph initializer, as load's
+            tensor check read them (see :func:`with_initializer_types`); only on the graph
+            load hands over, which is used only while the model is as loaded. Not compared.
     """
 
     preds: list[int]
@@ -158,6 +161,26 @@ class NodeEdges:
     leaves: dict[int, str]
     names: list[str]
     ops: list[str]
+    leaf_types: dict[int, tuple[int, tuple[int, ...]]] | None = field(default=None,
+                                                                      compare=False)
+
+
+def with_initializer_types(
+    edges: NodeEdges, graph: onnx.GraphProto, types: Sequence[tuple[int, tuple[int, ...]]]
+) -> NodeEdges:
+    """``edges`` (as :func:`onnxsurgeon.validate.validate_producers` numbered the leaves of
+    ``graph``) with :attr:`NodeEdges.leaf_types` from ``types``, the (data type, dims) of
+    ``graph.initializer`` by position. Kept only when initializer ``k`` is provably leaf
+    ``-2 - len(graph.input) - k``: every graph input and every initializer has its own leaf
+    (none listed as both, no input named "", no sparse initializer). O(initializers), C-level.
+    """
+    n_in, n_init = len(graph.input), len(graph.initializer)
+    if (len(types) != n_init or graph.sparse_initializer
+            or len(edges.leaves) != n_in + n_init):
+        return edges
+    base = -2 - n_in
+    return NodeEdges(edges.preds, edges.starts, edges.leaves, edges.names, edges.ops,
+                     dict(zip(range(base, base - n_init, -1), types, strict=True)))
 
 
 _NAME = attrgetter("name")

@@ -34,12 +34,14 @@ from .checking import Check, check_touched, check_written, full_check_for, model
 from .datastream import RangeWriter, release_cache, shared_location
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
+    TensorType,
     check_tensors,
+    function_tensors,
     is_external,
     iter_tensors,
     resolve_external,
 )
-from .index import GraphIndex, NodeEdges
+from .index import GraphIndex, NodeEdges, with_initializer_types
 from .upkeep import Upkeep
 from .validate import validate_producers
 
@@ -260,20 +262,34 @@ def load(path: str | os.PathLike[str]) -> Model:
         raise
     # the structural pass found the main-graph nodes with attributes: the tensor check looks at
     # those only instead of walking every node again (re-sorted nodes: walk them all)
-    validate_tensors(model, main_holders=found.holders if not found.warnings else None)
+    init_types: list[TensorType] | None = [] if found.edges is not None else None
+    validate_tensors(model, main_holders=found.holders if not found.warnings else None,
+                     init_types=init_types)
     model.warnings.extend(found.warnings)
     model._baseline = model_fingerprint(proto)
     if found.producers is not None:
         cheap = len(data) <= _FRESH_BYTES_PER_NODE * len(proto.graph.node)
-        model._fresh = (data if cheap else None, found.producers, found.edges)
+        edges = found.edges
+        if edges is not None and init_types is not None:  # the type pass reads no tensor
+            edges = with_initializer_types(edges, proto.graph, init_types)
+        model._fresh = (data if cheap else None, found.producers, edges)
     return model
 
 
-def validate_tensors(model: Model, *, main_holders: list[int] | None = None) -> None:
+def validate_tensors(
+    model: Model, *, main_holders: list[int] | None = None,
+    init_types: list[TensorType] | None = None,
+) -> None:
     """Check every tensor's data against its declared shape and every external reference.
     ``main_holders``: main-graph node indexes with attributes, when known (see
-    :func:`iter_tensors`)."""
-    check_tensors(iter_tensors(model.proto, main_holders=main_holders), model.base_dir)
+    :func:`iter_tensors`). ``init_types``, when given, gets the (data type, dims) of each
+    main-graph initializer, read on the way."""
+    proto = model.proto
+    types: list[TensorType] | None = [] if init_types is not None else None
+    check_tensors(iter_tensors(proto, main_holders=main_holders), model.base_dir, types=types)
+    if init_types is not None and types is not None:
+        skip = sum(1 for _ in function_tensors(proto)) if len(proto.functions) else 0
+        init_types.extend(types[skip:skip + len(proto.graph.initializer)])
 
 
 # ------------------------------------------------------------------------------------ save
