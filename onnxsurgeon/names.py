@@ -53,6 +53,7 @@ class NameAllocator:
         self._taken: set[str] = set(taken)
         self._taken.discard("")
         self._next: dict[str, int] = {}
+        self._claimed: list[set[str]] = []  # claimed names, merged into _taken when next asked
 
     @classmethod
     def for_model(cls, model: onnx.ModelProto) -> NameAllocator:
@@ -80,12 +81,20 @@ class NameAllocator:
         allocator._taken = taken
         return allocator
 
+    def _merge(self) -> set[str]:
+        """Every taken name (claims merged in: a copy that claims all its names and asks for
+        none afterwards never pays for the merge)."""
+        for claimed in self._claimed:
+            self._taken |= claimed
+        self._claimed.clear()
+        return self._taken
+
     def reserve(self, name: str) -> None:
         """Mark ``name`` as used (a name the caller chose itself)."""
-        self._taken.add(name)
+        self._merge().add(name)
 
     def __contains__(self, name: str) -> bool:
-        return name in self._taken
+        return name in self._merge()
 
     def fresh_many(self, bases: list[str]) -> list[str]:
         """``[self.fresh(b) for b in bases]``, in C when no base is empty, taken or repeated
@@ -99,13 +108,15 @@ class NameAllocator:
         ``fresh_many(bases) == bases``) and return True; else reserve nothing and return False.
         In C. O(len(bases))."""
         wanted = set(bases)
-        if len(wanted) != len(bases) or "" in wanted or not self._taken.isdisjoint(wanted):
+        if len(wanted) != len(bases) or "" in wanted or not self._merge().isdisjoint(wanted):
             return False
-        self._taken |= wanted
+        self._claimed.append(wanted)
         return True
 
     def fresh(self, base: str) -> str:
         """A new unique name built from ``base``; it is reserved before being returned."""
+        if self._claimed:
+            self._merge()
         if base and base not in self._taken:
             self._taken.add(base)
             return base

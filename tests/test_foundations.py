@@ -208,6 +208,18 @@ def test_name_allocator_is_deterministic_and_collision_free():
     assert [again.fresh("act"), again.fresh("act")] == ["act__1", "act__2"]
 
 
+def test_name_allocator_claims_all_or_nothing():
+    names = NameAllocator.for_model(builders.tiny_cnn())
+    assert not names.claim(["copy/a", "act"])  # taken
+    assert not names.claim(["copy/a", "copy/a"])  # repeated
+    assert not names.claim(["copy/a", ""])  # empty
+    assert "copy/a" not in names  # a refused claim reserves nothing
+    assert names.claim(["copy/a", "copy/b"])
+    assert "copy/b" in names and not names.claim(["copy/b"])
+    assert names.fresh("copy/a") == "copy/a__1"  # claimed names are never handed out again
+    assert names.fresh_many(["copy/c", "copy/a"]) == ["copy/c", "copy/a__2"]
+
+
 def test_name_allocator_sees_nested_and_function_names():
     names = NameAllocator.for_model(builders.if_capture())
     assert names.fresh("then_mul") == "then_mul__1"

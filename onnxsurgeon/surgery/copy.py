@@ -6,11 +6,12 @@ Sharing is decided once, in one rename map, before anything is copied (the torch
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from itertools import chain, compress, islice
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import onnx
 
@@ -77,18 +78,49 @@ def _is_constant_at(nodes: Any, i: int, ops: list[str] | None) -> bool:
 _INPUT_OUTPUT = attrgetter("input", "output")
 
 
-def _outputs(index: GraphIndex, positions: list[int], edges: NodeEdges | None) -> list[list[str]]:
+class _Outputs(NamedTuple):
+    """The outputs of some nodes, flat in node order ("" kept), and how many each node has
+    (None when each has exactly one: then no list per node is ever made)."""
+
+    flat: list[str]
+    counts: list[int] | None
+
+    def grouped(self) -> Iterable[Sequence[str]]:
+        """Each node's outputs."""
+        if self.counts is None:
+            return zip(self.flat)
+        at = iter(self.flat)
+        return [list(islice(at, count)) for count in self.counts]
+
+    def select(self, keep: list[bool]) -> _Outputs:
+        """The outputs of the nodes ``keep`` marks."""
+        if self.counts is None:
+            return _Outputs(list(compress(self.flat, keep)), None)
+        groups = list(compress(self.grouped(), keep))
+        return _Outputs(list(chain.from_iterable(groups)), [len(g) for g in groups])
+
+    def renamed(self, new: Mapping[str, str]) -> _Outputs:
+        """The same outputs under the names ``new`` gives ("" stays "")."""
+        get = new.get
+        return _Outputs([get(out, "") for out in self.flat], self.counts)
+
+
+def _outputs(index: GraphIndex, positions: list[int], edges: NodeEdges | None) -> _Outputs:
     """The outputs of main-graph node ``i`` for each ``i`` of ``positions``. Where the int graph
-    says a node has one output, that output is read from the producer map (inverted at C
-    speed) rather than from the proto. O(nodes) plus one proto read per other node."""
+    says every node has one output, they are read from the producer map (inverted at C speed)
+    rather than from the proto. O(nodes)."""
     nodes = index.graph.node
-    if edges is None:
-        return [list(nodes[i].output) for i in positions]
-    producer = index.producer
-    # node -> its last output: its only one where ops[i] says it has one
-    single = dict(zip(producer.values(), producer, strict=True))
-    ops = edges.ops
-    return [[single[i]] if ops[i] and i in single else list(nodes[i].output) for i in positions]
+    if edges is not None:
+        producer, ops = index.producer, edges.ops
+        # node -> its last output: its only one where ops[i] says it has one
+        single = dict(zip(producer.values(), producer, strict=True))
+        flat = [single.get(i) if ops[i] else None for i in positions]
+        if None not in flat:
+            return _Outputs(cast("list[str]", flat), None)
+    nested = [list(nodes[i].output) for i in positions]
+    counts = list(map(len, nested))
+    return _Outputs(list(chain.from_iterable(nested)),
+                    None if counts.count(1) == len(counts) else counts)
 
 
 @dataclass(frozen=True)
@@ -99,83 +131,80 @@ class _Names:
     nodes: dict[str, str]
     tensors: dict[str, str]  # initializers first, then node outputs
     node_names: list[str]  # each copied node's new name, in order
-    outputs: list[list[str]]  # each copied node's new outputs ("" kept)
+    outputs: _Outputs  # the copied nodes' new outputs
     prefixed: bool  # every new name is ``prefix`` + its original
 
 
 def _allocate(
     names: NameAllocator, prefix: str, init_names: list[str], node_names: list[str],
-    outputs: list[list[str]],
+    outputs: _Outputs,
 ) -> _Names:
     """The names of a copy: a fresh name for ``prefix`` + each original, allocated in this
     order: the initializers, then each node's name and outputs. In C when no prefixed name
     collides (:meth:`NameAllocator.claim`: then each name is its own answer). O(names)."""
+    flat = outputs.flat
+    out_names = [out for out in flat if out] if "" in flat else flat
     init_bases = [prefix + name for name in init_names]
     node_bases = [prefix + name for name in node_names]
-    out_names = [out for outs in outputs for out in outs if out]
     out_bases = [prefix + out for out in out_names]
     if names.claim(init_bases + node_bases + out_bases):
         init_map = dict(zip(init_names, init_bases, strict=True))
         tensor_map = dict(init_map)
         tensor_map.update(zip(out_names, out_bases, strict=True))
-        if len(out_bases) == len(outputs) and all(len(outs) == 1 for outs in outputs):
-            new_outs = [[base] for base in out_bases]
-        else:
-            get = tensor_map.get
-            new_outs = [[get(out, "") for out in outs] for outs in outputs]
+        new_outs = (_Outputs(out_bases, outputs.counts) if out_names is flat
+                    else outputs.renamed(tensor_map))
         return _Names(init_map, dict(zip(node_names, node_bases, strict=True)), tensor_map,
                       node_bases, new_outs, True)
     fresh = names.fresh
     init_map = {name: fresh(base) for name, base in zip(init_names, init_bases, strict=True)}
     node_map: dict[str, str] = {}
     tensor_map = dict(init_map)
-    for name, outs in zip(node_names, outputs, strict=True):
+    for name, outs in zip(node_names, outputs.grouped(), strict=True):
         node_map[name] = fresh(prefix + name)
         for out in outs:
             if out:
                 tensor_map[out] = fresh(prefix + out)
-    get = tensor_map.get
     return _Names(init_map, node_map, tensor_map, [node_map[name] for name in node_names],
-                  [[get(out, "") for out in outs] for outs in outputs], False)
+                  outputs.renamed(tensor_map), False)
 
 
 def _inputs_on_ints(
-    index: GraphIndex, edges: NodeEdges, cl_nodes: list[int], cl_outs: list[list[str]],
-    copy_nodes: list[int], new_outs: list[list[str]], mapping: Mapping[str, str],
+    index: GraphIndex, edges: NodeEdges, cl_nodes: list[int], cl_outs: _Outputs,
+    copy_nodes: list[int], new_outs: _Outputs, mapping: Mapping[str, str],
     stops: Collection[str],
-) -> list[list[str]]:
-    """The renamed inputs of each copied node, from the int graph's producer ids instead of
-    re-reading input names: one table maps every id a copied node can read (a closure node
-    with one output, a stop's producer, a leaf, -1 for "") to its name in the copy. A node
-    reading an output of a multi-output node is renamed from its input names. O(closure +
-    leaves + edges of the copy)."""
+) -> list[list[str | None]]:
+    """The inputs of each copied node in the copy, from the int graph's producer ids instead of
+    re-reading input names: one table, indexed by id (leaf ids and -1 for "" by negative
+    indexing), holds what a copy reads from each: a closure node's one output under its copy's
+    name (shared Constants keep theirs), a stop's replacement, a leaf's copy or itself; None
+    for a node with another number of outputs (a list holding None: rename by input name).
+    O(nodes + leaves + edges of the copy)."""
     get = mapping.get
     node_field = index.graph.node
-    table: list[str | None] = [None] * len(node_field)
-    if len(copy_nodes) != len(cl_nodes):  # the Constants left shared keep their names
-        for i, outs in zip(cl_nodes, cl_outs, strict=True):
+    table: list[str | None]
+    if len(copy_nodes) == len(node_field) and new_outs.counts is None:  # every node, one each
+        table = list(new_outs.flat)
+    else:
+        table = [None] * len(node_field)
+        if len(copy_nodes) != len(cl_nodes):  # the Constants left shared keep their names
+            for i, outs in zip(cl_nodes, cl_outs.grouped(), strict=True):
+                if len(outs) == 1:
+                    table[i] = outs[0]
+        for i, outs in zip(copy_nodes, new_outs.grouped(), strict=True):
             if len(outs) == 1:
                 table[i] = outs[0]
-    for i, outs in zip(copy_nodes, new_outs, strict=True):
-        if len(outs) == 1:
-            table[i] = outs[0]
     for a in stops:  # the one kind of producer outside the closure a copied node reads
         j = index.producer.get(a)
         if j is not None and len(node_field[j].output) == 1:
             table[j] = get(a, a)
     leaves = edges.leaves
-    depth = max((-k for k in leaves), default=1)  # ids -1 ("") to -depth by negative indexing
+    depth = max((-k for k in leaves), default=1)  # ids -1 ("") to -depth
     tail: list[str | None] = [None] * depth
     tail[-1] = ""
     for k, name in leaves.items():
         tail[depth + k] = get(name, name)
-    table += tail
-    at, preds, starts = table.__getitem__, edges.preds, edges.starts
-    new_ins: list[list[Any]] = [list(map(at, preds[starts[i]:starts[i + 1]])) for i in copy_nodes]
-    for k, ins in enumerate(new_ins):
-        if None in ins:
-            new_ins[k] = [get(x, x) for x in node_field[copy_nodes[k]].input]
-    return new_ins
+    at, preds, starts = (table + tail).__getitem__, edges.preds, edges.starts
+    return [list(map(at, preds[starts[i]:starts[i + 1]])) for i in copy_nodes]
 
 
 def copy(
@@ -292,8 +321,8 @@ def copy(
     if shared_mode:
         ops = edges.ops if edges is not None else None
         keep = [not _is_constant_at(node_field, i, ops) for i in cl_nodes]
-        copy_nodes = [i for i, kept in zip(cl_nodes, keep, strict=True) if kept]
-        copy_outs = [outs for outs, kept in zip(cl_outs, keep, strict=True) if kept]
+        copy_nodes = list(compress(cl_nodes, keep))
+        copy_outs = cl_outs.select(keep)
     else:
         copy_nodes, copy_outs = cl_nodes, cl_outs
     init_names = [] if shared_mode else cl_initializers
@@ -309,6 +338,7 @@ def copy(
     mapping: dict[str, str] = dict(repl)
     mapping.update(tensor_map)  # initializers included
     get = mapping.get
+    # no node holds a body where the int graph exists: the copies' inputs come from its ids
     new_ins = None if edges is None else _inputs_on_ints(
         index, edges, cl_nodes, cl_outs, copy_nodes, new.outputs, mapping, repl)
 
@@ -342,30 +372,25 @@ def copy(
     first = n_before = len(node_field)
     node_field.extend(list(map(node_field.__getitem__, copy_nodes)))  # C-level copies
     copies = node_field[first:]
-    if new_ins is not None:  # every renamed list ready: one slice write per field (no bodies)
-        for n, (ins, outs_), name, new_in, new_out in zip(
-                copies, map(_INPUT_OUTPUT, copies), new.node_names, new_ins, new.outputs,
-                strict=True):
-            n.name = name
-            ins[:] = new_in
-            outs_[:] = new_out
-    else:
-        for n, name, new_out in zip(copies, new.node_names, new.outputs, strict=True):
-            n.name = name
-            ins = n.input
-            for k, x in enumerate(ins):
-                renamed = get(x)
-                if renamed is not None:
-                    ins[k] = renamed
-            n.output[:] = new_out
-            if n.attribute and has_subgraphs(n):
-                rename_scoped(subgraphs(n), mapping, define=lambda x: names.fresh(prefix + x),
-                              node_name=lambda node: names.fresh(prefix + node.name) if node.name
-                              else "")
-    first = len(graph.initializer)
-    graph.initializer.extend([graph.initializer[index.initializers[name]] for name, _ in dense])
-    for t, (_, fresh) in zip(graph.initializer[first:], dense, strict=True):
-        t.name = fresh
+    reads: Sequence[list[str | None] | None] = new_ins or [None] * len(copy_nodes)
+    for n, (ins, outs_), name, new_out, new_in in zip(
+            copies, map(_INPUT_OUTPUT, copies), new.node_names, new.outputs.grouped(), reads,
+            strict=True):
+        n.name = name
+        if new_in is None or None in new_in:  # by name: the copy still reads the originals
+            new_in = [get(x, x) for x in ins]
+        ins[:] = new_in
+        outs_[:] = new_out
+        if new_ins is None and n.attribute and has_subgraphs(n):
+            rename_scoped(subgraphs(n), mapping, define=lambda x: names.fresh(prefix + x),
+                          node_name=lambda node: names.fresh(prefix + node.name) if node.name
+                          else "")
+    if dense:
+        first = len(graph.initializer)
+        originals = list(graph.initializer)  # a list indexes cheaper than the field
+        graph.initializer.extend([originals[index.initializers[name]] for name, _ in dense])
+        for t, (_, fresh) in zip(graph.initializer[first:], dense, strict=True):
+            t.name = fresh
     first = len(graph.sparse_initializer)
     graph.sparse_initializer.extend([graph.sparse_initializer[sparse_pos[name]] for name, _ in sparse])
     for st, (_, fresh) in zip(graph.sparse_initializer[first:], sparse, strict=True):
