@@ -63,7 +63,8 @@ class Upkeep:
         self.types: dict[int, Any] = {}
         """Node id -> output type found by the cheap type pass (``memo["edge_types"]``), kept
         for the nodes no edit can reach: a node's type follows from its op and what lies
-        upstream, so only nodes before the first inserted or rewired one keep theirs."""
+        upstream, so only nodes before the first inserted or rewired one keep theirs (read it
+        through :meth:`carried_types`, which drops the others)."""
         self._types_below = len(edges.names) if edges is not None else 0
         """Node ids (as now) below which the types found stay true; the filtering is done once,
         in :meth:`result` (or when ids are renumbered)."""
@@ -102,6 +103,11 @@ class Upkeep:
     def leaves_changed(self) -> None:
         """Graph inputs or initializers were added, dropped or reordered."""
         self._todo.append((self._leaves_changed, ()))
+
+    def leaves_appended(self, initializers: Sequence[str]) -> None:
+        """Initializers with these names were appended to the graph (inputs and the other
+        leaves unchanged): O(their number) instead of numbering every leaf again."""
+        self._todo.append((self._leaves_appended, (list(initializers),)))
 
     def inserted(self, pos: int, count: int) -> None:
         """``count`` nodes were inserted at ``pos`` (``pos`` = the old length: appended)."""
@@ -188,6 +194,29 @@ class Upkeep:
             self._dangling.extend(bisect_left(starts, at + 1) - 1
                                   for at in positions(new_preds, None))
         self.preds = [-1 if p is None else p for p in new_preds]
+
+    def _leaves_appended(self, names: list[str]) -> None:
+        """Initializers ``names`` were appended: they take the next leaf ids (checked against
+        the proto's last initializers; with sparse initializers, whose ids come after, every
+        leaf is numbered again)."""
+        if not self.ok or not names:
+            return
+        inits = self.graph.initializer
+        n, k = len(inits), len(names)
+        if (len(self.graph.sparse_initializer) or n < k
+                or [t.name for t in inits[n - k:]] != names):
+            self._leaves_changed()
+            return
+        ids, producer = self._ids(), self.producer
+        base = -2 - len(self.leaves)
+        added: dict[str, int] = {}
+        for j, name in enumerate(names):
+            if not name or name in ids or name in producer or name in added:
+                self.fail()  # unnamed, or a name defined already: not a valid graph
+                return
+            added[name] = base - j
+        self.leaves = {**self.leaves, **dict(zip(added.values(), added, strict=True))}
+        ids.update(added)
 
     # ------------------------------------------------------------------ nodes
     def _ids(self) -> dict[str, int]:
@@ -370,7 +399,7 @@ class Upkeep:
         the edits said so far (once; the proto must be as the verb left it)."""
         todo, self._todo = self._todo, []
         if todo and self._done is None:
-            self.types = self._memo.get("edge_types", {})  # filtered below
+            self.types = self._memo.get("edge_types", {})  # filtered by carried_types
         for edit, args in todo:
             if not self.ok:
                 break
@@ -382,11 +411,17 @@ class Upkeep:
             self._reread(dangling)
         if not self.ok or len(self.names) != len(self.graph.node):
             return None
-        below = self._types_below  # leaves (ids < 0) are typed again by the next pass
-        self.types = {k: t for k, t in self.types.items() if 0 <= k < below}
         self._done = self.producer, NodeEdges(self.preds, self.starts, self.leaves, self.names,
                                               self.ops)
         return self._done
+
+    def carried_types(self) -> dict[int, Any]:
+        """After :meth:`result`: :attr:`types` without the nodes an edit can reach (filtered
+        here, only for a next verb that reads them: the CLI's one verb never pays for it)."""
+        below = self._types_below  # leaves (ids < 0) are typed again by the next pass
+        if any(not 0 <= k < below for k in self.types):
+            self.types = {k: t for k, t in self.types.items() if 0 <= k < below}
+        return self.types
 
     def touched(self) -> list[int] | None:
         """After :meth:`result`: the ids of the nodes the edits inserted or rewired (ascending,

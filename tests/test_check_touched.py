@@ -79,6 +79,17 @@ def _unknown_op(m):
     m.proto.graph.node[_insert(m)[0]].op_type = "NoSuchOp"
 
 
+def _weight_named_like_another(m):
+    insert(m, "relu3", op="scale", params={"factor": 2.0})  # appends the block's weight
+    g = m.proto.graph
+    old = g.initializer[-1].name
+    g.initializer[-1].name = "W"  # the chain's own weight: two initializers named W
+    for node in g.node:
+        for k, name in enumerate(node.input):
+            if name == old:
+                node.input[k] = "W"
+
+
 def _output_not_produced(m):
     extract(m, ["relu3"])
     m.proto.graph.output[0].name = "nowhere"
@@ -107,6 +118,7 @@ def _untyped_output(m):
 
 @pytest.mark.usefixtures("large")
 @pytest.mark.parametrize("fault", [_bogus_attribute, _reads_a_later_tensor, _unknown_op,
+                                   _weight_named_like_another,
                                    _output_not_produced, _initializer_twice, _untyped_output,
                                    _metadata_key_twice, _unnamed_graph])
 def test_a_fault_where_the_rewrite_worked_is_refused(tmp_path, fault):
@@ -171,3 +183,23 @@ def test_at_the_real_threshold(tmp_path):
     assert check_touched(m)
     out = save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
     onnx.checker.check_model(str(out))
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("verb", ["extract", "insert", "copy"])
+def test_external_weights_still_reach_the_output_when_the_check_is_limited(tmp_path, verb):
+    """Save skips its walk over every tensor only when load found no external one: with
+    external weights the walk runs, and the output carries its own data file."""
+    src = tmp_path / "ext.onnx"
+    onnx.save(builders.chain(8), str(src), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="ext.onnx.data", size_threshold=0)
+    m = handed_over(load(src))
+    VERBS[verb](m)
+    assert check_touched(m)
+    out = save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
+    assert (tmp_path / "o.onnx.data").stat().st_size > 0
+    onnx.checker.check_model(str(out), full_check=True)
+    reference = handed_over(load(src))
+    VERBS[verb](reference)
+    plain = save(reference, tmp_path / "p.onnx", check=Check.STRUCTURE)
+    assert onnx.load(str(out)).graph.node == onnx.load(str(plain)).graph.node

@@ -241,7 +241,7 @@ def _apply_checking_each_step(model: Model, recipe: Any,
         assert model._untouched, "a kept index goes only to the very next step"
         assert list(producer.items()) == list(GraphIndex(model.proto).producer.items())
         assert handed == edges, f"step {done}: the kept int graph is not the model's"
-        typed.append(_check_kept_types(model, model._kept.types))
+        typed.append(_check_kept_types(model, model._kept.carried_types()))
         kept.append(True)
 
     apply_recipe(model, recipe, progress=after_step)
@@ -340,3 +340,24 @@ def test_apply_from_the_cli_writes_the_model_each_verb_alone_gives(case, rename,
     assert code == 0, err
     baseline = _each_verb_on_its_own(load(path).proto, load_recipe(recipe_path))
     assert load(out).proto.SerializeToString() == baseline.SerializeToString()
+
+
+@pytest.mark.parametrize("name, kept", [("fresh", True), ("W", False), ("relu1", False),
+                                        ("x", False), ("", False)])
+def test_appended_initializers_take_the_next_ids_or_the_upkeep_gives_up(tmp_path, name, kept):
+    """leaves_appended: a new name takes the next leaf id (as a fresh build numbers it); a name
+    some leaf or node output already has, or none, is not a valid graph: rebuild."""
+    from onnxsurgeon.io import handed_over, indexed
+    from onnxsurgeon.upkeep import Upkeep
+
+    path = tmp_path / "m.onnx"
+    onnx.save(builders.chain(4), str(path))
+    model = handed_over(load(path))
+    upkeep = Upkeep(indexed(model))
+    model.proto.graph.initializer.append(
+        onnx.numpy_helper.from_array(np.ones(4, np.float32), name))
+    upkeep.leaves_appended([name])
+    state = upkeep.result()
+    assert (state is not None) == kept
+    if state is not None:
+        assert state[1] == _build_edges(model.proto.graph)

@@ -99,7 +99,10 @@ def upkeep_after_splice(index: GraphIndex, plan: Plan, readers: list[int]) -> Up
         upkeep.rename_tensors({plan.at: plan.pre})
     bg = plan.block.graph
     if len(bg.initializer) or len(bg.sparse_initializer):
-        upkeep.leaves_changed()
+        if index.model.ir_version >= 4 and not len(bg.sparse_initializer):
+            upkeep.leaves_appended([t.name for t in bg.initializer])
+        else:  # IR 3 lists them as graph inputs too (inputs come first in the numbering)
+            upkeep.leaves_changed()
         upkeep.created_tensors(bg.initializer)
     pos = index.producer[plan.at] + 1 if plan.at in index.producer else 0
     count = len(bg.node)
