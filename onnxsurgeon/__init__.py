@@ -8,9 +8,9 @@ The core never imports TensorFlow or PyTorch; framework front-ends live in
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
+
+from .lazy import lazy_package
 
 if TYPE_CHECKING:
     from .closure import Closure, closure, downstream_nodes
@@ -51,33 +51,14 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def _submodule(name: str) -> Any:
+    """A submodule the eager imports used to load (``onnxsurgeon.io``)."""
     from importlib import import_module
     from importlib.util import find_spec
 
-    module = _HOME_OF.get(name)
-    if module is None:  # a submodule the eager imports used to load (``onnxsurgeon.io``)
-        if name.startswith("_") or find_spec(f"{__name__}.{name}") is None:
-            raise AttributeError(f"module 'onnxsurgeon' has no attribute {name!r}")
-        return import_module(f".{name}", __name__)
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    if name.startswith("_") or find_spec(f"{__name__}.{name}") is None:
+        raise AttributeError(f"module 'onnxsurgeon' has no attribute {name!r}")
+    return import_module(f".{name}", __name__)
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """Keeps a public name that is also a submodule's name (``closure``) bound to the public
-    object: importing the submodule would otherwise rebind the package attribute to it, as the
-    eager ``from .closure import closure`` used to undo."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _HOME_OF and isinstance(value, types.ModuleType):
-            return  # the submodule stays in sys.modules; the attribute resolves via __getattr__
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+__getattr__, __dir__ = lazy_package(__name__, _HOME_OF, _submodule)
