@@ -353,23 +353,26 @@ _ATTRIBUTES = attrgetter("attribute")
 
 
 def _walk_tensors(
-    roots: list[tuple[onnx.GraphProto, int]], holders: Sequence[int] | None = None
+    roots: list[tuple[onnx.GraphProto, int]], holders: Sequence[int] | None = None,
+    *, skip_initializers: bool = False,
 ) -> Iterator[TensorProto]:
     """Tensors of ``roots`` and of every graph nested in them, graphs in depth-first pre-order.
     One pass over each graph's nodes; only nodes with attributes are looked at in Python.
     ``holders``, when given, lists the first root's nodes that have attributes (known already,
-    e.g. from validation): that graph's nodes are then not walked again."""
+    e.g. from validation): that graph's nodes are then not walked again.
+    ``skip_initializers``: the first root's initializers are left out."""
     stack = list(reversed(roots))
-    first = roots[0][0] if roots and holders is not None else None
+    first = roots[0][0] if roots else None
     while stack:
         g, depth = stack.pop()
         check_depth(g, depth)
-        yield from g.initializer
+        if not (skip_initializers and g is first):
+            yield from g.initializer
         for st in g.sparse_initializer:
             yield st.values
             yield st.indices
         nested: list[tuple[onnx.GraphProto, int]] = []
-        if g is first and holders is not None:
+        if holders is not None and g is first:
             nodes = g.node
             with_attrs: Iterable[Any] = [nodes[i].attribute for i in holders]
         else:
@@ -385,19 +388,22 @@ def _walk_tensors(
 
 
 def iter_tensors(
-    model: onnx.ModelProto, *, main_holders: Sequence[int] | None = None
+    model: onnx.ModelProto, *, main_holders: Sequence[int] | None = None,
+    after_initializers: bool = False,
 ) -> Iterator[TensorProto]:
     """Every tensor holding data: initializers and sparse initializers of every graph (nested
     bodies, function bodies and training-info graphs included) and tensors in node attributes
     (Constant values, sparse tensor attributes). Iterative; O(nodes + attributes), one pass over
     each graph's nodes. ``main_holders``: the main-graph node indexes that have attributes, when
-    the caller knows them (the main graph's nodes are then not walked). The main graph's
-    initializers come right after the :func:`function_tensors`."""
-    yield from function_tensors(model)
+    the caller knows them (the main graph's nodes are then not walked). The walk starts with
+    :func:`function_tensors`, then the main graph's initializers; ``after_initializers``: only
+    what comes after those (for a caller that went through them first)."""
+    if not after_initializers:
+        yield from function_tensors(model)
     roots = [(model.graph, 0)]
     for ti in model.training_info:
         roots.extend([(ti.initialization, 0), (ti.algorithm, 0)])
-    yield from _walk_tensors(roots, main_holders)
+    yield from _walk_tensors(roots, main_holders, skip_initializers=after_initializers)
 
 
 def function_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
@@ -489,12 +495,14 @@ TensorType = tuple[int, tuple[int, ...]]
 
 
 def check_tensors(
-    tensors: Iterable[TensorProto], base_dir: Path | None, *, types: list[TensorType] | None = None
+    tensors: Iterable[TensorProto], base_dir: Path | None, *,
+    types: list[TensorType] | None = None, names: list[str] | None = None,
 ) -> int:
     """:func:`check_inline_tensor` on every inline tensor and :func:`resolve_external` on every
     external one, in order (the first bad tensor raises, as checking them one by one would).
-    ``types``, when given, gets every tensor's (data type, dims), in order. Returns how many
-    tensors are external.
+    ``types`` and ``names``, when given, get every tensor's (data type, dims) and name, in
+    order (read anyway: a caller that needs them need not read the tensors again). Returns how
+    many tensors are external.
 
     One pass, ~1 us per tensor instead of ~5: the exact check runs once per distinct
     (dtype, dims) and on any tensor that might hold more than raw_data. The proof that a tensor
@@ -511,6 +519,7 @@ def check_tensors(
     files: dict[tuple[str, ...], os.stat_result] = {}
     get = known.get
     record = types.append if types is not None else None
+    record_name = names.append if names is not None else None
     external = TensorProto.EXTERNAL
     externals = 0
     for tensor in tensors:
@@ -518,6 +527,8 @@ def check_tensors(
         key = dtype, tuple(dims[:])
         if record is not None:
             record(key)
+        if record_name is not None:
+            record_name(name)
         shape = get(key)
         if shape is not None and len(raw) == shape[0]:
             size = len(name)  # + its tag and length: 2 bytes below 128 (bytes == chars if ASCII)

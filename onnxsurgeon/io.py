@@ -272,42 +272,49 @@ def load(path: str | os.PathLike[str]) -> Model:
     proto = parse_model(data, str(p))
     source = Path(os.path.abspath(p))
     model = Model(proto, base_dir=source.parent, source=source)
+    # Every tensor error wins over a structural one (the tensors are checked also when the
+    # structure is bad), the first in iter_tensors' order. So the tensors that come first (local
+    # functions', then the main graph's initializers, whose names and types are read on the
+    # way, for validation and the type pass) are checked before the structure, the rest after.
+    init_names: list[str] = []
+    init_types: list[TensorType] = []
+    externals = check_tensors(function_tensors(proto), model.base_dir)
+    externals += check_tensors(proto.graph.initializer, model.base_dir, types=init_types,
+                               names=init_names)
     try:
-        found = validate_producers(proto)
+        found = validate_producers(proto, initializer_names=init_names)
     except InvalidModelError:
-        validate_tensors(model)  # a bad tensor is reported first, as it always was
+        _check_later_tensors(model, None)  # a bad tensor is reported first, as it always was
         raise
     # the structural pass found the main-graph nodes with attributes: the tensor check looks at
     # those only instead of walking every node again (re-sorted nodes: walk them all)
-    init_types: list[TensorType] | None = [] if found.edges is not None else None
-    validate_tensors(model, main_holders=found.holders if not found.warnings else None,
-                     init_types=init_types)
+    externals += _check_later_tensors(model, found.holders if not found.warnings else None)
+    model._externals = externals  # as validate_tensors says
     model.warnings.extend(found.warnings)
     model._baseline = model_fingerprint(proto)
     if found.producers is not None:
         cheap = len(data) <= _FRESH_BYTES_PER_NODE * len(proto.graph.node)
         edges = found.edges
-        if edges is not None and init_types is not None:  # the type pass reads no tensor
+        if edges is not None:  # the type pass reads no tensor
             edges = with_initializer_types(edges, proto.graph, init_types)
         model._fresh = (data if cheap else None, found.producers, edges)
     return model
 
 
-def validate_tensors(
-    model: Model, *, main_holders: list[int] | None = None,
-    init_types: list[TensorType] | None = None,
-) -> None:
+def _check_later_tensors(model: Model, main_holders: list[int] | None) -> int:
+    """:func:`validate_tensors` after the local functions' tensors and the main graph's
+    initializers (load checks those first); how many of those tensors are external."""
+    return check_tensors(
+        iter_tensors(model.proto, main_holders=main_holders, after_initializers=True),
+        model.base_dir)
+
+
+def validate_tensors(model: Model, *, main_holders: list[int] | None = None) -> None:
     """Check every tensor's data against its declared shape and every external reference.
     ``main_holders``: main-graph node indexes with attributes, when known (see
-    :func:`iter_tensors`). ``init_types``, when given, gets the (data type, dims) of each
-    main-graph initializer, read on the way."""
-    proto = model.proto
-    types: list[TensorType] | None = [] if init_types is not None else None
-    model._externals = check_tensors(iter_tensors(proto, main_holders=main_holders),
-                                     model.base_dir, types=types)
-    if init_types is not None and types is not None:
-        skip = sum(1 for _ in function_tensors(proto)) if len(proto.functions) else 0
-        init_types.extend(types[skip:skip + len(proto.graph.initializer)])
+    :func:`iter_tensors`)."""
+    model._externals = check_tensors(iter_tensors(model.proto, main_holders=main_holders),
+                                     model.base_dir)
 
 
 # ------------------------------------------------------------------------------------ save

@@ -83,9 +83,14 @@ class Validation:
     edges: NodeEdges | None
 
 
-def validate_producers(model: onnx.ModelProto, /, *, sort: bool = True) -> Validation:
+def validate_producers(
+    model: onnx.ModelProto, /, *, sort: bool = True,
+    initializer_names: Sequence[str] | None = None,
+) -> Validation:
     """:func:`validate`, also returning what the main graph's pass computed on the way (see
-    :class:`Validation`). Same checks, messages and repairs."""
+    :class:`Validation`). Same checks, messages and repairs. ``initializer_names``: the names
+    of ``model.graph.initializer`` in order, when the caller read them already (load's tensor
+    check does)."""
     warnings: list[str] = []
     _check_model_texts(model)
     _check_functions(model)
@@ -97,10 +102,12 @@ def validate_producers(model: onnx.ModelProto, /, *, sort: bool = True) -> Valid
         graph, outer, depth = stack.pop()
         check_depth(graph, depth)
         label = "main graph" if depth == 0 else f"subgraph '{graph.name}'"
+        inits = (initializer_names if depth == 0 and initializer_names is not None
+                 else map(_NAME, graph.initializer))
         body = _Body(
             label,
             list(map(_NAME, graph.input)),
-            [*map(_NAME, graph.initializer), *(s.values.name for s in graph.sparse_initializer)],
+            [*inits, *(s.values.name for s in graph.sparse_initializer)],
             graph.node,
             list(map(_NAME, graph.output)),
         )

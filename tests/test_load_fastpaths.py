@@ -119,6 +119,10 @@ def test_initializer_types_load_hands_on_are_the_initializers(tmp_path):
     inits = {t.name: (t.data_type, tuple(t.dims)) for t in seeded.graph.initializer}
     assert {edges.leaves[k]: t for k, t in edges.leaf_types.items()} == inits
     assert len(edges.leaf_types) == len(inits)
+    # the index takes the initializer names from the same leaves instead of the proto
+    rebuilt = GraphIndex(seeded.model)
+    assert seeded.initializer_names() == list(inits) == rebuilt.initializer_names()
+    assert list(seeded.initializers.items()) == list(rebuilt.initializers.items())
 
 
 def test_an_initializer_listed_as_input_gets_no_handed_types(tmp_path):
@@ -159,3 +163,50 @@ def test_a_typed_stop_on_an_initializer_keeps_its_given_type(tmp_path):
     assert got is not None and got == propagate_edges(plain, kept, typed, want)
     dims = [d.dim_value for d in got["add0"].type.tensor_type.shape.dim]
     assert dims == [2, 3, 8]  # (batch, 3, 8) + the stop's (2, 1, 8), not the weight's (8,)
+
+
+def _with_bad_tensors(*, dangling: bool, bad_init: bool, bad_constant: bool,
+                      bad_function: bool) -> onnx.ModelProto:
+    """x -> Add(W) -> Add(Constant c) -> f (a local function holding a Constant) -> y, each
+    tensor damaged on request (raw_data 4 bytes short), and optionally a dangling read."""
+    def tensor(name: str, bad: bool) -> TensorProto:
+        t = numpy_helper.from_array(np.ones((4,), np.float32), name)
+        if bad:
+            t.raw_data = t.raw_data[:-4]
+        return t
+    fn = helper.make_function(
+        "local", "f", ["a"], ["b"],
+        [helper.make_node("Constant", [], ["k"], value=tensor("fk", bad_function)),
+         helper.make_node("Add", ["a", "k"], ["b"])],
+        opset_imports=[helper.make_opsetid("", 18)])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    nodes = [
+        helper.make_node("Add", ["x", "ghost" if dangling else "W"], ["a"]),
+        helper.make_node("Constant", [], ["c"], value=tensor("c_value", bad_constant)),
+        helper.make_node("Add", ["a", "c"], ["b"]),
+        helper.make_node("f", ["b"], ["y"], domain="local"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], [tensor("W", bad_init)])
+    return helper.make_model(graph, functions=[fn],
+                             opset_imports=[helper.make_opsetid("", 18),
+                                            helper.make_opsetid("local", 1)])
+
+
+@pytest.mark.parametrize("damage, first", [
+    ({"dangling": True}, "tensor 'ghost' read by node 'Add#0'"),
+    ({"dangling": True, "bad_constant": True}, "tensor 'c_value' declares"),
+    ({"dangling": True, "bad_init": True, "bad_constant": True}, "tensor 'W' declares"),
+    ({"bad_init": True, "bad_function": True}, "tensor 'fk' declares"),
+    ({"bad_constant": True}, "tensor 'c_value' declares"),
+])
+def test_tensor_errors_win_in_walk_order_over_structure(tmp_path, damage, first):
+    """load checks the local functions' tensors and the main initializers before the structure
+    and the rest after: still the first bad tensor in walk order is reported, and a structural
+    error only when every tensor is sound."""
+    flags = {"dangling": False, "bad_init": False, "bad_constant": False, "bad_function": False}
+    path = tmp_path / "m.onnx"
+    onnx.save(_with_bad_tensors(**(flags | damage)), str(path))
+    with pytest.raises(InvalidModelError) as err:
+        load(path)
+    assert str(err.value).startswith(first), str(err.value)

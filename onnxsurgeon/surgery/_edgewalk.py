@@ -10,8 +10,8 @@ the name-based versions, which define the semantics.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import cast
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import onnx
 
@@ -38,13 +38,12 @@ def walk_edges(
             if len(node_field[j].output) != 1:
                 return None
             stop_nodes[j] = s
-    known = index.initializers.keys() | index.inputs.keys()
     kept: set[int] = set()
     stack: list[int] = []
     for t in targets:
         j = producer.get(t)
         if j is None:
-            if t not in known:
+            if t not in index.initializers and t not in index.inputs:
                 return None  # the name walk raises the precise error
         elif j not in kept:
             kept.add(j)
@@ -88,32 +87,34 @@ def propagate_edges(
         return None
     graph = index.graph
     producer = index.producer
-    names: dict[int, str] = dict(edges.leaves)  # leaf ids and typed (stop) nodes -> names
+    leaves = edges.leaves  # leaf id -> name
+    stop_nodes: dict[int, str] = {}  # typed (stop) tensors produced by nodes
     for name in typed:
         j = producer.get(name)
         if j is not None:
-            names[j] = name
+            stop_nodes[j] = name
 
     types: dict[int, _Type] = {} if cache is None else cache
     seeds = edges.leaf_types
     if seeds and (cache is None or not cache):
         _seed(index, types, seeds, typed)
     memo: dict[tuple[str, tuple[_Type, ...]], _Type] = {}
-    get, preds, starts, ops = types.get, edges.preds, edges.starts, edges.ops
+    get: Callable[[int], Any] = types.get  # a _Type, or None for a leaf not typed yet
+    preds, starts, ops = edges.preds, edges.starts, edges.ops
     init_pos, init_field = index.initializers, graph.initializer
-    for i in nodes:
+    for i in nodes:  # the hot loop: ~0.5 us per node (upb is not touched)
         if i in types:
             continue
         op = ops[i]  # "" unless a default-domain node with one output
         ps = preds[starts[i]:starts[i + 1]]
+        got: tuple[_Type, ...] = tuple(map(get, ps))
         if not op or not ps:
             return None
-        got = tuple(map(get, ps))
-        if None in got:
+        if None in got:  # leaves (and stops) not typed yet
             fixed: list[_Type] = []
             for p, t in zip(ps, got, strict=True):
                 if t is None:
-                    leaf = names.get(p)
+                    leaf = leaves.get(p) if p < 0 else stop_nodes.get(p)
                     if leaf is None:
                         return None
                     pos = init_pos.get(leaf, -1) if leaf not in typed else -1
@@ -127,11 +128,10 @@ def propagate_edges(
                     types[p] = t
                 fixed.append(t)
             got = tuple(fixed)
-        args = cast("tuple[_Type, ...]", got)
-        key = (op, args)
+        key = (op, got)
         result = memo.get(key)
         if result is None:
-            result = apply_op(op, args)
+            result = apply_op(op, got)
             if result is None:
                 return None
             memo[key] = result
@@ -139,10 +139,10 @@ def propagate_edges(
     found: dict[str, onnx.ValueInfoProto] = {}
     for name in wanted:
         j = producer.get(name)
-        t = types.get(j) if j is not None else None
-        if t is None:
+        out = types.get(j) if j is not None else None
+        if out is None:
             return None
-        found[name] = onnx.helper.make_tensor_value_info(name, t[0], list(t[1]))
+        found[name] = onnx.helper.make_tensor_value_info(name, out[0], list(out[1]))
     return found
 
 

@@ -269,7 +269,7 @@ def extract(
             slot = list(graph.node[i].output).index(s)
             renamed_outputs.append((i, slot, names.fresh(f"{s}__unused")))
 
-    inits = [t.name for t in graph.initializer]
+    inits = index.initializer_names()
     keep_inits = [k for k, name in enumerate(inits) if name in reached and name not in stop_set]
     removed_inits = [name for name in inits if name not in reached or name in stop_set]
     keep_sparse = [
