@@ -210,3 +210,23 @@ def test_tensor_errors_win_in_walk_order_over_structure(tmp_path, damage, first)
     with pytest.raises(InvalidModelError) as err:
         load(path)
     assert str(err.value).startswith(first), str(err.value)
+
+
+def test_load_counts_the_external_tensors_of_every_part(tmp_path):
+    """load checks the tensors in three runs (functions', main initializers, the rest): the
+    external ones are counted over all three, as one walk over every tensor counts them."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    from onnxsurgeon.external import is_external, iter_tensors
+
+    proto = _with_bad_tensors(dangling=False, bad_init=False, bad_constant=False,
+                              bad_function=False)
+    # the main initializer and the Constants' values (main graph, function) to the data file
+    convert_model_to_external_data(proto, all_tensors_to_one_file=True, location="w.bin",
+                                   size_threshold=0, convert_attribute=True)
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="w.bin", size_threshold=0, convert_attribute=True)
+    model = load(path)
+    walked = sum(map(is_external, iter_tensors(model.proto)))
+    assert walked == 3 and model._externals == walked
