@@ -184,16 +184,15 @@ class Upkeep:
         self._leaf_ids = first
         if len(first) == len(names) and list(old.values()) == names[:len(old)]:
             return  # leaves appended (or none changed): no id moved
-        get = first.get
-        moved = {i: get(name) for i, name in old.items() if get(name) != i}
-        if not moved:
-            return
-        new_preds = [moved.get(p, p) if p < -1 else p for p in self.preds]
+        # every old leaf id -> its id now (None: gone); node ids (>= -1) map to themselves
+        moved = dict(zip(old, map(first.get, old.values()), strict=True))
+        new_preds: list[Any] = list(map(moved.get, self.preds, self.preds))  # get(p, p)
         if None in new_preds:  # reads of a leaf that is gone: their nodes are read again
             starts = self.starts
             self._dangling.extend(bisect_left(starts, at + 1) - 1
                                   for at in positions(new_preds, None))
-        self.preds = [-1 if p is None else p for p in new_preds]
+            new_preds = [-1 if p is None else p for p in new_preds]
+        self.preds = new_preds
 
     def _leaves_appended(self, names: list[str]) -> None:
         """Initializers ``names`` were appended: they take the next leaf ids (checked against
