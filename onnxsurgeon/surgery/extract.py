@@ -10,7 +10,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress, count
+from operator import attrgetter, not_
 
 import onnx
 
@@ -270,8 +271,10 @@ def extract(
             renamed_outputs.append((i, slot, names.fresh(f"{s}__unused")))
 
     inits = index.initializer_names()
-    keep_inits = [k for k, name in enumerate(inits) if name in reached and name not in stop_set]
-    removed_inits = [name for name in inits if name not in reached or name in stop_set]
+    kept_names = reached - stop_set if stop_set else reached  # C-level passes below
+    flags = list(map(kept_names.__contains__, inits))
+    keep_inits = list(compress(count(), flags))
+    removed_inits = list(compress(inits, map(not_, flags)))
     keep_sparse = [
         k for k, st in enumerate(graph.sparse_initializer)
         if st.values.name in reached and st.values.name not in stop_set
