@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from itertools import chain
 from operator import attrgetter
 
@@ -50,10 +50,23 @@ class NameAllocator:
     """
 
     def __init__(self, taken: Iterable[str] = ()) -> None:
-        self._taken: set[str] = set(taken)
-        self._taken.discard("")
+        self._names: set[str] = set(taken)
+        self._names.discard("")
         self._next: dict[str, int] = {}
-        self._claimed: list[set[str]] = []  # claimed names, merged into _taken when next asked
+        self._pending: list[Collection[str]] = []
+        """Collections of taken names not merged into ``_names`` yet (an index's name maps,
+        claimed names): a copy that claims all its names and asks for none afterwards never
+        builds the set."""
+
+    @property
+    def _taken(self) -> set[str]:
+        """Every taken name ("" never is)."""
+        if self._pending:
+            for names in self._pending:
+                self._names.update(names)
+            self._pending.clear()
+            self._names.discard("")
+        return self._names
 
     @classmethod
     def for_model(cls, model: onnx.ModelProto) -> NameAllocator:
@@ -61,40 +74,31 @@ class NameAllocator:
 
     @classmethod
     def for_index(cls, index: GraphIndex) -> NameAllocator:
-        """``for_model(index.model)``, built from the index's name dicts and the node names
-        of its int graph (:meth:`~onnxsurgeon.index.GraphIndex.int_graph`: recorded by load's
+        """``for_model(index.model)``, from the index's name dicts and the node names of its
+        int graph (:meth:`~onnxsurgeon.index.GraphIndex.int_graph`: recorded by load's
         validation, or built once per index). Where that graph exists no node holds a body
         and every node input is an input, initializer or earlier output, so those dicts plus
-        node and value_info names are all the names; else ``for_model``. O(names) at C speed
-        when load handed the graph over."""
+        node and value_info names are all the names; else ``for_model``. The dicts are read
+        when a name is first asked for (they never change while the index lives), by C-level
+        probes only when that is a :meth:`claim`. O(names)."""
         edges = index.int_graph()
         if edges is None:
             return cls.for_model(index.model)
-        taken = set(index.producer)
         known = index.__dict__.get("value_info")  # built already: its keys hold those names
-        taken.update(index.initializers, index.inputs, index.outputs, edges.names,
-                     known if known is not None else map(_NAME, index.graph.value_info))
-        for fn in index.model.functions:
-            taken.update(fn.input, fn.output, _node_names(fn.node))
         allocator = cls()
-        taken.discard("")
-        allocator._taken = taken
+        allocator._pending = [
+            index.producer, index.initializers, index.inputs, index.outputs, edges.names,
+            known if known is not None else list(map(_NAME, index.graph.value_info)),
+            *(list(chain(fn.input, fn.output, _node_names(fn.node)))
+              for fn in index.model.functions)]
         return allocator
-
-    def _merge(self) -> set[str]:
-        """Every taken name (claims merged in: a copy that claims all its names and asks for
-        none afterwards never pays for the merge)."""
-        for claimed in self._claimed:
-            self._taken |= claimed
-        self._claimed.clear()
-        return self._taken
 
     def reserve(self, name: str) -> None:
         """Mark ``name`` as used (a name the caller chose itself)."""
-        self._merge().add(name)
+        self._taken.add(name)
 
     def __contains__(self, name: str) -> bool:
-        return name in self._merge()
+        return name in self._taken
 
     def fresh_many(self, bases: list[str]) -> list[str]:
         """``[self.fresh(b) for b in bases]``, in C when no base is empty, taken or repeated
@@ -106,26 +110,26 @@ class NameAllocator:
     def claim(self, bases: list[str]) -> bool:
         """Reserve every name of ``bases`` when none is empty, taken or repeated (then
         ``fresh_many(bases) == bases``) and return True; else reserve nothing and return False.
-        In C. O(len(bases))."""
+        In C. O(len(bases) + names not merged yet)."""
         wanted = set(bases)
-        if len(wanted) != len(bases) or "" in wanted or not self._merge().isdisjoint(wanted):
+        if len(wanted) != len(bases) or "" in wanted or not all(
+                map(wanted.isdisjoint, [self._names, *self._pending])):
             return False
-        self._claimed.append(wanted)
+        self._pending.append(wanted)
         return True
 
     def fresh(self, base: str) -> str:
         """A new unique name built from ``base``; it is reserved before being returned."""
-        if self._claimed:
-            self._merge()
-        if base and base not in self._taken:
-            self._taken.add(base)
+        taken = self._taken
+        if base and base not in taken:
+            taken.add(base)
             return base
         stem = base or "t"
         n = self._next.get(stem, 0)
         while True:
             n += 1
             candidate = f"{stem}__{n}"
-            if candidate not in self._taken:
+            if candidate not in taken:
                 self._next[stem] = n
-                self._taken.add(candidate)
+                taken.add(candidate)
                 return candidate

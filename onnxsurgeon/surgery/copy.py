@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from itertools import chain, compress, islice
+from itertools import chain, compress, islice, pairwise
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
@@ -204,6 +204,9 @@ def _inputs_on_ints(
     for k, name in leaves.items():
         tail[depth + k] = get(name, name)
     at, preds, starts = (table + tail).__getitem__, edges.preds, edges.starts
+    if len(copy_nodes) == len(node_field):  # every node: one C-level pass over all reads
+        reads = list(map(at, preds))
+        return [reads[a:b] for a, b in pairwise(starts)]
     return [list(map(at, preds[starts[i]:starts[i + 1]])) for i in copy_nodes]
 
 
