@@ -338,8 +338,9 @@ def copy(
                 node_names[k] = named[i] = names.fresh(f"{node_field[i].op_type}_{i}")
     new = _allocate(names, prefix, init_names, node_names, copy_outs)
     init_map, node_map, tensor_map = new.initializers, new.nodes, new.tensors
-    mapping: dict[str, str] = dict(repl)
-    mapping.update(tensor_map)  # initializers included
+    mapping = tensor_map  # initializers included; read only from here on
+    if repl:
+        mapping = {**repl, **tensor_map}
     get = mapping.get
     # no node holds a body where the int graph exists: the copies' inputs come from its ids
     new_ins = None if edges is None else _inputs_on_ints(
