@@ -6,6 +6,7 @@ import difflib
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, count
 
 import onnx
 
@@ -19,6 +20,8 @@ from ..types import TypeOracle
 from ..upkeep import Upkeep
 from ._edges import check_types, rewire
 from ._proto import keep_only, quick_value_info, replace_all
+
+_NOT_SET = 0
 
 
 @dataclass(frozen=True)
@@ -220,17 +223,19 @@ def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
     outs = [vi.name for vi in index.graph.output]
     for k in out_positions:
         outs[k] = tgt
-    live: set[int] = set()
-    stack = [j for j in map(index.producer.get, outs) if j is not None]
-    live.update(stack)
-    add, push, pop = live.add, stack.append, stack.pop
-    while stack:
-        j = pop()
-        for p in preds[starts[j]:starts[j + 1]]:
-            if p >= 0 and p not in live:
-                add(p)
-                push(p)
-    return [index.node_label(i) for i in range(len(starts) - 1) if i not in live]
+    # one sweep from the last node back: ids are in topological order (a rerouted slot reads
+    # the target, produced before it, or nothing moves and this is not called), so a node's
+    # readers are all marked before it is reached
+    live = bytearray(len(starts) - 1)
+    for j in map(index.producer.get, outs):
+        if j is not None:
+            live[j] = 1
+    for j in range(len(live) - 1, -1, -1):
+        if live[j]:
+            for p in preds[starts[j]:starts[j + 1]]:
+                if p >= 0:
+                    live[p] = 1
+    return [index.node_label(i) for i in compress(count(), map(_NOT_SET.__eq__, live))]
 
 
 def dead_nodes(proto: onnx.ModelProto, *, prune: bool, upkeep: Upkeep | None = None,
