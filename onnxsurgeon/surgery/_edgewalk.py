@@ -49,8 +49,9 @@ def walk_edges(
             kept.add(j)
             stack.append(j)
     preds, starts = edges.preds, edges.starts
-    hit: set[int] = set()  # leaf ids and stop nodes read by kept nodes
-    add, push, pop = kept.add, stack.append, stack.pop
+    hit: set[int] = set()  # leaf ids read by kept nodes
+    stopped: set[int] = set()  # stop nodes read by kept nodes
+    add, push, pop, leaf = kept.add, stack.append, stack.pop, hit.add
     while stack:
         j = pop()
         for p in preds[starts[j]:starts[j + 1]]:
@@ -58,15 +59,15 @@ def walk_edges(
                 if p in kept:
                     continue
                 if p in stop_nodes:
-                    hit.add(p)
+                    stopped.add(p)
                     continue
                 add(p)
                 push(p)
             elif p != -1:
-                hit.add(p)
-    leaves = edges.leaves
+                leaf(p)
     reached = set(targets)
-    reached.update(leaves[p] if p < 0 else stop_nodes[p] for p in hit)
+    reached.update(map(edges.leaves.__getitem__, hit))  # C-level: one name per leaf read
+    reached.update(stop_nodes[p] for p in stopped)
     return sorted(kept), reached
 
 
