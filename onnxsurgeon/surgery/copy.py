@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from itertools import chain, compress, islice, pairwise
+from itertools import chain, compress, islice, pairwise, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
@@ -68,13 +68,6 @@ def _is_constant(node: onnx.NodeProto) -> bool:
     return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
 
 
-def _is_constant_at(nodes: Any, i: int, ops: list[str] | None) -> bool:
-    """``_is_constant(nodes[i])``, from the int graph's op list where it tells."""
-    if ops is not None and ops[i]:
-        return ops[i] == "Constant"
-    return _is_constant(nodes[i])
-
-
 _INPUT_OUTPUT = attrgetter("input", "output")
 
 
@@ -105,16 +98,16 @@ class _Outputs(NamedTuple):
         return _Outputs([get(out, "") for out in self.flat], self.counts)
 
 
-def _outputs(index: GraphIndex, positions: list[int], edges: NodeEdges | None) -> _Outputs:
-    """The outputs of main-graph node ``i`` for each ``i`` of ``positions``. Where the int graph
-    says every node has one output, they are read from the producer map (inverted at C speed)
-    rather than from the proto. O(nodes)."""
+def _outputs(index: GraphIndex, positions: list[int], ops: list[str] | None) -> _Outputs:
+    """The outputs of main-graph node ``i`` for each ``i`` of ``positions``. Where their int
+    graph ``ops`` (aligned with ``positions``) say every node has one output, they are read
+    from the producer map (inverted at C speed) rather than from the proto. O(nodes)."""
     nodes = index.graph.node
-    if edges is not None:
-        producer, ops = index.producer, edges.ops
+    if ops is not None and "" not in ops:
+        producer = index.producer
         # node -> its last output: its only one where ops[i] says it has one
         single = dict(zip(producer.values(), producer, strict=True))
-        flat = [single.get(i) if ops[i] else None for i in positions]
+        flat = list(map(single.get, positions))
         if None not in flat:
             return _Outputs(cast("list[str]", flat), None)
     nested = [list(nodes[i].output) for i in positions]
@@ -320,16 +313,16 @@ def copy(
     names = NameAllocator.for_index(index)
     edges = index.known_int_graph()  # None when a node holds a body (then no fast paths)
     node_field = graph.node
-    cl_outs = _outputs(index, cl_nodes, edges)
-    if shared_mode:
-        ops = edges.ops if edges is not None else None
-        keep = [not _is_constant_at(node_field, i, ops) for i in cl_nodes]
+    cl_ops = None if edges is None else list(map(edges.ops.__getitem__, cl_nodes))
+    cl_outs = _outputs(index, cl_nodes, cl_ops)
+    copy_nodes, copy_outs = cl_nodes, cl_outs
+    if shared_mode and (cl_ops is None or "Constant" in cl_ops or "" in cl_ops):
+        keep = [not (op == "Constant" if op else _is_constant(node_field[i]))
+                for i, op in zip(cl_nodes, cl_ops or repeat(""), strict=False)]
         copy_nodes = list(compress(cl_nodes, keep))
         copy_outs = cl_outs.select(keep)
-    else:
-        copy_nodes, copy_outs = cl_nodes, cl_outs
     init_names = [] if shared_mode else cl_initializers
-    node_names = ([edges.names[i] for i in copy_nodes] if edges is not None
+    node_names = (list(map(edges.names.__getitem__, copy_nodes)) if edges is not None
                   else [node_field[i].name for i in copy_nodes])
     named: dict[int, str] = {}
     if "" in node_names:  # unnamed nodes are named first (the originals too)
