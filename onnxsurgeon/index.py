@@ -151,9 +151,10 @@ class NodeEdges:
         names: the nodes' names ("" for an unnamed node), in node order.
         ops: each node's op_type when it is in the default domain and has one output, else
             "" (what the cheap type pass can look at), in node order.
-        leaf_types: leaf id -> (data type, dims) of every main-graph initializer, as load's
-            tensor check read them (see :func:`with_initializer_types`); only on the graph
-            load hands over, which is used only while the model is as loaded. Not compared.
+        init_types: the (data type, dims) of ``graph.initializer`` by position, as load's
+            tensor check read them, when initializer ``k`` is leaf ``init_leaf(k)`` (see
+            :func:`with_initializer_types`); only on the graph load hands over, which is used
+            only while the model is as loaded. Not compared.
     """
 
     preds: list[int]
@@ -161,26 +162,31 @@ class NodeEdges:
     leaves: dict[int, str]
     names: list[str]
     ops: list[str]
-    leaf_types: dict[int, tuple[int, tuple[int, ...]]] | None = field(default=None,
-                                                                      compare=False)
+    init_types: Sequence[tuple[int, tuple[int, ...]]] | None = field(default=None,
+                                                                     compare=False)
+
+    def leaf_types(self) -> Iterator[tuple[int, tuple[int, tuple[int, ...]]]]:
+        """(leaf id, (data type, dims)) of every initializer, from :attr:`init_types` (none
+        without them): the initializers are the last ``len(init_types)`` leaves, in order."""
+        types = self.init_types or ()
+        base = -2 - (len(self.leaves) - len(types))
+        return zip(range(base, base - len(types), -1), types, strict=True)
 
 
 def with_initializer_types(
     edges: NodeEdges, graph: onnx.GraphProto, types: Sequence[tuple[int, tuple[int, ...]]]
 ) -> NodeEdges:
     """``edges`` (as :func:`onnxsurgeon.validate.validate_producers` numbered the leaves of
-    ``graph``) with :attr:`NodeEdges.leaf_types` from ``types``, the (data type, dims) of
+    ``graph``) with :attr:`NodeEdges.init_types` ``types``, the (data type, dims) of
     ``graph.initializer`` by position. Kept only when initializer ``k`` is provably leaf
     ``-2 - len(graph.input) - k``: every graph input and every initializer has its own leaf
-    (none listed as both, no input named "", no sparse initializer). O(initializers), C-level.
+    (none listed as both, no input named "", no sparse initializer). O(1).
     """
     n_in, n_init = len(graph.input), len(graph.initializer)
     if (len(types) != n_init or graph.sparse_initializer
             or len(edges.leaves) != n_in + n_init):
         return edges
-    base = -2 - n_in
-    return NodeEdges(edges.preds, edges.starts, edges.leaves, edges.names, edges.ops,
-                     dict(zip(range(base, base - n_init, -1), types, strict=True)))
+    return NodeEdges(edges.preds, edges.starts, edges.leaves, edges.names, edges.ops, types)
 
 
 _NAME = attrgetter("name")
@@ -314,7 +320,7 @@ class GraphIndex:
         the initializer types (:func:`with_initializer_types`: its leaves are then the graph
         inputs followed by exactly these names), else read from the proto (~0.25 us each)."""
         edges = self.edges
-        if edges is not None and edges.leaf_types is not None:
+        if edges is not None and edges.init_types is not None:
             return list(islice(edges.leaves.values(), len(self.graph.input), None))
         return list(map(_NAME, self.graph.initializer))
 

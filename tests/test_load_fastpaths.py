@@ -107,7 +107,7 @@ def _loaded_index(tmp_path, proto: onnx.ModelProto) -> tuple[GraphIndex, GraphIn
     model = load(path)
     assert model._fresh is not None and model._fresh[2] is not None
     _, producer, edges = model._fresh
-    plain = dataclasses.replace(edges, leaf_types=None)
+    plain = dataclasses.replace(edges, init_types=None)
     return (GraphIndex(model.proto, _producer=producer, _edges=edges),
             GraphIndex(model.proto, _producer=dict(producer), _edges=plain))
 
@@ -115,10 +115,11 @@ def _loaded_index(tmp_path, proto: onnx.ModelProto) -> tuple[GraphIndex, GraphIn
 def test_initializer_types_load_hands_on_are_the_initializers(tmp_path):
     seeded, _ = _loaded_index(tmp_path, _mixed(3))
     edges = seeded.edges
-    assert edges is not None and edges.leaf_types is not None
+    assert edges is not None and edges.init_types is not None
     inits = {t.name: (t.data_type, tuple(t.dims)) for t in seeded.graph.initializer}
-    assert {edges.leaves[k]: t for k, t in edges.leaf_types.items()} == inits
-    assert len(edges.leaf_types) == len(inits)
+    by_leaf = dict(edges.leaf_types())
+    assert {edges.leaves[k]: t for k, t in by_leaf.items()} == inits
+    assert len(by_leaf) == len(inits)
     # the index takes the initializer names from the same leaves instead of the proto
     rebuilt = GraphIndex(seeded.model)
     assert seeded.initializer_names() == list(inits) == rebuilt.initializer_names()
@@ -129,7 +130,7 @@ def test_an_initializer_listed_as_input_gets_no_handed_types(tmp_path):
     """Old-IR models list initializers as graph inputs: their leaf ids are the inputs', so load
     hands no initializer types on (the pass reads the proto, as before)."""
     seeded, plain = _loaded_index(tmp_path, builders.init_as_input())
-    assert seeded.edges is not None and seeded.edges.leaf_types is None
+    assert seeded.edges is not None and seeded.edges.init_types is None
     for node in seeded.graph.node:
         out = node.output[0]
         assert type_by_edges(seeded, out) == type_by_edges(plain, out), out

@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx
 
-from ..index import GraphIndex
+from ..index import GraphIndex, NodeEdges
 from ._proto import _Type, apply_op, boundary_type
 
 
@@ -96,9 +96,8 @@ def propagate_edges(
             stop_nodes[j] = name
 
     types: dict[int, _Type] = {} if cache is None else cache
-    seeds = edges.leaf_types
-    if seeds and (cache is None or not cache):
-        _seed(index, types, seeds, typed)
+    if edges.init_types and (cache is None or not cache):
+        _seed(index, types, edges, typed)
     memo: dict[tuple[str, tuple[_Type, ...]], _Type] = {}
     get: Callable[[int], Any] = types.get  # a _Type, or None for a leaf not typed yet
     preds, starts, ops = edges.preds, edges.starts, edges.ops
@@ -148,13 +147,12 @@ def propagate_edges(
 
 
 def _seed(
-    index: GraphIndex, types: dict[int, _Type], seeds: dict[int, tuple[int, tuple[int, ...]]],
-    typed: Collection[str],
+    index: GraphIndex, types: dict[int, _Type], edges: NodeEdges, typed: Collection[str],
 ) -> None:
     """Type every initializer leaf at once from the types load read (what the pass would read
     from the proto one leaf at a time, ~2 us each), except the ``typed`` stops: those keep the
     type they are given. O(initializers), C-level."""
-    types.update(seeds)
+    types.update(edges.leaf_types())
     initializers = index.initializers
     for name in typed:
         if name in initializers:
