@@ -20,5 +20,31 @@ def main() -> int:
     return cli_main()
 
 
+def run() -> None:
+    """The program (``python -m onnxsurgeon``, the ``onnxsurgeon`` script): :func:`main`, then
+    exit without freeing the heap object by object (a large model leaves hundreds of thousands
+    of objects: ~0.03 s of a 90k-node rewrite); the exit handlers run and the standard streams
+    are flushed first. With other threads alive, or an exit status that is not a number, the
+    interpreter exits as usual."""
+    import atexit
+    import threading
+
+    try:
+        code = main()
+    except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            raise
+        code = exc.code or 0
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: as the interpreter reports it
+        code = code or 120
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
