@@ -370,3 +370,15 @@ def test_package_names_resolve_lazily():
         assert getattr(onnxsurgeon, name).__name__ == name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         onnxsurgeon.nope  # noqa: B018
+
+
+def test_the_program_flushes_everything_before_its_fast_exit(tmp_path):
+    """``python -m onnxsurgeon`` ends with ``os._exit`` after the exit handlers and a flush: a
+    long JSON answer arrives whole through a pipe, and exit codes are kept."""
+    src = tmp_path / "chain.onnx"
+    src.write_bytes(builders.chain(400).SerializeToString())
+    proc = cli("inspect", src, "--json", "--nodes")
+    assert proc.returncode == 0
+    assert len(json.loads(proc.stdout)["node_list"]) == 1200
+    proc = cli("extract", tmp_path / "missing.onnx", "-o", tmp_path / "o.onnx", "--outputs", "y")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
