@@ -108,9 +108,10 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
     It can vouch only for a model :func:`~onnxsurgeon.io.load` validated (SSA, topological
     order, every read defined, every tensor against its shape; ``baseline``: its
     :func:`model_fingerprint` then) and then changed by one verb that told ``upkeep`` (its
-    :class:`~onnxsurgeon.upkeep.Upkeep`) every edit, with the IR version, opset
-    imports and functions unchanged (IR >= 4, no sparse initializers, no touched node holding a
-    body: an inserted one makes the upkeep give up, a rewired one fails ``check_node``). It then checks, with onnx.checker's own functions where there is one:
+    :class:`~onnxsurgeon.upkeep.Upkeep`) every edit, with the IR version, opset imports and
+    functions unchanged (IR >= 4, no sparse initializers, no touched node holding a body: an
+    inserted one makes the upkeep give up, a rewired one fails ``check_node``). It then
+    checks, with onnx.checker's own functions where there is one:
 
     - the structure where the edits are: :meth:`~onnxsurgeon.upkeep.Upkeep.result` re-reads
       every inserted or rewired node and refuses a read of a later or unknown tensor and an
@@ -137,9 +138,9 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
         return False  # opsets or functions changed: the whole check reads them all
     if upkeep.inserted_count * 2 >= len(proto.graph.node):
         return False  # re-reading that many new nodes in Python costs more than the C++ pass
+    touched = upkeep.touched()  # applies the edits: None when the upkeep gave up
     state = upkeep.result()
-    touched = upkeep.touched()
-    if state is None or touched is None:
+    if touched is None or state is None:
         return False
     graph = proto.graph
     nodes = graph.node
