@@ -20,6 +20,8 @@ import contextlib
 import os
 import stat
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import attrgetter
@@ -30,7 +32,15 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from .checking import Check, check_touched, check_written, full_check_for, model_fingerprint
+from .checking import (
+    Check,
+    check_touched,
+    check_written,
+    checker_failure,
+    full_check_for,
+    judge_failure,
+    model_fingerprint,
+)
 from .datastream import RangeWriter, release_cache, shared_location
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
@@ -190,16 +200,25 @@ def vouched_by_edits(model: Model) -> bool:
     return check_touched(model.proto, model._kept, model._baseline)
 
 
-def _edits_inline(model: Model, most: int = 4096) -> bool:
+def _edits_inline(model: Model) -> bool:
     """Whether the tensors ``model``'s verb made, and those in the attributes of the nodes it
-    inserted or rewired (at most ``most`` of them: else False), are all inline."""
+    inserted or rewired, are all inline. O(touched nodes), or O(tensors made) when every
+    touched node is a copy."""
     upkeep = model._kept
-    touched = upkeep.touched() if upkeep is not None else None
-    if upkeep is None or touched is None or len(touched) > most:
+    if upkeep is None:
+        return False
+    if upkeep.to_read == 0 and upkeep.rewired == 0:
+        # every touched node is a copy of one of the model's own, attributes and all (said
+        # ``written``): their tensors are as inline as load found the model's. Decided before
+        # the edits are applied (that runs while the file is written); should they fail,
+        # :func:`save` starts again with the walk
+        return not any(map(is_external, upkeep.fresh_tensors))
+    touched = upkeep.touched()
+    if touched is None:
         return False
     nodes = model.proto.graph.node
-    made = chain(upkeep.fresh_tensors,
-                 *(attr_tensors(nodes[i]) for i in touched if nodes[i].attribute))
+    made = chain(upkeep.fresh_tensors, chain.from_iterable(
+        attr_tensors(n) for n in map(nodes.__getitem__, touched) if n.attribute))
     return not any(map(is_external, made))
 
 
@@ -360,6 +379,39 @@ def _file_mode() -> int:
     return 0o666 & ~mask
 
 
+_BEHIND_MIN = 4 << 20
+"""Payloads from this size are written by a thread while the caller checks them."""
+
+
+def _write_behind(target: _AtomicFile, payload: bytes) -> Callable[[], None]:
+    """Start writing ``payload`` to ``target`` and flushing it to the disk (:meth:`_AtomicFile.
+    finish`); the returned function waits for that and raises what it raised. A thread does
+    it for a large payload (the write and fsync run without the interpreter lock, so the
+    caller's checks use the time), else the caller's thread, at once."""
+    if len(payload) < _BEHIND_MIN:
+        target.file.write(payload)
+        target.finish()
+        return lambda: None
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            target.file.write(payload)
+            target.finish()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by join
+            failed.append(exc)
+
+    thread = threading.Thread(target=work, name="onnxsurgeon-write", daemon=True)
+    thread.start()
+
+    def join() -> None:
+        thread.join()
+        if failed:
+            raise failed[0]
+
+    return join
+
+
 class _AtomicFile:
     """A file written invisibly in ``folder`` and published under ``dest`` by :meth:`commit`.
 
@@ -428,7 +480,7 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     data file is handed to the disk while it is copied: the flush adds little to the copy; see
     :mod:`~onnxsurgeon.datastream`). Peak memory: the serialized proto plus one chunk.
 
-    The written file is then checked with ``onnx.checker`` as ``check`` says (see
+    The written file is checked with ``onnx.checker`` as ``check`` says (see
     :class:`~onnxsurgeon.checking.Check`; by default the full check for models up to 20,000
     nodes, none above; the CLI uses ``Check.TOUCHED``). A file that fails while the model's
     ``source`` file fails the same check is kept, with a warning appended to ``model.warnings``.
@@ -440,9 +492,28 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
         UsageError: output is the input or one of its data files, a folder, a link, unwritable;
             with ``share_data``, an input data file outside the output folder's tree.
         InvalidModelError / UnsafeModelError: an external reference fails its checks.
-        OutputCheckError: the written file fails ``onnx.checker`` (it is removed).
+        OutputCheckError: the written file fails ``onnx.checker``: a model without external data
+            is checked before the rename and never published (the path keeps what it held);
+            one with external data is checked after, and removed with its data file.
     """
-    m = as_model(model)
+    try:
+        return _save(as_model(model), path, external=external, check=check,
+                     share_data=share_data, trust_edits=True)
+    except _WalkNeeded:  # nothing was written: save as for any model
+        return _save(as_model(model), path, external=external, check=check,
+                     share_data=share_data, trust_edits=False)
+
+
+class _WalkNeeded(Exception):
+    """A save that trusted its verb's edits to have made no external tensor finds it cannot
+    vouch for them: it starts again, walking every tensor."""
+
+
+def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
+          check: Check | str, share_data: bool, trust_edits: bool) -> Path:
+    """:func:`save`; ``trust_edits``: skip the walk over every tensor when the model is the
+    loaded one plus one verb's edits, all inline (raises :class:`_WalkNeeded`, having published
+    nothing, when the checks of those edits then fail)."""
     try:
         level = Check(check)
     except ValueError:
@@ -473,12 +544,14 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             )
     proto = m.proto
     full = full_check_for(proto, level)
-    vouched = full is False and level is Check.TOUCHED and vouched_by_edits(m)
-    if vouched:
+    touched = full is False and level is Check.TOUCHED
+    # the loaded model plus one verb's edits: when load found no external tensor and the verb
+    # made none, there is none to find (the walk costs ~0.5 us per node), and the checks of
+    # what the verb touched run while the file is written (below)
+    no_walk = (trust_edits and touched and external is not True and m._externals == 0
+               and m._kept is not None and m._kept.validated and _edits_inline(m))
+    if touched and not no_walk and vouched_by_edits(m):
         full = None  # vouched for by the checks of what the verb touched
-    # a vouched model is the loaded one plus its verb's edits: when load found no external
-    # tensor and the verb made none, there is none to find (the walk costs ~0.5 us per node)
-    no_walk = vouched and external is not True and m._externals == 0 and _edits_inline(m)
     tensors = [] if no_walk else list(iter_tensors(proto))
     external_tensors = list(compress(tensors, map(_EXTERNAL.__eq__, map(_LOCATION, tensors))))
     files: dict[tuple[str, ...], os.stat_result] = {}
@@ -523,7 +596,6 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     if to_write and data_path.exists() and not data_path.is_file():
         raise UsageError(f"data file path '{data_path}' is not a file; choose another output name")
     saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]] = []
-    written: bytes | None = None
     data_file: _AtomicFile | None = None
     model_file: _AtomicFile | None = None
     writer: RangeWriter | None = None
@@ -571,14 +643,32 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
                 "external; save with external=True"
             )
         model_file = _AtomicFile(folder, out.name)
-        model_file.file.write(payload)
-        # the checker below parses these bytes instead of reading the file back, when the
-        # model has no external data (else it checks the path, where it finds the data files)
-        inline_only = not to_write and not relocated
-        if full is not None and inline_only and len(payload) < _CHECK_BYTES_MAX:
-            written = payload
-        del payload
-        model_file.finish()
+        # a model without external data is checked from these bytes, before it is published,
+        # while a thread writes them (the write and fsync release the interpreter): an output
+        # that fails is never seen (else the checker reads the path, where it finds the data
+        # files, after the rename)
+        checked_here = (not to_write and not relocated and (full is not None or no_walk)
+                        and len(payload) < _CHECK_BYTES_MAX)
+        if checked_here:
+            first: str | None = None
+            join = _write_behind(model_file, payload)
+            try:
+                if no_walk and full is False and vouched_by_edits(m):
+                    full = None  # vouched for by the checks of what the verb touched
+                elif no_walk:  # the edits were trusted to be inline: walk as usual
+                    raise _WalkNeeded
+                else:
+                    first = checker_failure(payload, full=bool(full))
+            finally:
+                join()
+            del payload
+            if first is not None:  # published only when the input fails the same way
+                m.warnings.append(judge_failure(first, full=bool(full), reference=m.source))
+            full = None
+        else:
+            model_file.file.write(payload)
+            del payload
+            model_file.finish()
         if data_file is not None:
             data_file.commit()
         model_file.commit()
@@ -606,10 +696,9 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             if raw is not None:
                 t.raw_data = raw
     if full is not None:
-        warning = check_written(out, full=full, reference=m.source, written=written)
-        del written
-        if warning is not None:
-            m.warnings.append(warning)
+        late = check_written(out, full=full, reference=m.source)
+        if late is not None:
+            m.warnings.append(late)
     return out
 
 

@@ -30,15 +30,41 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import accumulate, chain
-from operator import attrgetter
-from typing import Any
+from itertools import accumulate, chain, compress, repeat
+from operator import attrgetter, itemgetter, lt
+from typing import Any, NamedTuple
 
 import onnx
 
 from .index import EDGE_FIELDS, GraphIndex, NodeEdges, edge_op, has_subgraphs, positions
 
 _NAME = attrgetter("name")
+_FIELD0, _FIELD1, _FIELD2, _FIELD3, _FIELD4, _FIELD5 = map(itemgetter, range(6))  # EDGE_FIELDS
+class Written(NamedTuple):
+    """The fields of inserted nodes, as written into them (:meth:`Upkeep.inserted`)."""
+
+    inputs: Sequence[Sequence[str]]
+    outputs: Sequence[Sequence[str]]
+    names: Sequence[str]
+    ops: Sequence[str]
+    """Each node's :func:`~onnxsurgeon.index.edge_op`."""
+
+    @classmethod
+    def of(cls, nodes: Sequence[onnx.NodeProto]) -> Written | None:
+        """The fields of ``nodes``, read from the proto a field at a time (one C-level call per
+        node); None when one holds a body (If/Loop/Scan: the upkeep cannot follow it)."""
+        fields = list(map(EDGE_FIELDS, nodes))
+        if any(has_subgraphs(nodes[k]) for k in compress(range(len(fields)),
+                                                         map(_FIELD2, fields))):
+            return None
+        outs_of = list(map(_FIELD1, fields))
+        return cls(list(map(_FIELD0, fields)), outs_of, list(map(_FIELD3, fields)),
+                   list(map(edge_op, map(_FIELD4, fields), map(_FIELD5, fields), outs_of)))
+
+
+_Read = tuple[list[int], list[int], list[str], list[str], dict[str, int]]
+"""What reading inserted nodes gives: their producer ids (flat), input counts, names, ops, and
+their outputs -> node id, in definition order."""
 _FEW = 64
 """Inserted nodes up to this many are read against the maps as they are (no merged copy)."""
 
@@ -74,7 +100,12 @@ class Upkeep:
         self._touched: list[int] = []
         """Ids (as now) of the nodes the edits inserted or rewired."""
         self.inserted_count = 0
-        """Nodes said inserted so far (what re-reading them will cost)."""
+        """Nodes said inserted so far."""
+        self.to_read = 0
+        """Of those, the nodes to read back from the proto (not ``written``): what re-reading
+        them will cost."""
+        self.rewired = 0
+        """Nodes said rewired (:meth:`reread`)."""
         self.fresh_tensors: list[onnx.TensorProto] = []
         """Tensors the verb added with content that was not in the model (not copies)."""
         if edges is None:
@@ -109,14 +140,27 @@ class Upkeep:
         leaves unchanged): O(their number) instead of numbering every leaf again."""
         self._todo.append((self._leaves_appended, (list(initializers),)))
 
-    def inserted(self, pos: int, count: int) -> None:
-        """``count`` nodes were inserted at ``pos`` (``pos`` = the old length: appended)."""
+    def inserted(self, pos: int, count: int, written: Written | None = None) -> None:
+        """``count`` nodes were inserted at ``pos`` (``pos`` = the old length: appended).
+
+        ``written``: for nodes that copy the model's own (op, domain and attributes; no bodies),
+        what the verb wrote into them (their inputs, outputs and names, and their ops as
+        :func:`~onnxsurgeon.index.edge_op` gives them), from lists it holds anyway (a copy's
+        renames): the upkeep then checks these lists
+        instead of reading the fields back from the proto, which for many nodes costs more
+        than the rest of the work (upb makes a wrapper per field and a string per name:
+        ~1.5 us a node). The verb answers for the lists being the nodes' fields; the tests
+        compare the upkeep's result with a fresh build after every verb."""
         self.inserted_count += max(count, 0)
-        self._todo.append((self._inserted, (pos, count)))
+        if written is None:
+            self.to_read += max(count, 0)
+        self._todo.append((self._inserted, (pos, count, written)))
 
     def reread(self, nodes: Iterable[int]) -> None:
         """The inputs of these nodes (indexes after the edits said before) were rewired."""
-        self._todo.append((self._reread, (list(nodes),)))
+        todo = list(nodes)
+        self.rewired += len(todo)
+        self._todo.append((self._reread, (todo,)))
 
     def kept_only(self, kept: Sequence[int]) -> None:
         """Only nodes ``kept`` (ascending indexes) remain, in that order."""
@@ -242,7 +286,7 @@ class Upkeep:
             out.append(j)
         return out
 
-    def _inserted(self, pos: int, count: int) -> None:
+    def _inserted(self, pos: int, count: int, written: Written | None = None) -> None:
         """``count`` nodes were inserted at ``pos`` of the node list (``pos`` = the old length:
         appended): later nodes move by ``count``; the new nodes are read from the proto (their
         inputs must be defined before them, their outputs new, no bodies). O(nodes) of int
@@ -267,59 +311,95 @@ class Upkeep:
         else:
             head = dict(producer)
         self.producer = head
-        # one pass in the style of load's hot loop: ``known`` holds every name defined before
-        # the node being read (leaves, the nodes before ``pos``, the new nodes so far), so a
-        # read that is not there (None) is of a later node or of nothing: the upkeep fails
-        ids = self._ids()
-        known: dict[str, int] = {"": -1}
-        get: Callable[[str], int | None]
-        put: Callable[[str, int], int | None]
-        if count > _FEW:  # a C-level merge (O(names)) pays off
-            known.update(ids)
-            known.update(head)
-            get, put = known.get, known.setdefault
-        else:
-            def get(name: str) -> int | None:
-                found = known.get(name)
-                return found if found is not None else head.get(name, ids.get(name))
-
-            def put(name: str, i: int) -> int | None:
-                return None if name in head or name in ids else known.setdefault(name, i)
-        new_preds: list[int | None] = []
-        counts: list[int] = []
-        names: list[str] = []
-        ops: list[str] = []
-        record, count_of, name_of, op_of = new_preds.extend, counts.append, names.append, ops.append
         new_nodes = self.graph.node[pos:pos + count]
-        fresh_outs: list[str] = []
-        for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, new_nodes), pos):
-            if attrs and has_subgraphs(new_nodes[i - pos]):
+        if written is None and count > _FEW:
+            written = Written.of(new_nodes)  # None: a node holds a body
+            if written is None:
                 self.fail()
                 return
-            record(map(get, ins))
-            count_of(len(ins))
-            name_of(name)
-            op_of(edge_op(op, dom, outs))
-            for out in outs:
-                if out:
-                    if put(out, i) != i:
-                        self.fail()  # defined before (or twice)
-                        return
-                    fresh_outs.append(out)
-        if None in new_preds or not producer.keys().isdisjoint(fresh_outs):
-            self.fail()  # a read of a later or unknown tensor, or an output defined later on
+        if written is not None:
+            found = self._read_many(written, pos, head) if len(written.names) == count else None
+        else:
+            found = self._read_few(new_nodes, pos, head)
+        if found is None:
+            self.fail()  # a body, a read of a later or unknown tensor, an output defined twice
             return
-        head.update(zip(fresh_outs, map(known.__getitem__, fresh_outs), strict=True))
+        new_preds, counts, names, ops, fresh = found
+        if not producer.keys().isdisjoint(fresh):
+            self.fail()  # an output defined later on
+            return
+        head.update(fresh)
         head.update(tail)
         starts = self.starts
         at = starts[pos]
         added = len(new_preds)
-        self.preds = [*self.preds[:at], *new_preds, *self.preds[at:]]  # type: ignore[list-item]
+        self.preds = [*self.preds[:at], *new_preds, *self.preds[at:]]
         self.starts = [*starts[:pos + 1], *map(at.__add__, accumulate(counts)),
                        *map(added.__add__, starts[pos + 1:])]
         self.names = [*self.names[:pos], *names, *self.names[pos:]]
         self.ops = [*self.ops[:pos], *ops, *self.ops[pos:]]
         self._touched.extend(range(pos, pos + count))
+
+    def _read_few(self, new_nodes: Sequence[onnx.NodeProto], pos: int, head: dict[str, int],
+                  ) -> _Read | None:
+        """:meth:`_inserted`'s reading of a few new nodes, one at a time against the maps as
+        they are (``known`` holds the new nodes' outputs so far): a read not found is of a
+        later node or of nothing."""
+        ids = self._ids()
+        known: dict[str, int] = {"": -1}
+
+        def get(name: str) -> int | None:
+            found = known.get(name)
+            return found if found is not None else head.get(name, ids.get(name))
+
+        new_preds: list[int | None] = []
+        counts: list[int] = []
+        names: list[str] = []
+        ops: list[str] = []
+        for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, new_nodes), pos):
+            if attrs and has_subgraphs(new_nodes[i - pos]):
+                return None
+            new_preds.extend(map(get, ins))
+            counts.append(len(ins))
+            names.append(name)
+            ops.append(edge_op(op, dom, outs))
+            for out in outs:
+                if out and (out in head or out in ids or known.setdefault(out, i) != i):
+                    return None  # defined before (or twice)
+        if None in new_preds:
+            return None
+        del known[""]
+        return new_preds, counts, names, ops, known  # type: ignore[return-value]
+
+    def _read_many(self, written: Written, pos: int, head: dict[str, int]) -> _Read | None:
+        """:meth:`_inserted`'s reading of many new nodes (``written``: their fields), a whole
+        field at a time (C-level maps and one merged name table, no Python step per edge): the
+        same verdicts as :meth:`_read_few`. Each output must be new (not a leaf, not defined
+        before ``pos``, not twice); each read must be of a leaf or an output defined before its
+        reader."""
+        ins_of, outs_of = written.inputs, written.outputs
+        n = len(written.names)
+        if len(ins_of) != n or len(outs_of) != n or len(written.ops) != n:
+            return None
+        ends = range(pos, pos + n)
+        out_counts = list(map(len, outs_of))
+        outs = list(chain.from_iterable(outs_of))
+        where = list(chain.from_iterable(map(repeat, ends, out_counts)))
+        if "" in outs:  # an optional output left out
+            keep = list(map(bool, outs))
+            outs, where = list(compress(outs, keep)), list(compress(where, keep))
+        fresh = dict(zip(outs, where, strict=True))
+        ids = self._ids()
+        if (len(fresh) != len(outs) or "" in ids or not ids.keys().isdisjoint(fresh)
+                or not head.keys().isdisjoint(fresh)):
+            return None  # defined twice, or before
+        known: dict[str, int] = {**ids, **head, **fresh, "": -1}
+        counts = list(map(len, ins_of))
+        new_preds = list(map(known.get, chain.from_iterable(ins_of)))
+        readers = chain.from_iterable(map(repeat, ends, counts))
+        if None in new_preds or not all(map(lt, new_preds, readers)):  # type: ignore[arg-type]
+            return None  # a read of nothing, or of a later (or its own) output
+        return new_preds, counts, written.names, written.ops, fresh  # type: ignore[return-value]
 
     def _reread(self, nodes: Iterable[int]) -> None:
         """The inputs of these nodes (indexes as now) were rewired in place: read them again

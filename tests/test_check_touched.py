@@ -7,17 +7,23 @@ test is the same at 20,000 nodes; one test runs it there)."""
 
 from __future__ import annotations
 
+import importlib
+
+import numpy as np
 import onnx
 import pytest
 from onnx import helper
 
 from onnxsurgeon import checking, load, save
 from onnxsurgeon.checking import Check, OutputCheckError
-from onnxsurgeon.io import handed_over
+from onnxsurgeon.io import hand_on, handed_over, indexed
 from onnxsurgeon.io import vouched_by_edits as check_touched
 from onnxsurgeon.surgery import copy, extract, insert, rename, reroute
+from onnxsurgeon.upkeep import Upkeep
 from tests import builders
 from tests.cli_helpers import cli_main as run
+
+copy_module = importlib.import_module("onnxsurgeon.surgery.copy")  # the module, not the verb
 
 
 @pytest.fixture
@@ -40,6 +46,8 @@ VERBS = {
     "reroute": lambda m: reroute(m, "relu3", "add3"),
     "reroute-prune": lambda m: reroute(m, "relu5", "relu2", prune=True),
     "copy": lambda m: copy(m, ["relu2"], prefix="twin/"),
+    "copy-whole": lambda m: copy(m, ["y"], prefix="twin/"),  # 24 nodes more
+    "copy-shared": lambda m: copy(m, ["y", "relu4"], prefix="twin/", weights="shared"),
     "rename": lambda m: rename(m, {"relu3": "act"}),
 }
 
@@ -147,14 +155,80 @@ def test_it_gives_up_where_it_cannot_tell(tmp_path):
     insert(m, "relu3", op="l2_normalize", params={"axis": 1})
     assert not check_touched(m)
 
-    m = handed_over(load(src))  # copying most of the graph: the C++ pass is cheaper
-    copy(m, ["y"], prefix="twin/")
-    assert not check_touched(m)
+    m = handed_over(load(src))  # most of the graph inserted and to be read back from the
+    nodes = m.proto.graph.node  # proto: the C++ pass is cheaper
+    upkeep = Upkeep(indexed(m))
+    n = len(nodes)
+    for node in list(nodes):
+        twin = nodes.add()
+        twin.CopyFrom(node)
+        twin.name = "t/" + node.name
+        twin.input[:] = ["t/" + x if x not in ("x", "W", "B") else x for x in node.input]
+        twin.output[:] = ["t/" + x for x in node.output]
+    upkeep.inserted(n, n)
+    hand_on(m, upkeep)
+    assert upkeep.result() is not None and not check_touched(m)
+    onnx.checker.check_model(m.proto)  # a valid model: only the cost decided
 
     bare = builders.chain(8)  # a proto load never validated
     extract(bare, ["relu3"])
     from onnxsurgeon.io import as_model
     assert not check_touched(as_model(bare))
+
+
+def _copy_reading_a_later_tensor(monkeypatch):
+    """The copy's int-graph reads, broken: its first copied node reads the last copy's
+    output (a read of a later tensor)."""
+    real = copy_module._inputs_on_ints
+
+    def broken(*args, **kwargs):
+        reads = real(*args, **kwargs)
+        reads[0] = [kwargs.get("mapping", args[6])["y"], *reads[0][1:]]
+        return reads
+
+    monkeypatch.setattr(copy_module, "_inputs_on_ints", broken)
+
+
+def _copy_naming_an_output_twice(monkeypatch):
+    """The copy's names, broken: one copied node's output takes a name the model has."""
+    real = copy_module._allocate
+
+    def broken(*args, **kwargs):
+        names = real(*args, **kwargs)
+        names.outputs.flat[3] = "relu5"
+        return names
+
+    monkeypatch.setattr(copy_module, "_allocate", broken)
+
+
+def _copy_with_a_bogus_attribute(monkeypatch):
+    """A copied node given an attribute its schema lacks, after the copy wrote it."""
+    real = copy_module.copy
+
+    def broken(model, *args, **kwargs):
+        result = real(model, *args, **kwargs)
+        model.proto.graph.node[-1].attribute.append(helper.make_attribute("nope", 1))
+        return result
+
+    monkeypatch.setattr(copy_module, "copy", broken)
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("fault", [_copy_reading_a_later_tensor, _copy_naming_an_output_twice,
+                                   _copy_with_a_bogus_attribute])
+def test_a_whole_copy_is_checked_from_what_it_wrote(tmp_path, monkeypatch, fault):
+    """A copy hands the upkeep the lists it wrote into its nodes instead of having them read
+    back: a fault in those lists (a read of a later tensor, a name defined twice) or in a
+    copied node's schema is refused, and the whole check then refuses the file."""
+    _, m = _loaded(tmp_path)
+    fault(monkeypatch)
+    copy_module.copy(m, ["y"], prefix="twin/")
+    assert len(m.proto.graph.node) == 48
+    assert not check_touched(m)
+    out = tmp_path / "o.onnx"
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(m, out, check=Check.TOUCHED)
+    assert not out.exists()
 
 
 def test_untouched_nodes_are_the_inputs_and_the_structure_level_still_reports_them(
@@ -203,3 +277,26 @@ def test_external_weights_still_reach_the_output_when_the_check_is_limited(tmp_p
     VERBS[verb](reference)
     plain = save(reference, tmp_path / "p.onnx", check=Check.STRUCTURE)
     assert onnx.load(str(out)).graph.node == onnx.load(str(plain)).graph.node
+
+
+@pytest.mark.usefixtures("large")
+def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_path):
+    """A whole copy lets save skip its walk over every tensor (load found no external one and
+    the copy only copies) and check the copy while the file is written. Here a node nobody told
+    the upkeep about, holding an external tensor, is appended after the copy: the checks of
+    the edits fail, save starts again with the walk, and the output carries that tensor's
+    bytes in its own data file."""
+    src, m = _loaded(tmp_path)
+    copy(m, ["y"], prefix="twin/")
+    (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    value = onnx.TensorProto(name="c", data_type=onnx.TensorProto.FLOAT, dims=[4],
+                             data_location=onnx.TensorProto.EXTERNAL)
+    for key, v in (("location", "w.bin"), ("offset", "0"), ("length", "16")):
+        entry = value.external_data.add()
+        entry.key, entry.value = key, v
+    m.proto.graph.node.append(helper.make_node("Constant", [], ["c"], name="c", value=value))
+    (tmp_path / "out").mkdir()
+    out = save(m, tmp_path / "out" / "o.onnx", check=Check.TOUCHED)
+    assert (tmp_path / "out" / "o.onnx.data").read_bytes() == (tmp_path / "w.bin").read_bytes()
+    onnx.checker.check_model(str(out))
+    assert m.proto.graph.node[-1].attribute[0].t.external_data[0].value == "w.bin"  # unchanged

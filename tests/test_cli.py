@@ -269,11 +269,15 @@ def test_write_checks_full_up_to_20k_nodes_plain_above(tmp_path, blocks):
     else:  # plain check: passes, output kept
         cli_module._write(model, str(out), str(src))
         assert len(onnx.load(str(out)).graph.node) == 3 * blocks + 1
-    # above the limit the plain check still runs: an unknown op is caught and the output removed
+    # above the limit the plain check still runs: an unknown op is caught and the output is
+    # never published (checked before the rename: the path keeps what it held)
+    before = out.read_bytes() if out.exists() else None
     model.graph.node.append(onnx.helper.make_node("NoSuchOp", ["x"], ["bad"], name="bad"))
     with pytest.raises(RuntimeError, match="onnx.checker"):
         cli_module._write(model, str(out), str(src))
-    assert not out.exists()
+    assert (out.read_bytes() if out.exists() else None) == before
+    expected = {"src.onnx"} | ({"out.onnx"} if before is not None else set())
+    assert {p.name for p in tmp_path.iterdir()} == expected  # no temporary file left
 
 
 def test_extract_cli_over_20k_nodes_passes_checker(tmp_path):

@@ -473,3 +473,49 @@ def test_save_switches_to_external_data_by_itself_above_the_threshold(tmp_path, 
     small = tmp_path / "small.onnx"
     osio.save(model, small)
     assert not (tmp_path / "small.onnx.data").exists()
+
+
+# ------------------------------------------- the write behind the check (large inline models)
+def _big_chain() -> onnx.ModelProto:
+    """A valid chain whose serialized size passes the size from which a thread writes the file
+    while the checker reads its bytes (5 MB: one 1100x1100 float weight)."""
+    from onnxsurgeon import io as io_module
+
+    model = builders.chain(3, width=1100)
+    assert model.ByteSize() >= io_module._BEHIND_MIN
+    return model
+
+
+def test_a_large_output_is_written_behind_its_check_byte_for_byte(tmp_path):
+    model = _big_chain()
+    out = save(model, tmp_path / "o.onnx", check="full")
+    assert out.read_bytes() == model.SerializeToString(deterministic=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]
+
+
+def test_a_large_output_that_fails_its_check_is_never_published(tmp_path):
+    model = _big_chain()
+    out = tmp_path / "o.onnx"
+    out.write_bytes(b"what the path held")
+    model.graph.node.append(helper.make_node("NoSuchOp", ["x"], ["bad"], name="bad"))
+    from onnxsurgeon.checking import OutputCheckError
+
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(model, out, check="structure")
+    assert out.read_bytes() == b"what the path held"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]  # no temporary file
+
+
+def test_a_write_that_fails_in_the_writing_thread_is_one_clear_error(tmp_path, monkeypatch):
+    """The disk refuses the bytes (a full disk, here at the flush): one UsageError naming the
+    file, nothing published, no temporary file left."""
+    import errno
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    out = tmp_path / "o.onnx"
+    with pytest.raises(errors.UsageError, match="cannot write .*No space left on device"):
+        save(_big_chain(), out, check="structure")
+    assert list(tmp_path.iterdir()) == []

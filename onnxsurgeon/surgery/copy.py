@@ -24,7 +24,7 @@ from ..protos import rename_scoped
 from ..record import CopyRecord, add_rewrite, as_record
 from ..select import Selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
-from ..upkeep import Upkeep
+from ..upkeep import Upkeep, Written
 from ._edgewalk import closure_edges
 from ._proto import quick_value_info
 
@@ -370,14 +370,17 @@ def copy(
     node_field.extend(list(map(node_field.__getitem__, copy_nodes)))  # C-level copies
     copies = node_field[first:]
     reads: Sequence[list[str | None] | None] = new_ins or [None] * len(copy_nodes)
+    new_out_lists = list(new.outputs.grouped())
+    wrote: list[list[str]] = []  # each copy's inputs as written (the upkeep checks them)
     for n, (ins, outs_), name, new_out, new_in in zip(
-            copies, map(_INPUT_OUTPUT, copies), new.node_names, new.outputs.grouped(), reads,
+            copies, map(_INPUT_OUTPUT, copies), new.node_names, new_out_lists, reads,
             strict=True):
         n.name = name
         if new_in is None or None in new_in:  # by name: the copy still reads the originals
             new_in = [get(x, x) for x in ins]
         ins[:] = new_in
         outs_[:] = new_out
+        wrote.append(new_in)  # type: ignore[arg-type]
         if new_ins is None and n.attribute and has_subgraphs(n):
             rename_scoped(subgraphs(n), mapping, define=lambda x: names.fresh(prefix + x),
                           node_name=lambda node: names.fresh(prefix + node.name) if node.name
@@ -397,9 +400,13 @@ def copy(
     graph.output.extend(new_outputs)
     upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
     upkeep.name_nodes(named)
-    if init_map or new_inputs:
+    if new_inputs or sparse:
         upkeep.leaves_changed()
-    upkeep.inserted(n_before, len(copy_nodes))
+    elif dense:
+        upkeep.leaves_appended([fresh for _, fresh in dense])
+    # no body anywhere when the int graph exists: hand the upkeep the fields just written
+    upkeep.inserted(n_before, len(copy_nodes), None if edges is None else Written(
+        wrote, new_out_lists, new.node_names, list(map(edges.ops.__getitem__, copy_nodes))))
     hand_on(model, upkeep)
     result = CopyResult(
         outputs={o: mapping[o] for o in outs},
