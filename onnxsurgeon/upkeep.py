@@ -247,17 +247,16 @@ class Upkeep:
         inits = self.graph.initializer
         n, k = len(inits), len(names)
         if (len(self.graph.sparse_initializer) or n < k
-                or [t.name for t in inits[n - k:]] != names):
+                or list(map(_NAME, inits[n - k:])) != names):
             self._leaves_changed()
             return
         ids, producer = self._ids(), self.producer
         base = -2 - len(self.leaves)
-        added: dict[str, int] = {}
-        for j, name in enumerate(names):
-            if not name or name in ids or name in producer or name in added:
-                self.fail()  # unnamed, or a name defined already: not a valid graph
-                return
-            added[name] = base - j
+        added = dict(zip(names, range(base, base - k, -1)))  # C-level, then checked at once
+        if (len(added) != k or "" in added or not ids.keys().isdisjoint(added)
+                or not producer.keys().isdisjoint(added)):
+            self.fail()  # unnamed, twice, or a name defined already: not a valid graph
+            return
         self.leaves = {**self.leaves, **dict(zip(added.values(), added, strict=True))}
         ids.update(added)
 
