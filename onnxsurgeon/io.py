@@ -209,9 +209,7 @@ def _edits_inline(model: Model) -> bool:
         return False
     if upkeep.to_read == 0 and upkeep.rewired == 0:
         # every touched node is a copy of one of the model's own, attributes and all (said
-        # ``written``): their tensors are as inline as load found the model's. Decided before
-        # the edits are applied (that runs while the file is written); should they fail,
-        # :func:`save` starts again with the walk
+        # ``written``): their tensors are as inline as load found the model's
         return not any(map(is_external, upkeep.fresh_tensors))
     touched = upkeep.touched()
     if touched is None:
@@ -546,10 +544,12 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
     full = full_check_for(proto, level)
     touched = full is False and level is Check.TOUCHED
     # the loaded model plus one verb's edits: when load found no external tensor and the verb
-    # made none, there is none to find (the walk costs ~0.5 us per node), and the checks of
-    # what the verb touched run while the file is written (below)
+    # made none, there is none to find (the walk costs ~0.5 us per node). That is trusted here
+    # and checked while the file is written (below), with the checks of what the verb touched;
+    # should it not hold, the save starts again with the walk
     no_walk = (trust_edits and touched and external is not True and m._externals == 0
-               and m._kept is not None and m._kept.validated and _edits_inline(m))
+               and m._kept is not None and m._kept.validated
+               and not any(map(is_external, m._kept.fresh_tensors)))
     if touched and not no_walk and vouched_by_edits(m):
         full = None  # vouched for by the checks of what the verb touched
     tensors = [] if no_walk else list(iter_tensors(proto))
@@ -653,12 +653,16 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
             first: str | None = None
             join = _write_behind(model_file, payload)
             try:
-                if no_walk and full is False and vouched_by_edits(m):
-                    full = None  # vouched for by the checks of what the verb touched
-                elif no_walk:  # the edits were trusted to be inline: walk as usual
-                    raise _WalkNeeded
-                else:
+                if not no_walk:
                     first = checker_failure(payload, full=bool(full))
+                elif not _edits_inline(m) or m._kept.touched() is None:  # type: ignore[union-attr]
+                    # the edits, trusted to be inline, are not (or the upkeep could not follow
+                    # them): walk as for any model
+                    raise _WalkNeeded
+                elif vouched_by_edits(m):
+                    full = None  # vouched for by the checks of what the verb touched
+                else:
+                    first = checker_failure(payload, full=False)
             finally:
                 join()
             del payload

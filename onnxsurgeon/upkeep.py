@@ -252,7 +252,7 @@ class Upkeep:
             return
         ids, producer = self._ids(), self.producer
         base = -2 - len(self.leaves)
-        added = dict(zip(names, range(base, base - k, -1)))  # C-level, then checked at once
+        added = dict(zip(names, range(base, base - k, -1), strict=True))  # checked at once:
         if (len(added) != k or "" in added or not ids.keys().isdisjoint(added)
                 or not producer.keys().isdisjoint(added)):
             self.fail()  # unnamed, twice, or a name defined already: not a valid graph

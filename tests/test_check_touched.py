@@ -300,3 +300,33 @@ def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_pat
     assert (tmp_path / "out" / "o.onnx.data").read_bytes() == (tmp_path / "w.bin").read_bytes()
     onnx.checker.check_model(str(out))
     assert m.proto.graph.node[-1].attribute[0].t.external_data[0].value == "w.bin"  # unchanged
+
+
+@pytest.mark.usefixtures("large")
+def test_an_inserted_node_holding_external_data_makes_the_save_walk(tmp_path):
+    """Save trusts a verb's edits to be inline while it writes the file, and checks that on
+    the way. Here the Constant of an inserted block is pointed at a data file after the insert
+    (no verb makes such a node today: insert reads a block's external data in): it is found,
+    the save starts again with the walk, and the output carries those bytes in its own data
+    file."""
+    _, m = _loaded(tmp_path)
+    block = helper.make_model(helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], name="c",
+                          value=helper.make_tensor("c", onnx.TensorProto.FLOAT, [4], [0] * 4)),
+         helper.make_node("Add", ["in", "c"], ["out"], name="add")], "shift",
+        [helper.make_tensor_value_info("in", onnx.TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    insert(m, "relu3", graph=block)
+    data = np.arange(4, dtype=np.float32).tobytes()
+    (tmp_path / "w.bin").write_bytes(data)
+    value = next(n for n in m.proto.graph.node if n.op_type == "Constant").attribute[0].t
+    value.ClearField("float_data")
+    value.data_location = onnx.TensorProto.EXTERNAL
+    for key, v in (("location", "w.bin"), ("offset", "0"), ("length", "16")):
+        entry = value.external_data.add()
+        entry.key, entry.value = key, v
+    (tmp_path / "out").mkdir()
+    out = save(m, tmp_path / "out" / "o.onnx", check=Check.TOUCHED)
+    assert (tmp_path / "out" / "o.onnx.data").read_bytes() == data
+    onnx.checker.check_model(str(out), full_check=True)
