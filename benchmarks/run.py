@@ -195,9 +195,14 @@ class Sample:
 
 
 def run_once(argv: Sequence[str], cleanup: Sequence[Path]) -> Sample:
-    """One child process: wall, CPU (user + system) and peak RSS from ``wait4``."""
+    """One child process: wall, CPU (user + system) and peak RSS from ``wait4``. Before it
+    starts, untimed, the files of its previous round are deleted and every dirty page is
+    written back (``sync``): a job that does not flush what it wrote (cp, onnx.save, onnx-ir)
+    would otherwise leave its write-back, up to gigabytes, to the disk time of whichever job
+    runs when the kernel gets to it (each job is measured as on an idle machine)."""
     for p in cleanup:
         p.unlink(missing_ok=True)
+    os.sync()
     start = time.perf_counter()
     proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -532,7 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             notes.append("external data: onnxsurgeon fsyncs every file it writes before renaming "
                          "it into place (a crash leaves the old output or the whole new one); "
                          "cp, onnx and onnx-ir do not (their bytes reach the disk later, on the "
-                         "kernel's time): 'cp + fsync' is the durable copy for comparison")
+                         "kernel's time): 'cp + fsync' is the durable copy for comparison. "
+                         "Before every job the harness deletes that job's earlier output and "
+                         "runs sync, untimed, so no job pays for another's write-back")
             notes.append("external data: 'onnx-ir extract' writes no data file (ir.save keeps "
                          "the input's references: its output in another folder cannot be "
                          "loaded); 'writing its data file' passes external_data= and is the peer "
