@@ -1,5 +1,5 @@
 """The output check's cost on one model, in-process (issue 14, benchmarks/PROFILE.md round 4):
-for extract, insert and reroute at the middle of a MatMul/Add/Relu chain (``benchmarks/run.py``
+for extract, insert and reroute at the middle of a MatMul/Add/Relu chain and a copy of all of it (``benchmarks/run.py``
 ``build_chain``), the touched check (``io.vouched_by_edits``), the whole C++ ``onnx.checker``
 pass on the serialized output, and save's walk over every tensor it skips; min of ``--repeat``.
 
@@ -17,7 +17,7 @@ import onnx
 
 from onnxsurgeon import io
 from onnxsurgeon.external import iter_tensors
-from onnxsurgeon.surgery import extract, insert, reroute
+from onnxsurgeon.surgery import copy, extract, insert, reroute
 
 
 def main() -> None:
@@ -31,6 +31,7 @@ def main() -> None:
         "extract": lambda m: extract(m, [f"relu{mid}"]),
         "insert": lambda m: insert(m, f"relu{mid}", op="l2_normalize", params={"axis": 1}),
         "reroute": lambda m: reroute(m, f"relu{mid}", f"add{mid}"),
+        "copy": lambda m: copy(m, ["y"], prefix="twin/"),
     }
     for name, verb in verbs.items():
         best = [float("inf")] * 3
