@@ -126,10 +126,9 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
       node in the proto: op known at the model's opsets, attributes, input and output counts);
     - the tensors the verb made (``check_tensor``; a copied initializer is a byte copy of one
       load checked against its shape, under a new name checked with the leaves), every graph
-      input and output
-      (``check_value_info``), every graph output produced, metadata keys unique, the graph
-      named; graph input and initializer names unique and non-empty (load checked them; an
-      upkeep told of changed leaves checks them again, or gives up).
+      input and output (``check_value_info``), every graph output produced, metadata keys
+      unique, the graph named; graph input and initializer names unique and non-empty (load
+      checked them; an upkeep told of changed leaves checks them again, or gives up).
 
     The nodes no edit touched are the input's, byte for byte: a fault in one of them is the
     input's (the whole check reports it as such; ``check=Check.STRUCTURE`` runs it).
@@ -145,8 +144,9 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
     if model_fingerprint(proto) != baseline:
         return False  # opsets or functions changed: the whole check reads them all
     if upkeep.to_read * 2 >= len(proto.graph.node):
-        return False  # re-reading that many new nodes in Python costs more than the C++ pass
-        # (~6 us a node against ~3.5 us; a copy hands over what it wrote: nothing to read)
+        # re-reading that many new nodes from the proto costs more than the C++ pass (~6 us a
+        # node against ~3.5 us); a copy hands over what it wrote: nothing to read back
+        return False
     touched = upkeep.touched()  # applies the edits: None when the upkeep gave up
     state = upkeep.result()
     if touched is None or state is None:

@@ -40,6 +40,8 @@ from .index import EDGE_FIELDS, GraphIndex, NodeEdges, edge_op, has_subgraphs, p
 
 _NAME = attrgetter("name")
 _FIELD0, _FIELD1, _FIELD2, _FIELD3, _FIELD4, _FIELD5 = map(itemgetter, range(6))  # EDGE_FIELDS
+
+
 class Written(NamedTuple):
     """The fields of inserted nodes, as written into them (:meth:`Upkeep.inserted`)."""
 
@@ -146,11 +148,11 @@ class Upkeep:
         ``written``: for nodes that copy the model's own (op, domain and attributes; no bodies),
         what the verb wrote into them (their inputs, outputs and names, and their ops as
         :func:`~onnxsurgeon.index.edge_op` gives them), from lists it holds anyway (a copy's
-        renames): the upkeep then checks these lists
-        instead of reading the fields back from the proto, which for many nodes costs more
-        than the rest of the work (upb makes a wrapper per field and a string per name:
-        ~1.5 us a node). The verb answers for the lists being the nodes' fields; the tests
-        compare the upkeep's result with a fresh build after every verb."""
+        renames): the upkeep then checks these lists instead of reading the fields back from
+        the proto, which for many nodes costs more than the rest of the work (upb makes a
+        wrapper per field and a string per name: ~1.5 us a node). The verb answers for the
+        lists being the nodes' fields; the tests compare the upkeep's result with a fresh
+        build after every verb."""
         self.inserted_count += max(count, 0)
         if written is None:
             self.to_read += max(count, 0)
@@ -287,8 +289,9 @@ class Upkeep:
 
     def _inserted(self, pos: int, count: int, written: Written | None = None) -> None:
         """``count`` nodes were inserted at ``pos`` of the node list (``pos`` = the old length:
-        appended): later nodes move by ``count``; the new nodes are read from the proto (their
-        inputs must be defined before them, their outputs new, no bodies). O(nodes) of int
+        appended): later nodes move by ``count``; the new nodes are read from the proto, or
+        taken from ``written`` (their inputs must be defined before them, their outputs new,
+        no bodies). O(nodes) of int
         shifting + the new nodes' fields."""
         if not self.ok or count <= 0:
             return
