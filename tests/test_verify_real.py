@@ -48,16 +48,32 @@ def _assert_fails_after(model: onnx.ModelProto, changed: onnx.ModelProto, weight
     return report
 
 
-@pytest.mark.tf
-@pytest.mark.parametrize("app", ["ResNet50", "DenseNet121", "EfficientNetB0"])
-def test_keras_application_weight_change_fails_and_itself_passes(app, tmp_path):
+@pytest.fixture(scope="module")
+def keras_app(tmp_path_factory):
+    """``get(app)``: a Keras application with random weights (seed 0) and BatchNorm statistics
+    from one pass over random images, converted by tf2onnx at opset 17; each converted once
+    per module (ResNet50 serves two tests: ~15 s a conversion)."""
     keras = pytest.importorskip("keras")
     from onnxsurgeon.converters import from_tf
 
-    keras.utils.set_random_seed(0)
-    net = getattr(keras.applications, app)(weights=None, input_shape=(32, 32, 3))
-    net(images((4, 32, 32, 3), seed=2), training=True)  # BatchNorm statistics from one pass
-    model = onnx.load(from_tf(net, tmp_path / f"{app}.onnx", opset=17).path)
+    made: dict[str, onnx.ModelProto] = {}
+
+    def get(app: str) -> onnx.ModelProto:
+        if app not in made:
+            keras.utils.set_random_seed(0)
+            net = getattr(keras.applications, app)(weights=None, input_shape=(32, 32, 3))
+            net(images((4, 32, 32, 3), seed=2), training=True)  # BatchNorm statistics
+            path = tmp_path_factory.mktemp(app) / f"{app}.onnx"
+            made[app] = onnx.load(from_tf(net, path, opset=17).path)
+        return made[app]
+
+    return get
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("app", ["ResNet50", "DenseNet121", "EfficientNetB0"])
+def test_keras_application_weight_change_fails_and_itself_passes(app, keras_app):
+    model = keras_app(app)
     assert compare(model, model).verdict == "pass"
     convs = _weights(model, "Conv")
     largest = convs[0]
@@ -72,14 +88,8 @@ def test_keras_application_weight_change_fails_and_itself_passes(app, tmp_path):
 
 
 @pytest.mark.tf
-def test_keras_resnet50_deep_comparison_names_the_changed_layer(tmp_path):
-    keras = pytest.importorskip("keras")
-    from onnxsurgeon.converters import from_tf
-
-    keras.utils.set_random_seed(0)
-    net = keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3))
-    net(images((4, 32, 32, 3), seed=2), training=True)
-    model = onnx.load(from_tf(net, tmp_path / "r.onnx", opset=17).path)
+def test_keras_resnet50_deep_comparison_names_the_changed_layer(keras_app):
+    model = keras_app("ResNet50")
     weight = _weights(model, "Conv")[0]
     report = _assert_fails_after(model, _perturbed(model, weight, scale=1.01), weight, deep=True)
     assert report.deep is not None and report.deep.forced
