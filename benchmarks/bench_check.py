@@ -1,7 +1,8 @@
-"""The output check's cost on one model, in-process (issue 14, benchmarks/PROFILE.md round 4):
-for extract, insert and reroute at the middle of a MatMul/Add/Relu chain and a copy of all of it (``benchmarks/run.py``
-``build_chain``), the touched check (``io.vouched_by_edits``), the whole C++ ``onnx.checker``
-pass on the serialized output, and save's walk over every tensor it skips; min of ``--repeat``.
+"""The output check's cost on one model, in-process (issue 14, benchmarks/PROFILE.md rounds 4
+and 5): for extract, insert and reroute at the middle of a MatMul/Add/Relu chain and a copy of
+all of it (``benchmarks/run.py`` ``build_chain``), the touched check (``io.vouched_by_edits``),
+the whole C++ ``onnx.checker`` pass on the serialized output, and save's walk over every tensor
+it skips; min of ``--repeat``.
 
     python benchmarks/bench_check.py CHAIN.onnx [--repeat 5]
 """

@@ -220,6 +220,12 @@ def _edits_inline(model: Model) -> bool:
     return not any(map(is_external, made))
 
 
+def _trust_held(model: Model) -> bool:
+    """Whether the edits save trusted to be inline (no walk over every tensor) are: the upkeep
+    followed every one and none made an external tensor. False: the save walks after all."""
+    return _edits_inline(model) and model._kept is not None and model._kept.touched() is not None
+
+
 def as_model(model: Model | onnx.ModelProto) -> Model:
     """Wrap a bare ``ModelProto`` (no external data folder) in a :class:`Model`."""
     return model if isinstance(model, Model) else Model(model)
@@ -655,9 +661,7 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
             try:
                 if not no_walk:
                     first = checker_failure(payload, full=bool(full))
-                elif not _edits_inline(m) or m._kept.touched() is None:  # type: ignore[union-attr]
-                    # the edits, trusted to be inline, are not (or the upkeep could not follow
-                    # them): walk as for any model
+                elif not _trust_held(m):
                     raise _WalkNeeded
                 elif vouched_by_edits(m):
                     full = None  # vouched for by the checks of what the verb touched
@@ -670,6 +674,8 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
                 m.warnings.append(judge_failure(first, full=bool(full), reference=m.source))
             full = None
         else:
+            if no_walk and not _trust_held(m):
+                raise _WalkNeeded
             model_file.file.write(payload)
             del payload
             model_file.finish()

@@ -101,11 +101,9 @@ class Upkeep:
         what the edits leave untouched passed load's checks."""
         self._touched: list[int] = []
         """Ids (as now) of the nodes the edits inserted or rewired."""
-        self.inserted_count = 0
-        """Nodes said inserted so far."""
         self.to_read = 0
-        """Of those, the nodes to read back from the proto (not ``written``): what re-reading
-        them will cost."""
+        """Nodes said inserted without ``written``, to be read back from the proto: what
+        re-reading them will cost."""
         self.rewired = 0
         """Nodes said rewired (:meth:`reread`)."""
         self.fresh_tensors: list[onnx.TensorProto] = []
@@ -153,7 +151,6 @@ class Upkeep:
         wrapper per field and a string per name: ~1.5 us a node). The verb answers for the
         lists being the nodes' fields; the tests compare the upkeep's result with a fresh
         build after every verb."""
-        self.inserted_count += max(count, 0)
         if written is None:
             self.to_read += max(count, 0)
         self._todo.append((self._inserted, (pos, count, written)))
@@ -376,9 +373,9 @@ class Upkeep:
     def _read_many(self, written: Written, pos: int, head: dict[str, int]) -> _Read | None:
         """:meth:`_inserted`'s reading of many new nodes (``written``: their fields), a whole
         field at a time (C-level maps and one merged name table, no Python step per edge): the
-        same verdicts as :meth:`_read_few`. Each output must be new (not a leaf, not defined
-        before ``pos``, not twice); each read must be of a leaf or an output defined before its
-        reader."""
+        same verdicts as :meth:`_read_few`. Each output must be new (not a leaf, not twice; the
+        caller checks it against every node output); each read must be of a leaf or an output
+        defined before its reader."""
         ins_of, outs_of = written.inputs, written.outputs
         n = len(written.names)
         if len(ins_of) != n or len(outs_of) != n or len(written.ops) != n:
@@ -392,9 +389,8 @@ class Upkeep:
             outs, where = list(compress(outs, keep)), list(compress(where, keep))
         fresh = dict(zip(outs, where, strict=True))
         ids = self._ids()
-        if (len(fresh) != len(outs) or "" in ids or not ids.keys().isdisjoint(fresh)
-                or not head.keys().isdisjoint(fresh)):
-            return None  # defined twice, or before
+        if len(fresh) != len(outs) or "" in ids or not ids.keys().isdisjoint(fresh):
+            return None  # defined twice, or as a leaf
         known: dict[str, int] = {**ids, **head, **fresh, "": -1}
         counts = list(map(len, ins_of))
         new_preds = list(map(known.get, chain.from_iterable(ins_of)))

@@ -279,6 +279,15 @@ def test_external_weights_still_reach_the_output_when_the_check_is_limited(tmp_p
     assert onnx.load(str(out)).graph.node == onnx.load(str(plain)).graph.node
 
 
+def _point_at(value: onnx.TensorProto, location: str) -> onnx.TensorProto:
+    """Make the 4-float tensor ``value`` read its bytes from the file ``location``."""
+    value.data_location = onnx.TensorProto.EXTERNAL
+    for key, v in (("location", location), ("offset", "0"), ("length", "16")):
+        entry = value.external_data.add()
+        entry.key, entry.value = key, v
+    return value
+
+
 @pytest.mark.usefixtures("large")
 def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_path):
     """A whole copy lets save skip its walk over every tensor (load found no external one and
@@ -289,11 +298,8 @@ def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_pat
     src, m = _loaded(tmp_path)
     copy(m, ["y"], prefix="twin/")
     (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
-    value = onnx.TensorProto(name="c", data_type=onnx.TensorProto.FLOAT, dims=[4],
-                             data_location=onnx.TensorProto.EXTERNAL)
-    for key, v in (("location", "w.bin"), ("offset", "0"), ("length", "16")):
-        entry = value.external_data.add()
-        entry.key, entry.value = key, v
+    value = _point_at(onnx.TensorProto(name="c", data_type=onnx.TensorProto.FLOAT, dims=[4]),
+                      "w.bin")
     m.proto.graph.node.append(helper.make_node("Constant", [], ["c"], name="c", value=value))
     (tmp_path / "out").mkdir()
     out = save(m, tmp_path / "out" / "o.onnx", check=Check.TOUCHED)
@@ -322,10 +328,7 @@ def test_an_inserted_node_holding_external_data_makes_the_save_walk(tmp_path):
     (tmp_path / "w.bin").write_bytes(data)
     value = next(n for n in m.proto.graph.node if n.op_type == "Constant").attribute[0].t
     value.ClearField("float_data")
-    value.data_location = onnx.TensorProto.EXTERNAL
-    for key, v in (("location", "w.bin"), ("offset", "0"), ("length", "16")):
-        entry = value.external_data.add()
-        entry.key, entry.value = key, v
+    _point_at(value, "w.bin")
     (tmp_path / "out").mkdir()
     out = save(m, tmp_path / "out" / "o.onnx", check=Check.TOUCHED)
     assert (tmp_path / "out" / "o.onnx.data").read_bytes() == data
