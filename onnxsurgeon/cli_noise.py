@@ -40,7 +40,10 @@ def phase(name: str) -> Iterator[None]:
         show()
         yield
         return
+    from .io import FORK_SAFE_THREADS  # loaded by now: every phase loads or saves a model
+
     timer = threading.Timer(after, show)
+    timer.name = f"{FORK_SAFE_THREADS}: {name}"  # a save may fork beside it (io._fork_is_safe)
     timer.daemon = True
     timer.start()
     try:

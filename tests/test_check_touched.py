@@ -289,12 +289,15 @@ def _point_at(value: onnx.TensorProto, location: str) -> onnx.TensorProto:
 
 
 @pytest.mark.usefixtures("large")
-def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_path):
+@pytest.mark.parametrize("checks", ["in-process", "in a child"])
+def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_path, request,
+                                                                          checks):
     """A whole copy lets save skip its walk over every tensor (load found no external one and
     the copy only copies) and check the copy while the file is written. Here a node nobody told
     the upkeep about, holding an external tensor, is appended after the copy: the checks of
-    the edits fail, save starts again with the walk, and the output carries that tensor's
-    bytes in its own data file."""
+    the edits fail (in-process, or in the forked child, which says so), save starts again with
+    the walk, and the output carries that tensor's bytes in its own data file."""
+    said = request.getfixturevalue("forked") if checks == "in a child" else ["walk"]
     src, m = _loaded(tmp_path)
     copy(m, ["y"], prefix="twin/")
     (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
@@ -303,6 +306,7 @@ def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_pat
     m.proto.graph.node.append(helper.make_node("Constant", [], ["c"], name="c", value=value))
     (tmp_path / "out").mkdir()
     out = save(m, tmp_path / "out" / "o.onnx", check=Check.TOUCHED)
+    assert said == ["walk"]
     assert (tmp_path / "out" / "o.onnx.data").read_bytes() == (tmp_path / "w.bin").read_bytes()
     onnx.checker.check_model(str(out))
     assert m.proto.graph.node[-1].attribute[0].t.external_data[0].value == "w.bin"  # unchanged
@@ -333,3 +337,168 @@ def test_an_inserted_node_holding_external_data_makes_the_save_walk(tmp_path):
     out = save(m, tmp_path / "out" / "o.onnx", check=Check.TOUCHED)
     assert (tmp_path / "out" / "o.onnx.data").read_bytes() == data
     onnx.checker.check_model(str(out), full_check=True)
+
+
+# ----------------------------------------------------------------- the verdict on another core
+@pytest.fixture
+def forked(monkeypatch, large):
+    """Every trusted save forks its verdict (the pytest process has other threads, so the
+    gate would stay shut; the child here only runs Python and onnx's checker). Yields the
+    verdicts the children gave (None: the child gave none)."""
+    import onnxsurgeon.io as io_module
+
+    said: list[str | None] = []
+    real = io_module._ForkedVerdict.result
+
+    def result(self):
+        said.append(real(self))
+        return said[-1]
+
+    monkeypatch.setattr(io_module, "_fork_is_safe", lambda: True)
+    monkeypatch.setattr(io_module, "_FORK_MIN_NODES", 0)
+    monkeypatch.setattr(io_module._ForkedVerdict, "result", result)
+    return said
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_a_verdict_given_by_a_child_process_writes_the_same_file(tmp_path, forked, verb):
+    """The checks of a trusted save run in a forked child while the file is serialized and
+    written: same verdict, same bytes as the save that checks in-process."""
+    src, m = _loaded(tmp_path)
+    VERBS[verb](m)
+    out = save(m, tmp_path / "forked.onnx", check=Check.TOUCHED)
+    if verb != "rename":  # renames insert nothing: load found them inline, no walk to skip
+        assert forked == ["vouched"]
+    again = handed_over(load(src))
+    VERBS[verb](again)
+    plain = save(again, tmp_path / "plain.onnx", check=Check.STRUCTURE)
+    assert out.read_bytes() == plain.read_bytes()
+
+
+@pytest.mark.parametrize("fault, verdict", [(_copy_reading_a_later_tensor, "walk"),
+                                            (_copy_naming_an_output_twice, "walk"),
+                                            (_copy_with_a_bogus_attribute, "check")])
+def test_a_child_that_cannot_vouch_leaves_the_check_to_the_parent(tmp_path, monkeypatch,
+                                                                  forked, fault, verdict):
+    """The child says it cannot vouch for a faulty copy: its upkeep gave up (the save starts
+    again with the walk) or a node fails its schema (the checker runs on the bytes). Either
+    way the parent's whole check refuses the file, which is never published."""
+    _, m = _loaded(tmp_path)
+    fault(monkeypatch)
+    copy_module.copy(m, ["y"], prefix="twin/")
+    out = tmp_path / "o.onnx"
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(m, out, check=Check.TOUCHED)
+    assert forked == [verdict]
+    assert not out.exists()
+
+
+def test_a_child_that_dies_is_replaced_by_the_checks_in_process(tmp_path, monkeypatch, forked):
+    """A child killed before it answers gives no verdict: the parent checks by itself and
+    writes the same file; a faulty copy is still refused."""
+    import os
+    import signal
+
+    import onnxsurgeon.io as io_module
+
+    parent, real = os.getpid(), io_module._verdict
+
+    def dying(m):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(m)
+
+    monkeypatch.setattr(io_module, "_verdict", dying)
+    src, m = _loaded(tmp_path)
+    copy(m, ["y"], prefix="twin/")
+    out = save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
+    assert forked == [None]
+    onnx.checker.check_model(str(out), full_check=True)
+    _copy_with_a_bogus_attribute(monkeypatch)
+    _, bad = _loaded(tmp_path, name="again.onnx")
+    copy_module.copy(bad, ["y"], prefix="twin/")
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(bad, tmp_path / "bad.onnx", check=Check.TOUCHED)
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_an_interrupted_save_stops_and_reaps_its_child(tmp_path, monkeypatch, forked):
+    """Ctrl-C while the file is written: nothing is published, and the child is killed and
+    reaped (no process is left behind, not even a zombie)."""
+    import os
+
+    import onnxsurgeon.io as io_module
+
+    children: list[int] = []
+    real_start = io_module._ForkedVerdict.start.__func__
+
+    def start(cls, m):
+        child = real_start(cls, m)
+        children.append(child.pid)
+        return child
+
+    def interrupted(target, payload):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(io_module._ForkedVerdict, "start", classmethod(start))
+    monkeypatch.setattr(io_module, "_write_behind", interrupted)
+    _, m = _loaded(tmp_path)
+    copy(m, ["y"], prefix="twin/")
+    with pytest.raises(KeyboardInterrupt):
+        save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
+    assert not (tmp_path / "o.onnx").exists()
+    assert len(children) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(children[0], os.WNOHANG)  # reaped already
+
+
+def test_the_command_line_forks_the_verdict_of_a_large_copy(tmp_path):
+    """In a real command-line process (one thread: OpenBLAS is told to start none, as
+    ``python -m onnxsurgeon`` does) a copy inserting over 20,000 nodes is checked by a child
+    process that vouches for it, also on a terminal, where a phase timer thread runs beside
+    the save; the file is the one written with the checks in-process."""
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "src.onnx"
+    src.write_bytes(builders.chain(7000).SerializeToString())
+    script = ("import sys, threading, onnxsurgeon.io as io\n"
+              "real = io._ForkedVerdict.result\n"
+              "def result(self):\n"
+              "    said = real(self)\n"
+              "    names = [t.name for t in threading.enumerate()]\n"
+              "    print('forked verdict:', said, names, file=sys.stderr)\n"
+              "    return said\n"
+              "io._ForkedVerdict.result = result\n"
+              "from onnxsurgeon.__main__ import main\n"
+              "sys.argv[0] = 'onnxsurgeon'\n"
+              "sys.exit(main())\n")
+    args = [sys.executable, "-c", script, "copy", str(src), "--outputs", "y", "--prefix",
+            "twin/", "-o"]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "ONNXSURGEON_PHASE_AFTER": "600"}
+    proc = subprocess.run([*args, str(tmp_path / "a.onnx")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "forked verdict: vouched ['MainThread']" in proc.stderr
+    master, slave = os.openpty()  # stderr a terminal: the phase timers run
+    try:
+        proc = subprocess.run([*args, str(tmp_path / "b.onnx")], stdout=subprocess.PIPE,
+                              stderr=slave, env=env, timeout=300)
+    finally:
+        os.close(slave)
+    said = b""
+    try:
+        while chunk := os.read(master, 4096):
+            said += chunk
+    except OSError:  # EIO: the terminal's other end is closed
+        pass
+    os.close(master)
+    assert proc.returncode == 0, said
+    assert b"forked verdict: vouched ['MainThread', 'onnxsurgeon-phase: saving" in said
+    env["ONNXSURGEON_FORK"] = "0"
+    proc = subprocess.run([*args, str(tmp_path / "c.onnx")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0 and "forked verdict" not in proc.stderr, proc.stderr
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
+    assert (tmp_path / "b.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
