@@ -14,7 +14,9 @@ removed with its data file (one with external data is checked after), and
 from __future__ import annotations
 
 import contextlib
+from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterable
 from enum import Enum
 from itertools import repeat
 from pathlib import Path
@@ -103,7 +105,8 @@ def model_fingerprint(proto: onnx.ModelProto) -> bytes:
     return head.SerializeToString(deterministic=True)
 
 
-def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes | None) -> bool:
+def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes | None, *,
+                  nodes_checked: range = range(0)) -> bool:
     """Whether ``proto`` passes ``onnx.checker``'s plain check, decided from what its one verb
     touched, without walking the untouched nodes again. True: it does (as far as the rewrite
     can change it). False: these checks cannot vouch for it; run the whole check (which also
@@ -132,10 +135,11 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
 
     The nodes no edit touched are the input's, byte for byte: a fault in one of them is the
     input's (the whole check reports it as such; ``check=Check.STRUCTURE`` runs it).
-    O(touched nodes + graph inputs, outputs and initializer names) instead of O(model).
+    ``nodes_checked``: nodes whose :func:`check_nodes` the caller runs itself (a save does,
+    beside a forked child running the rest). O(touched nodes + graph inputs, outputs and
+    initializer names) instead of O(model).
     """
     import onnx
-    from onnx.checker import C
 
     if (upkeep is None or not upkeep.validated or upkeep.graph is not proto.graph
             or baseline is None or proto.ir_version < 4
@@ -152,7 +156,6 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
     if touched is None or state is None:
         return False
     graph = proto.graph
-    nodes = graph.node
     producer, edges = state
     keys = [p.key for p in proto.metadata_props]
     if not graph.name or len(set(keys)) != len(keys):
@@ -162,18 +165,41 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
         leaves = set(edges.leaves.values())
         if any(name not in producer and name not in leaves for name in outputs):
             return False
-    ctx = C.CheckerContext()
-    ctx.ir_version = proto.ir_version
-    ctx.opset_imports = {d.domain: d.version for d in proto.opset_import}
+    ctx = _context(proto)
     try:
         for vi in (*graph.input, *graph.output):
             onnx.checker.check_value_info(vi, ctx)
         for t in upkeep.fresh_tensors:
             onnx.checker.check_tensor(t, ctx)
-        # onnx.checker.check_node's own C++ call, on each node's bytes, in one C-level loop
-        # (its Python wrapper costs as much as the check); a node holding a body fails here
-        # (no outer scope given): the whole check then runs
-        serialized = map(onnx.NodeProto.SerializeToString, map(nodes.__getitem__, touched))
+    except Exception:  # noqa: BLE001 - the checker raises several types; the whole check reports
+        return False
+    if nodes_checked:  # touched is ascending: the nodes in the range are one run of it
+        lo, hi = bisect_left(touched, nodes_checked.start), bisect_left(touched, nodes_checked.stop)
+        touched = touched[:lo] + touched[hi:]
+    return check_nodes(proto, touched, ctx)
+
+
+def _context(proto: onnx.ModelProto) -> Any:
+    from onnx.checker import C
+
+    ctx = C.CheckerContext()
+    ctx.ir_version = proto.ir_version
+    ctx.opset_imports = {d.domain: d.version for d in proto.opset_import}
+    return ctx
+
+
+def check_nodes(proto: onnx.ModelProto, nodes: Iterable[int], ctx: Any = None) -> bool:
+    """Whether main-graph ``nodes`` (indexes) pass ``onnx.checker.check_node`` at the model's IR
+    version and opsets (op known, attributes, input and output counts). A node holding a body
+    fails here (no outer scope given): the whole check then runs. O(those nodes)."""
+    import onnx
+    from onnx.checker import C
+
+    ctx = ctx if ctx is not None else _context(proto)
+    # check_node's own C++ call, on each node's bytes, in one C-level loop (its Python wrapper
+    # costs as much as the check)
+    serialized = map(onnx.NodeProto.SerializeToString, map(proto.graph.node.__getitem__, nodes))
+    try:
         deque(map(C.check_node, serialized, repeat(ctx), repeat(C.LexicalScopeContext())), 0)
     except Exception:  # noqa: BLE001 - the checker raises several types; the whole check reports
         return False

@@ -38,6 +38,7 @@ from onnx import TensorProto
 
 from .checking import (
     Check,
+    check_nodes,
     check_touched,
     check_written,
     checker_failure,
@@ -197,11 +198,11 @@ pass it saves (~0.5 us per node). Weight-heavy protos rebuild the index instead:
 a small initializer in ~3.5 us (60k 16x16 weights: 0.22 s, against 0.03 s for 90k nodes)."""
 
 
-def vouched_by_edits(model: Model) -> bool:
+def vouched_by_edits(model: Model, nodes_checked: range = range(0)) -> bool:
     """Whether ``model`` passes ``onnx.checker``'s plain check as far as the one verb since
-    :func:`load` changed it (:func:`~onnxsurgeon.checking.check_touched`); False: run the whole
-    check."""
-    return check_touched(model.proto, model._kept, model._baseline)
+    :func:`load` changed it (:func:`~onnxsurgeon.checking.check_touched`; ``nodes_checked``:
+    nodes whose schema check the caller runs); False: run the whole check."""
+    return check_touched(model.proto, model._kept, model._baseline, nodes_checked=nodes_checked)
 
 
 def _edits_inline(model: Model) -> bool:
@@ -512,13 +513,14 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
                      share_data=share_data, trust_edits=False)
 
 
-def _verdict(m: Model) -> str:
+def _verdict(m: Model, nodes_checked: range = range(0)) -> str:
     """What the checks of a save that trusted its verb's edits say: "walk" (the trust does not
     hold: save again, walking every tensor), "vouched" (the checks of what the verb touched
-    vouch for the output) or "check" (run the checker on the bytes)."""
+    vouch for the output, but for the schemas of ``nodes_checked``) or "check" (run the
+    checker on the bytes)."""
     if not _trust_held(m):
         return "walk"
-    return "vouched" if vouched_by_edits(m) else "check"
+    return "vouched" if vouched_by_edits(m, nodes_checked) else "check"
 
 
 _VERDICTS = ("walk", "vouched", "check")
@@ -533,12 +535,22 @@ pages the two then copy cost ~0.02 s (measured: a copy of a 90k-node chain saves
 class _ForkedVerdict:
     """:func:`_verdict`, computed by a forked child on another core while this process
     serializes and writes the model (upb serializes holding the interpreter lock: a thread
-    cannot overlap it). The child only reads the model and writes one word to a pipe; when
-    anything about it fails (no fork, a crash, a signal), :meth:`result` is None and the caller
-    computes the verdict itself, so the outcome is the same either way."""
+    cannot overlap it). The nodes a verb appended (:meth:`~onnxsurgeon.upkeep.Upkeep.appended`,
+    :attr:`split`) have their schemas checked by this process once the bytes are written, the
+    rest by the child, so the two take about as long. The child only reads the model and
+    writes one word to a pipe; when anything about it fails (no fork, a crash, a signal),
+    :meth:`verdict` is None and the caller computes the verdict itself, so the outcome is the
+    same either way."""
 
-    def __init__(self, pid: int, fd: int) -> None:
-        self.pid, self.fd = pid, fd
+    def __init__(self, pid: int, fd: int, split: range) -> None:
+        self.pid, self.fd, self.split = pid, fd, split
+
+    def verdict(self, proto: onnx.ModelProto) -> str | None:
+        """The verdict: the child's, with the schemas of :attr:`split` checked here meanwhile
+        (a failure there turns "vouched" into "check"); None when the child gave none."""
+        nodes_ok = check_nodes(proto, self.split)
+        said = self.result()
+        return "check" if said == "vouched" and not nodes_ok else said
 
     @classmethod
     def start(cls, m: Model) -> _ForkedVerdict | None:
@@ -549,6 +561,7 @@ class _ForkedVerdict:
         if (kept is None or kept.inserted_total < _FORK_MIN_NODES
                 or os.environ.get("ONNXSURGEON_FORK") == "0" or not _fork_is_safe()):
             return None
+        split = kept.appended()
         r, w = os.pipe()
         try:
             with warnings.catch_warnings():  # Python 3.12+ warns of any thread; ours are safe
@@ -562,12 +575,12 @@ class _ForkedVerdict:
             code = 1
             try:
                 os.close(r)
-                os.write(w, _verdict(m).encode())
+                os.write(w, _verdict(m, split).encode())
                 code = 0
             finally:
                 os._exit(code)
         os.close(w)
-        return cls(pid, r)
+        return cls(pid, r, split)
 
     def result(self) -> str | None:
         """The child's verdict, once it has exited; None when it failed to give one."""
@@ -777,7 +790,7 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
                 if not no_walk:
                     first = checker_failure(payload, full=bool(full))
                 else:
-                    said = (forked.result() if forked else None) or _verdict(m)
+                    said = (forked.verdict(proto) if forked else None) or _verdict(m)
                     if said == "walk":
                         raise _WalkNeeded
                     if said == "vouched":

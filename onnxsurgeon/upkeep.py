@@ -159,6 +159,22 @@ class Upkeep:
         self.inserted_total += max(count, 0)
         self._todo.append((self._inserted, (pos, count, written)))
 
+    def appended(self) -> range:
+        """The nodes the edits said so far append after all the model had, as their ids will
+        be once :meth:`result` applied the edits (it is not run here); empty unless every edit
+        said is an append, a node naming or a change of leaves (none moves a node id). O(edits).
+        """
+        allowed = (self._name_nodes, self._leaves_appended, self._leaves_changed)
+        if not self.ok or self._done is not None:
+            return range(0)
+        first = end = len(self.names)
+        for edit, args in self._todo:
+            if edit == self._inserted and args[0] == end:
+                end += max(args[1], 0)
+            elif edit not in allowed:
+                return range(0)
+        return range(first, end)
+
     def reread(self, nodes: Iterable[int]) -> None:
         """The inputs of these nodes (indexes after the edits said before) were rewired."""
         todo = list(nodes)

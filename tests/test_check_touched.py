@@ -348,15 +348,15 @@ def forked(monkeypatch, large):
     import onnxsurgeon.io as io_module
 
     said: list[str | None] = []
-    real = io_module._ForkedVerdict.result
+    real = io_module._ForkedVerdict.verdict
 
-    def result(self):
-        said.append(real(self))
+    def verdict(self, proto):
+        said.append(real(self, proto))
         return said[-1]
 
     monkeypatch.setattr(io_module, "_fork_is_safe", lambda: True)
     monkeypatch.setattr(io_module, "_FORK_MIN_NODES", 0)
-    monkeypatch.setattr(io_module._ForkedVerdict, "result", result)
+    monkeypatch.setattr(io_module._ForkedVerdict, "verdict", verdict)
     return said
 
 
@@ -373,6 +373,20 @@ def test_a_verdict_given_by_a_child_process_writes_the_same_file(tmp_path, forke
     VERBS[verb](again)
     plain = save(again, tmp_path / "plain.onnx", check=Check.STRUCTURE)
     assert out.read_bytes() == plain.read_bytes()
+
+
+@pytest.mark.parametrize("verb, split", [("copy-whole", range(24, 48)), ("copy", range(24, 33)),
+                                         ("insert", range(0)), ("extract", range(0)),
+                                         ("reroute-prune", range(0))])
+def test_the_nodes_a_verb_appended_are_known_before_its_edits_apply(tmp_path, verb, split):
+    """A save checks the schemas of the nodes a verb appended itself while its forked child
+    checks the rest: they are the copies; a verb that inserts among the nodes or removes some
+    gives none (the child checks all)."""
+    _, m = _loaded(tmp_path)
+    VERBS[verb](m)
+    assert m._kept.appended() == split
+    touched = m._kept.touched()
+    assert touched is not None and set(split) <= set(touched)
 
 
 @pytest.mark.parametrize("fault, verdict", [(_copy_reading_a_later_tensor, "walk"),
@@ -403,10 +417,10 @@ def test_a_child_that_dies_is_replaced_by_the_checks_in_process(tmp_path, monkey
 
     parent, real = os.getpid(), io_module._verdict
 
-    def dying(m):
+    def dying(m, *args):
         if os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(m)
+        return real(m, *args)
 
     monkeypatch.setattr(io_module, "_verdict", dying)
     src, m = _loaded(tmp_path)
@@ -464,13 +478,13 @@ def test_the_command_line_forks_the_verdict_of_a_large_copy(tmp_path):
     src = tmp_path / "src.onnx"
     src.write_bytes(builders.chain(7000).SerializeToString())
     script = ("import sys, threading, onnxsurgeon.io as io\n"
-              "real = io._ForkedVerdict.result\n"
-              "def result(self):\n"
-              "    said = real(self)\n"
+              "real = io._ForkedVerdict.verdict\n"
+              "def verdict(self, proto):\n"
+              "    said = real(self, proto)\n"
               "    names = [t.name for t in threading.enumerate()]\n"
               "    print('forked verdict:', said, names, file=sys.stderr)\n"
               "    return said\n"
-              "io._ForkedVerdict.result = result\n"
+              "io._ForkedVerdict.verdict = verdict\n"
               "from onnxsurgeon.__main__ import main\n"
               "sys.argv[0] = 'onnxsurgeon'\n"
               "sys.exit(main())\n")
