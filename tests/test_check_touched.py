@@ -470,7 +470,8 @@ def test_the_command_line_forks_the_verdict_of_a_large_copy(tmp_path):
     """In a real command-line process (one thread: OpenBLAS is told to start none, as
     ``python -m onnxsurgeon`` does) a copy inserting over 20,000 nodes is checked by a child
     process that vouches for it, also on a terminal, where a phase timer thread runs beside
-    the save; the file is the one written with the checks in-process."""
+    the save, but not beside a thread of anyone else's; the file is the one written with the
+    checks in-process."""
     import os
     import subprocess
     import sys
@@ -510,9 +511,15 @@ def test_the_command_line_forks_the_verdict_of_a_large_copy(tmp_path):
     os.close(master)
     assert proc.returncode == 0, said
     assert b"forked verdict: vouched ['MainThread', 'onnxsurgeon-phase: saving" in said
+    foreign = script.replace("from onnxsurgeon.__main__", "threading.Thread(target=threading."
+                             "Event().wait, daemon=True).start()\nfrom onnxsurgeon.__main__")
+    proc = subprocess.run([sys.executable, "-c", foreign, *args[3:], str(tmp_path / "d.onnx")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and "forked verdict" not in proc.stderr, proc.stderr  # a thread
     env["ONNXSURGEON_FORK"] = "0"
     proc = subprocess.run([*args, str(tmp_path / "c.onnx")], capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 0 and "forked verdict" not in proc.stderr, proc.stderr
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
     assert (tmp_path / "b.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
+    assert (tmp_path / "d.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
