@@ -64,8 +64,8 @@ def test_tf_preprocessor_merged_in_front_of_a_torch_network(tmp_path):
     assert result.inputs == ["image"] and len(result.outputs) == 1
 
     image = (images((1, 16, 16, 3), seed=1) * 60 + 128).astype(np.float32)
-    with torch.no_grad():  # the two frameworks in sequence
-        want = net(torch.from_numpy(np.asarray(pre(image)))).numpy()
+    with torch.no_grad():  # the two frameworks in sequence (np.array: torch wants writable)
+        want = net(torch.from_numpy(np.array(pre(image)))).numpy()
     got = run(merged, {"image": image})[result.outputs[0]]
     assert_close(got, want, rtol=1e-4, atol=1e-5)
     # and the merge itself is exact: equal to the two ONNX models run one after the other, on
@@ -79,5 +79,5 @@ def test_tf_preprocessor_merged_in_front_of_a_torch_network(tmp_path):
     assert sel.resolve("fc") == result.outputs[0]
     conv = sel.resolve("conv")
     with torch.no_grad():
-        conv_want = net.conv(torch.from_numpy(np.asarray(pre(image)))).numpy()
+        conv_want = net.conv(torch.from_numpy(np.array(pre(image)))).numpy()
     assert_close(run(merged, {"image": image}, extra=[conv])[conv], conv_want, rtol=1e-4, atol=1e-5)
