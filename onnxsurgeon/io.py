@@ -724,7 +724,9 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
                 "output name"
             )
         if to_write and data_path.exists() and not data_path.is_file():
-            raise UsageError(f"data file path '{data_path}' is not a file; choose another output name")
+            raise UsageError(
+                f"data file path '{data_path}' is not a file; choose another output name"
+            )
     except BaseException:
         if forked is not None:
             forked.close()
