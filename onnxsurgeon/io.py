@@ -526,8 +526,8 @@ def _verdict(m: Model, nodes_checked: range = range(0)) -> str:
 _VERDICTS = ("walk", "vouched", "check")
 
 _FORK_MIN_NODES = 20_000
-"""A save forks its verdict (:class:`_ForkedVerdict`) only when the verb inserted at least this
-many nodes: checking them costs ~4 us a node; forking a process of a few hundred MB and the
+"""A save forks its verdict (:class:`_ForkedVerdict`) only when the verb appended at least this
+many nodes (:meth:`~onnxsurgeon.upkeep.Upkeep.appended`): checking them costs ~4 us a node; forking a process of a few hundred MB and the
 pages the two then copy cost ~0.02 s (measured: a copy of a 90k-node chain saves ~0.13 s of
 1.86; an extract, whose checks take ~0.05 s, saves nothing)."""
 
@@ -555,13 +555,12 @@ class _ForkedVerdict:
     @classmethod
     def start(cls, m: Model) -> _ForkedVerdict | None:
         """Fork the verdict when it pays and is safe: at least :data:`_FORK_MIN_NODES` nodes
-        inserted, ``ONNXSURGEON_FORK`` not ``0``, and :func:`_fork_is_safe` (a lock another
+        appended, ``ONNXSURGEON_FORK`` not ``0``, and :func:`_fork_is_safe` (a lock another
         thread held at the fork would stay held in the child). None otherwise."""
-        kept = m._kept
-        if (kept is None or kept.inserted_total < _FORK_MIN_NODES
-                or os.environ.get("ONNXSURGEON_FORK") == "0" or not _fork_is_safe()):
+        split = m._kept.appended() if m._kept is not None else range(0)
+        if (len(split) < _FORK_MIN_NODES or os.environ.get("ONNXSURGEON_FORK") == "0"
+                or not _fork_is_safe()):
             return None
-        split = kept.appended()
         r, w = os.pipe()
         try:
             with warnings.catch_warnings():  # Python 3.12+ warns of any thread; ours are safe
@@ -692,45 +691,47 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
                 "write to another folder or file name"
             )
     payload: bytes | None = None
-    forked = _ForkedVerdict.start(m) if no_walk else None  # the checks, on another core
-    try:  # the child is stopped and reaped whatever happens (the finally below, or here)
-        if external is None:
-            external = bool(external_tensors)
-            if not external:  # serialize now (ByteSize would walk the whole proto just to size it)
+    forked: _ForkedVerdict | None = None  # the checks, on another core
+    if external is None:
+        external = bool(external_tensors)
+        if not external:  # serialize now (ByteSize would walk the whole proto just to size it)
+            forked = _ForkedVerdict.start(m) if no_walk else None
+            try:
                 payload = proto.SerializeToString(deterministic=True)
-                if len(payload) > EXTERNAL_THRESHOLD:
-                    external, payload = True, None
-                    tensors = list(iter_tensors(proto)) if no_walk else tensors
-        move_inline: list[TensorProto] = []
-        if external:
-            move_inline = [
-                t for t in tensors
-                if not is_external(t) and t.HasField("raw_data")
-                and len(t.raw_data) >= EXTERNALIZE_MIN_BYTES
-            ]
-        relocated: dict[int, str] = {}  # share_data: tensor -> location of the input's own file
-        if share_data:
-            places: dict[Path, str] = {}
-            for t in external_tensors:
-                ref = refs[id(t)]
-                if ref.path not in places:
-                    places[ref.path] = shared_location(ref, folder, t.name)
-                relocated[id(t)] = places[ref.path]
-            external_tensors = []
-        to_write = external_tensors + move_inline
-        if to_write and data_path.is_symlink():
-            raise UsageError(
-                f"data file path '{data_path}' is a symbolic link; remove it or choose another "
-                "output name"
-            )
-        if to_write and data_path.exists() and not data_path.is_file():
-            raise UsageError(
-                f"data file path '{data_path}' is not a file; choose another output name"
-            )
-    except BaseException:
-        if forked is not None:
-            forked.close()
-        raise
+            except BaseException:
+                if forked is not None:
+                    forked.close()
+                raise
+            if len(payload) > EXTERNAL_THRESHOLD:
+                external, payload = True, None
+                tensors = list(iter_tensors(proto)) if no_walk else tensors
+                if forked is not None:  # too large to check from bytes: checked in-process
+                    forked.close()
+                    forked = None
+    move_inline: list[TensorProto] = []
+    if external:
+        move_inline = [
+            t for t in tensors
+            if not is_external(t) and t.HasField("raw_data")
+            and len(t.raw_data) >= EXTERNALIZE_MIN_BYTES
+        ]
+    relocated: dict[int, str] = {}  # share_data: tensor -> location of the input's own file
+    if share_data:
+        places: dict[Path, str] = {}
+        for t in external_tensors:
+            ref = refs[id(t)]
+            if ref.path not in places:
+                places[ref.path] = shared_location(ref, folder, t.name)
+            relocated[id(t)] = places[ref.path]
+        external_tensors = []
+    to_write = external_tensors + move_inline  # empty with a child: it forks only when inline
+    if to_write and data_path.is_symlink():
+        raise UsageError(
+            f"data file path '{data_path}' is a symbolic link; remove it or choose another "
+            "output name"
+        )
+    if to_write and data_path.exists() and not data_path.is_file():
+        raise UsageError(f"data file path '{data_path}' is not a file; choose another output name")
     saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]] = []
     data_file: _AtomicFile | None = None
     model_file: _AtomicFile | None = None

@@ -106,9 +106,6 @@ class Upkeep:
         re-reading them will cost."""
         self.rewired = 0
         """Nodes said rewired (:meth:`reread`)."""
-        self.inserted_total = 0
-        """Nodes said inserted, written or not: what checking the edits costs, for a save
-        deciding whether to check them on another core."""
         self.fresh_tensors: list[onnx.TensorProto] = []
         """Tensors the verb added with content that was not in the model (not copies)."""
         if edges is None:
@@ -156,7 +153,6 @@ class Upkeep:
         build after every verb."""
         if written is None:
             self.to_read += max(count, 0)
-        self.inserted_total += max(count, 0)
         self._todo.append((self._inserted, (pos, count, written)))
 
     def appended(self) -> range:
