@@ -371,6 +371,10 @@ def versions() -> dict[str, str]:
         found["onnxsurgeon"] += f" (git {rev})"
     except (OSError, subprocess.CalledProcessError):
         pass
+    from importlib.util import find_spec
+
+    found["onnxsurgeon"] += (", its C extension built" if find_spec("onnxsurgeon._scan")
+                             else ", without its C extension (Python passes)")
     return found
 
 

@@ -36,6 +36,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
+from . import scan
 from .checking import (
     Check,
     check_nodes,
@@ -307,10 +308,17 @@ def load(path: str | os.PathLike[str]) -> Model:
     init_names: list[str] = []
     init_types: list[TensorType] = []
     externals = check_tensors(function_tensors(proto), model.base_dir)
-    externals += check_tensors(proto.graph.initializer, model.base_dir, types=init_types,
-                               names=init_names)
+    inits = proto.graph.initializer
+    scanned = scan.initializers(data)
+    if scanned is not None and len(scanned[0]) == len(inits):
+        # read in C from the bytes; the tensors it could not vouch for get the exact check,
+        # in order (scan.initializers says why that is the same verdict)
+        init_names, init_types, exact = scanned
+        externals += check_tensors(map(inits.__getitem__, exact), model.base_dir)
+    else:
+        externals += check_tensors(inits, model.base_dir, types=init_types, names=init_names)
     try:
-        found = validate_producers(proto, initializer_names=init_names)
+        found = validate_producers(proto, initializer_names=init_names, data=data)
     except InvalidModelError:
         _check_later_tensors(model, None)  # a bad tensor is reported first, as it always was
         raise

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import partial
 from itertools import accumulate, chain, count, islice
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import onnx
 
+from . import scan
 from .errors import CONTROL_ESCAPES, InvalidModelError
 from .index import (
     EDGE_FIELDS,
@@ -85,12 +87,13 @@ class Validation:
 
 def validate_producers(
     model: onnx.ModelProto, /, *, sort: bool = True,
-    initializer_names: Sequence[str] | None = None,
+    initializer_names: Sequence[str] | None = None, data: bytes | None = None,
 ) -> Validation:
     """:func:`validate`, also returning what the main graph's pass computed on the way (see
     :class:`Validation`). Same checks, messages and repairs. ``initializer_names``: the names
     of ``model.graph.initializer`` in order, when the caller read them already (load's tensor
-    check does)."""
+    check does). ``data``: the bytes ``model`` was parsed from, unchanged since, when the
+    caller has them: the main graph's node loop then reads them in C (:mod:`onnxsurgeon.scan`)."""
     warnings: list[str] = []
     _check_model_texts(model)
     _check_functions(model)
@@ -111,7 +114,9 @@ def validate_producers(
             graph.node,
             list(map(_NAME, graph.output)),
         )
-        found = _check_scope(body, outer, sort=sort, graph=graph)
+        found = _check_scope(body, outer, sort=sort, graph=graph,
+                             scan_nodes=partial(scan.nodes, data)
+                             if depth == 0 and data is not None else None)
         warnings.extend(found.warnings)
         if depth == 0:
             main = found
@@ -163,13 +168,15 @@ class _ScopeResult:
 def _check_scope(
     body: _Body, outer: tuple[AbstractSet[str], ...], *, sort: bool,
     graph: onnx.GraphProto | None,
+    scan_nodes: Callable[[dict[str, int]], tuple[Any, ...] | None] | None = None,
 ) -> _ScopeResult:
     """Validate one graph or function body (its nodes re-sorted into ``graph`` when ``sort``
     and some read precedes its producer).
 
     One pass over the nodes: definitions are collected and every read is checked against what
     was defined before it (or in an enclosing scope). Only when some read refers to a later
-    producer is the stable topological sort run. O(nodes + edges).
+    producer is the stable topological sort run. O(nodes + edges). ``scan_nodes``: the node
+    loop below run elsewhere (:func:`onnxsurgeon.scan.nodes`), or None when it cannot.
     """
     label, inputs, initializers, nodes, outputs = body
     warnings: list[str] = []
@@ -229,7 +236,16 @@ def _check_scope(
     domains: list[str] = []  # domain of every node
     multi: list[int] = []  # nodes without exactly one output
     name_of, op_of, domain_of = names.append, ops.append, domains.append
-    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, nodes)):
+    scanned = scan_nodes(first) if scan_nodes is not None else None
+    if scanned is not None and len(scanned[1]) != len(nodes):  # never seen; a guard
+        scanned = None
+    if scanned is not None:  # the same loop, run in C on the serialized model (scan.py)
+        preds, counts, names, ops, domains, multi, holders, suspects = scanned
+    else:
+        # the C pass may have added keys before giving up: keep the leaves only
+        deque(map(first.__delitem__, list(islice(first, before, None))), maxlen=0)
+    for i, (ins, outs, attrs, name, op, dom) in enumerate(
+            map(EDGE_FIELDS, nodes) if scanned is None else ()):
         ins = ins[:]
         record(map(get, ins))  # C-level; checked below in one scan
         count_of(len(ins))

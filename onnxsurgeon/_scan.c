@@ -1,0 +1,455 @@
+/* onnxsurgeon._scan: load's two per-element passes over the main graph, read from the model's
+ * serialized bytes instead of through protobuf's Python objects (issue 14).
+ *
+ * Optional: onnxsurgeon/scan.py falls back to the pure-Python passes when this module is not
+ * built, when ONNXSURGEON_SCAN=0, or when a function here returns None. They return None for
+ * anything they do not read exactly as protobuf (upb) does: a graph field given twice (merged
+ * by protobuf), a group, a truncated field, a name that is not valid UTF-8. The bytes were
+ * parsed by protobuf first, so such input is rare; the Python pass then gives the one answer.
+ *
+ * Every read is bounds-checked against the buffer. Field numbers follow onnx.proto:
+ *   ModelProto.graph = 7; GraphProto.node = 1, .initializer = 5;
+ *   NodeProto.input = 1, .output = 2, .name = 3, .op_type = 4, .attribute = 5, .domain = 7;
+ *   TensorProto.dims = 1, .data_type = 2, .name = 8, .raw_data = 9.
+ * A known field with another wire type is an unknown field to protobuf, and is skipped here.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+} Cursor;
+
+/* One varint; 0 when truncated or longer than 10 bytes. */
+static int varint(Cursor *c, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70 && c->p < c->end; shift += 7) {
+        uint8_t b = *c->p++;
+        if (shift == 63 && b > 1) return 0;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The next field: its number, wire type and its payload (wire type 2) or value (wire type 0).
+ * 0 at the end, -1 on anything not read exactly (a group, a truncated field, field number 0). */
+static int next_field(Cursor *c, uint32_t *number, int *wire, Cursor *payload,
+                      uint64_t *value) {
+    uint64_t tag, len;
+    if (c->p >= c->end) return 0;
+    if (!varint(c, &tag)) return -1;
+    *number = (uint32_t)(tag >> 3);
+    *wire = (int)(tag & 7);
+    if (*number == 0 || (tag >> 3) > 0x1fffffff) return -1;
+    switch (*wire) {
+    case 0:
+        if (!varint(c, value)) return -1;
+        return 1;
+    case 1:
+        if (c->end - c->p < 8) return -1;
+        c->p += 8;
+        return 1;
+    case 2:
+        if (!varint(c, &len) || len > (uint64_t)(c->end - c->p)) return -1;
+        payload->p = c->p;
+        payload->end = c->p + len;
+        c->p += len;
+        return 1;
+    case 5:
+        if (c->end - c->p < 4) return -1;
+        c->p += 4;
+        return 1;
+    default:
+        return -1; /* groups (3, 4) and invalid wire types */
+    }
+}
+
+/* The main graph's bytes inside a serialized ModelProto: 1 and the span when the graph field
+ * appears exactly once, 0 otherwise (absent, or several occurrences that protobuf merges), -1
+ * when the bytes are not read exactly. */
+static int graph_span(const uint8_t *data, Py_ssize_t size, Cursor *graph) {
+    Cursor c = {data, data + size}, f;
+    uint32_t number;
+    uint64_t value;
+    int wire, r, seen = 0;
+    while ((r = next_field(&c, &number, &wire, &f, &value)) == 1) {
+        if (number == 7 && wire == 2) {
+            *graph = f;
+            seen++;
+        }
+    }
+    if (r < 0) return -1;
+    return seen == 1;
+}
+
+static PyObject *text(Cursor s) {
+    return PyUnicode_DecodeUTF8((const char *)s.p, s.end - s.p, NULL);
+}
+
+/* A small cache of repeated texts (op types, domains): the same str object for the same bytes. */
+#define CACHE 16
+typedef struct {
+    Cursor key[CACHE];
+    PyObject *value[CACHE];
+    int used;
+    int next;
+} TextCache;
+
+static PyObject *cached_text(TextCache *cache, Cursor s) {
+    Py_ssize_t n = s.end - s.p;
+    for (int k = 0; k < cache->used; k++) {
+        Cursor key = cache->key[k];
+        if (key.end - key.p == n && memcmp(key.p, s.p, n) == 0) {
+            Py_INCREF(cache->value[k]);
+            return cache->value[k];
+        }
+    }
+    PyObject *value = text(s);
+    if (value == NULL) return NULL;
+    int slot = cache->used < CACHE ? cache->used++ : (cache->next++ % CACHE);
+    Py_XDECREF(cache->value[slot]);
+    cache->key[slot] = s;
+    Py_INCREF(value);
+    cache->value[slot] = value;
+    return value;
+}
+
+static void cache_clear(TextCache *cache) {
+    for (int k = 0; k < cache->used; k++) Py_CLEAR(cache->value[k]);
+    cache->used = 0;
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (item == NULL) return -1;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r;
+}
+
+/* What a scan returns: its result, or None (no exception) when it gave up reading. */
+static PyObject *answer(PyObject *result, int bail) {
+    if (!bail) return result;
+    PyErr_Clear();
+    Py_XDECREF(result);
+    Py_RETURN_NONE;
+}
+
+/* The fields of the main graph in ``buf``; 0 (bail) unless the graph field appears once. */
+static int main_graph(Py_buffer *buf, Cursor *graph) {
+    return graph_span((const uint8_t *)buf->buf, buf->len, graph) == 1;
+}
+
+/* The next message field ``want`` of the graph ``g`` (skipping every other field): 1 and its
+ * payload, 0 at the end, -1 on bytes not read exactly. */
+static int next_item(Cursor *g, uint32_t want, Cursor *item) {
+    uint32_t number;
+    uint64_t value;
+    int wire, r;
+    while ((r = next_field(g, &number, &wire, item, &value)) == 1)
+        if (number == want && wire == 2) return 1;
+    return r;
+}
+
+/* scan_nodes(data, first) -> (preds, counts, names, ops, domains, multi, holders, suspects)
+ * or None.
+ *
+ * The main graph's node loop of onnxsurgeon.validate._check_scope, on the serialized model:
+ * for node i, every input's entry in ``first`` (None when absent) is appended to preds and the
+ * number of inputs to counts; then each output is set in ``first`` to i unless already there
+ * (a single output always, several only when non-empty); suspects is True when an output was
+ * already there. names, ops and domains get the node's fields ("" when absent), multi the nodes
+ * without exactly one output, holders the nodes with attributes.
+ *
+ * On None, ``first`` may hold keys added by the nodes read so far; the caller removes them. */
+static PyObject *scan_nodes(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *first;
+    if (!PyArg_ParseTuple(args, "y*O!", &buf, &PyDict_Type, &first)) return NULL;
+    PyObject *preds = PyList_New(0), *counts = PyList_New(0), *names = PyList_New(0);
+    PyObject *ops = PyList_New(0), *domains = PyList_New(0), *multi = PyList_New(0);
+    PyObject *holders = PyList_New(0), *empty = PyUnicode_FromStringAndSize("", 0);
+    PyObject *result = NULL;
+    TextCache op_cache = {0}, domain_cache = {0};
+    int suspects = 0, bail = 0;
+    if (!preds || !counts || !names || !ops || !domains || !multi || !holders || !empty) goto done;
+    Cursor g, node;
+    if (!main_graph(&buf, &g)) {
+        bail = 1;
+        goto done;
+    }
+    uint32_t number;
+    uint64_t value;
+    int wire, r;
+    Py_ssize_t i = 0;
+    while ((r = next_item(&g, 1, &node)) == 1) {
+        /* first pass over the node: inputs (looked up before any output of this node is set),
+         * the singular texts (the last occurrence wins, as in protobuf), attributes, outputs */
+        Cursor c = node, f, name = {NULL, NULL}, op = {NULL, NULL}, domain = {NULL, NULL};
+        Py_ssize_t n_in = 0, n_out = 0;
+        int has_attr = 0, rr;
+        while ((rr = next_field(&c, &number, &wire, &f, &value)) == 1) {
+            if (wire != 2) continue;
+            switch (number) {
+            case 1: {
+                PyObject *key = text(f);
+                if (key == NULL) {
+                    bail = 1;
+                    goto done;
+                }
+                PyObject *pred = PyDict_GetItemWithError(first, key);
+                Py_DECREF(key);
+                if (pred == NULL && PyErr_Occurred()) goto done;
+                if (PyList_Append(preds, pred ? pred : Py_None) < 0) goto done;
+                n_in++;
+                break;
+            }
+            case 2: n_out++; break;
+            case 3: name = f; break;
+            case 4: op = f; break;
+            case 5: has_attr = 1; break;
+            case 7: domain = f; break;
+            default: break;
+            }
+        }
+        if (rr < 0) {
+            bail = 1;
+            goto done;
+        }
+        if (append_new(counts, PyLong_FromSsize_t(n_in)) < 0) goto done;
+        if (name.p == NULL) {
+            if (PyList_Append(names, empty) < 0) goto done;
+        } else if (append_new(names, text(name)) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
+            goto done;
+        }
+        PyObject *o = op.p ? cached_text(&op_cache, op) : (Py_INCREF(empty), empty);
+        if (append_new(ops, o) < 0) {
+            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
+            goto done;
+        }
+        PyObject *d = domain.p ? cached_text(&domain_cache, domain) : (Py_INCREF(empty), empty);
+        if (append_new(domains, d) < 0) {
+            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
+            goto done;
+        }
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL) goto done;
+        if (n_out != 1 && append_new(multi, (Py_INCREF(index), index)) < 0) {
+            Py_DECREF(index);
+            goto done;
+        }
+        if (has_attr && append_new(holders, (Py_INCREF(index), index)) < 0) {
+            Py_DECREF(index);
+            goto done;
+        }
+        /* second pass: the outputs */
+        c = node;
+        while (next_field(&c, &number, &wire, &f, &value) == 1) {
+            if (number != 2 || wire != 2) continue;
+            if (n_out != 1 && f.p == f.end) continue; /* an omitted optional output */
+            PyObject *key = text(f);
+            if (key == NULL) {
+                Py_DECREF(index);
+                bail = 1;
+                goto done;
+            }
+            PyObject *was = PyDict_SetDefault(first, key, index);
+            Py_DECREF(key);
+            if (was == NULL) {
+                Py_DECREF(index);
+                goto done;
+            }
+            if (was != index) suspects = 1;
+        }
+        Py_DECREF(index);
+        i++;
+    }
+    if (r < 0) {
+        bail = 1;
+        goto done;
+    }
+    result = Py_BuildValue("(OOOOOOOO)", preds, counts, names, ops, domains, multi, holders,
+                           suspects ? Py_True : Py_False);
+done:
+    result = answer(result, bail);
+    cache_clear(&op_cache);
+    cache_clear(&domain_cache);
+    Py_XDECREF(preds);
+    Py_XDECREF(counts);
+    Py_XDECREF(names);
+    Py_XDECREF(ops);
+    Py_XDECREF(domains);
+    Py_XDECREF(multi);
+    Py_XDECREF(holders);
+    Py_XDECREF(empty);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* scan_initializers(data) -> (names, types, check) or None.
+ *
+ * Every main-graph initializer's name and (data type, dims), in order, and the indexes, in
+ * order, that the exact Python check must see: every tensor with a field besides dims,
+ * data_type, name and raw_data (typed data, external data, a segment, a doc string, ...),
+ * without raw_data or a name, and the first tensor of each (data type, dims, raw_data length).
+ * A tensor like an earlier one in all three, with only those four fields, gets the same
+ * verdict from the exact check (it reads nothing else), so it is not listed. */
+#define GROUPS 64
+typedef struct {
+    int64_t dtype;
+    Cursor dims; /* the dims fields' bytes, as written, for comparison */
+    uint64_t raw_len;
+    PyObject *type;
+} Group;
+
+static PyObject *scan_initializers(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    PyObject *names = PyList_New(0), *types = PyList_New(0), *check = PyList_New(0);
+    PyObject *result = NULL;
+    Group groups[GROUPS];
+    int n_groups = 0, bail = 0;
+    PyObject *dims_list = NULL;
+    if (!names || !types || !check) goto done;
+    Cursor g, t;
+    if (!main_graph(&buf, &g)) {
+        bail = 1;
+        goto done;
+    }
+    Py_ssize_t k = 0;
+    int r;
+    while ((r = next_item(&g, 5, &t)) == 1) {
+        uint32_t number;
+        uint64_t value;
+        int wire;
+        Cursor c = t, f, name = {NULL, NULL}, raw = {NULL, NULL};
+        const uint8_t *dims_start = NULL, *dims_end = NULL;
+        int64_t dtype = 0;
+        int plain = 1, rr, dims_contiguous = 1;
+        const uint8_t *field_start = c.p;
+        Py_CLEAR(dims_list);
+        dims_list = PyList_New(0);
+        if (dims_list == NULL) goto done;
+        while (1) {
+            field_start = c.p;
+            rr = next_field(&c, &number, &wire, &f, &value);
+            if (rr != 1) break;
+            if (number == 1 && (wire == 0 || wire == 2)) {
+                if (dims_start == NULL) dims_start = field_start;
+                else if (dims_end != field_start) dims_contiguous = 0;
+                dims_end = c.p;
+                if (wire == 0) {
+                    if (append_new(dims_list,
+                                   PyLong_FromLongLong((long long)(int64_t)value)) < 0)
+                        goto done;
+                } else {
+                    Cursor packed = f;
+                    uint64_t v;
+                    while (packed.p < packed.end) {
+                        if (!varint(&packed, &v)) {
+                            bail = 1;
+                            goto done;
+                        }
+                        if (append_new(dims_list, PyLong_FromLongLong((long long)(int64_t)v)) < 0)
+                            goto done;
+                    }
+                }
+            } else if (number == 2 && wire == 0) {
+                dtype = (int64_t)(int32_t)(uint32_t)value;
+            } else if (number == 8 && wire == 2) {
+                name = f;
+            } else if (number == 9 && wire == 2) {
+                raw = f;
+            } else {
+                plain = 0;
+            }
+        }
+        if (rr < 0) {
+            bail = 1;
+            goto done;
+        }
+        if (name.p == NULL) {
+            if (append_new(names, PyUnicode_FromStringAndSize("", 0)) < 0) goto done;
+        } else if (append_new(names, text(name)) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
+            goto done;
+        }
+        if (raw.p == NULL || name.p == NULL || name.p == name.end || !dims_contiguous) plain = 0;
+        /* the (data type, dims) tuple: shared with an earlier tensor written the same way */
+        Cursor dims_bytes = {dims_start, dims_end};
+        Py_ssize_t dims_n = dims_end - dims_start;
+        uint64_t raw_len = raw.p ? (uint64_t)(raw.end - raw.p) : 0;
+        PyObject *type = NULL;
+        int group = -1;
+        for (int j = 0; j < n_groups && dims_contiguous; j++) {
+            Group *gr = &groups[j];
+            if (gr->dtype == dtype && gr->dims.end - gr->dims.p == dims_n &&
+                (dims_n == 0 || memcmp(gr->dims.p, dims_bytes.p, dims_n) == 0)) {
+                type = gr->type;
+                if (gr->raw_len == raw_len) {
+                    group = j;
+                    break;
+                }
+            }
+        }
+        if (type != NULL) {
+            Py_INCREF(type);
+        } else {
+            PyObject *dims = PyList_AsTuple(dims_list);
+            if (dims == NULL) goto done;
+            type = Py_BuildValue("(LN)", (long long)dtype, dims);
+            if (type == NULL) goto done;
+        }
+        if (PyList_Append(types, type) < 0) {
+            Py_DECREF(type);
+            goto done;
+        }
+        if (plain && group < 0) {
+            /* the first of its kind: checked exactly, then remembered */
+            if (n_groups < GROUPS) {
+                Group *gr = &groups[n_groups++];
+                gr->dtype = dtype;
+                gr->dims = dims_bytes;
+                gr->raw_len = raw_len;
+                Py_INCREF(type);
+                gr->type = type;
+            }
+            plain = 0;
+        }
+        Py_DECREF(type);
+        if (!plain && append_new(check, PyLong_FromSsize_t(k)) < 0) goto done;
+        k++;
+    }
+    if (r < 0) {
+        bail = 1;
+        goto done;
+    }
+    result = Py_BuildValue("(OOO)", names, types, check);
+done:
+    result = answer(result, bail);
+    for (int j = 0; j < n_groups; j++) Py_DECREF(groups[j].type);
+    Py_XDECREF(dims_list);
+    Py_XDECREF(names);
+    Py_XDECREF(types);
+    Py_XDECREF(check);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_nodes", scan_nodes, METH_VARARGS, "The main graph's node pass (see scan.py)."},
+    {"scan_initializers", scan_initializers, METH_VARARGS,
+     "The main graph's initializer pass (see scan.py)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }

@@ -1,0 +1,58 @@
+"""Load's two per-element passes over the main graph, read from the model's bytes in C.
+
+:func:`onnxsurgeon.io.load` checks every initializer and :mod:`onnxsurgeon.validate` walks every
+node. In Python each element costs protobuf wrapper objects and a string per field; here the
+optional extension ``onnxsurgeon._scan`` (``_scan.c``, built by ``pip install`` when a C compiler
+is present) reads the same fields from the serialized model: 3-5x less time for those passes
+(benchmarks/PROFILE.md, round 7). Both functions answer exactly what the Python passes compute,
+or None, and then the caller runs the Python pass: when the extension is not built, when
+``ONNXSURGEON_SCAN=0``, or for bytes the scanner does not read exactly as protobuf does (the
+graph field given twice, a group, a name that is not valid UTF-8). The bytes were parsed by
+protobuf first; the scanner never decides anything protobuf's own objects would decide
+differently (``tests/test_scan.py`` holds both to the same answers).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_scan: Any
+try:
+    from . import _scan  # type: ignore[attr-defined, no-redef, unused-ignore]  # maybe unbuilt
+except ImportError:  # not built (no C compiler at install): the Python passes run
+    _scan = None
+
+__all__ = ["SCAN_ENV", "available", "initializers", "nodes"]
+
+SCAN_ENV = "ONNXSURGEON_SCAN"
+"""Set to ``0`` to run the Python passes even where the extension is built."""
+
+
+def available() -> bool:
+    """The extension is built and not switched off."""
+    return _scan is not None and os.environ.get(SCAN_ENV) != "0"
+
+
+def initializers(data: bytes) -> tuple[list[str], list[tuple[int, tuple[int, ...]]],
+                                        list[int]] | None:
+    """(names, (data type, dims) of each, indexes the exact check must see) of the main graph's
+    initializers, in order, read from the serialized model ``data``; None when not read here.
+
+    Not listed in the third item: a tensor whose only fields are dims, data_type, a name and
+    raw_data, like an earlier listed one in data type, dims and raw_data length. The exact
+    check (:func:`onnxsurgeon.external.check_inline_tensor`) reads nothing else, so it gives
+    both the same verdict."""
+    if not available():
+        return None
+    return _scan.scan_initializers(data)  # type: ignore[no-any-return, unused-ignore]
+
+
+def nodes(data: bytes, first: dict[str, int]) -> tuple[Any, ...] | None:
+    """The main graph's node loop of :func:`onnxsurgeon.validate._check_scope`, on the
+    serialized model ``data``: (preds, counts, names, ops, domains, multi, holders, suspects),
+    with ``first`` updated as that loop updates it; None when not read here (``first`` may then
+    hold keys added on the way: the caller removes them)."""
+    if not available():
+        return None
+    return _scan.scan_nodes(data, first)  # type: ignore[no-any-return, unused-ignore]
