@@ -362,6 +362,7 @@ def test_the_load_tests_pass_with_the_c_passes_switched_off():
     """The Python passes stay the reference: load's own tests pass with ONNXSURGEON_SCAN=0."""
     env = dict(os.environ, **{scan.SCAN_ENV: "0"})
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                           "-k", "not over_2gb",  # 12 s of external-data streaming, no node pass
                            *LOAD_TESTS], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
