@@ -6,7 +6,8 @@ Usage::
     python benchmarks/run.py --smoke --out DIR    # seconds: tiny sizes, one repeat (the tests)
 
 Every job is its own ``python`` process (interpreter start, imports, load, work, save), run
-round-robin with the other jobs of its row group ``--repeat`` times; the table gives medians of
+round-robin with the other jobs of its row group ``--repeat`` times (each round starting one job
+later); the table gives medians of
 wall time, CPU time (user + system of the child) and peak RSS (``wait4``). Each ratio divides by
 the floor of the same model measured in the same rounds: ``python -c "import onnx;
 onnx.save(onnx.load(IN), OUT)"`` (for copy, the same floor on the copy's own result; for external
@@ -241,11 +242,16 @@ class Row:
 def measure_group(group: str, size: str, jobs: dict[str, tuple[list[str], list[Path], str]],
                   repeat: int, rows: list[Row], loads: list[str]) -> None:
     """Round-robin ``repeat`` times over ``jobs`` (name -> argv, files to delete first, the
-    name of its floor job); append medians and ratios to ``rows``."""
+    name of its floor job); append medians and ratios to ``rows``. Each round starts one job
+    later than the one before: on this VM a process writing gigabytes right after another one
+    freed gigabytes pays several seconds of system time for fresh pages (measured: the same
+    `cp` 0.38 s and 4.08 s), so no job may always run in the same place."""
     loads.append(f"{group} {size}: load {load_average()} before")
     samples: dict[str, list[Sample]] = {name: [] for name in jobs}
-    for _ in range(repeat):
-        for name, (argv, cleanup, _) in jobs.items():
+    names = list(jobs)
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            argv, cleanup, _ = jobs[name]
             samples[name].append(run_once(argv, cleanup))
     loads[-1] += f", {load_average()} after"
     med = {name: Sample(statistics.median(s.wall for s in ss), statistics.median(s.cpu for s in ss),
@@ -404,7 +410,8 @@ def write_report(out: Path, rows: list[Row], loads: list[str], notes: list[str],
              "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + ".", "",
              "Every job is a separate `python` process (start-up, imports, load, work, save and, "
              "for onnxsurgeon, the `onnx.checker` pass on the output), jobs of a group run "
-             "round-robin, medians of the repeats. The ratio divides by the floor named in the "
+             "round-robin, each round starting one job later, medians of the repeats. The ratio "
+             "divides by the floor named in the "
              "row, measured in the same rounds; CPU = user + system time of the child, RSS = its "
              "peak resident memory. The machine is shared, so absolute times move with the load "
              "recorded below; compare the ratios.", ""]
