@@ -3,7 +3,8 @@
 :func:`onnxsurgeon.io.load` checks every initializer and :mod:`onnxsurgeon.validate` walks every
 node. In Python each element costs protobuf wrapper objects and a string per field; here the
 optional extension ``onnxsurgeon._scan`` (``_scan.c``, built by ``pip install`` when a C compiler
-is present) reads the same fields from the serialized model: 3-5x less time for those passes
+is present) reads the same fields from the serialized model: on a 90k-node chain the tensor
+check takes 0.014 s instead of 0.11 s and the structural pass 0.10 s instead of 0.30 s
 (benchmarks/PROFILE.md, round 7). Both functions answer exactly what the Python passes compute,
 or None, and then the caller runs the Python pass: when the extension is not built, when
 ``ONNXSURGEON_SCAN=0``, or for bytes the scanner does not read exactly as protobuf does (the

@@ -47,6 +47,18 @@ def test_the_extension_is_built_in_ci():
         pytest.skip("not built here")
 
 
+@need_built
+def test_the_extension_is_not_older_than_its_source():
+    """An editable install builds the extension next to its source, once: after an edit of
+    _scan.c the tests would run the old build."""
+    built = Path(scan._scan.__file__)
+    source = ROOT / "onnxsurgeon" / "_scan.c"
+    if built.parent != source.parent:
+        pytest.skip("installed elsewhere (not an editable install)")
+    assert built.stat().st_mtime >= source.stat().st_mtime, (
+        "onnxsurgeon/_scan.c changed after the extension was built; run pip install -e . again")
+
+
 # ------------------------------------------------------------------ what load hands on
 def _state(path: Path) -> tuple:
     """Everything load computes that a later step reads, or the error it raised."""
