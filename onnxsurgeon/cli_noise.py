@@ -50,6 +50,7 @@ def phase(name: str) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+        timer.join()  # gone before the next phase: a save counts the threads it may fork beside
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -631,10 +632,17 @@ def _fork_is_safe() -> bool:
     if not all(t.name.startswith(FORK_SAFE_THREADS) for t in others):
         return False
     try:
-        return (len(os.sched_getaffinity(0)) >= 2
-                and len(os.listdir("/proc/self/task")) == 1 + len(others))
+        if len(os.sched_getaffinity(0)) < 2:
+            return False
+        # a thread Python has just seen finish (a phase timer joined) may still be leaving the
+        # kernel's list for a moment: a few looks, 1 ms apart, before calling it a native thread
+        for _ in range(5):
+            if len(os.listdir("/proc/self/task")) == 1 + len(others):
+                return True
+            time.sleep(0.001)
     except OSError:
-        return False
+        pass
+    return False
 
 
 class _WalkNeeded(Exception):
