@@ -6,8 +6,8 @@ Usage::
     python benchmarks/run.py --smoke --out DIR    # seconds: tiny sizes, one repeat (the tests)
 
 Every job is its own ``python`` process (interpreter start, imports, load, work, save), run
-round-robin with the other jobs of its row group ``--repeat`` times (each round starting one job
-later); the table gives medians of
+round-robin with the other jobs of its row group ``--repeat`` times (each round in its own
+shuffled, seeded order); the table gives medians of
 wall time, CPU time (user + system of the child) and peak RSS (``wait4``). Each ratio divides by
 the floor of the same model measured in the same rounds: ``python -c "import onnx;
 onnx.save(onnx.load(IN), OUT)"`` (for copy, the same floor on the copy's own result; for external
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -242,15 +243,18 @@ class Row:
 def measure_group(group: str, size: str, jobs: dict[str, tuple[list[str], list[Path], str]],
                   repeat: int, rows: list[Row], loads: list[str]) -> None:
     """Round-robin ``repeat`` times over ``jobs`` (name -> argv, files to delete first, the
-    name of its floor job); append medians and ratios to ``rows``. Each round starts one job
-    later than the one before: on this VM a process writing gigabytes right after another one
-    freed gigabytes pays several seconds of system time for fresh pages (measured: the same
-    `cp` 0.38 s and 4.08 s), so no job may always run in the same place."""
+    name of its floor job); append medians and ratios to ``rows``. Each round runs the jobs in
+    its own order (shuffled, seeded by the group and the round: the same order in every run).
+    On this VM a process writing gigabytes a second or three after another one freed
+    gigabytes pays seconds of system time for fresh pages (measured: the same `cp` 0.38 s and
+    4.08 s), so no job may always run in the same place, nor the same distance after another
+    (a rotation keeps the distances: reroute and copy paid every round)."""
     loads.append(f"{group} {size}: load {load_average()} before")
     samples: dict[str, list[Sample]] = {name: [] for name in jobs}
-    names = list(jobs)
     for r in range(repeat):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        order = list(jobs)
+        random.Random(f"{group} {size} round {r}").shuffle(order)
+        for name in order:
             argv, cleanup, _ = jobs[name]
             samples[name].append(run_once(argv, cleanup))
     loads[-1] += f", {load_average()} after"
@@ -410,8 +414,8 @@ def write_report(out: Path, rows: list[Row], loads: list[str], notes: list[str],
              "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + ".", "",
              "Every job is a separate `python` process (start-up, imports, load, work, save and, "
              "for onnxsurgeon, the `onnx.checker` pass on the output), jobs of a group run "
-             "round-robin, each round starting one job later, medians of the repeats. The ratio "
-             "divides by the floor named in the "
+             "round-robin, each round in its own shuffled (seeded) order, medians of the repeats. "
+             "The ratio divides by the floor named in the "
              "row, measured in the same rounds; CPU = user + system time of the child, RSS = its "
              "peak resident memory. The machine is shared, so absolute times move with the load "
              "recorded below; compare the ratios.", ""]
