@@ -133,6 +133,24 @@ static int append_new(PyObject *list, PyObject *item) {
     return r;
 }
 
+/* Append the text ``s`` to ``list`` (``empty`` when the field is absent; through ``cache`` when
+ * given). -1 on failure, with *bail set when the bytes are not UTF-8 (the Python pass then
+ * gives protobuf's answer). */
+static int append_text(PyObject *list, Cursor s, TextCache *cache, PyObject *empty, int *bail) {
+    PyObject *item;
+    if (s.p == NULL) {
+        Py_INCREF(empty);
+        item = empty;
+    } else {
+        item = cache ? cached_text(cache, s) : text(s);
+    }
+    if (item == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) *bail = 1;
+        return -1;
+    }
+    return append_new(list, item);
+}
+
 /* What a scan returns: its result, or None (no exception) when it gave up reading. */
 static PyObject *answer(PyObject *result, int bail) {
     if (!bail) return result;
@@ -223,22 +241,10 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
             goto done;
         }
         if (append_new(counts, PyLong_FromSsize_t(n_in)) < 0) goto done;
-        if (name.p == NULL) {
-            if (PyList_Append(names, empty) < 0) goto done;
-        } else if (append_new(names, text(name)) < 0) {
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
+        if (append_text(names, name, NULL, empty, &bail) < 0 ||
+            append_text(ops, op, &op_cache, empty, &bail) < 0 ||
+            append_text(domains, domain, &domain_cache, empty, &bail) < 0)
             goto done;
-        }
-        PyObject *o = op.p ? cached_text(&op_cache, op) : (Py_INCREF(empty), empty);
-        if (append_new(ops, o) < 0) {
-            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
-            goto done;
-        }
-        PyObject *d = domain.p ? cached_text(&domain_cache, domain) : (Py_INCREF(empty), empty);
-        if (append_new(domains, d) < 0) {
-            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
-            goto done;
-        }
         PyObject *index = PyLong_FromSsize_t(i);
         if (index == NULL) goto done;
         if (n_out != 1 && append_new(multi, (Py_INCREF(index), index)) < 0) {
@@ -302,6 +308,7 @@ done:
  * A tensor like an earlier one in all three, with only those four fields, gets the same
  * verdict from the exact check (it reads nothing else), so it is not listed. */
 #define GROUPS 64
+#define MAX_DIMS 64
 typedef struct {
     int64_t dtype;
     Cursor dims; /* the dims fields' bytes, as written, for comparison */
@@ -316,8 +323,8 @@ static PyObject *scan_initializers(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Group groups[GROUPS];
     int n_groups = 0, bail = 0;
-    PyObject *dims_list = NULL;
-    if (!names || !types || !check) goto done;
+    PyObject *empty = PyUnicode_FromStringAndSize("", 0);
+    if (!names || !types || !check || !empty) goto done;
     Cursor g, t;
     if (!main_graph(&buf, &g)) {
         bail = 1;
@@ -331,35 +338,26 @@ static PyObject *scan_initializers(PyObject *self, PyObject *args) {
         int wire;
         Cursor c = t, f, name = {NULL, NULL}, raw = {NULL, NULL};
         const uint8_t *dims_start = NULL, *dims_end = NULL;
-        int64_t dtype = 0;
-        int plain = 1, rr, dims_contiguous = 1;
-        const uint8_t *field_start = c.p;
-        Py_CLEAR(dims_list);
-        dims_list = PyList_New(0);
-        if (dims_list == NULL) goto done;
+        int64_t dtype = 0, dims[MAX_DIMS];
+        int plain = 1, rr, dims_contiguous = 1, n_dims = 0;
         while (1) {
-            field_start = c.p;
+            const uint8_t *field_start = c.p;
             rr = next_field(&c, &number, &wire, &f, &value);
             if (rr != 1) break;
             if (number == 1 && (wire == 0 || wire == 2)) {
                 if (dims_start == NULL) dims_start = field_start;
                 else if (dims_end != field_start) dims_contiguous = 0;
                 dims_end = c.p;
-                if (wire == 0) {
-                    if (append_new(dims_list,
-                                   PyLong_FromLongLong((long long)(int64_t)value)) < 0)
+                /* one value (wire type 0), or every value of a packed field; more dims than
+                 * any real tensor has, or a broken varint: the Python pass */
+                int more = wire == 0;
+                while (more || (wire == 2 && f.p < f.end)) {
+                    if ((wire == 2 && !varint(&f, &value)) || n_dims == MAX_DIMS) {
+                        bail = 1;
                         goto done;
-                } else {
-                    Cursor packed = f;
-                    uint64_t v;
-                    while (packed.p < packed.end) {
-                        if (!varint(&packed, &v)) {
-                            bail = 1;
-                            goto done;
-                        }
-                        if (append_new(dims_list, PyLong_FromLongLong((long long)(int64_t)v)) < 0)
-                            goto done;
                     }
+                    dims[n_dims++] = (int64_t)value;
+                    more = 0;
                 }
             } else if (number == 2 && wire == 0) {
                 dtype = (int64_t)(int32_t)(uint32_t)value;
@@ -375,12 +373,7 @@ static PyObject *scan_initializers(PyObject *self, PyObject *args) {
             bail = 1;
             goto done;
         }
-        if (name.p == NULL) {
-            if (append_new(names, PyUnicode_FromStringAndSize("", 0)) < 0) goto done;
-        } else if (append_new(names, text(name)) < 0) {
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) bail = 1;
-            goto done;
-        }
+        if (append_text(names, name, NULL, empty, &bail) < 0) goto done;
         if (raw.p == NULL || name.p == NULL || name.p == name.end || !dims_contiguous) plain = 0;
         /* the (data type, dims) tuple: shared with an earlier tensor written the same way */
         Cursor dims_bytes = {dims_start, dims_end};
@@ -402,9 +395,17 @@ static PyObject *scan_initializers(PyObject *self, PyObject *args) {
         if (type != NULL) {
             Py_INCREF(type);
         } else {
-            PyObject *dims = PyList_AsTuple(dims_list);
-            if (dims == NULL) goto done;
-            type = Py_BuildValue("(LN)", (long long)dtype, dims);
+            PyObject *shape = PyTuple_New(n_dims);
+            if (shape == NULL) goto done;
+            for (int d = 0; d < n_dims; d++) {
+                PyObject *dim = PyLong_FromLongLong((long long)dims[d]);
+                if (dim == NULL) {
+                    Py_DECREF(shape);
+                    goto done;
+                }
+                PyTuple_SET_ITEM(shape, d, dim);
+            }
+            type = Py_BuildValue("(LN)", (long long)dtype, shape);
             if (type == NULL) goto done;
         }
         if (PyList_Append(types, type) < 0) {
@@ -435,7 +436,7 @@ static PyObject *scan_initializers(PyObject *self, PyObject *args) {
 done:
     result = answer(result, bail);
     for (int j = 0; j < n_groups; j++) Py_DECREF(groups[j].type);
-    Py_XDECREF(dims_list);
+    Py_XDECREF(empty);
     Py_XDECREF(names);
     Py_XDECREF(types);
     Py_XDECREF(check);

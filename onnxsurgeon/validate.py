@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, chain, count, islice
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import onnx
 
@@ -168,7 +168,7 @@ class _ScopeResult:
 def _check_scope(
     body: _Body, outer: tuple[AbstractSet[str], ...], *, sort: bool,
     graph: onnx.GraphProto | None,
-    scan_nodes: Callable[[dict[str, int]], tuple[Any, ...] | None] | None = None,
+    scan_nodes: Callable[[dict[str, int]], _NodeLoop | None] | None = None,
 ) -> _ScopeResult:
     """Validate one graph or function body (its nodes re-sorted into ``graph`` when ``sort``
     and some read precedes its producer).
@@ -203,16 +203,12 @@ def _check_scope(
                     f"{label} defines '{name}', which shadows a tensor of an enclosing graph; "
                     "rename the inner tensor"
                 )
-    # Fast path, one pass over the nodes (the hot loop: ~2.2 us per node on a 90k-node chain,
-    # fields fetched by one C-level attrgetter per node; a repeated field is read by slicing it,
-    # a C-level copy, ~3x cheaper in upb than iterating it). ``first`` maps every name defined
-    # so far to its first producer (a leaf id <= -2 for inputs and initializers, -1 for "" =
-    # optional input omitted), so a read is in order exactly when its name is already there.
-    # The producer of every read is recorded on the way (``preds``, one flat list: ~0.1 us per
-    # node, a tuple per node costs three times that): the int dataflow graph
+    # Fast path, one pass over the nodes (_node_loop, or the same in C). ``first`` maps every
+    # name defined so far to its first producer (a leaf id <= -2 for inputs and initializers,
+    # -1 for "" = optional input omitted), so a read is in order exactly when its name is
+    # already there. The producer of every read is recorded on the way (``preds``, one flat
+    # list: ~0.1 us per node, a tuple per node costs three times that): the int dataflow graph
     # :class:`~onnxsurgeon.index.NodeEdges` that extract walks without touching protobuf again.
-    # Texts are checked after the loop, in C (``_all_text``), instead of three type tests per
-    # node.
     first: dict[str, int] = dict(zip(inputs, count(-2, -1)))  # inputs are distinct here
     if init_seen.isdisjoint(first):  # each initializer a new leaf, in order
         first.update(zip(initializers, count(-2 - len(first), -1)))
@@ -224,44 +220,16 @@ def _check_scope(
         del leaves[first[""]]
     first[""] = -1
     before = len(first)  # the names defined by nodes are the keys past this
-    get, put = first.get, first.setdefault
-    preds: list[int | None] = []  # producer of every read, node after node (None: not yet)
-    counts: list[int] = []  # reads per node
-    record, count_of = preds.extend, counts.append
+    get = first.get
     late: list[int] = []  # nodes reading something not yet produced (or never, or outer)
-    suspects = False  # some output name was already defined (or is ""): precise slow path
-    holders: list[int] = []  # nodes with attributes: the only ones that can hold graphs
-    names: list[str] = []  # node names (for a name allocator that needs no second pass)
-    ops: list[str] = []  # op_type of every node
-    domains: list[str] = []  # domain of every node
-    multi: list[int] = []  # nodes without exactly one output
-    name_of, op_of, domain_of = names.append, ops.append, domains.append
     scanned = scan_nodes(first) if scan_nodes is not None else None
     if scanned is not None and len(scanned[1]) != len(nodes):  # never seen; a guard
         scanned = None
-    if scanned is not None:  # the same loop, run in C on the serialized model (scan.py)
-        preds, counts, names, ops, domains, multi, holders, suspects = scanned
-    else:
-        # the C pass may have added keys before giving up: keep the leaves only
-        deque(map(first.__delitem__, list(islice(first, before, None))), maxlen=0)
-    for i, (ins, outs, attrs, name, op, dom) in enumerate(
-            map(EDGE_FIELDS, nodes) if scanned is None else ()):
-        ins = ins[:]
-        record(map(get, ins))  # C-level; checked below in one scan
-        count_of(len(ins))
-        name_of(name)
-        op_of(op)
-        domain_of(dom)
-        if len(outs) == 1:
-            if put(outs[0], i) != i:
-                suspects = True
-        else:
-            multi.append(i)
-            for out in outs:
-                if out and put(out, i) != i:
-                    suspects = True
-        if attrs:
-            holders.append(i)
+    if scanned is None:
+        if len(first) > before:  # the C pass gave up after adding keys: keep the leaves only
+            deque(map(first.__delitem__, list(islice(first, before, None))), maxlen=0)
+        scanned = _node_loop(nodes, first)
+    preds, counts, names, ops, domains, multi, holders, suspects = scanned
     if None in preds:  # some node reads a name not produced before it (or never): which ones
         k = 0
         for i, c in enumerate(counts):
@@ -357,6 +325,56 @@ def _check_scope(
 
 
 _NAME = attrgetter("name")
+
+
+_NodeLoop = tuple[list[int | None], list[int], list[str], list[str], list[str], list[int],
+                  list[int], bool]
+"""What the node pass gives: see :func:`_node_loop`."""
+
+
+def _node_loop(nodes: Sequence[onnx.NodeProto], first: dict[str, int]) -> _NodeLoop:
+    """The node pass of :func:`_check_scope` (:func:`onnxsurgeon.scan.nodes` computes the same
+    in C): (preds, counts, names, ops, domains, multi, holders, suspects), ``first`` extended.
+
+    ``preds``: the producer of every read, node after node (None: not yet produced); ``counts``:
+    reads per node; names, ops and domains of every node; ``multi``: nodes without exactly one
+    output; ``holders``: nodes with attributes (the only ones that can hold graphs);
+    ``suspects``: some output name was already defined (or is ""). ``first`` maps every name
+    defined so far to its first producer, so a read is in order exactly when its name is there.
+
+    The hot loop: ~2.2 us per node on a 90k-node chain, fields fetched by one C-level attrgetter
+    per node; a repeated field is read by slicing it, a C-level copy, ~3x cheaper in upb than
+    iterating it. Texts are checked by the caller, in C (``_all_text``).
+    """
+    get, put = first.get, first.setdefault
+    preds: list[int | None] = []
+    counts: list[int] = []
+    names: list[str] = []
+    ops: list[str] = []
+    domains: list[str] = []
+    multi: list[int] = []
+    holders: list[int] = []
+    suspects = False
+    record, count_of = preds.extend, counts.append
+    name_of, op_of, domain_of = names.append, ops.append, domains.append
+    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, nodes)):
+        ins = ins[:]
+        record(map(get, ins))  # C-level; checked by the caller in one scan
+        count_of(len(ins))
+        name_of(name)
+        op_of(op)
+        domain_of(dom)
+        if len(outs) == 1:
+            if put(outs[0], i) != i:
+                suspects = True
+        else:
+            multi.append(i)
+            for out in outs:
+                if out and put(out, i) != i:
+                    suspects = True
+        if attrs:
+            holders.append(i)
+    return preds, counts, names, ops, domains, multi, holders, suspects
 
 
 def _first_repeat(names: Sequence[str]) -> str:

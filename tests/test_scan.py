@@ -202,6 +202,9 @@ HAND = {
     "an unknown group in the graph": _model(
         [_node(["x"], ["y"])], graph_extra=_varint(97 << 3 | 3) + _varint(97 << 3 | 4)),
     "packed dims": _model([_node(["x", "W"], ["y"], op="MatMul")], [_tensor("W", W, packed=True)]),
+    "an empty packed dims field (a scalar)": _model(
+        [_node(["x", "S"], ["y"], op="Mul")],
+        [_field(1, b"") + _field(2, 1, 0) + _text(8, "S") + _field(9, B.tobytes()[:4])]),
     "dims split by another field": _model(
         [_node(["x", "W"], ["y"], op="MatMul")],
         [_field(1, 4, 0) + _text(8, "W") + _field(1, 4, 0) + _field(2, 1, 0)
