@@ -29,6 +29,14 @@ def test_benchmark_command_smoke_run_writes_table_and_chart(tmp_path):
                 and line.rstrip().endswith(("| holds |", "| misses |", "| not measured |"))]
     assert len(verdicts) == 4  # the 4 MB external model's targets are judged (the peer skipped)
     assert "| 90k chain: extract <= 1.3x the floor | - | not measured |" in text  # 120 nodes
+    # the report's table judged again from its printed rows: the same verdicts
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import targets
+
+    rejudged = [line.rsplit("|", 2)[-2].strip() for line in targets.markdown(targets.parse(text))]
+    written = [line.rsplit("|", 2)[-2].strip() for line in text.split("## Every job")[0]
+               .splitlines() if line.endswith(("| holds |", "| misses |", "| not measured |"))]
+    assert rejudged[2:] == written and len(written) == 15
     assert (tmp_path / "results.png").stat().st_size > 1000
     assert not list(Path("/tmp").glob("osg-bench-*/distinct120"))  # models deleted afterwards
 
@@ -63,7 +71,7 @@ def test_targets_hold_miss_or_go_unmeasured_by_the_rows():
     assert by_name["90k chain: extract <= 1.3x the floor"].measured == "distinct 0.70x, shared 1.20x"
     assert by_name["90k chain: extract >= 10x faster than onnx-ir"].holds is True  # 21.0 / 1.5
     assert by_name["90k chain: extract >= 5x faster than onnx-graphsurgeon"].holds is None
-    assert by_name["time and memory linear in node count (worst job)"].holds is True
+    assert by_name["time and memory linear in node count (worst job, within 10%)"].holds is True
     assert by_name["external: insert, reroute, copy <= 1.5x cp of the data plus the graph's "
                    "load+save"].word == "not measured"
     # one shape over the line is a miss for the whole target
@@ -71,12 +79,23 @@ def test_targets_hold_miss_or_go_unmeasured_by_the_rows():
     assert missed["90k chain: extract <= 1.3x the floor"].holds is False
 
 
-def test_growth_beyond_the_node_count_is_a_miss():
-    rows = _chain_rows(extract_ratio=1.0)
-    rows = [r if not (r.size == "90000" and r.job == "onnxsurgeon reroute" and r.group == "shared")
-            else _row("shared", "90000", "onnxsurgeon reroute", 0.6 * 3.4) for r in rows]
-    growth = next(v for v in targets.evaluate(rows) if v.target.startswith("time and memory"))
-    assert growth.holds is False and "shared reroute time x3.40 for x3.0 nodes" in growth.measured
+def test_growth_beyond_the_node_count_or_its_floors_growth_is_a_miss():
+    def growth(rows):
+        return next(v for v in targets.evaluate(rows) if v.target.startswith("time and memory"))
+
+    def reroute_at_90k(wall):
+        return [r if not (r.size == "90000" and r.job == "onnxsurgeon reroute"
+                          and r.group == "shared") else _row("shared", "90000", r.job, wall)
+                for r in _chain_rows(extract_ratio=1.0)]
+
+    slow = growth(reroute_at_90k(0.6 * 3.4))
+    assert slow.holds is False
+    assert "shared reroute time x3.40 against x3.0 nodes (30000 -> 90000 nodes)" in slow.measured
+    # the same growth where onnx's own load+save of those models grew x3.2: within 10% of it
+    floors = [_row(shape, size, "floor", wall) for shape in ("distinct", "shared")
+              for size, wall in (("30000", 1.0), ("90000", 3.2))]
+    assert growth(reroute_at_90k(0.6 * 3.4) + floors).holds is True
+    assert growth(reroute_at_90k(0.6 * 3.6) + floors).holds is False  # 3.6 / 3.2 > 1.1
 
 
 def test_external_targets_read_the_peers_best_round_and_every_verb():
