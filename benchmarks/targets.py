@@ -28,6 +28,7 @@ class RowLike(Protocol):
     rss_mb: float
     ratio: float
     best: float
+    floor: str
 
 
 @dataclass(frozen=True)
@@ -154,22 +155,14 @@ def markdown(rows: Sequence[RowLike]) -> list[str]:
     return lines
 
 
-@dataclass
-class _Parsed:
-    group: str
-    size: str
-    job: str
-    wall: float
-    rss_mb: float
-    ratio: float
-    best: float
-    floor: str
+def parse(text: str) -> list[RowLike]:
+    """The job rows of a RESULTS.md table (its first table with a ``job`` column) as
+    ``run.Row`` (CPU figures not read); a report without the ``best s`` column gives NaN
+    there."""
+    from run import Row
 
-
-def parse(text: str) -> list[_Parsed]:
-    """The job rows of a RESULTS.md table (its first table with a ``job`` column); a report
-    without the ``best s`` column gives NaN there."""
-    rows: list[_Parsed] = []
+    nan = float("nan")
+    rows: list[RowLike] = []
     header: list[str] | None = None
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -183,11 +176,11 @@ def parse(text: str) -> list[_Parsed]:
             continue
         row = dict(zip(header, cells, strict=False))
         job = row["job"]
-        rows.append(_Parsed(
-            row["model"], row["nodes"], job, float(row["wall s"]),
-            float(row.get("peak RSS MB", "nan")), float(row["ratio"].rstrip("x")),
-            float(row.get("best s", "nan")),
-            job if row.get("floor", "-") == "-" else row["floor"]))
+        rows.append(Row(
+            row["model"], row["nodes"], job, float(row["wall s"]), nan,
+            float(row.get("peak RSS MB", "nan")),
+            job if row.get("floor", "-") == "-" else row["floor"],
+            float(row["ratio"].rstrip("x")), nan, float(row.get("best s", "nan"))))
     return rows
 
 
