@@ -267,10 +267,11 @@ class Row:
 
 
 def measure_group(group: str, size: str, jobs: dict[str, tuple[list[str], list[Path], str]],
-                  repeat: int, rows: list[Row], loads: list[str]) -> None:
+                  repeat: int, rows: list[Row], loads: list[str], seed: int = 0) -> None:
     """Round-robin ``repeat`` times over ``jobs`` (name -> argv, files to delete first, the
     name of its floor job); append medians and ratios to ``rows``. Each round runs the jobs in
-    its own order (shuffled, seeded by the group and the round: the same order in every run).
+    its own order (shuffled, seeded by the group, the round and ``seed``: the same order in
+    every run of that seed).
     On this VM a process writing gigabytes a second or three after another one freed
     gigabytes pays seconds of system time for fresh pages (measured: the same `cp` 0.38 s and
     4.08 s), so no job may always run in the same place, nor the same distance after another
@@ -280,7 +281,8 @@ def measure_group(group: str, size: str, jobs: dict[str, tuple[list[str], list[P
     samples: dict[str, list[Sample]] = {name: [] for name in jobs}
     for r in range(repeat):
         order = list(jobs)
-        random.Random(f"{group} {size} round {r}").shuffle(order)
+        random.Random(f"{group} {size} round {r}" + (f" seed {seed}" if seed else "")).shuffle(
+            order)
         for name in order:
             argv, cleanup, _ = jobs[name]
             samples[name].append(run_once(argv, cleanup))
@@ -526,6 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="peers run up to this many nodes")
     parser.add_argument("--gs-shared-max-nodes", type=int, default=10000,
                         help="onnx-graphsurgeon on the shared-weight chain up to this many nodes")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the rounds' job orders (0: the orders of earlier runs). "
+                             "Each seed repeats its orders exactly; on this VM a job's place "
+                             "after another can cost it seconds, so compare runs of several "
+                             "seeds before blaming a job")
     parser.add_argument("--external-mb", type=int, default=1200)
     parser.add_argument("--big-mb", type=int, default=2200, help="0 skips the >2 GB model")
     parser.add_argument("--out", type=Path, default=HERE)
@@ -572,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
                 measure_group(shape, str(blocks * 3),
                               chain_jobs(src, folder, blocks, width, peers), args.repeat, rows,
-                              loads)
+                              loads, args.seed)
                 shutil.rmtree(folder)
         for label, mb in (("external", args.external_mb), ("external >2 GB", args.big_mb)):
             if not mb:
@@ -587,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   flush=True)
             measure_group(f"{label} ({size_gb:.2f} GB)", str(blocks * 2),
                           external_jobs(src, folder, blocks, full_floor=not big, peers=peers),
-                          args.external_repeat, rows, loads)
+                          args.external_repeat, rows, loads, args.seed)
             if big:
                 notes.append(f"{label}: onnx load+save of all {size_gb:.2f} GB in one process is "
                              "not run (it holds every weight in memory); the floor is cp plus "
