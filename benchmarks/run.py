@@ -287,9 +287,10 @@ def measure_group(group: str, size: str, jobs: dict[str, tuple[list[str], list[P
             argv, cleanup, _ = jobs[name]
             samples[name].append(run_once(argv, cleanup))
     loads[-1] += f", {load_average()} after"
-    if returned is not None:
-        loads[-1] += (f"; the VM returned {((reported_kib() or 0) - returned) / 2**20:.1f} GB "
-                      "of free memory to its host meanwhile")
+    after = reported_kib()
+    if returned is not None and after is not None:
+        loads[-1] += (f"; the VM returned {(after - returned) / 2**20:.1f} GB of free memory to "
+                      "its host meanwhile")
     med = {name: Sample(statistics.median(s.wall for s in ss), statistics.median(s.cpu for s in ss),
                         statistics.median(s.rss_mb for s in ss)) for name, ss in samples.items()}
     for name, (_, _, floor) in jobs.items():

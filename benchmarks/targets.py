@@ -51,8 +51,9 @@ def _find(rows: Sequence[RowLike], group: str, job: str, size: str | None = None
 
 def _judge(target: str, parts: Iterable[tuple[str, float | None]],
            ok: Callable[[float], bool], fmt: str = "{:.2f}x") -> Verdict:
-    """One verdict over labelled figures: holds when every measured figure is ``ok``."""
-    measured = [(label, v) for label, v in parts if v is not None]
+    """One verdict over labelled figures: holds when every measured figure is ``ok`` (None or
+    NaN, as a report without the ``best s`` column gives, is not measured)."""
+    measured = [(label, v) for label, v in parts if v is not None and v == v]
     if not measured:
         return Verdict(target, "-", None)
     text = ", ".join(f"{label} {fmt.format(v)}" for label, v in measured)

@@ -113,3 +113,12 @@ def test_external_targets_read_the_peers_best_round_and_every_verb():
     assert verbs.holds is False and verbs.measured == "insert 1.20x, reroute 1.60x, copy 1.40x"
     assert got["peak RSS of every onnxsurgeon job <= 200 MB"].measured == "largest 210 MB"
     assert got["--share-data <= 1.5x the graph's own load+save"].holds is None
+
+
+def test_a_report_without_best_rounds_leaves_that_target_unmeasured():
+    group = "external (1.26 GB)"
+    rows = [_row(group, "150", "onnxsurgeon extract", 0.9),
+            _row(group, "150", "onnx-ir extract, writing its data file", 1.2, best=float("nan"))]
+    verdict = next(v for v in targets.evaluate(rows) if "onnx-ir's best run" in v.target
+                   and v.target.startswith(group))
+    assert verdict.holds is None and verdict.measured == "-"
