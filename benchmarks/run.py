@@ -603,7 +603,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(folder)
         if any(mb for mb in (args.external_mb, args.big_mb)):
             notes.append("external data: onnxsurgeon fsyncs every file it writes before renaming "
-                         "it into place (a crash leaves the old output or the whole new one); "
+                         "it into place (a crash leaves the old output or the whole new one) and "
+                         "writes the data file with direct I/O where the filesystem takes it "
+                         "(ONNXSURGEON_DIRECT_IO=0: through the page cache); "
                          "cp, onnx and onnx-ir do not (their bytes reach the disk later, on the "
                          "kernel's time): 'cp + fsync' is the durable copy for comparison. "
                          "Before every job the harness deletes that job's earlier output and "

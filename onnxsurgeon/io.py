@@ -495,8 +495,9 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     data by itself when the proto would pass 2 GB. The input file and its data files are never
     written. Files are written invisibly, flushed to the disk (fsync) and renamed into place only
     when complete, so an interrupted save leaves no partial output, even after a power loss (the
-    data file is handed to the disk while it is copied: the flush adds little to the copy; see
-    :mod:`~onnxsurgeon.datastream`). Peak memory: the serialized proto plus one chunk.
+    data file is written with direct I/O where the filesystem takes it, else handed to the disk
+    while it is copied, so the flush adds little to the copy; see
+    :mod:`~onnxsurgeon.datastream`). Peak memory: the serialized proto plus one window.
 
     The written file is checked with ``onnx.checker`` as ``check`` says (see
     :class:`~onnxsurgeon.checking.Check`; by default the full check for models up to 20,000

@@ -1,10 +1,12 @@
 """External data written on save (``datastream.RangeWriter``): the byte ranges land exactly,
-through the kernel or through memory, and each finished window is handed to the disk while the
-next is copied, so the fsync before the rename waits only for the tail."""
+with direct I/O (no page cache for the output), through the kernel or through memory; on the
+page-cache paths each finished window is handed to the disk while the next is copied, so the
+fsync before the rename waits only for the tail."""
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import sys
@@ -16,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxsurgeon.datastream import ALIGNMENT, BLOCK, RangeWriter
+from onnxsurgeon.errors import InvalidModelError
 from onnxsurgeon.external import ExternalRef, resolve_external
 from onnxsurgeon.io import load, save
 
@@ -40,14 +43,38 @@ def _data_refs(folder: Path, sizes: list[int]) -> tuple[bytes, list[ExternalRef]
     return data, refs
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "pread"])
-def test_ranges_longer_than_a_window_are_copied_exactly(tmp_path, kernel):
+PATHS = ["direct", "copy_file_range", "pread"]
+
+
+def _writer(fd: int, path: str, **kw) -> RangeWriter:
+    """A writer on ``fd`` that takes ``path`` (skips where this filesystem has no direct I/O)."""
+    writer = RangeWriter(fd, direct=path == "direct", **kw)
+    if path == "direct" and writer.direct is None:
+        writer.close()
+        pytest.skip("this filesystem takes no O_DIRECT")
+    writer.kernel_copy = path == "copy_file_range" and writer.kernel_copy
+    return writer
+
+
+def _copy_all(writer: RangeWriter, fd: int, refs: list[ExternalRef], out: Path) -> list[int]:
+    """Copy every range, finish the file, close the writer and ``fd``; returns the starts."""
+    try:
+        starts = [writer.copy(ref, f"w{i}") for i, ref in enumerate(refs)]
+        writer.finish()
+    finally:
+        writer.close()
+        os.close(fd)
+    assert out.stat().st_size == writer.offset
+    return starts
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_ranges_longer_than_a_window_are_copied_exactly(tmp_path, path):
     window = 64 * KB
     sizes = [5 * window + 123, 1000, 3 * window - 7]
     data, refs = _data_refs(tmp_path, sizes)
     fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    writer = RangeWriter(fd, window=window)
-    writer.kernel_copy = kernel and writer.kernel_copy
+    writer = _writer(fd, path, window=window)
     try:
         starts = [writer.copy(ref, f"w{i}") for i, ref in enumerate(refs)]
         inline = b"inline bytes"
@@ -67,23 +94,20 @@ def test_ranges_longer_than_a_window_are_copied_exactly(tmp_path, kernel):
     assert out[at:at + len(inline)] == inline
 
 
-def test_large_ranges_keep_their_place_in_a_block(tmp_path):
+@pytest.mark.parametrize("path", PATHS)
+def test_large_ranges_keep_their_place_in_a_block(tmp_path, path):
     """A range of >= 1 MiB at a 64-byte aligned source offset starts at an output offset
-    congruent to it modulo 4 KiB (what a reflinking filesystem needs to clone it), still 64-byte
-    aligned; other ranges are only 64-byte aligned."""
+    congruent to it modulo 4 KiB (what a reflinking filesystem needs to clone it, and what lets
+    direct I/O write it straight from the source's pages), still 64-byte aligned; other ranges
+    are only 64-byte aligned."""
     mib = 1 << 20
     # w1 at 1000 (not 64-aligned), w2 at 1000 + mib + 24 = 64 * 16400 (64- not 4096-aligned)
     sizes = [1000, mib + 24, 2 * mib + 3, 5053, mib - 64]
     data, refs = _data_refs(tmp_path, sizes)
     offsets = np.cumsum([0, *sizes[:-1]])
     fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    writer = RangeWriter(fd)
-    try:
-        starts = [writer.copy(ref, f"w{i}") for i, ref in enumerate(refs)]
-        writer.finish()
-    finally:
-        writer.close()
-        os.close(fd)
+    writer = _writer(fd, path, window=256 * KB)  # the direct stage fills and flushes too
+    starts = _copy_all(writer, fd, refs, tmp_path / "out.data")
     out = (tmp_path / "out.data").read_bytes()
     for start, offset, size in zip(starts, offsets, sizes, strict=True):
         assert start % ALIGNMENT == 0
@@ -138,7 +162,7 @@ def test_finished_windows_are_handed_to_the_disk_while_copying(tmp_path):
     finally:
         os.close(control)
     fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    writer = RangeWriter(fd, window=window)
+    writer = RangeWriter(fd, window=window, direct=False)  # the page-cache path
     try:
         writer.copy(refs[0], "w0")
         # every whole window went to the disk; at most the last (partial) one waits
@@ -149,6 +173,123 @@ def test_finished_windows_are_handed_to_the_disk_while_copying(tmp_path):
         writer.close()
         os.close(fd)
     assert (tmp_path / "out.data").read_bytes() == data
+
+
+@CACHESTAT
+def test_direct_writes_keep_the_output_out_of_the_page_cache(tmp_path):
+    """Large block-aligned ranges go from the source's pages to the disk, the rest through the
+    stage: the output's bytes are exact and it holds (almost) no page cache, so the save
+    neither waits for a writeback of its own copy nor fills memory with it."""
+    mib = 1 << 20
+    # w0 at 0: straight from a mapping but for its last partial block; w1 at 16 MiB + 5000:
+    # 8-byte aligned only, so staged (through the 8 MiB stage, twice full); w2 small; w3 ends
+    # where w4 starts 64- but not 4096-byte aligned: w4's head is staged, the rest mapped
+    sizes = [16 * mib + 5000, 17 * mib + 3, 777, 3 * mib, 5 * mib + 11]
+    sizes[3] += (-sum(sizes[:4])) % ALIGNMENT + ALIGNMENT
+    data, refs = _data_refs(tmp_path, sizes)
+    w4_at = sum(sizes[:4])
+    assert w4_at % ALIGNMENT == 0 and w4_at % BLOCK != 0
+    fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    writer = _writer(fd, "direct")
+    try:
+        starts = [writer.copy(ref, f"w{i}") for i, ref in enumerate(refs)]
+        at = writer.write(b"inline bytes")
+        writer.finish()
+        os.fsync(fd)
+        cached = _cachestat(fd).nr_cache
+        mapped = writer.direct.mapped
+        import fcntl
+
+        still_direct = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT
+    finally:
+        writer.close()
+        os.close(fd)
+    # the tail block, zeroed past the end by the cut to length, may stay
+    assert cached <= 2, f"{cached} pages of the output went through the page cache"
+    assert still_direct, "a write was refused and the writer fell back to the page cache"
+
+    def body(start: int, size: int) -> int:  # the whole blocks of a range
+        return (start + size) // BLOCK * BLOCK - (start + (-start) % BLOCK)
+
+    assert starts[4] % BLOCK == w4_at % BLOCK
+    # no copy through memory where the blocks match: w0's and w4's whole blocks
+    assert mapped == body(0, sizes[0]) + body(starts[4], sizes[4]) == 21 * mib
+    out = (tmp_path / "out.data").read_bytes()
+    assert len(out) == writer.offset
+    offsets = np.cumsum([0, *sizes[:-1]])
+    for start, offset, size in zip(starts, offsets, sizes, strict=True):
+        assert out[start:start + size] == data[offset:offset + size]
+    assert out[at:at + 12] == b"inline bytes"
+    gaps = np.ones(len(out), dtype=bool)
+    for start, size in zip([*starts, at], [*sizes, 12], strict=True):
+        gaps[start:start + size] = False
+    assert not np.frombuffer(out, dtype=np.uint8)[gaps].any()  # alignment gaps read as zeros
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no direct I/O on this platform")
+def test_the_writer_takes_direct_io_where_the_filesystem_does(tmp_path, monkeypatch):
+    """Probed without the writer: where a file opens with O_DIRECT, the writer uses it (and
+    with ``direct=False`` or ONNXSURGEON_DIRECT_IO=0 it does not)."""
+    try:
+        os.close(os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644))
+    except OSError:
+        pytest.skip("this filesystem takes no O_DIRECT")
+    fds = [os.open(tmp_path / f"out{i}.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+           for i in range(3)]
+    writers = [RangeWriter(fds[0]), RangeWriter(fds[1], direct=False)]
+    monkeypatch.setenv("ONNXSURGEON_DIRECT_IO", "0")
+    writers.append(RangeWriter(fds[2]))
+    try:
+        assert [w.direct is not None for w in writers] == [True, False, False]
+    finally:
+        for w, fd in zip(writers, fds, strict=True):
+            w.close()
+            os.close(fd)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_source_cut_short_while_saving_is_refused(tmp_path, path):
+    """The data file shrinks after the writer opened it: a mapped window past its end, a read
+    or a kernel copy finds it, and the save fails with a clear error instead of a crash or a
+    file of zeros."""
+    mib = 1 << 20
+    sizes = [3 * BLOCK, 2 * mib, 1000]
+    data, refs = _data_refs(tmp_path, sizes)
+    fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    writer = _writer(fd, path)
+    try:
+        writer.copy(refs[0], "w0")  # opens the source, with its size then
+        os.truncate(tmp_path / "w.data", 3 * BLOCK + mib)
+        with pytest.raises(InvalidModelError, match="'w.data' ended early; it is truncated"):
+            writer.copy(refs[1], "w1")
+    finally:
+        writer.close()
+        os.close(fd)
+
+
+def test_a_direct_write_the_file_refuses_goes_through_the_page_cache(tmp_path):
+    """Where the file refuses a direct write (EINVAL: here a misaligned one, as a device with
+    larger blocks would), the writer drops O_DIRECT and the same bytes go through the cache."""
+    import fcntl
+
+    data, refs = _data_refs(tmp_path, [5 * BLOCK + 7, 1 << 20])
+    fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    writer = _writer(fd, "direct")
+    try:
+        os.pwrite(fd, b"x", 1)
+        writer.close()
+        os.close(fd)
+        pytest.skip("this filesystem takes misaligned direct writes itself")
+    except OSError as exc:
+        assert exc.errno == errno.EINVAL
+    writer.direct._write(memoryview(b"head"), 1, "")  # refused, then written buffered
+    assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT
+    assert os.pread(fd, 4, 1) == b"head"
+    # and the writer goes on through the page cache, whatever the alignment
+    starts = _copy_all(writer, fd, refs, tmp_path / "out.data")
+    out = (tmp_path / "out.data").read_bytes()
+    assert out[starts[0]:starts[0] + 5 * BLOCK + 7] == data[:5 * BLOCK + 7]
+    assert out[starts[1]:] == data[5 * BLOCK + 7:]
 
 
 @CACHESTAT
@@ -184,7 +325,7 @@ def test_a_save_over_an_output_first_releases_the_old_data_files_pages(tmp_path)
         weight)
 
 
-def test_save_of_a_large_external_model_is_exact_and_deterministic(tmp_path):
+def test_save_of_a_large_external_model_is_exact_and_deterministic(tmp_path, monkeypatch):
     """Through the public save: weights spanning several 32 MiB windows come out bit-exact
     (onnx reads them back), and two saves give byte-identical files."""
     folder = tmp_path / "m"
@@ -204,6 +345,11 @@ def test_save_of_a_large_external_model_is_exact_and_deterministic(tmp_path):
     model = load(folder / "m.onnx")
     first = save(model, tmp_path / "a.onnx")
     second = save(model, tmp_path / "b.onnx")
+    monkeypatch.setenv("ONNXSURGEON_DIRECT_IO", "0")  # the page-cache path: the same bytes
+    save(model, tmp_path / "c.onnx")
+    assert (tmp_path / "c.onnx.data").read_bytes() == (tmp_path / "a.onnx.data").read_bytes()
+    assert (tmp_path / "c.onnx").read_bytes().replace(b"c.onnx.data", b"a.onnx.data") == \
+        (tmp_path / "a.onnx").read_bytes()
     back = onnx.load(str(first))
     for i, w in enumerate(weights):
         got = onnx.numpy_helper.to_array(back.graph.initializer[i])
