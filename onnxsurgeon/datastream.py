@@ -14,19 +14,21 @@ file's cached pages to the disk without passing through new page cache, so the s
 waits for a later writeback of its own copy nor fills memory with it (a multi-GB save would
 evict the user's other cached files; on a VM that hands free memory back to its host, those
 fresh pages are what costs most). Ranges at the same place in a 4 KiB block of the source and
-the output (every large, 64-byte aligned tensor: below) are written straight from a mapping of
-the source, one 32 MiB window per call; the rest (heads and tails of ranges, small or
-unaligned tensors, inline bytes, alignment gaps) is gathered in a staging buffer of whole
-blocks. Elsewhere the writer copies through the page cache and hands every finished 32 MiB
-window to the disk while it copies the next (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``:
-starts the writeback, waits for nothing), so the fsync waits only for the tail.
-``ONNXSURGEON_DIRECT_IO=0`` takes that path on any filesystem. Both give the same bytes.
+the output (every large, 64-byte aligned tensor: below) are cloned where the filesystem can,
+else written straight from a mapping of the source, one 32 MiB window per call; the rest (heads
+and tails of ranges, small or unaligned tensors, inline bytes, alignment gaps) is gathered in a
+staging buffer of whole blocks. Elsewhere the writer copies through the page cache and hands
+every finished 32 MiB window to the disk while it copies the next (Linux
+``sync_file_range(SYNC_FILE_RANGE_WRITE)``: starts the writeback, waits for nothing), so the
+fsync waits only for the tail. ``ONNXSURGEON_DIRECT_IO=0`` takes that path on any filesystem.
+Both give the same bytes.
 
-Reflinks: on filesystems with shared extents (XFS, btrfs, bcachefs) the kernel clones a copied
-range instead of copying it (no byte copied, no new disk space) where both ends sit at the same
-place in a 4 KiB block. So a range of at least 1 MiB whose source offset is 64-byte aligned
-starts at an output offset congruent to its source offset modulo 4 KiB (still 64-byte aligned:
-at most 4032 bytes of zeros before it), and the copy of its unaligned head is a call of its own.
+Reflinks: on filesystems with shared extents (XFS, btrfs, bcachefs) a range's whole blocks are
+cloned instead of copied (no byte copied, no new disk space: ``FICLONERANGE`` on the direct
+path, ``copy_file_range`` on the other) where both ends sit at the same place in a 4 KiB block.
+So a range of at least 1 MiB whose source offset is 64-byte aligned starts at an output offset
+congruent to its source offset modulo 4 KiB (still 64-byte aligned: at most 4032 bytes of zeros
+before it), and the copy of its unaligned head is a call of its own.
 
 :func:`shared_location` is ``save(share_data=True)``: instead of copying, the output names the
 input's data file itself, by a path relative to the output's folder that must follow the same
@@ -201,6 +203,20 @@ class RangeWriter:
             self.direct.close()
 
 
+def _clone_range_request() -> int | None:
+    """Linux's ``FICLONERANGE`` ioctl number where its generic encoding holds (``_IOW(0x94, 13,
+    struct file_clone_range)``), else None (no cloning tried)."""
+    import platform
+
+    if not sys.platform.startswith("linux") or platform.machine() not in {
+            "x86_64", "aarch64", "arm64", "riscv64", "s390x", "i686", "armv7l"}:
+        return None
+    return (1 << 30) | (32 << 16) | (0x94 << 8) | 13
+
+
+_CLONE_RANGE = _clone_range_request()
+
+
 def _ended_early(name: str) -> InvalidModelError:
     return InvalidModelError(f"external data file '{name}' ended early; it is truncated")
 
@@ -209,9 +225,10 @@ class _DirectSink:
     """Writes one data file, front to back, with ``O_DIRECT`` (see the module docstring).
 
     Every write is of whole 4 KiB blocks at a block-aligned offset from page-aligned memory, as
-    direct I/O asks: either straight from a read-only mapping of a source window whose offset
-    is a whole block (a range at the same place in a block of the source and of the output), or
-    from :attr:`stage`, which holds the blocks ``[base, base + fill)`` of the output being
+    direct I/O asks. The whole blocks of a range at the same place in a block of the source and
+    of the output are cloned from the source where the filesystem can (:meth:`_clone`), else
+    written straight from a read-only mapping of a source window; the rest comes from
+    :attr:`stage`, which holds the blocks ``[base, base + fill)`` of the output being
     gathered. :meth:`finish` writes the last, partial block whole and cuts the file to its
     length. Should the file refuse a direct write (``EINVAL``: a device with larger
     blocks; EOPNOTSUPP), the descriptor drops ``O_DIRECT`` and the same writes go through the
@@ -229,6 +246,8 @@ class _DirectSink:
         self.base = 0  # file offset of stage[0], a whole block
         self.fill = 0  # bytes staged
         self.mapped = 0  # bytes written straight from a mapping of a source
+        self.cloned = 0  # bytes shared with a source (reflinked), not written
+        self.clones = _CLONE_RANGE is not None  # until the filesystem says it cannot
 
     @classmethod
     def start(cls, fd: int, window: int) -> _DirectSink | None:
@@ -272,8 +291,28 @@ class _DirectSink:
         pos = head
         if pos < body and (at + pos - to) % BLOCK == 0:  # pos is a block boundary
             self._flush()
-            pos = self._from_mapping(src, at + pos - to, pos, body - pos, name)
+            if self._clone(src, at + pos - to, pos, body - pos):
+                self.base = pos = body
+            else:
+                pos = self._from_mapping(src, at + pos - to, pos, body - pos, name)
         self._stage_from(src, at + pos - to, end - pos, name)
+
+    def _clone(self, src: int, at: int, to: int, length: int) -> bool:
+        """Share the source's whole blocks ``[at, at + length)`` at ``to`` instead of writing
+        them (``FICLONERANGE``: XFS, btrfs, bcachefs; the output keeps its own copy should the
+        source change later). False, and no more tries, where the filesystem cannot."""
+        if not self.clones or _CLONE_RANGE is None:
+            return False
+        import fcntl
+        import struct
+
+        try:
+            fcntl.ioctl(self.fd, _CLONE_RANGE, struct.pack("=qQQQ", src, at, length, to))
+        except OSError:  # EOPNOTSUPP (ext4, tmpfs), EXDEV (another filesystem), EINVAL (blocks
+            self.clones = False  # larger than 4 KiB): the blocks are written instead
+            return False
+        self.cloned += length
+        return True
 
     def _from_mapping(self, src: int, at: int, to: int, length: int, name: str) -> int:
         """Write whole blocks straight from windows of a mapping of ``src`` (``at`` and ``to``
@@ -303,7 +342,8 @@ class _DirectSink:
         done = 0
         while done < length:
             n = min(length - done, self.size - self.fill)
-            got = os.preadv(src, [self.view[self.fill:self.fill + n]], at + done)
+            with self.view[self.fill:self.fill + n] as room:
+                got = os.preadv(src, [room], at + done)
             if got <= 0:
                 raise _ended_early(name)
             self.fill += got
@@ -326,7 +366,9 @@ class _DirectSink:
         """Write what is staged: whole blocks, as every caller stages up to a block boundary
         (a full stage, the start of a mapped body, the padded end)."""
         if self.fill:
-            self._write(self.view[:self.fill], self.base, "")
+            # released even when the write fails (a live slice would keep the stage open)
+            with self.view[:self.fill] as staged:
+                self._write(staged, self.base, "")
             self.base += self.fill
             self.fill = 0
 
@@ -355,14 +397,19 @@ class _DirectSink:
     def finish(self, length: int) -> None:
         """Write what is staged (the last block padded) and give the file its ``length``
         (>= :attr:`end`; a trailing gap reads as zeros)."""
-        self.fill += (-self.fill) % BLOCK  # a whole last block: what lies past length is cut
+        pad = (-self.fill) % BLOCK  # a whole last block, zeros after the staged bytes
+        self.view[self.fill:self.fill + pad] = bytes(pad)
+        self.fill += pad
         self._flush()
         os.ftruncate(self.fd, length)
 
     def close(self) -> None:
-        """Release the staging buffer."""
-        self.view.release()
-        self.stage.close()
+        """Release the staging buffer; never raises (it runs while a failed save unwinds)."""
+        try:
+            self.view.release()
+            self.stage.close()
+        except BufferError:  # pragma: no cover - a slice still held: freed with it
+            pass
 
 
 def release_cache(path: Path) -> None:

@@ -841,29 +841,37 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
             f"cannot write '{out}': {exc.strerror}; check the folder and free space"
         ) from None
     finally:
-        if forked is not None:
-            forked.close()
-        if writer is not None:
-            writer.close()
-        for pending in (model_file, data_file):
-            if pending is not None:
-                pending.close()
-        for t, raw, entries, location in saved_state:
-            del t.external_data[:]
-            for key, value in entries:
-                entry = t.external_data.add()
-                entry.key, entry.value = key, value
-            if location is None:  # restore presence too: the in-memory bytes stay identical
-                t.ClearField("data_location")
-            else:
-                t.data_location = location
-            if raw is not None:
-                t.raw_data = raw
+        try:
+            if forked is not None:
+                forked.close()
+            if writer is not None:
+                writer.close()
+            for pending in (model_file, data_file):
+                if pending is not None:
+                    pending.close()
+        finally:  # the model is restored whatever the clean-up raised
+            _restore(saved_state)
     if full is not None:
         late = check_written(out, full=full, reference=m.source)
         if late is not None:
             m.warnings.append(late)
     return out
+
+
+def _restore(saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]]
+             ) -> None:
+    """Point the tensors a save re-pointed back at what they read before (see ``point``)."""
+    for t, raw, entries, location in saved_state:
+        del t.external_data[:]
+        for key, value in entries:
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        if location is None:  # restore presence too: the in-memory bytes stay identical
+            t.ClearField("data_location")
+        else:
+            t.data_location = location
+        if raw is not None:
+            t.raw_data = raw
 
 
 _LOCATION = attrgetter("data_location")

@@ -121,6 +121,20 @@ def test_large_ranges_keep_their_place_in_a_block(tmp_path, path):
     assert starts[4] - (starts[3] + sizes[3]) < ALIGNMENT  # just under 1 MiB: as small
 
 
+def _matmul_model(folder: Path, weight: np.ndarray) -> np.ndarray:
+    """``folder/m.onnx``: y = x @ W with ``weight`` (as float32) in ``m.onnx.data``; returns W."""
+    weight = weight.astype(np.float32)
+    rows, cols = weight.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])],
+        [onnx.numpy_helper.from_array(weight, "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              folder / "m.onnx", save_as_external_data=True, location="m.onnx.data")
+    return weight
+
+
 class _CacheStat(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in
                 ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
@@ -299,14 +313,7 @@ def test_a_save_over_an_output_first_releases_the_old_data_files_pages(tmp_path)
     atomic replace."""
     folder = tmp_path / "m"
     folder.mkdir()
-    weight = np.random.default_rng(2).standard_normal((512, 1024)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
-        [onnx.numpy_helper.from_array(weight, "W")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-              folder / "m.onnx", save_as_external_data=True, location="m.onnx.data")
+    weight = _matmul_model(folder, np.random.default_rng(2).standard_normal((512, 1024)))
     model = load(folder / "m.onnx")
     save(model, tmp_path / "out.onnx")
     old = tmp_path / "out.onnx.data"
@@ -360,3 +367,137 @@ def test_save_of_a_large_external_model_is_exact_and_deterministic(tmp_path, mon
     for ta, tb in zip(a.graph.initializer, b.graph.initializer, strict=True):
         assert [(e.key, e.value) for e in ta.external_data if e.key != "location"] == \
             [(e.key, e.value) for e in tb.external_data if e.key != "location"]
+
+
+_FULL_DISK = r'''
+import os, resource, signal, sys
+from pathlib import Path
+import numpy as np
+from onnxsurgeon.errors import UsageError
+from onnxsurgeon.io import load, save
+
+folder = Path(sys.argv[1])
+model = load(folder / "in.onnx")
+before = [(e.key, e.value) for e in model.proto.graph.initializer[0].external_data]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), hard))
+try:
+    save(model, folder / "out.onnx")
+except UsageError as exc:
+    print("refused:", exc)
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+assert not (folder / "out.onnx").exists() and not (folder / "out.onnx.data").exists()
+assert [(e.key, e.value) for e in model.proto.graph.initializer[0].external_data] == before
+save(model, folder / "out.onnx")  # the model is as loaded: the next save works
+print("saved")
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ")
+@pytest.mark.parametrize("path", ["direct", "page cache"])
+def test_a_write_the_disk_refuses_is_a_clear_error_and_leaves_the_model_intact(tmp_path, path):
+    """A data file that cannot be written to its end (here the kernel's EFBIG past a file size
+    limit, as a full disk gives ENOSPC; the last, staged block is the one refused): one clear
+    error, nothing published, the in-memory model unchanged, and the next save works."""
+    import subprocess
+
+    size = 600 * BLOCK + 100  # the direct path maps 600 blocks, then stages the last one
+    weight = np.arange(size // 4, dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])], "g", [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [weight.size])],
+        [onnx.numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "in.onnx", save_as_external_data=True, location="in.onnx.data",
+              size_threshold=0)
+    env = {**os.environ, "ONNXSURGEON_DIRECT_IO": "1" if path == "direct" else "0"}
+    done = subprocess.run([sys.executable, "-c", _FULL_DISK, str(tmp_path), str(size - 50)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "refused: cannot write" in done.stdout and "File too large" in done.stdout
+    assert done.stdout.rstrip().endswith("saved")
+    back = onnx.load(str(tmp_path / "out.onnx"))
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]), weight)
+
+
+def test_a_direct_file_given_more_length_than_its_bytes_reads_zeros_there(tmp_path):
+    """``finish`` with a length past the last byte: the padding of the last block and the rest
+    read as zeros, whatever the stage held before (it is reused across flushes)."""
+    data, refs = _data_refs(tmp_path, [3 * BLOCK + 10, 2 * BLOCK + 5])
+    fd = os.open(tmp_path / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    writer = _writer(fd, "direct", window=2 * BLOCK)  # a stage of two blocks, flushed often
+    sink = writer.direct
+    try:
+        first = writer.copy(refs[0], "w0")
+        second = writer.copy(refs[1], "w1")
+        end = writer.offset
+        sink.finish(end + 3 * BLOCK)
+    finally:
+        writer.close()
+        os.close(fd)
+    out = (tmp_path / "out.data").read_bytes()
+    assert len(out) == end + 3 * BLOCK
+    assert out[first:first + 3 * BLOCK + 10] == data[:3 * BLOCK + 10]
+    assert out[second:end] == data[3 * BLOCK + 10:]
+    assert out[end:] == bytes(3 * BLOCK)
+
+
+@pytest.fixture
+def xfs_folder(tmp_path):
+    """A fresh XFS with reflinks, loop-mounted for the test (needs root, mkfs.xfs from Debian's
+    xfsprogs, which .ci/run installs, and loop devices; skipped otherwise)."""
+    import shutil
+    import subprocess
+
+    if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("mkfs.xfs"):
+        pytest.skip("a loop-mounted XFS needs Linux, root and mkfs.xfs")
+    image, mount = tmp_path / "xfs.img", tmp_path / "xfs"
+    mount.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(320 << 20)
+    made = subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.xfs failed: {made.stderr.decode()[:200]}")
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot loop-mount here: {mounted.stderr.decode()[:200]}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def _used_bytes(folder: Path) -> int:
+    os.sync()
+    st = os.statvfs(folder)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def test_on_a_reflinking_filesystem_large_ranges_are_shared_not_written(xfs_folder):
+    """On XFS the direct writer clones the matching whole blocks (FICLONERANGE) instead of
+    writing them: exact bytes, next to no new disk space; the rest is written as elsewhere.
+    Then a whole save of a model there does the same."""
+    mib = 1 << 20
+    sizes = [8 * mib + 100, 3000, 5 * mib]
+    sizes[1] += (-sum(sizes[:2])) % ALIGNMENT  # w2 64-byte aligned, not 4096: a staged head
+    data, refs = _data_refs(xfs_folder, sizes)
+    before = _used_bytes(xfs_folder)
+    fd = os.open(xfs_folder / "out.data", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    writer = _writer(fd, "direct")
+    sink = writer.direct
+    starts = _copy_all(writer, fd, refs, xfs_folder / "out.data")
+    out = (xfs_folder / "out.data").read_bytes()
+    offsets = np.cumsum([0, *sizes[:-1]])
+    for start, offset, size in zip(starts, offsets, sizes, strict=True):
+        assert out[start:start + size] == data[offset:offset + size]
+    assert sink.cloned == 8 * mib + (5 * mib // BLOCK - 1) * BLOCK  # w0's, w2's whole blocks
+    assert sink.mapped == 0
+    assert _used_bytes(xfs_folder) - before < mib  # the heads, tails and w1: a few blocks
+
+    weight = _matmul_model(xfs_folder, np.random.default_rng(3).standard_normal((1024, 2048)))
+    before = _used_bytes(xfs_folder)
+    save(load(xfs_folder / "m.onnx"), xfs_folder / "copy.onnx")
+    assert _used_bytes(xfs_folder) - before < weight.nbytes // 4
+    back = onnx.load(str(xfs_folder / "copy.onnx"))
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]), weight)
