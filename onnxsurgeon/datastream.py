@@ -73,6 +73,11 @@ _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, er
                    errno.EPERM}
 
 
+def _ended_early(name: str) -> InvalidModelError:
+    """The error of a source data file shorter than a range it was validated to hold."""
+    return InvalidModelError(f"external data file '{name}' ended early; it is truncated")
+
+
 class RangeWriter:
     """Appends aligned byte ranges to the open, empty file ``fd`` (positional writes only).
 
@@ -158,17 +163,13 @@ class RangeWriter:
                 self.kernel_copy = False  # this filesystem pair cannot: copy through memory
                 break
             if n == 0:
-                raise InvalidModelError(
-                    f"external data file '{ref.path.name}' ended early; it is truncated"
-                )
+                raise _ended_early(ref.path.name)
             done += n
             self._hand_over(to + done)
         while done < length:
             chunk = os.pread(src, min(_CHUNK, length - done), at + done)
             if not chunk:
-                raise InvalidModelError(
-                    f"external data file '{ref.path.name}' ended early; it is truncated"
-                )
+                raise _ended_early(ref.path.name)
             view = memoryview(chunk)
             while view:
                 n = os.pwrite(self.fd, view, to + done)
@@ -215,10 +216,6 @@ def _clone_range_request() -> int | None:
 
 
 _CLONE_RANGE = _clone_range_request()
-
-
-def _ended_early(name: str) -> InvalidModelError:
-    return InvalidModelError(f"external data file '{name}' ended early; it is truncated")
 
 
 class _DirectSink:
@@ -272,6 +269,10 @@ class _DirectSink:
     def put(self, data: memoryview, to: int) -> None:
         """Stage ``data`` (bytes in memory) at output offset ``to`` (>= :attr:`end`)."""
         self._zeros_to(to)
+        self._stage(data)
+
+    def _stage(self, data: memoryview) -> None:
+        """Append ``data`` to the stage (flushing it each time it is full)."""
         done = 0
         while done < len(data):
             n = min(len(data) - done, self.size - self.fill)
@@ -351,12 +352,10 @@ class _DirectSink:
             self._flush_if_full()
 
     def _zeros_to(self, to: int) -> None:
-        """Stage zeros up to output offset ``to`` (an alignment gap reads as zeros)."""
-        while self.end < to:
-            n = min(to - self.end, self.size - self.fill)
-            self.view[self.fill:self.fill + n] = bytes(n)
-            self.fill += n
-            self._flush_if_full()
+        """Stage zeros up to output offset ``to`` (an alignment gap, under a block, reads as
+        zeros)."""
+        if to > self.end:
+            self._stage(memoryview(bytes(to - self.end)))
 
     def _flush_if_full(self) -> None:
         if self.fill == self.size:
