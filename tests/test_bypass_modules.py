@@ -80,6 +80,19 @@ def test_a_module_path_bypasses_every_node_of_the_module():
     assert verify_log(orig, model).ok
 
 
+def test_unscoped_glue_only_the_module_reads_goes_with_it():
+    """The dynamo exporter drops the scope of some nodes inside a module: an unscoped node
+    whose output only the module reads is part of it (else the module would take 2 tensors)."""
+    orig = gelu_model()
+    orig.graph.node.insert(1, helper.make_node("Identity", ["h"], ["h2"], name="glue"))
+    orig.graph.node[2].input[0] = "h2"  # /act/Div reads the glue
+    model = clone(orig)
+    result = bypass(model, "act")
+    assert "glue" in result.pruned
+    assert _names(model) == ["/fc1/MatMul", "/fc2/MatMul", "/head/Add"]
+    assert verify_log(orig, model).ok
+
+
 def test_module_bypass_record_replays_and_plain_records_keep_their_keys():
     orig = gelu_model()
     model = clone(orig)

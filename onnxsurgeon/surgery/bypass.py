@@ -105,13 +105,17 @@ def _find_module(index: GraphIndex, sel: Selector, name: str) -> _Module | None:
         return None
     members = set(scoped)
     graph = index.graph
-    for i in range(max(members) - 1, -1, -1):  # unscoped glue only the module reads (dynamo)
-        if i in members or node_module(graph.node[i]) is not None:
-            continue
-        outs = [o for o in graph.node[i].output if o]
-        if outs and all(o not in index.outputs and index.consumers.get(o) and all(
-                u.node in members for u in index.consumers[o]) for o in outs):
-            members.add(i)
+    todo = list(members)
+    while todo:  # the unscoped glue only the module reads (the dynamo exporter drops scopes)
+        for t in graph.node[todo.pop()].input:
+            i = index.producer.get(t)
+            if i is None or i in members or node_module(graph.node[i]) is not None:
+                continue
+            outs = [o for o in graph.node[i].output if o]
+            if all(o not in index.outputs and all(u.node in members for u in index.consumers[o])
+                   for o in outs):
+                members.add(i)
+                todo.append(i)
     try:
         out = sel.resolve(name)
     except AmbiguousNameError:
