@@ -73,6 +73,8 @@ def torch_reference(factory: str | Any) -> ReferenceFn:
     function, evaluated in eval mode without gradients."""
     import torch
 
+    from .torch import _flatten
+
     made = load_factory(factory) if isinstance(factory, str) else factory
     module = made() if callable(made) and not isinstance(made, torch.nn.Module) else made
     if not isinstance(module, torch.nn.Module):
@@ -82,8 +84,8 @@ def torch_reference(factory: str | Any) -> ReferenceFn:
     def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
             result = module(*[torch.from_numpy(np.ascontiguousarray(a)) for a in feeds.values()])
-        flat = result if isinstance(result, (list, tuple)) else [result]
-        return [t.detach().cpu().numpy() for t in flat]
+        # dicts, lists of dicts, OrderedDicts, ModelOutput: flattened in the exporters' order
+        return [t.detach().cpu().numpy() for t in _flatten(result)]
 
     def intermediates(feeds: Mapping[str, np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
         """Outputs of the submodules at the module paths in ``wanted`` (forward hooks)."""
@@ -92,9 +94,9 @@ def torch_reference(factory: str | Any) -> ReferenceFn:
 
         def hook(path: str) -> Any:
             def keep(_m: Any, _i: Any, out: Any) -> None:
-                first = out[0] if isinstance(out, (list, tuple)) and out else out
-                if isinstance(first, torch.Tensor):
-                    seen[path] = first.detach().cpu().numpy().copy()
+                flat = _flatten(out)
+                if flat:
+                    seen[path] = flat[0].detach().cpu().numpy().copy()
             return keep
 
         handles = [paths[p].register_forward_hook(hook(p)) for p in wanted if p and p in paths]

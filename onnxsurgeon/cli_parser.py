@@ -271,9 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bypass", help="remove a node; its readers read its input")
     _add_model_io(p)
     p.add_argument("--node", type=_csv, action="extend", required=True, metavar="NAME[,NAME...]",
-                   help="node(s) to remove (a chain may be given at once)")
+                   help="node(s) to remove (a chain may be given at once); a torch module path "
+                        "naming several nodes removes the module (one input, one output): its "
+                        "readers read its input, and all its nodes go")
     p.add_argument("--input", type=int, default=0, metavar="K",
                    help="which input the readers read instead (default 0)")
+    p.add_argument("--prune", action="store_true",
+                   help="also remove the nodes no graph output depends on after the bypass "
+                        "and the initializers no remaining node reads (graph inputs stay)")
     _add_rewrite_flags(p)
 
     p = sub.add_parser("merge", help="put SECOND behind FIRST: SECOND's inputs read FIRST's tensors")

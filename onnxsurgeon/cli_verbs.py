@@ -194,11 +194,17 @@ def _cmd_bypass(args: argparse.Namespace) -> int:
     from .surgery import bypass
 
     def apply(model: Any) -> Summary:
-        result = bypass(model, args.node, input=args.input)
+        result = bypass(model, args.node, input=args.input, prune=args.prune)
+        by_node = {node: path for path, node in result.modules.items()}
+        what = ", ".join(f"module {by_node[n]}" if n in by_node else n for n in result.removed)
+        extra = len(result.pruned) + len(result.pruned_initializers)
         return ({"removed": result.removed, "rerouted": result.rerouted,
-                 "rerouted_outputs": result.rerouted_outputs},
-                f"removed {', '.join(result.removed)}; rerouted {len(result.rerouted)} consumers "
-                f"-> {args.output}")
+                 "rerouted_outputs": result.rerouted_outputs, "modules": result.modules,
+                 "pruned": result.pruned, "pruned_initializers": result.pruned_initializers},
+                f"removed {what}"
+                + (f" (+{len(result.pruned)} nodes, {len(result.pruned_initializers)} "
+                   "initializers)" if extra else "")
+                + f"; rerouted {len(result.rerouted)} consumers -> {args.output}")
 
     return _rewrite(args, "bypass", apply)
 

@@ -290,16 +290,33 @@ class RenameRecord(RewriteRecord):
 
 @dataclass(frozen=True)
 class BypassRecord(RewriteRecord):
-    """bypass: the removed nodes, the input slot their readers now read, what was rerouted."""
+    """bypass: the removed nodes, the input slot their readers now read, what was rerouted.
+
+    The optional keys are written only when they have something to say, so a plain bypass's
+    record is what it always was: ``modules`` maps a bypassed module path to the node in
+    ``removed`` that made what it handed on, ``sources`` such a node to the tensor its readers
+    read instead (the module's input, not the node's input ``input``), ``pruned`` and
+    ``pruned_initializers`` list what went besides (a module's other nodes; with ``prune`` every
+    node no graph output depends on after the bypass) and ``prune`` is True when asked.
+    """
 
     op: ClassVar[str] = "bypass"
     removed: tuple[str, ...]
     input: int
     rerouted: tuple[str, ...]
     rerouted_outputs: tuple[str, ...]
+    pruned: tuple[str, ...] | None = None
+    pruned_initializers: tuple[str, ...] | None = None
+    modules: dict[str, str] | None = None
+    sources: dict[str, str] | None = None
+    prune: bool | None = None
 
     def replay_call(self) -> VerbCall:
-        return VerbCall("bypass", {"nodes": list(self.removed)}, {"input": self.input})
+        by_node = {node: path for path, node in (self.modules or {}).items()}
+        options: dict[str, Any] = {"input": self.input}
+        if self.prune:
+            options["prune"] = True
+        return VerbCall("bypass", {"nodes": [by_node.get(n, n) for n in self.removed]}, options)
 
 
 @dataclass(frozen=True)

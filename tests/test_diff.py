@@ -385,3 +385,30 @@ def test_edges_of_a_small_model_are_typed_by_inference():
     types = {e.tensor: (e.dtype, e.shape) for e in d.edges}
     assert types["conv5_out"] == ("float32", "[1,4,8,8]")
     assert types["act/l2_normalize/sum_sq"] == ("float32", "[1,1,8,8]")
+
+
+def test_edges_of_a_large_model_are_typed_by_the_drawn_nodes_alone(monkeypatch):
+    """Above INFER_MAX_NODES the drawn nodes alone go through shape inference (fed the types
+    the file declares), so the page costs what is drawn: the inserted block's recorded type
+    types the readers after it; nothing types the untyped chain before it (issue 26)."""
+    import onnxsurgeon.types as types_module
+    from onnxsurgeon.diff.describe import INFER_MAX_NODES
+
+    before = B.chain(2000)
+    assert len(before.graph.node) > INFER_MAX_NODES
+    after = clone(before)
+    insert(after, "relu1000", op="scale", params={"factor": 2.0})
+    sizes: list[int] = []
+    real = types_module.infer_value_infos
+
+    def counted(model):
+        sizes.append(len(model.graph.node))
+        return real(model)
+
+    monkeypatch.setattr(types_module, "infer_value_infos", counted)
+    d = diff_models(before, after, context=2)
+    assert sizes and max(sizes) <= len(d.nodes)
+    types = {(e.tensor, e.change.value): (e.dtype, e.shape) for e in d.edges}
+    assert types[("relu1000/scale", "rerouted")] == ("float32", "[1,4]")
+    assert types[("mm1001", "unchanged")] == types[("relu1001", "unchanged")] == ("float32", "[1,4]")
+    assert types[("add1000", "unchanged")] == ("", "")

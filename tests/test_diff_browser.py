@@ -38,6 +38,11 @@ HOVER = """(() => { const g = document.querySelector('[data-node="%s"] rect');
   return document.getElementById('info').textContent; })()"""
 
 
+HOOKS = """[...document.querySelectorAll('[data-tensor]')].map(e => [
+  e.getAttribute('class'), e.getAttribute('data-change'), e.getAttribute('data-tensor')])"""
+CHANGES = {"added", "removed", "rerouted", "unchanged"}
+
+
 def load_page(browser: Browser, page: Path, shot: Path, *, hover: str = "") -> dict:
     """Open ``page``; check it loads cleanly and offline, boxes never overlap and edges point
     down; write a screenshot; return the in-browser measurements (and, with ``hover``, the
@@ -46,6 +51,7 @@ def load_page(browser: Browser, page: Path, shot: Path, *, hover: str = "") -> d
     view = browser.open(page)
     try:
         m = view.eval(MEASURE)
+        m["hooks"] = view.eval(HOOKS)
         if hover:
             m["hover"] = view.eval(HOVER % hover)
         assert view.problems() == []
@@ -53,6 +59,8 @@ def load_page(browser: Browser, page: Path, shot: Path, *, hover: str = "") -> d
         assert m["boxes"] >= 3
         assert m["overlaps"] == []
         assert m["down"] is True
+        # the documented hook: whatever carries data-tensor carries one of the four changes
+        assert [h for h in m["hooks"] if h[1] not in CHANGES] == []
         view.screenshot(shot)
     finally:
         view.close()
@@ -119,6 +127,21 @@ def test_insert_then_reroute_pages(browser, cnn, tmp_path):
     m = load_page(browser, tmp_path / "both.html", tmp_path / "both.png")
     assert changes(m)["added"] == set(ins["block_nodes"])
     assert changes(m)["rerouted"] == set(ins["rerouted"]) | set(rr["rerouted"])
+
+
+def test_collapsed_stubs_carry_the_hooks(browser, tmp_path):
+    """An insert in a chain too long to draw: the stubs standing for the undrawn producer and
+    readers carry data-tensor and data-change like every edge (issue 26)."""
+    src = tmp_path / "chain.onnx"
+    onnx.save(builders.chain(2000), src)
+    r = cli("insert", src, "-o", tmp_path / "i.onnx", "--at", "relu1000", "--op",
+            "scale:factor=2", "--html", tmp_path / "i.html")
+    assert r.returncode == 0, r.stderr
+    m = load_page(browser, tmp_path / "i.html", tmp_path / "i.png")
+    stubs = [h for h in m["hooks"] if "collapsed" in h[0]]
+    assert {h[0].split()[1] for h in stubs} == {"collapsed-in", "collapsed-out"}
+    assert {h[1] for h in stubs} == {"unchanged"}
+    assert {h[2] for h in stubs} == {"mm1000", "relu1001"}
 
 
 def test_verify_failure_page(browser, cnn, tmp_path):

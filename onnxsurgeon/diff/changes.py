@@ -383,7 +383,8 @@ def _build(builder: _Builder, seeds: list[tuple[str, object]], context: int, *,
             if out:
                 hidden_out[(ident, out)] = None
     edges += _collapsed_readers(builder, list(hidden_out), drawn, terminals)
-    final_edges = _finish_edges(builder, edges, terminals)
+    final_edges = _finish_edges(builder, edges, terminals, sorted(
+        (side, j) for side, j in chosen if side in ("a", "b") and isinstance(j, int)))
     totals = {c.value: 0 for c in Change}
     for c in builder.cls_a.values():
         totals[c] += 1
@@ -425,11 +426,15 @@ def _collapsed_readers(builder: _Builder, outs: list[tuple[tuple[str, object], s
 
 
 def _finish_edges(builder: _Builder, edges: list[tuple[str, str, str, str, bool]],
-                  terminals: list[Terminal]) -> list[DiffEdge]:
-    """Typed edges; a graph input whose reader is drawn is drawn too, any other undrawn
-    producer becomes a collapsed stub (appended to ``terminals``)."""
+                  terminals: list[Terminal], drawn: list[tuple[str, int]]) -> list[DiffEdge]:
+    """Typed edges (``drawn``: the drawn nodes' ids, in order, for the types inference gives);
+    a graph input whose reader is drawn is drawn too, any other undrawn producer becomes a
+    collapsed stub (appended to ``terminals``)."""
     A, B = builder.A, builder.B
-    types = tensor_types([A.model] if A is B else [A.model, B.model], {e[0] for e in edges})
+    drawn_a = [A.nodes[j] for side, j in drawn if side == "a"]
+    drawn_b = [B.nodes[j] for side, j in drawn if side == "b"]
+    types = tensor_types([A.model] if A is B else [A.model, B.model], {e[0] for e in edges},
+                         drawn=[drawn_a] if A is B else [drawn_a, drawn_b])
     have = {term.uid for term in terminals}
     inputs: list[Terminal] = []
     final: list[DiffEdge] = []

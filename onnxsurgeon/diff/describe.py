@@ -10,6 +10,8 @@ from typing import Any
 import onnx
 from onnx import AttributeProto, TensorProto
 
+from ..protos import light_tensor
+
 _NAME = attrgetter("name")
 MAX_TEXT = 160
 """Longest attribute value shown (longer ones end in an ellipsis)."""
@@ -76,10 +78,11 @@ def _shape_text(tt: onnx.TypeProto.Tensor) -> str:
     return "[" + ",".join(dims) + "]"
 
 
-INFER_MAX_NODES = 100_000
-"""Models up to this many main-graph nodes get onnx shape inference (on a weight-free copy, C++,
-~1.2 s at 90k nodes) for the drawn tensors no value info describes; larger ones show only what
-the file records."""
+INFER_MAX_NODES = 5_000
+"""Models up to this many main-graph nodes get onnx shape inference over the whole model (on a
+weight-free copy, C++, a few hundredths of a second) for the drawn tensors no value info
+describes; larger ones get it over the drawn nodes only (:func:`_region_model`), so the page
+costs what is drawn, not the model."""
 
 
 def _listed(items: Sequence[Any], names: set[str], found: dict[str, Any]) -> list[Any]:
@@ -107,13 +110,18 @@ def _vi_types(infos: Sequence[onnx.ValueInfoProto], names: set[str],
             found[vi.name] = (dtype_name(tt.elem_type), _shape_text(tt))
 
 
-def tensor_types(models: Iterable[onnx.ModelProto], names: set[str]) -> dict[str, tuple[str, str]]:
+def tensor_types(models: Iterable[onnx.ModelProto], names: set[str], *,
+                 drawn: Sequence[Sequence[onnx.NodeProto]] | None = None,
+                 ) -> dict[str, tuple[str, str]]:
     """Tensor name -> (dtype, shape text) for the ``names`` the models' value infos, inputs,
     outputs and initializers describe (the first model that knows a name wins), completed by
-    shape inference on models of at most :data:`INFER_MAX_NODES` nodes, the last model first
-    (AFTER holds every tensor a rewrite adds, so one inference usually types them all). Costs a C-level listing
-    of the names of each model's value infos and initializers plus one ``list.index`` per name;
-    initializers are read for their header only."""
+    shape inference, the last model first (AFTER holds every tensor a rewrite adds, so one
+    inference usually types them all): over the whole model up to :data:`INFER_MAX_NODES`
+    nodes, else over the model's nodes in ``drawn`` (one node list per model, in the models'
+    order; None: no inference for large models), fed the types known at their border. Costs a
+    C-level listing of the names of each model's value infos and initializers plus one
+    ``list.index`` per name looked up; initializers are read for their header only (small ones
+    whole, for inference of shapes computed from constants)."""
     found: dict[str, tuple[str, str]] = {}
     models = list(models)
     for model in models:
@@ -122,10 +130,54 @@ def tensor_types(models: Iterable[onnx.ModelProto], names: set[str]) -> dict[str
             _vi_types(infos, names, found)
         for t in _listed(graph.initializer, names, found):
             found[t.name] = (dtype_name(t.data_type), "[" + ",".join(str(d) for d in t.dims) + "]")
-    for model in reversed(models):
-        if len(found) == len(names) or len(model.graph.node) > INFER_MAX_NODES:
-            continue
-        from ..types import infer_value_infos
+    from ..types import infer_value_infos
 
-        _vi_types(list(infer_value_infos(model).values()), names, found)
+    for k in range(len(models) - 1, -1, -1):
+        model = models[k]
+        if len(found) == len(names):
+            break
+        if len(model.graph.node) <= INFER_MAX_NODES:
+            _vi_types(list(infer_value_infos(model).values()), names, found)
+        elif drawn is not None and drawn[k]:
+            region = _region_model(model, drawn[k])
+            _vi_types(list(infer_value_infos(region).values()), names, found)
     return found
+
+
+def _region_model(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> onnx.ModelProto:
+    """A model of ``nodes`` alone (in ``model``'s order): the tensors they read from outside are
+    its inputs, typed as ``model`` declares them (untyped when it does not), the types ``model``
+    declares for the tensors they make are its value infos, small initializers
+    copied whole and large ones as bytes-free stubs, with ``model``'s opsets and the local
+    functions the nodes call. O(len(nodes)) beyond the C-level name listings."""
+    graph = model.graph
+    made = {o for n in nodes for o in n.output if o}
+    outer = list(dict.fromkeys(i for n in nodes for i in n.input if i and i not in made))
+    wanted = set(outer) | made
+    inits: dict[str, Any] = {}
+    for t in _listed(graph.initializer, wanted, inits):
+        inits[t.name] = t
+    infos: dict[str, Any] = {}
+    for group in (graph.input, graph.output, graph.value_info):
+        for vi in _listed(group, wanted - inits.keys(), infos):
+            if vi.type.WhichOneof("value") is not None:
+                infos[vi.name] = vi
+    region = onnx.ModelProto()
+    region.ir_version = model.ir_version
+    region.opset_import.extend(model.opset_import)
+    calls = {(n.domain, n.op_type) for n in nodes}
+    region.functions.extend(f for f in model.functions if (f.domain, f.name) in calls)
+    g = region.graph
+    g.name = "drawn"
+    g.node.extend(nodes)
+    for name in outer:
+        if name in inits:
+            g.initializer.append(light_tensor(inits[name]))
+        elif name in infos:
+            g.input.append(infos[name])
+        else:
+            g.input.add().name = name
+    g.value_info.extend(infos[t] for t in sorted(made) if t in infos)  # what the file says
+    for out in sorted(made):
+        g.output.add().name = out
+    return region

@@ -3,7 +3,8 @@ our own script (hover details); no external resource, so it opens offline.
 
 Stable hooks: every node box carries ``data-node`` and ``data-change``, every edge
 ``data-tensor`` and ``data-change``; graph inputs/outputs carry ``data-io``, collapsed stubs
-``data-collapsed`` (the number of undrawn neighbours); with verification errors, coloured edges
+``data-collapsed`` (the number of undrawn neighbours), and both carry ``data-tensor`` and
+``data-change`` too (everything matching ``[data-tensor]`` has a ``data-change``); with verification errors, coloured edges
 carry ``data-error`` and the first divergent node ``data-divergent="true"``. Every text taken
 from a model is escaped.
 """
@@ -193,7 +194,8 @@ def _svg(diff: GraphDiff, geo: Layout, sizes: dict[str, Box], errors: Mapping[st
             attrs = f'data-io="{t.kind}" data-tensor="{_esc(t.tensor)}" data-change="{t.change.value}"'
             tip = f"graph {t.kind} {t.tensor}\nchange: {t.change.value}"
         else:
-            attrs = f'data-collapsed="{t.count}" data-tensor="{_esc(t.tensor)}"'
+            attrs = (f'data-collapsed="{t.count}" data-tensor="{_esc(t.tensor)}" '
+                     f'data-change="{t.change.value}"')
             tip = (f"{t.count} more reader(s) of {t.tensor} not drawn" if t.kind == "collapsed-out"
                    else f"producer of {t.tensor} not drawn")
         out.append(f'<g class="terminal {t.kind} {t.change.value}" {attrs}>'

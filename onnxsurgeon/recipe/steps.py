@@ -63,9 +63,10 @@ def _rename(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any
 def _bypass(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import bypass
 
-    r = bypass(model, p["nodes"], input=p["input"])
+    r = bypass(model, p["nodes"], input=p["input"], prune=p["prune"])
     return {"removed": list(r.removed), "rerouted": list(r.rerouted),
-            "rerouted_outputs": list(r.rerouted_outputs)}
+            "rerouted_outputs": list(r.rerouted_outputs), "modules": dict(r.modules),
+            "pruned": list(r.pruned), "pruned_initializers": list(r.pruned_initializers)}
 
 
 def _merge(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
@@ -139,6 +140,8 @@ STEPS: dict[str, Verb] = {
         Verb("bypass", (
             Param("nodes", Kind.NAMES, required=True, help="node(s) to remove (a chain at once)"),
             Param("input", Kind.NATURAL, default=0, help="which input their readers read instead"),
+            Param("prune", Kind.BOOL, default=False,
+                  help="also remove the nodes (and initializers) no graph output depends on any more"),
         ), _bypass, help="remove nodes; their readers read their input"),
         Verb("merge", (
             Param("second", Kind.FILE, required=True, help="the .onnx model appended behind"),

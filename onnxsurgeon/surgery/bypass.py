@@ -5,20 +5,30 @@ the readers cannot tell apart: equal where both are known, or — when the input
 broadcasts to the output's — every reader is a broadcasting elementwise op whose result keeps its
 shape. Its other outputs (Dropout's mask) must be unused. Several nodes (a Dropout -> Identity ->
 Cast chain) are removed in one call, checked all together before anything changes.
+
+A torch module path (``stages.3.blocks.1.mlp.act``) that names several nodes names the module:
+all of its nodes go, and the readers of what it hands on read what it takes in. It must take one
+tensor (weights and constants aside) and hand on one, or it is refused.
+
+A module's bypass removes every node of the module that reached a graph output before and
+reaches none after (constants it shares with other modules stay), and the initializers only
+removed nodes read. ``prune=True`` goes further, with ``reroute --prune``'s rule: every node no
+graph output depends on after the bypass goes, with every initializer no remaining node reads.
+Graph inputs always stay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 
 import onnx
 
-from ..errors import RewriteError, UsageError
+from ..errors import AmbiguousNameError, RewriteError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import BypassRecord, add_rewrite
-from ..select import Selector, drop_missing
+from ..select import Selector, drop_missing, node_module
 from ..types import TypeOracle, dtype_name
 from ._edges import check_types, rewire
 from ._proto import _BROADCAST
@@ -37,11 +47,32 @@ class BypassResult:
         rerouted_outputs: graph outputs that now carry the bypassed input under its own name
             (only when that input is a graph input, an initializer or already an output; else the
             graph output keeps its name and the input's tensor is renamed to it).
+        pruned: labels of the other nodes removed, in node order: a bypassed module's other
+            nodes, and with ``prune`` every node the bypass left dead.
+        pruned_initializers: initializers removed (only removed nodes read them; with ``prune``,
+            no remaining node does).
+        modules: bypassed module path -> the label (in ``removed``) of the node that made what
+            the module handed on.
     """
 
     removed: list[str]
     rerouted: list[str]
     rerouted_outputs: list[str]
+    pruned: list[str] = field(default_factory=list)
+    pruned_initializers: list[str] = field(default_factory=list)
+    modules: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Module:
+    """A module path given as a node: its nodes (with the unscoped glue only they read), the
+    node making its one output, that output and its one input."""
+
+    path: str
+    members: frozenset[int]
+    node: int
+    out: str
+    src: str
 
 
 def _find_node(index: GraphIndex, name: str) -> int:
@@ -58,6 +89,103 @@ def _find_node(index: GraphIndex, name: str) -> int:
     if sum(1 for n in index.graph.node if n.name == name) > 1:
         raise UsageError(f"several nodes are named '{name}'; rename them apart first (rename --nodes)")
     return i
+
+
+def _find_module(index: GraphIndex, sel: Selector, name: str) -> _Module | None:
+    """The module ``name`` names when it is no node and no tensor but the module path of several
+    nodes; None otherwise. O(nodes + edges).
+
+    Raises:
+        RewriteError: the module takes more than one tensor or hands on more than one.
+    """
+    if name in index.node_names or index.is_tensor(name) or "#" in name:
+        return None
+    scoped = sel._module_nodes().get(name)
+    if not scoped or len(scoped) < 2:
+        return None
+    members = set(scoped)
+    graph = index.graph
+    todo = list(members)
+    while todo:  # the unscoped glue only the module reads (the dynamo exporter drops scopes)
+        for t in graph.node[todo.pop()].input:
+            i = index.producer.get(t)
+            if i is None or i in members or node_module(graph.node[i]) is not None:
+                continue
+            outs = [o for o in graph.node[i].output if o]
+            if all(o not in index.outputs and all(u.node in members for u in index.consumers[o])
+                   for o in outs):
+                members.add(i)
+                todo.append(i)
+    try:
+        out = sel.resolve(name)
+    except AmbiguousNameError:
+        outs = sel.module_outputs(name)
+        if len(outs) < 2:
+            raise  # a module called several times: the message names the calls
+        raise RewriteError(
+            f"module '{name}' hands {len(outs)} tensors to the rest of the graph {outs[:8]}; "
+            "bypass only modules with one output, or name nodes") from None
+    node = index.producer.get(out)
+    if node is None or node not in members:
+        raise RewriteError(f"module '{name}' hands on '{out}', which none of its nodes makes; "
+                           "bypass its nodes by name")
+    made = graph.node[node].output
+    if made[0] != out or any(o and index.consumers.get(o) for o in made[1:]):
+        raise RewriteError(f"module '{name}' hands on '{out}', one of several outputs of node "
+                           f"'{index.node_label(node)}'; bypass its nodes by name")
+    const, shape = sel._non_data()
+    taken: list[str] = []
+    handed: list[str] = []
+    for t, uses in index.consumers.items():
+        made_inside = index.producer.get(t) in members
+        if not made_inside and any(u.node in members for u in uses):
+            if t not in const and t not in shape and t not in index.initializers:
+                taken.append(t)
+        elif made_inside and t != out and t not in const and t not in shape and (
+                t in index.outputs or any(u.node not in members for u in uses)):
+            handed.append(t)
+    handed += [o for o in index.outputs if o != out and index.producer.get(o) in members
+               and o not in handed and o not in const and o not in shape]
+    if handed:
+        raise RewriteError(
+            f"module '{name}' hands {len(handed) + 1} tensors to the rest of the graph "
+            f"{sorted([out, *handed])[:8]}; bypass only modules with one output, or name nodes"
+        )
+    if len(taken) != 1:
+        raise RewriteError(
+            f"module '{name}' takes {len(taken)} tensors {sorted(taken)[:8]}; bypass only modules "
+            "with one input (weights and constants aside), or name nodes"
+        )
+    return _Module(name, frozenset(members), node, out, taken[0])
+
+
+def _live(index: GraphIndex, outputs: Collection[str], gone: Collection[int],
+          subst: dict[str, str], reads: list[list[str]]) -> set[int]:
+    """Nodes that reach one of ``outputs`` when the nodes ``gone`` are removed and the other
+    nodes read ``subst[t]`` for every tensor ``t`` it maps. Iterative; O(nodes + edges)."""
+    live: set[int] = set()
+    todo = [t for t in outputs]
+    seen: set[str] = set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        i = index.producer.get(t)
+        if i is None or i in gone or i in live:
+            continue
+        live.add(i)
+        todo.extend(subst.get(r, r) for r in reads[i])
+    return live
+
+
+def _node_reads(index: GraphIndex) -> list[list[str]]:
+    """Per main-graph node, every tensor it reads (its inputs and its bodies' captures)."""
+    reads: list[list[str]] = [[] for _ in index.graph.node]
+    for t, uses in index.consumers.items():
+        for u in uses:
+            reads[u.node].append(t)
+    return reads
 
 
 def _static(shape: Sequence[int | str | None] | None) -> tuple[int, ...] | None:
@@ -113,25 +241,36 @@ def bypass(
     /,
     *,
     input: int = 0,  # noqa: A002 - the CLI flag is --input
+    prune: bool = False,
 ) -> BypassResult:
-    """Remove ``nodes`` (node names); readers of each one's output read its input ``input``.
-    Mutates model.
+    """Remove ``nodes`` (node names, or torch module paths); readers of each one's output read its
+    input ``input``. Mutates model.
 
     Every reader moves: main-graph nodes, nodes inside If/Loop/Scan bodies and graph outputs. A
     graph output keeps its name when the bypassed input is made by a node (that tensor is renamed
     to the output's name); otherwise the output is rerouted to the input's name. For a chain, the
     nodes may be given in any order; each reads what the removed ones before it passed on.
 
+    A module path that names several nodes bypasses the module: what it hands on is read from
+    what it takes in (one tensor each, weights and constants aside), and all of its nodes go,
+    with the initializers only they read. ``prune`` also removes every node no graph output
+    depends on after the bypass and every initializer no remaining node reads (graph inputs
+    stay), as ``reroute(prune=True)`` does.
+
     Before:  conv -> a -> Dropout -> d -> Identity -> i -> {fc, <output i>}
     After (nodes=[Dropout, Identity]):  conv -> i -> {fc, <output i>}
+    Before:  fc1 -> h -> act{Mul, Mul, Mul, Add, Mul, Tanh, Add, Mul} -> g -> fc2
+    After (nodes="mlp.act"):  fc1 -> h -> fc2
 
     O(nodes + edges).
 
     Raises:
         NotFoundError: a node name does not exist (did-you-mean).
-        UsageError: no node, a node named twice, ``input`` out of range or empty.
+        UsageError: no node, a node named twice, ``input`` out of range or empty, ``input`` other
+            than 0 with a module.
         RewriteError: dtypes differ, shapes differ in a way the readers would see, another output
-            of the node is used, or the output would clash with an existing graph output.
+            of the node is used, the output would clash with an existing graph output, or a
+            module takes or hands on more than one tensor.
     """
     m = as_model(model)
     proto = m.proto
@@ -144,30 +283,48 @@ def bypass(
         raise UsageError(f"input must be >= 0, got {input}")
     index = GraphIndex(proto)
     oracle = TypeOracle(index)
-    positions = [_find_node(index, n) for n in names]
+    sel = Selector(index)
+    found = [_find_module(index, sel, n) for n in names]
+    modules = {n: f for n, f in zip(names, found, strict=True) if f is not None}
+    if modules and input != 0:
+        raise UsageError(f"module '{next(iter(modules))}' has one input; drop --input {input}")
+    positions = [f.node if f is not None else _find_node(index, n)
+                 for n, f in zip(names, found, strict=True)]
     if len(set(positions)) != len(positions):
         raise UsageError(f"{names} name one node twice; name each node once")
-    names = [index.node_label(i) for i in positions]
+    members: set[int] = set()
+    for f in modules.values():
+        inside = [n for n, i in zip(names, positions, strict=True)
+                  if n != f.path and (i in f.members or i in members)]
+        if inside:
+            raise UsageError(f"'{inside[0]}' is inside module '{f.path}' or overlaps it; name "
+                             "the module or its nodes, not both")
+        members |= f.members
+    labels = [index.node_label(i) for i in positions]
     removed = set(positions)
+    module_at = {f.node: f for f in modules.values()}
     subst: dict[str, str] = {}  # removed output -> tensor its readers read instead
-    for name, i in sorted(zip(names, positions, strict=True), key=lambda p: p[1]):
+    for name, i in sorted(zip(labels, positions, strict=True), key=lambda p: p[1]):
         node = index.graph.node[i]
-        if input >= len(node.input) or not node.input[input]:
+        unit = module_at.get(i)
+        if unit is None and (input >= len(node.input) or not node.input[input]):
             raise UsageError(
                 f"node '{name}' ({node.op_type}) has no input {input} (it has "
                 f"{len(node.input)}: {list(node.input)}); pick another --input"
             )
         if not node.output or not node.output[0]:
             raise RewriteError(f"node '{name}' has no output to bypass")
-        src, out = node.input[input], node.output[0]
-        for extra in node.output[1:]:
-            if extra and (extra in index.outputs or any(
-                    u.node not in removed for u in index.consumers.get(extra, ()))):
+        src, out = (node.input[input], node.output[0]) if unit is None else (unit.src, unit.out)
+        for extra in node.output:
+            if extra and extra != out and (extra in index.outputs or any(
+                    u.node not in removed and u.node not in members
+                    for u in index.consumers.get(extra, ()))):
                 raise RewriteError(
                     f"node '{name}' output '{extra}' is used; only nodes whose other outputs are "
                     "unused can be bypassed"
                 )
-        what = f"cannot bypass node '{name}' ({node.op_type})"
+        what = (f"cannot bypass node '{name}' ({node.op_type})" if unit is None
+                else f"cannot bypass module '{unit.path}'")
         src_type, out_type = oracle.elem_type(src), oracle.elem_type(out)
         if not src_type or not out_type:
             unknown = src if not src_type else out
@@ -176,8 +333,9 @@ def bypass(
                 "inference on the model"
             )
         if src_type != out_type:
+            which = f"input {input}" if unit is None else "its input"
             raise RewriteError(
-                f"{what}: its output '{out}' is {dtype_name(out_type)} but input {input} '{src}' "
+                f"{what}: its output '{out}' is {dtype_name(out_type)} but {which} '{src}' "
                 f"is {dtype_name(src_type)}; bypass only nodes that keep the dtype"
             )
         src_shape, out_shape = oracle.shape(src), oracle.shape(out)
@@ -185,7 +343,8 @@ def bypass(
             check_types(what, src, out, src_type, out_type, src_shape, out_shape)
         except RewriteError:
             a, b = _static(src_shape), _static(out_shape)
-            uses = [u for u in index.consumers.get(out, ()) if u.node not in removed]
+            uses = [u for u in index.consumers.get(out, ())
+                    if u.node not in removed and u.node not in members]
             why = "shapes not fully known" if a is None or b is None else \
                 _broadcast_hides(index, oracle, out, a, b, uses)
             if why is not None:
@@ -209,11 +368,14 @@ def bypass(
             if src in index.outputs or src in renames:
                 raise RewriteError(
                     f"graph output '{vi.name}' would become '{src}', which is already a graph "
-                    f"output; keep node '{names[0]}' or remove one output first"
+                    f"output; keep node '{labels[0]}' or remove one output first"
                 )
             out_positions.append((k, src))
     moves = [(u, final[out]) for out in final for u in index.consumers.get(out, ())
             if u.node not in removed]
+    pruned, pruned_inits = _pruned(index, removed, final, None if prune else members)
+    paths = {f.path: index.node_label(f.node) for f in modules.values()}
+    pruned_labels = [index.node_label(i) for i in sorted(pruned)]
 
     # ------------------------------------------------------------------ mutate (all checked)
     touched: set[str] = set()
@@ -225,7 +387,7 @@ def bypass(
     for k, src in out_positions:
         rerouted_outputs.append(proto.graph.output[k].name)
         proto.graph.output[k].name = src
-    dead = set(final)
+    dead = set(final) | {o for i in pruned for o in index.graph.node[i].output if o}
     keep = [vi for vi in proto.graph.value_info if vi.name not in dead]
     if len(keep) != len(proto.graph.value_info):
         del proto.graph.value_info[:]
@@ -235,11 +397,46 @@ def bypass(
     drop_missing(proto, lambda name: name not in dead)
     if renames:  # positions are unchanged so far: the removed nodes are deleted last
         _rename_tensors(GraphIndex(proto), renames)
-    for i in sorted(removed, reverse=True):
+    for i in sorted(removed | pruned, reverse=True):
         del proto.graph.node[i]
-    add_rewrite(proto, BypassRecord(removed=tuple(names), input=input, rerouted=tuple(rerouted),
-                                    rerouted_outputs=tuple(rerouted_outputs)))
-    return BypassResult(names, rerouted, rerouted_outputs)
+    for k in sorted((index.initializers[t] for t in pruned_inits), reverse=True):
+        del proto.graph.initializer[k]
+    add_rewrite(proto, BypassRecord(
+        removed=tuple(labels), input=input, rerouted=tuple(rerouted),
+        rerouted_outputs=tuple(rerouted_outputs), pruned=tuple(pruned_labels) or None,
+        pruned_initializers=tuple(pruned_inits) or None, modules=paths or None,
+        sources={paths[f.path]: f.src for f in modules.values()} or None,
+        prune=True if prune else None))
+    return BypassResult(labels, rerouted, rerouted_outputs, pruned_labels, pruned_inits, paths)
+
+
+def _pruned(index: GraphIndex, removed: set[int], final: dict[str, str],
+            members: set[int] | None) -> tuple[set[int], list[str]]:
+    """What goes besides the ``removed`` nodes, in model terms (nothing is changed here).
+
+    ``members`` None (``prune``): every node no graph output depends on after the bypass, and
+    every initializer no remaining node reads (``reroute --prune``'s rule). Else the nodes of
+    bypassed modules that reached a graph output before and reach none after, and the
+    initializers only removed nodes read. Graph inputs (IR < 4 initializers listed as inputs too),
+    graph outputs and sparse initializers stay. O(nodes + edges).
+    """
+    if members is not None and not members:
+        return set(), []
+    reads = _node_reads(index)
+    outputs = list(index.outputs)
+    after = _live(index, [final.get(o, o) for o in outputs], removed, final, reads)
+    if members is None:
+        pruned = {i for i in range(len(index.graph.node)) if i not in after and i not in removed}
+        sources = list(index.initializers)
+    else:
+        before = _live(index, outputs, (), {}, reads)
+        pruned = {i for i in before & members if i not in after and i not in removed}
+        sources = [t for i in sorted((pruned | removed) & members) for t in reads[i]]
+    gone = pruned | removed
+    read = set(final.values()) | set(index.inputs) | set(index.outputs)
+    inits = {t for t in sources if index.initializers.get(t, -1) >= 0 and t not in read
+             and all(u.node in gone for u in index.consumers.get(t, ()))}
+    return pruned, sorted(inits, key=lambda t: index.initializers[t])
 
 
 def _final(subst: dict[str, str], name: str) -> str:

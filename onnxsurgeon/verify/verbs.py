@@ -57,11 +57,14 @@ def _check_rename(ctx: _Context, record: RenameRecord, check: _Check) -> None:
 
 
 def _identity_reference(original: Model, record: BypassRecord) -> Model:
-    """The original with every removed node replaced by ``Identity(bypassed input)``."""
+    """The original with every removed node replaced by ``Identity(bypassed input)``: input
+    ``record.input`` of the node, or the module input ``record.sources`` names. The nodes the
+    bypass pruned stay: nothing reads them, so the outputs are the same either way."""
     proto = onnx.ModelProto()
     proto.CopyFrom(original.proto)
     removed = list(record.removed)
     slot = record.input
+    sources = record.sources or {}
     index = GraphIndex(proto)
     for name in removed:
         k = _node_position(index, str(name))
@@ -71,7 +74,7 @@ def _identity_reference(original: Model, record: BypassRecord) -> Model:
                 "have; give the model the rewrite started from"
             )
         node = proto.graph.node[k]
-        src = node.input[slot] if slot < len(node.input) else ""
+        src = sources.get(str(name)) or (node.input[slot] if slot < len(node.input) else "")
         out = node.output[0]
         node.CopyFrom(onnx.helper.make_node("Identity", [src], [out], name=node.name))
     return Model(proto, base_dir=original.base_dir)
