@@ -257,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace-input", type=_pair, action="extend", nargs="+", default=[],
                    metavar="A=B", help="the copy reads B wherever the original read A "
                                        "(several pairs, or the flag repeated)")
+    p.add_argument("--stop-at", "--stop", dest="stop", type=_csv, action="extend", default=[],
+                   metavar="T[,T...]",
+                   help="stop tensors: the copied closure is cut there and the copy reads the "
+                        "original's values (T=T of --replace-input; any selector)")
     _add_rewrite_flags(p, json_help="print the rename map")
 
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")

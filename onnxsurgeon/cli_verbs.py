@@ -125,7 +125,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
 
     def apply(model: Any) -> Summary:
         result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
-                      replace_inputs=dict(args.replace_input) or None)
+                      replace_inputs=dict(args.replace_input) or None, stop_at=args.stop)
         pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
         return (copy_payload(result, weights=args.weights, prefix=args.prefix),
                 f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
