@@ -144,7 +144,9 @@ def advice(args: argparse.Namespace) -> str | None:
     inputs_flag, range_flag, deep_flag = flags
     real = getattr(args, "verify_inputs", None) or (
         getattr(args, "inputs", None) if inputs_flag.startswith("--inputs") else None)
-    deep = bool(getattr(args, "verify_deep", False) or getattr(args, "deep", False))
+    deep = bool(getattr(args, "verify_deep", False) or getattr(args, "deep", False)
+                # against a framework there is no deep comparison to offer
+                or getattr(args, "against_tf", None) or getattr(args, "against_torch", None))
     parts = [f"other real inputs ({inputs_flag})" if real else f"real inputs ({inputs_flag})"]
     if not real:
         parts.append(f"another {range_flag}")
