@@ -158,15 +158,28 @@ def advice(args: argparse.Namespace) -> str | None:
 
 
 def advised(report: Any, args: argparse.Namespace) -> Any:
-    """``report`` with the library's inconclusive advice (which names ``verify``'s own flags)
-    reworded by :func:`advice` for the command in ``args``, in its reason and notes."""
+    """``report`` with the library's advice (which names ``verify``'s own flags) reworded for
+    the command in ``args``: the inconclusive advice by :func:`advice`, and with ``--verify``
+    a pair's resolution advice in ``--verify-*`` names (in the reason, the notes and the pairs'
+    ``why``)."""
     from dataclasses import replace
 
+    from .verify.accumulate import RESOLUTION_ADVICE
     from .verify.report import INCONCLUSIVE_ADVICE
 
     text = advice(args)
     if text is None or text == INCONCLUSIVE_ADVICE:
         return report
-    reason = report.reason.replace(INCONCLUSIVE_ADVICE, text) if report.reason else report.reason
-    notes = tuple(n.replace(INCONCLUSIVE_ADVICE, text) for n in report.notes)
-    return replace(report, reason=reason, notes=notes)
+    words = {INCONCLUSIVE_ADVICE: text}
+    if args.verify_advice[2].startswith("--verify-"):
+        words[RESOLUTION_ADVICE] = ("compare the tensors before it (--verify-deep) or give a "
+                                    "tighter --verify-atol")
+
+    def reword(line: str | None) -> str | None:
+        for old, new in words.items():
+            line = line.replace(old, new) if line else line
+        return line
+
+    pairs = tuple(replace(p, why=reword(p.why)) if p.why else p for p in report.pairs)
+    return replace(report, reason=reword(report.reason), pairs=pairs,
+                   notes=tuple(str(reword(n)) for n in report.notes))

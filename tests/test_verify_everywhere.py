@@ -159,6 +159,25 @@ def test_verb_inconclusive_advice_names_its_own_flags_and_real_inputs_settle_it(
         assert proc.returncode == 0 and out.exists(), proc.stderr
 
 
+def test_resolution_advice_of_a_pair_names_the_verify_flags(tmp_path):
+    """y = Identity(x * 1e-4) + 1 varies by far less than its tolerance resolves: the pair's own
+    advice ('--deep', '--atol' on verify) is given in --verify-* names."""
+    path, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(_model([helper.make_node("Mul", ["x", "tiny"], ["s"], name="mul"),
+                      helper.make_node("Identity", ["s"], ["t"], name="drop"),
+                      helper.make_node("Add", ["t", "one"], ["y"], name="add")],
+                     [helper.make_tensor_value_info("x", F, [1, 8])],
+                     [helper.make_tensor_value_info("y", F, [1, 8])],
+                     [numpy_helper.from_array(np.full((1, 8), 1e-4, np.float32), "tiny"),
+                      numpy_helper.from_array(np.ones((1, 8), np.float32), "one")]), str(path))
+    proc = cli("bypass", path, "-o", out, "--node", "drop", "--verify", "--json")
+    assert proc.returncode == 1, proc.stderr
+    (pair,) = json.loads(proc.stdout)["verify"]["pairs"]
+    assert pair["why"].startswith("below the tolerance's resolution"), pair
+    assert pair["why"].endswith("(--verify-deep) or give a tighter --verify-atol"), pair
+    assert "(--deep)" not in proc.stderr and "tighter --atol" not in proc.stderr
+
+
 def test_samples_dims_seed_and_tolerances_take_effect(tmp_path, capsys):
     path, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
     model = sub_drop_relu(0.9)  # positive now and then: whether a seed's inputs show it varies
