@@ -7,6 +7,7 @@ import argparse
 import os
 from typing import Any
 
+from .cli_flags import advised, verify_options
 from .cli_html import _deep_for_page, _write_html
 from .cli_io import (
     EXIT_OK,
@@ -75,10 +76,12 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         from .record import rewrites
 
         old, new = rewrites(before.proto), rewrites(after.proto)
+        options = {**verify_options(args), **_isolation(args)}
         if len(new) > len(old) and new[:len(old)] == old:
-            report = verify.verify_log(before, after, **_isolation(args))
+            report = verify.verify_log(before, after, deep=args.verify_deep, **options)
         else:
-            report = verify.compare(before, after, **_isolation(args))
+            report = verify.compare(before, after, deep=args.verify_deep, **options)
+        report = advised(report, args)
         deep = _deep_for_page(before, after, args, replay=report.kind != "compare")
         _out(report.to_text())
     _write_html(before, after, args.output, args, summary="", report=report, deep=deep)
@@ -130,13 +133,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         require_matplotlib()
     reference, candidate = _load(args.reference), _load(args.candidate)
-    if args.rewrite_log:
-        if args.deep:
-            raise UsageError("--deep compares two models tensor by tensor; drop --rewrite-log "
-                             "(which checks each rewrite's own invariant) or --deep")
+    if args.rewrite_log:  # --deep: every tensor on the way to each checked one, layer by layer
         report = verify.verify_log(reference, candidate, inputs=args.inputs, seed=args.seed,
                                    dims=dict(args.dim) or None, samples=args.samples,
                                    ranges=_ranges(args), save_inputs=args.save_inputs,
+                                   deep=args.deep, rtol=args.rtol, atol=args.atol,
                                    **_isolation(args))
     else:
         report = verify.compare(
@@ -151,6 +152,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from .verify.plot import plot_deep
 
         plot_deep(report.deep, args.plot)
+    report = advised(report, args)
     _print_report(report, args.json)
     return _exit_code(report, args)
 
@@ -185,7 +187,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_apply(args: argparse.Namespace) -> int:
     from .recipe.command import cmd_apply
 
-    return cmd_apply(args, _isolation(args))
+    options = {k: v for k, v in verify_options(args).items() if v is not None}
+    if args.verify_deep:
+        options["deep"] = True
+    return cmd_apply(args, {**_isolation(args), **options})
 
 
 def _cmd_recipe(args: argparse.Namespace) -> int:

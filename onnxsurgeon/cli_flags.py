@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Sequence
+from typing import Any
 
 EXIT_CODES_HELP = (
     "exit codes: 0 success; 1 --verify (or verify) found a difference; 2 bad input or usage "
@@ -116,3 +117,69 @@ def cli_words(message: str) -> str:
     for pattern, repl in _CLI_WORDS:
         message = re.sub(pattern, repl, message)
     return message
+
+
+# ------------------------------------------------------------------- the --verify-* group
+def verify_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword options of verify's library functions (``verify_log``, ``verify_merge``,
+    ``compare``) that a command's ``--verify-*`` flags (:data:`cli_parser.VERIFY_OPTIONS`) ask
+    for, with verify's defaults; ``deep`` is the caller's (it also serves ``--html``)."""
+    return {"inputs": getattr(args, "verify_inputs", None),
+            "samples": getattr(args, "verify_samples", None),
+            "seed": getattr(args, "verify_seed", 0),
+            "dims": dict(getattr(args, "verify_dims", None) or []) or None,
+            "ranges": dict(getattr(args, "ranges", None) or []) or None,
+            "rtol": getattr(args, "verify_rtol", None),
+            "atol": getattr(args, "verify_atol", None)}
+
+
+def advice(args: argparse.Namespace) -> str | None:
+    """What to do about an inconclusive check, in the flags of the command that ran it
+    (``args.verify_advice``: its inputs, range and deep flags, set by the parser), leaving out
+    what the command line already did (no range advice with real inputs, no deep advice after
+    a deep comparison); None when the command declares no flags."""
+    flags = getattr(args, "verify_advice", None)
+    if not flags:
+        return None
+    inputs_flag, range_flag, deep_flag = flags
+    real = getattr(args, "verify_inputs", None) or (
+        getattr(args, "inputs", None) if inputs_flag.startswith("--inputs") else None)
+    deep = bool(getattr(args, "verify_deep", False) or getattr(args, "deep", False)
+                # against a framework there is no deep comparison to offer
+                or getattr(args, "against_tf", None) or getattr(args, "against_torch", None))
+    parts = [f"other real inputs ({inputs_flag})" if real else f"real inputs ({inputs_flag})"]
+    if not real:
+        parts.append(f"another {range_flag}")
+    if not deep:
+        parts.append(f"{deep_flag} to compare every shared tensor")
+    if len(parts) == 1:
+        return f"give {parts[0]}"
+    return f"give {', '.join(parts[:-1])}{',' if len(parts) > 2 else ''} or {parts[-1]}"
+
+
+def advised(report: Any, args: argparse.Namespace) -> Any:
+    """``report`` with the library's advice (which names ``verify``'s own flags) reworded for
+    the command in ``args``: the inconclusive advice by :func:`advice`, and with ``--verify``
+    a pair's resolution advice in ``--verify-*`` names (in the reason, the notes and the pairs'
+    ``why``)."""
+    from dataclasses import replace
+
+    from .verify.accumulate import RESOLUTION_ADVICE
+    from .verify.report import INCONCLUSIVE_ADVICE
+
+    text = advice(args)
+    if text is None or text == INCONCLUSIVE_ADVICE:
+        return report
+    words = {INCONCLUSIVE_ADVICE: text}
+    if args.verify_advice[2].startswith("--verify-"):
+        words[RESOLUTION_ADVICE] = ("compare the tensors before it (--verify-deep) or give a "
+                                    "tighter --verify-atol")
+
+    def reword(line: str | None) -> str | None:
+        for old, new in words.items():
+            line = line.replace(old, new) if line else line
+        return line
+
+    pairs = tuple(replace(p, why=reword(p.why)) if p.why else p for p in report.pairs)
+    return replace(report, reason=reword(report.reason), pairs=pairs,
+                   notes=tuple(str(reword(n)) for n in report.notes))

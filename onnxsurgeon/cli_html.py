@@ -109,7 +109,9 @@ def _deep_for_page(before: Any, after: Any, args: argparse.Namespace, *, replay:
         except SurgeryError:
             return None
     try:
+        from .cli_flags import verify_options
+
         return compare(reference, after, deep=True, locate_divergence=False,
-                       **_isolation(args)).deep
+                       **verify_options(args), **_isolation(args)).deep
     except SurgeryError:
         return None

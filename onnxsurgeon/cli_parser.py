@@ -134,12 +134,53 @@ def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
                         "4096; implies --isolate)")
 
 
+VERIFY_OPTIONS = ("--verify-inputs", "--verify-samples", "--verify-seed", "--verify-dim",
+                  "--verify-range", "--verify-rtol", "--verify-atol", "--verify-deep")
+"""The data and tolerance options of ``verify`` under names no verb's own flags clash with
+(``extract --inputs`` are stop tensors): every command with ``--verify`` takes all of them."""
+
+
+def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False) -> None:
+    """The one definition of :data:`VERIFY_OPTIONS` (``range_alias``: ``--range`` too, the name
+    the rewriting verbs had first). Their defaults are verify's."""
+    g = p.add_argument_group("verification data and tolerances (with --verify)")
+    g.add_argument("--verify-inputs", metavar="FILE.npz|DIR", default=None,
+                   help="real input arrays for the check (.npz, one array per graph input of the "
+                        "model the check runs, or a folder of them) instead of seeded random "
+                        "inputs")
+    g.add_argument("--verify-samples", type=_positive_count, default=None, metavar="N",
+                   help="random input samples (default 2)")
+    g.add_argument("--verify-seed", type=int, default=0, metavar="N",
+                   help="seed of the random inputs")
+    g.add_argument("--verify-dim", dest="verify_dims", type=_dim, action="extend", nargs="+",
+                   default=[], metavar="NAME=SIZE",
+                   help="size of a symbolic dimension (default 1)")
+    names = ("--range", "--verify-range") if range_alias else ("--verify-range",)
+    g.add_argument(*names, dest="ranges", type=_range, action="append", default=[],
+                   metavar="[NAME=]LO,HI",
+                   help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
+                        "NAME= for one input (integers too, e.g. token ids); repeatable")
+    g.add_argument("--verify-rtol", type=float, default=None, metavar="RTOL",
+                   help="relative tolerance of the comparisons that are not exact (default: by "
+                        "dtype, 1e-4 for float32)")
+    g.add_argument("--verify-atol", type=float, default=None, metavar="ATOL",
+                   help="absolute tolerance of the comparisons that are not exact (default: by "
+                        "dtype, 1e-5 for float32)")
+    g.add_argument("--verify-deep", action="store_true",
+                   help="also compare every tensor on the way to each checked output, layer by "
+                        "layer (a differing one fails the check; the table goes to --json)")
+    p.set_defaults(verify_advice=("--verify-inputs FILE.npz", "--verify-range LO,HI",
+                                  "--verify-deep"))
+
+
 def _add_verify_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="check this rewrite's invariant with onnxruntime before writing (exit 1 "
                         "and nothing written if it fails or is inconclusive)")
     _add_isolation_flags(p)
-    _add_input_flags(p)
+    _add_verify_options(p, range_alias=True)
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="exit 0 (with a warning) when nothing compared could show a difference")
 
 
 def _context(value: str) -> int:
@@ -216,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace-input", type=_pair, action="extend", nargs="+", default=[],
                    metavar="A=B", help="the copy reads B wherever the original read A "
                                        "(several pairs, or the flag repeated)")
+    p.add_argument("--stop-at", "--stop", dest="stop", type=_csv, action="extend", default=[],
+                   metavar="T[,T...]",
+                   help="stop tensors: the copied closure is cut there and the copy reads the "
+                        "original's values (T=T of --replace-input; any selector)")
     _add_rewrite_flags(p, json_help="print the rename map")
 
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")
@@ -317,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=_positive_count, default=None, metavar="N",
                    help="random input samples (default 2)")
     _add_input_flags(p)
+    p.set_defaults(verify_advice=("--inputs FILE.npz", "--range LO,HI", "--deep"))
     p.add_argument("--save-inputs", metavar="FILE.npz",
                    help="write the random inputs used to FILE.npz (replay them with --inputs)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -376,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also compare the models with onnxruntime and colour the drawn tensors by "
                         "their error (exit 1 if they differ)")
     _add_isolation_flags(p)
+    _add_verify_options(p)
 
     sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
 
@@ -402,6 +449,7 @@ def _add_recipe_parsers(sub: Any, add_isolation_flags: Any) -> None:
                    help="prove every rewrite since the last verify step before saving (exit 1 "
                         "and nothing written if a check fails)")
     add_isolation_flags(p)
+    _add_verify_options(p)  # every checkpoint's, a verify step's own keys first
     p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
                    help="fleet: models processed in parallel (processes; default 1)")
     p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .cli_flags import advised, verify_options
 from .cli_html import _html_of, page_tensors
 from .cli_io import (
     EXIT_OK,
@@ -19,7 +20,6 @@ from .cli_io import (
     _load,
     _out,
     _paused_gc,
-    _ranges,
     _write,
 )
 from .errors import UsageError
@@ -66,9 +66,11 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
 def _verify_in_memory(args: argparse.Namespace, model: Any,
                       check: Callable[[Any], Any] | None = None) -> Any:
     """With --verify: the report on the rewritten ``model`` (``check(model)``, by default its
-    rewrite log against the input file), printed to stdout (stderr with --json); else None.
-    With ``--html`` too, the log's check also compares the tensors the page draws layer by layer
-    (forced deep) for its colours; that table is left to the page and ``--json``."""
+    rewrite log against the input file, with the ``--verify-*`` data and tolerances), printed to
+    stdout (stderr with --json); else None. With ``--html`` too, the log's check also compares
+    the tensors the page draws layer by layer (forced deep) for its colours, with
+    ``--verify-deep`` every tensor on the way; that table is left to the page and ``--json``.
+    An inconclusive report's advice names this command's flags."""
     if not getattr(args, "verify", False):
         return None
     from .io import load
@@ -77,11 +79,18 @@ def _verify_in_memory(args: argparse.Namespace, model: Any,
     if check is not None:
         report = check(model)
     else:
-        report = verify_log(load(args.model), model, ranges=_ranges(args),
-                            deep=page_tensors(args, model), **_isolation(args))
+        report = verify_log(load(args.model), model, deep=_deep(args, model),
+                            **verify_options(args), **_isolation(args))
+    report = advised(report, args)
     if not getattr(args, "json", False):  # with --json the report is embedded in the result
         _out(report.to_text(deep_table=False))
     return report
+
+
+def _deep(args: argparse.Namespace, model: Any) -> Any:
+    """Verify's ``deep``: True with ``--verify-deep``, else the tensors ``--html`` draws (or
+    False)."""
+    return True if getattr(args, "verify_deep", False) else page_tensors(args, model)
 
 
 def _print_result(command: str, args: argparse.Namespace, payload: dict[str, Any], text: str,
@@ -116,7 +125,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
 
     def apply(model: Any) -> Summary:
         result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
-                      replace_inputs=dict(args.replace_input) or None)
+                      replace_inputs=dict(args.replace_input) or None, stop_at=args.stop)
         pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
         return (copy_payload(result, weights=args.weights, prefix=args.prefix),
                 f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
@@ -227,7 +236,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 f"-> {args.output}")
 
     def check(model: Any) -> Any:
-        return verify_merge(load(args.model), load(args.second), model, ranges=_ranges(args),
-                            deep=page_tensors(args, model), **_isolation(args))
+        return verify_merge(load(args.model), load(args.second), model, deep=_deep(args, model),
+                            **verify_options(args), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("argv, line", [
     (["copy", "{m}", "-o", "{o}", "--outputs", "logits", "--verfy"],
-     "onnxsurgeon copy: error: unknown flag '--verfy'; did you mean --verify? see "
+     "onnxsurgeon copy: error: unknown flag '--verfy'; did you mean --verify or --verify-dim? see "
      "'onnxsurgeon copy --help'"),
     (["insert", "{m}", "-o", "{o}", "--at", "act", "--opp", "identity"],
      "onnxsurgeon insert: error: unknown flag '--opp'; did you mean --op or --output? see "

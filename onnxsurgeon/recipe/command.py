@@ -166,9 +166,9 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
     progress = None if args.json else _Progress("apply")
     after: list[Any] = []
     options = {**isolation, "deep": True} if args.html else isolation  # the page's colours
-    result = apply_one(recipe, source, args.output, plan=args.plan, verify=args.verify,
-                       isolation=options, progress=progress, force=args.force,
-                       done=after.append)
+    result = _advised(apply_one(recipe, source, args.output, plan=args.plan, verify=args.verify,
+                                isolation=options, progress=progress, force=args.force,
+                                done=after.append), args)
     if args.json:
         data = stamp("apply", {"model": source,
                                "output": None if args.plan or not result.ok else args.output,
@@ -185,6 +185,18 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
         report = result.reports[-1][1] if result.reports else None
         _write_html(_load(source), after[0], args.html, args, summary=steps, report=report)
     return EXIT_OK if result.ok or args.plan else EXIT_FAILED
+
+
+def _advised(result: ApplyResult, args: argparse.Namespace) -> ApplyResult:
+    """``result`` with every checkpoint's inconclusive advice in apply's own flags."""
+    from dataclasses import replace
+
+    from ..cli_flags import advised
+
+    steps = tuple(s if s.report is None else replace(s, report=advised(s.report, args))
+                  for s in result.steps)
+    return replace(result, steps=steps,
+                   reports=tuple((n, advised(r, args)) for n, r in result.reports))
 
 
 def to_yaml(recipe: Recipe) -> str:

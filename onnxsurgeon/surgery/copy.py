@@ -16,13 +16,13 @@ from typing import Any, NamedTuple, cast
 import onnx
 
 from ..closure import closure
-from ..errors import RewriteError, UsageError, name_list
+from ..errors import AmbiguousNameError, RewriteError, UsageError, name_list
 from ..index import GraphIndex, NodeEdges, has_subgraphs, subgraphs
 from ..io import Model, as_model, hand_on, indexed
 from ..names import NameAllocator
 from ..protos import rename_scoped
 from ..record import CopyRecord, add_rewrite, as_record
-from ..select import Selector
+from ..select import CALL_SEP, Selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
 from ..upkeep import Upkeep, Written
 from ._edgewalk import closure_edges
@@ -211,6 +211,7 @@ def copy(
     weights: Weights | str = Weights.INDEPENDENT,
     prefix: str = "copy/",
     replace_inputs: Mapping[str, str] | None = None,
+    stop_at: Collection[str] = (),
 ) -> CopyResult:
     """Duplicate the closure of ``outputs`` inside ``model``; each copy becomes a graph output.
     Mutates model.
@@ -219,31 +220,38 @@ def copy(
     inputs are shared. ``weights`` chooses whether initializers and Constant nodes are copied
     (external-data initializers are copied as references: same file, offset and length) or
     shared. ``replace_inputs`` ``{A: B}`` makes the copy read B wherever the original reads A (A
-    and its upstream are not copied). Names inside nested If/Loop/Scan bodies are renamed
-    consistently; local functions are shared.
+    and its upstream are not copied). ``stop_at`` tensors cut the closure: the copy reads the
+    original's values there (``{T: T}`` in ``replace_inputs``, and so in the record). A torch
+    module path that hands several tensors on copies all of them. Names inside nested
+    If/Loop/Scan bodies are renamed consistently; local functions are shared.
 
     Before:  x -> conv -> act -> fc -> logits
     After:   x -> conv -> act -> fc -> logits
              x -> copy/conv -> copy/act -> copy/fc -> copy/logits   (new graph output)
+    With stop_at=[act]:
+             act -> copy/fc -> copy/logits
 
     O(nodes + edges) of the closure plus one pass over all names for the name allocator.
 
     Args:
         model: the model (a :class:`Model` or a bare ``ModelProto``).
-        outputs: the tensors to copy (user names, resolved with :class:`Selector`).
+        outputs: the tensors to copy (user names, resolved with :class:`Selector`; a module
+            path with several outputs means all of them).
         weights: ``Weights.INDEPENDENT`` (default) or ``Weights.SHARED`` (or their values).
         prefix: prefix of every new name.
         replace_inputs: tensor A -> tensor B read by the copy instead of A.
+        stop_at: tensors where the closure is cut; the copy reads the originals' values.
 
     Returns:
         A :class:`CopyResult` with the rename maps.
 
     Raises:
         NotFoundError / AmbiguousNameError: a name does not resolve.
-        UsageError: bad option, nothing to copy, a replaced tensor not on the path.
+        UsageError: bad option, nothing to copy, a replaced or stop tensor not on the path.
         RewriteError: a replacement with another dtype, an output of unknown type.
     """
     outputs = name_list(outputs, "copy(outputs=...)")
+    stop_names = name_list(stop_at, "copy(stop_at=...)")
     proto = as_model(model).proto
     try:
         mode = Weights(weights)
@@ -255,10 +263,16 @@ def copy(
         raise UsageError("copy needs at least one output tensor; pass outputs=[...]")
     index = indexed(model)  # load's int dataflow graph rides along when the model is unchanged
     selector = Selector(index)
-    outs = list(dict.fromkeys(selector.resolve(n) for n in outputs))
+    outs = _resolve_outputs(selector, outputs)
     repl: dict[str, str] = {}
     for a, b in (replace_inputs or {}).items():
         repl[selector.resolve(a)] = selector.resolve(b)
+    stops = list(dict.fromkeys(selector.resolve(n) for n in stop_names))
+    for t in stops:
+        if repl.get(t, t) != t:
+            raise UsageError(f"tensor '{t}' is both a stop tensor and replaced by "
+                             f"replace_inputs '{repl[t]}'; give one of them")
+        repl[t] = t
     graph = proto.graph
     shared_mode = mode is Weights.SHARED
     oracle: TypeOracle | None = None
@@ -273,7 +287,7 @@ def copy(
     for o in outs:
         why = None
         if o in repl:
-            why = "is replaced by replace_inputs"
+            why = "is a stop tensor" if o in stops else "is replaced by replace_inputs"
         elif o in index.inputs and o not in index.initializers:
             why = "is a graph input (graph inputs are shared)"
         elif shared_mode and o in index.initializers:
@@ -291,8 +305,9 @@ def copy(
     cl_nodes, cl_initializers, cl_stops = walked
     missing = [a for a in repl if a not in cl_stops]
     if missing:
+        what = "stop tensor" if missing[0] in stops else "replace_inputs key"
         raise UsageError(
-            f"replace_inputs key '{missing[0]}' is not on the path to outputs {outs}; drop it"
+            f"{what} '{missing[0]}' is not on the path to outputs {outs}; drop it"
         )
 
     out_infos: dict[str, onnx.ValueInfoProto] = {}
@@ -425,6 +440,24 @@ def copy(
         weights=mode.value, replace_inputs=repl,
     ))
     return result
+
+
+def _resolve_outputs(selector: Selector, names: Sequence[str]) -> list[str]:
+    """The tensor of each user name, in order, without repeats; a torch module path that hands
+    several tensors on (and is no node name and no module called several times) gives all of
+    them."""
+    index = selector.index
+    out: list[str] = []
+    for name in names:
+        try:
+            out.append(selector.resolve(name))
+        except AmbiguousNameError:
+            called = any(k.startswith(name + CALL_SEP) for k in selector.framework_map)
+            many = [] if called or name in index.node_names else selector.module_outputs(name)
+            if len(many) < 2:
+                raise
+            out.extend(many)
+    return list(dict.fromkeys(out))
 
 
 def _exceptions(renames: dict[str, str], prefix: str) -> dict[str, str]:

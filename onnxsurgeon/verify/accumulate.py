@@ -41,6 +41,10 @@ RESOLUTION = 10.0
 tolerances (an order of magnitude): differences at the tolerance are then small against what the
 tensor carries, not of its size."""
 
+RESOLUTION_ADVICE = "compare the tensors before it (--deep) or give a tighter --atol"
+"""What to do about a pair below its tolerance's resolution (in ``verify``'s flags; the CLI
+rewords it for ``--verify``)."""
+
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-4, 1e-5),
     "float64": (1e-4, 1e-5),
@@ -282,7 +286,7 @@ def uninformative_reason(ref: SideStats, cand: SideStats) -> str | None:
         return (f"below the tolerance's resolution: across {ref.samples} samples no element "
                 f"varies by more than {ratio:.3g}x its tolerance (atol + rtol*|value|) on either "
                 f"side, {RESOLUTION:g}x needed to show a difference at the tolerance; "
-                f"compare the tensors before it (--deep) or give a tighter --atol")
+                f"{RESOLUTION_ADVICE}")
     return None
 
 

@@ -87,11 +87,13 @@ class _Check:
     """Accumulates the pairs of one rewrite verification, settles the pairs that could not show
     a difference (:func:`~.deepen.settle`) and locates the first failure."""
 
-    def __init__(self, batch: int, samples: int, notes: Sequence[str] = ()) -> None:
+    def __init__(self, batch: int, samples: int, notes: Sequence[str] = (), *,
+                 rtol: float | None = None, atol: float | None = None) -> None:
         self.entries: list[_Entry] = []
         self.notes: list[str] = list(notes)
         self.batch = batch
         self.samples = samples
+        self.rtol, self.atol = rtol, atol  # of the comparisons that are not exact
 
     def compare(self, check: str, ref_name: str, cand_name: str, ref_vals: Values,
                 cand_vals: Values, *, dtype: str, exact: bool,
@@ -110,7 +112,8 @@ class _Check:
                 self.notes.append(note)
         bounds = saturation_bounds(sides(0)[0].staged, ref_name) if sides is not None else ()
         acc = PairAccumulator(display or ref_name, cand_name, dtype=dtype, exact=exact,
-                              check=check, bounds=bounds, label=label)
+                              check=check, bounds=bounds, label=label, rtol=self.rtol,
+                              atol=self.atol)
         for k, (r, c) in enumerate(zip(ref_vals, cand_vals, strict=True)):
             if ref_name not in r:
                 acc.fail(f"'{ref_name}' is not computed by the reference")
@@ -137,7 +140,7 @@ class _Check:
                                [dict(c.feeds) for _, c in sides],
                                [replace(result, reference=entry.ref_name)], mapping=entry.mapping,
                                strict=entry.strict, exact=entry.acc.exact, notes=self.notes,
-                               fed=entry.fed)
+                               fed=entry.fed, rtol=self.rtol, atol=self.atol)
         return replace(settled[0], reference=result.reference), deep
 
     def deep_all(self, results: Sequence[PairReport],
@@ -176,7 +179,8 @@ class _Check:
                 items = [item for item in items if item.cand in only]
             found = deep_compare(ref, cand, [dict(r.feeds) for r, _ in sides],
                                  [dict(c.feeds) for _, c in sides], items=items,
-                                 exact=group["exact"], forced=True, notes=self.notes)
+                                 exact=group["exact"], forced=True, notes=self.notes,
+                                 rtol=self.rtol, atol=self.atol)
             skipped += found.skipped
             batches += found.batches
             index = cand.index
@@ -406,9 +410,12 @@ def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
             return Side(cut_staged, cut_feeds[k]), Side(new, feeds[k])
 
         fed_with = ", ".join(f"{a} := {b}" for a, b in replace.items())
+        # the cut's fed inputs hold the rewritten model's values of what the copy reads: fed
+        # alike, so the settlement's structural walk may stop there (as at extract's stops)
+        linked = {**tensor_map, **fed}
         for o, c in pairs.items():
             check.compare("copy", o, c, cut_vals, new_vals, dtype=_dtype(new, o), exact=True,
-                          sides=cut_sides, mapping=tensor_map, strict=True,
+                          sides=cut_sides, mapping=linked, strict=True,
                           label=f"{o} recomputed with {fed_with}")
     orig_vals = _run_all(orig, feeds, kept)
     _untouched(check, orig, new, orig_vals, new_vals, kept,
@@ -549,7 +556,8 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
                    timeout: float | None = None, memory_limit: int | None = None,
                    ranges: Mapping[str, Range] | None = None,
                    save_inputs: str | os.PathLike | None = None,
-                   deep: bool | Collection[str] = False) -> VerifyReport:
+                   deep: bool | Collection[str] = False, rtol: float | None = None,
+                   atol: float | None = None) -> VerifyReport:
     """Check the invariant ``record`` (one rewrite of ``original`` into ``rewritten``) implies.
 
     ``record`` is a typed :class:`~onnxsurgeon.record.RewriteRecord` or its JSON object (read
@@ -567,7 +575,9 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
     that differs there fails the verification too. It costs one deep comparison per reference
     model, in bounded batches (see :func:`~onnxsurgeon.verify.compare`'s ``deep``); ``deep`` as
     a collection of tensor names of ``rewritten`` compares only those (what a page draws: a
-    cost bounded by the drawing, not the model).
+    cost bounded by the drawing, not the model). ``rtol`` / ``atol`` replace the dtype's
+    tolerance in the comparisons that are not exact (an inserted block against the block alone,
+    the deeper comparisons of those).
 
     Raises:
         UsageError: an unknown op or a record that does not fit the models.
@@ -589,7 +599,7 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
         ctx = _Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
                        dims=dims, samples=samples, limits=limits, ranges=ranges,
                        save_inputs=save_inputs)
-        check = _Check(batch, len(ctx.feeds), ctx.notes)
+        check = _Check(batch, len(ctx.feeds), ctx.notes, rtol=rtol, atol=atol)
         run_check(ctx, typed, check)
         return check.report(f"rewrite:{typed.op}", len(ctx.feeds),
                             locate_divergence=locate_divergence, inputs=ctx.described,

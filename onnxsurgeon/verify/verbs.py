@@ -12,7 +12,7 @@ With graph optimizations off, compared bit for bit:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -22,10 +22,11 @@ from ..index import GraphIndex
 from ..io import Model
 from ..record import BypassRecord, MergeRecord, RenameRecord, as_record, records
 from .compare import make_samples
+from .deep import structurally_covered
 from .inputs import InputsLike, Range
 from .isolate import make_limits
 from .locate import Side
-from .report import VerifyReport
+from .report import INCONCLUSIVE, VerifyReport
 from .rewrite import _Check, _Context, _dtype, _node_position, _run_all
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
@@ -116,12 +117,17 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
                  batch: int = DEFAULT_BATCH, threads: int = 0, isolate: bool = False,
                  timeout: float | None = None, memory_limit: int | None = None,
                  ranges: Mapping[str, Range] | None = None,
-                 deep: bool | Collection[str] = False) -> VerifyReport:
+                 deep: bool | Collection[str] = False, rtol: float | None = None,
+                 atol: float | None = None) -> VerifyReport:
     """Check that ``merged`` equals running ``first``, then ``second`` on first's connected
     tensors: every output of the merged model, bit for bit (optimizations off). ``record`` is
-    the merge record (default: the merged model's last one). ``deep`` also compares every
-    tensor on the way to each output with its model's (or those named, see
-    :func:`~onnxsurgeon.verify.verify_rewrite`).
+    the merge record (default: the merged model's last one). An output that could not show a
+    difference (saturated, constant) is settled as :func:`~onnxsurgeon.verify.verify_rewrite`
+    settles one: deeper shared tensors, or the same graph from tensors that agree (a connected
+    input of ``second`` counts as fed alike when the merged model computes its tensor with
+    ``first``'s graph). ``deep`` also compares every tensor on the way to each output with its
+    model's (or those named, see :func:`~onnxsurgeon.verify.verify_rewrite`); ``rtol`` /
+    ``atol`` are the tolerances of those deeper comparisons' inexact parts.
 
     Raises:
         UsageError: no merge record, or a record that does not fit the models.
@@ -159,7 +165,7 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
         second_vals = _run_all(snd, second_feeds,
                                [back.get(o, o) for o in outs if mine[o] is snd])
         new_vals = _run_all(new, feeds, outs)
-        check = _Check(batch, len(feeds), made.notes)
+        check = _Check(batch, len(feeds), made.notes, rtol=rtol, atol=atol)
 
         def first_sides(k: int) -> tuple[Side, Side]:
             return Side(fst, first_feeds[k]), Side(new, feeds[k])
@@ -170,15 +176,32 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
         for o in outs:
             if mine[o] is fst:
                 check.compare("merge:first", o, o, first_vals, new_vals, dtype=_dtype(new, o),
-                              exact=True, sides=first_sides if deep is not False else None)
+                              exact=True, sides=first_sides)
             elif not snd.is_tensor(back.get(o, o)):
                 check.missing("merge", o, f"'{o}' is a tensor of neither model")
             else:
                 check.compare("merge:second", back.get(o, o), o, second_vals, new_vals,
-                              dtype=_dtype(new, o), exact=True,
-                              sides=second_sides if deep is not False else None, mapping=renamed)
+                              dtype=_dtype(new, o), exact=True, sides=second_sides,
+                              mapping=renamed)
+        _link_connections(check, fst, new, connect)
         return check.report("rewrite:merge", len(feeds), locate_divergence=False,
                             inputs=made.described, deep_all=deep)
+
+
+def _link_connections(check: _Check, fst: Staged, new: Staged,
+                      connect: Sequence[tuple[str, str]]) -> None:
+    """Let the settlement of SECOND's open pairs walk through the connections: SECOND's input
+    ``b`` was fed FIRST's values of ``a``, which equal the merged model's ``a`` when the merged
+    model computes ``a`` with FIRST's graph from the same inputs and weights (proved by
+    structure, only when a pair of SECOND is open). O(nodes + weight bytes) of FIRST's part."""
+    entries = [e for e in check.entries
+               if e.acc.check == "merge:second" and e.acc.result().verdict == INCONCLUSIVE]
+    if not entries:
+        return
+    proven = {b: a for a, b in connect if new.is_tensor(a) and fst.is_tensor(a)
+              and structurally_covered(fst, new, a, a, agreed=()) is not None}
+    for entry in entries:
+        entry.mapping.update(proven)
 
 
 def checks() -> dict[str, Callable[[_Context, Any, _Check], None]]:
