@@ -26,6 +26,23 @@ from onnx import AttributeProto
 
 from .errors import InvalidModelError
 
+DEFAULT_INPUT_IR = 4
+"""From this IR version on an initializer need not be a graph input, so a graph input that is
+also an initializer is an *input with a default value* (onnxruntime feeds it when given, else the
+initializer): an input everywhere. Before it the format listed every initializer as a graph
+input too: those are weights, not inputs."""
+
+
+def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The main graph's inputs, in order: every graph input except, before IR 4
+    (:data:`DEFAULT_INPUT_IR`), an initializer listed as one. O(inputs + initializers)."""
+    graph = model.graph
+    if model.ir_version >= DEFAULT_INPUT_IR:
+        return list(graph.input)
+    weights = {t.name for t in graph.initializer} | {st.values.name for st in graph.sparse_initializer}
+    return [vi for vi in graph.input if vi.name not in weights]
+
+
 MAX_NESTING = 32
 """Deepest nesting of graphs (If/Loop/Scan bodies) accepted; deeper models are refused."""
 
@@ -484,6 +501,18 @@ class GraphIndex:
     def node_label(self, i: int) -> str:
         """A human label for main-graph node ``i`` (see :func:`node_label`)."""
         return node_label(self.graph.node[i], i)
+
+    def input_names(self) -> list[str]:
+        """The main graph's inputs a run may feed, in order (see :func:`real_inputs`)."""
+        if self.model.ir_version >= DEFAULT_INPUT_IR:
+            return list(self.inputs)
+        return [n for n in self.inputs if n not in self.initializers]
+
+    def has_default(self, name: str) -> bool:
+        """True when graph input ``name`` is an input with a default value: also an
+        initializer, in a model of IR >= 4 (:data:`DEFAULT_INPUT_IR`)."""
+        return (name in self.inputs and name in self.initializers
+                and self.model.ir_version >= DEFAULT_INPUT_IR)
 
     def is_tensor(self, name: str) -> bool:
         """True when ``name`` is a tensor of the main graph."""
