@@ -14,7 +14,8 @@ Building is O(nodes + edges). Consumers and captures are computed lazily on firs
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, count, islice
@@ -153,6 +154,52 @@ def body_captures(node: onnx.NodeProto) -> list[tuple[str, InnerRead]]:
                 found.append((out.name, InnerRead(out, -1)))
         stack.extend(reversed(nested))
     return found
+
+
+class OuterScope:
+    """The names of one graph that the bodies of its node ``position`` see (ONNX scoping): its
+    inputs and initializers, the outputs of the nodes before that node, and of those after it
+    not computed from it (a runtime may sort them first: onnxruntime does). The node's own
+    outputs and everything computed from them are never visible, so a branch may define a
+    tensor named like its If's output (onnx.checker and onnxruntime accept that). O(1) per name,
+    plus for a name produced later a backward walk over the nodes between the two."""
+
+    __slots__ = ("nodes", "inputs", "initializers", "producer", "position")
+
+    def __init__(self, nodes: Sequence[onnx.NodeProto],
+                 declared: tuple[AbstractSet[str], AbstractSet[str]],
+                 producer: Mapping[str, int], position: int) -> None:
+        self.nodes = nodes
+        self.inputs, self.initializers = declared
+        self.producer = producer
+        self.position = position
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if name in self.inputs or name in self.initializers:
+            return True
+        at = self.producer.get(name)
+        if at is None or at == self.position:
+            return False
+        return at < self.position or not self._computed_from_node(at)
+
+    def _computed_from_node(self, at: int) -> bool:
+        """Node ``at`` (after the node) reads, maybe through others, an output of the node."""
+        stack, seen, producer, mine = [at], {at}, self.producer, self.position
+        while stack:
+            node = self.nodes[stack.pop()]
+            reads: Iterable[str] = node.input
+            if has_subgraphs(node):
+                reads = [*node.input, *(name for name, _ in body_captures(node))]
+            for read in reads:
+                q = producer.get(read)
+                if q == mine:
+                    return True
+                if q is not None and q > mine and q not in seen:
+                    seen.add(q)
+                    stack.append(q)
+        return False
 
 
 @dataclass(frozen=True, slots=True)
