@@ -171,3 +171,18 @@ def test_verify_cli_feeds_it_from_npz(tmp_path, isolate):
     proc = cli("verify", a, b, "--inputs", data, *flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert cli("verify", a, b, *flags).returncode == 1   # the defaults differ
+
+
+def test_copy_shares_it_like_every_input(tmp_path):
+    """The copy reads x itself (not a frozen copy of its default): fed or not, copy/z == z."""
+    src, out = tmp_path / "d.onnx", tmp_path / "c.onnx"
+    onnx.save(with_default(), str(src))
+    proc = cli("copy", src, "-o", out, "--outputs", "z", "--verify")
+    assert proc.returncode == 0, proc.stderr
+    model = onnx.load(str(out))
+    assert "copy/x" not in {t.name for t in model.graph.initializer}
+    assert [vi.name for vi in model.graph.input] == ["x"]
+    for feeds in ({}, {"x": np.float32([7, -7])}):
+        got = run(model, feeds)
+        np.testing.assert_array_equal(got["copy/z"], got["z"])
+    assert cli("copy", src, "-o", out, "--outputs", "x").returncode == 2  # an input: shared
