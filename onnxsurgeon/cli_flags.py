@@ -1,17 +1,21 @@
-"""Unknown flags, caught per subcommand before argparse sees them.
+r"""Unknown flags, caught per subcommand before argparse sees them; list-valued flags.
 
 argparse reports a misspelt flag of a subcommand from the top-level parser ("unrecognized
 arguments ... see 'onnxsurgeon --help'"), or not at all when a required option is missing too
 (``--opp`` -> "one of the arguments --op --graph --func is required"). :func:`check_flags` walks
 the argv the way argparse will, finds the (sub)command each flag belongs to, and refuses the
 first unknown one with the closest real flags of that subcommand and its own ``--help``.
+
+Every repeatable flag is a :class:`ListAction`: each value is a comma list (``--map a=b,c=d``),
+the flag may be repeated and, where it takes several values, they may follow it
+(``--map a=b c=d``); all three give the same list. ``\,`` is a comma inside a name.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 EXIT_CODES_HELP = (
@@ -19,6 +23,79 @@ EXIT_CODES_HELP = (
     "(one line on stderr naming the problem and the fix; nothing written); 3 internal error (a "
     "bug: please report it; ONNXSURGEON_DEBUG=1 shows the traceback)"
 )
+
+
+LIST_HELP = (
+    "lists: every repeatable flag takes a comma list (--map a=b,c=d), the flag repeated or, where "
+    "it takes several values, values after it; write '\\,' for a comma inside a name "
+    "(--outputs 'a\\,b')"
+)
+
+
+def split_list(value: str) -> list[str]:
+    r"""The items of a comma list: ``'a,b'`` -> ``['a', 'b']``; ``'\,'`` is a literal comma."""
+    items: list[str] = []
+    current: list[str] = []
+    i = 0
+    while i < len(value):
+        char = value[i]
+        if char == "\\" and value[i + 1:i + 2] == ",":
+            current.append(",")
+            i += 2
+            continue
+        if char == ",":
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    items.append("".join(current))
+    return items
+
+
+def split_ranges(value: str) -> list[str]:
+    """A comma list of ``[NAME=]LO,HI`` items: every two parts make one (``x=0,1,y=-1,1``)."""
+    parts = split_list(value)  # a NAME holding '\\,' is kept whole: _range splits at its last '='
+    return [",".join(parts[i:i + 2]) for i in range(0, len(parts), 2)]
+
+
+def whole(value: str) -> list[str]:
+    """No splitting: the value is one item (``--regex``: commas are regex syntax)."""
+    return [value]
+
+
+class ListAction(argparse.Action):
+    """A repeatable flag: each value is split into items by ``split`` (default
+    :func:`split_list`), each item converted by ``item``; the items extend the flag's list
+    (starting from a copy of its default, or ``[]``). A bad or empty item is refused in one line
+    naming the item and the list it came from."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *,
+                 item: Callable[[str], Any] = str,
+                 split: Callable[[str], list[str]] = split_list, **kwargs: Any) -> None:
+        if kwargs.get("type") is not None:
+            raise ValueError("ListAction converts with item=, not type=")
+        self.item = item
+        self.split = split
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        given = [values] if isinstance(values, str) else list(values)
+        found = list(getattr(namespace, self.dest, None) or [])
+        for value in given:
+            parts = self.split(value)
+            for part in parts:
+                where = f" in the list {value!r}" if len(parts) > 1 else ""
+                if not part.strip():
+                    raise argparse.ArgumentError(
+                        self, f"empty item{where or f' {value!r}'}; separate items with single "
+                              "commas ('\\,' is a comma inside a name)")
+                try:
+                    found.append(self.item(part.strip()))
+                except argparse.ArgumentTypeError as exc:
+                    raise argparse.ArgumentError(self, f"{exc}{where}") from None
+        setattr(namespace, self.dest, found)
 
 
 class HelpFormatter(argparse.HelpFormatter):

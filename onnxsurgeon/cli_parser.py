@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from .cli_flags import EXIT_CODES_HELP
+from .cli_flags import EXIT_CODES_HELP, LIST_HELP, ListAction, split_ranges, whole
 from .cli_flags import HelpFormatter as _HelpFormatter
 from .cli_io import EXIT_BAD_INPUT
 
@@ -14,7 +14,7 @@ from .cli_io import EXIT_BAD_INPUT
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2) instead of usage dumps, no abbreviated flags (a
     prefix such as --out is an unknown flag, not --output), defaults shown in --help, and the
-    exit codes in every --help."""
+    exit codes in every --help (and how lists are written, when it has a list flag)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -22,15 +22,22 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def format_help(self) -> str:
+        if any(isinstance(a, ListAction) for a in self._actions) and LIST_HELP not in (self.epilog or ""):
+            self.epilog = f"{self.epilog}. {LIST_HELP}" if self.epilog else LIST_HELP
+        return super().format_help()
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
 
 
-def _csv(value: str) -> list[str]:
-    items = [v.strip() for v in value.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"empty name in list {value!r}; separate names with commas")
-    return items
+def _name(value: str) -> str:
+    """One name (any selector): a value holding ',' and '=' is a list or pairs given to a flag
+    that takes one name, a typo."""
+    if "," in value and "=" in value:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} looks like a list of pairs, but this flag takes one name")
+    return value
 
 
 def _pair(value: str) -> tuple[str, str]:
@@ -38,6 +45,15 @@ def _pair(value: str) -> tuple[str, str]:
     if not sep or not left or not right:
         raise argparse.ArgumentTypeError(f"expected A=B, got {value!r}")
     return left, right
+
+
+def _regex(value: str) -> tuple[str, str]:
+    pattern, replacement = _pair(value)
+    if "," in replacement and "=" in replacement:
+        raise argparse.ArgumentTypeError(
+            f"the replacement in {value!r} holds ',' and '=': give each PATTERN=REPLACEMENT its "
+            "own --regex (commas are regex syntax here, they do not split)")
+    return pattern, replacement
 
 
 def _dim(value: str) -> tuple[str, int]:
@@ -62,10 +78,12 @@ def _range(value: str) -> tuple[str, tuple[float, float]]:
 
 
 def _add_input_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--range", dest="ranges", type=_range, action="append", default=[],
+    p.add_argument("--range", dest="ranges", action=ListAction, item=_range, split=split_ranges,
+                   default=[],
                    metavar="[NAME=]LO,HI",
                    help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
-                        "NAME= for one input (integers too, e.g. token ids); repeatable")
+                        "NAME= for one input (integers too, e.g. token ids); repeatable, or "
+                        "x=0,1,y=-2,2")
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="exit 0 (with a warning) when nothing compared could show a difference")
 
@@ -152,14 +170,15 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
                    help="random input samples (default 2)")
     g.add_argument("--verify-seed", type=int, default=0, metavar="N",
                    help="seed of the random inputs")
-    g.add_argument("--verify-dim", dest="verify_dims", type=_dim, action="extend", nargs="+",
+    g.add_argument("--verify-dim", dest="verify_dims", action=ListAction, item=_dim, nargs="+",
                    default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
     names = ("--range", "--verify-range") if range_alias else ("--verify-range",)
-    g.add_argument(*names, dest="ranges", type=_range, action="append", default=[],
-                   metavar="[NAME=]LO,HI",
+    g.add_argument(*names, dest="ranges", action=ListAction, item=_range, split=split_ranges,
+                   default=[], metavar="[NAME=]LO,HI",
                    help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
-                        "NAME= for one input (integers too, e.g. token ids); repeatable")
+                        "NAME= for one input (integers too, e.g. token ids); repeatable, or "
+                        "x=0,1,y=-2,2")
     g.add_argument("--verify-rtol", type=float, default=None, metavar="RTOL",
                    help="relative tolerance of the comparisons that are not exact (default: by "
                         "dtype, 1e-4 for float32)")
@@ -227,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
     p.add_argument("model", metavar="MODEL", help="the .onnx file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--around", metavar="T",
+    p.add_argument("--around", type=_name, metavar="T",
                    help="the neighbourhood of tensor T (its producer, readers and --context hops; "
                         "any selector); narrows --nodes/--tensors too")
     p.add_argument("--html", metavar="FILE.html", help="with --around: draw it as an HTML page")
@@ -238,26 +257,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
     _add_model_io(p)
-    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]",
+    p.add_argument("--outputs", action=ListAction, required=True, metavar="T[,T...]",
                    help="tensors to extract (ONNX, TF ':0', node name or torch module path)")
-    p.add_argument("--inputs", "--stop-at", dest="inputs", type=_csv, default=[],
+    p.add_argument("--inputs", "--stop-at", dest="inputs", action=ListAction, default=[],
                    metavar="T[,T...]",
                    help="stop tensors: the cut, they become graph inputs (any selector)")
     _add_rewrite_flags(p)
 
     p = sub.add_parser("copy", help="duplicate the closure of tensors inside the model")
     _add_model_io(p)
-    p.add_argument("--outputs", type=_csv, required=True, metavar="T[,T...]",
+    p.add_argument("--outputs", action=ListAction, required=True, metavar="T[,T...]",
                    help="tensors whose closure is copied (ONNX, TF ':0', node name or torch "
                         "module path); each copy becomes a new graph output")
     p.add_argument("--weights", choices=["independent", "shared"], default="independent",
                    help="independent: the copy gets its own initializers; shared: it reads the "
                         "original's")
     p.add_argument("--prefix", default="copy/", metavar="P", help="name prefix of the copy")
-    p.add_argument("--replace-input", type=_pair, action="extend", nargs="+", default=[],
+    p.add_argument("--replace-input", action=ListAction, item=_pair, nargs="+", default=[],
                    metavar="A=B", help="the copy reads B wherever the original read A "
-                                       "(several pairs, or the flag repeated)")
-    p.add_argument("--stop-at", "--stop", dest="stop", type=_csv, action="extend", default=[],
+                                       "(several pairs A=B,C=D, or the flag repeated)")
+    p.add_argument("--stop-at", "--stop", dest="stop", action=ListAction, nargs="+", default=[],
                    metavar="T[,T...]",
                    help="stop tensors: the copied closure is cut there and the copy reads the "
                         "original's values (T=T of --replace-input; any selector)")
@@ -265,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")
     _add_model_io(p)
-    p.add_argument("--at", required=True, metavar="T",
+    p.add_argument("--at", type=_name, required=True, metavar="T",
                    help="the activation to process (ONNX, TF ':0', node name or torch module path)")
     group = p.add_mutually_exclusive_group(required=True)
     from .processing import blocks_help
@@ -291,11 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reroute", help="consumers of A read B instead")
     _add_model_io(p)
-    p.add_argument("--from", dest="source", required=True, metavar="A",
+    p.add_argument("--from", dest="source", type=_name, required=True, metavar="A",
                    help="the tensor whose readers move (any selector)")
-    p.add_argument("--to", dest="target", required=True, metavar="B",
+    p.add_argument("--to", dest="target", type=_name, required=True, metavar="B",
                    help="the tensor they read instead (any selector)")
-    p.add_argument("--consumers", type=_csv, default=None, metavar="NODE[,NODE...]",
+    p.add_argument("--consumers", action=ListAction, default=None, metavar="NODE[,NODE...]",
                    help="only these readers of A: node names, torch module paths (the module's "
                         "nodes that read A) or tensors (their producer) (default: every reader "
                         "and graph output)")
@@ -305,17 +324,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rename", help="rename tensors (or nodes) keeping every reader and output")
     _add_model_io(p)
-    p.add_argument("--map", type=_pair, action="extend", nargs="+", default=[], metavar="OLD=NEW",
-                   help="old name (any selector) -> new name (several pairs, or the flag repeated)")
-    p.add_argument("--regex", type=_pair, action="extend", nargs="+", default=[],
+    p.add_argument("--map", action=ListAction, item=_pair, nargs="+", default=[], metavar="OLD=NEW",
+                   help="old name (any selector) -> new name (several pairs a=b,c=d, or the flag "
+                        "repeated)")
+    p.add_argument("--regex", action=ListAction, item=_regex, split=whole, nargs="+", default=[],
                    metavar="PATTERN=REPLACEMENT",
-                   help="re.sub over every other name (split at the first '='; \\1 for groups)")
+                   help="re.sub over every other name (split at the first '='; \\1 for groups; "
+                        "commas are regex syntax: one pair per value)")
     p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
     _add_rewrite_flags(p)
 
     p = sub.add_parser("bypass", help="remove a node; its readers read its input")
     _add_model_io(p)
-    p.add_argument("--node", type=_csv, action="extend", required=True, metavar="NAME[,NAME...]",
+    p.add_argument("--node", action=ListAction, required=True, metavar="NAME[,NAME...]",
                    help="node(s) to remove (a chain may be given at once); a torch module path "
                         "naming several nodes removes the module (one input, one output): its "
                         "readers read its input, and all its nodes go")
@@ -332,13 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(p)
     _add_share_data_flag(p)
     _add_check_flag(p)
-    p.add_argument("--connect", type=_pair, action="extend", nargs="+", required=True,
+    p.add_argument("--connect", action=ListAction, item=_pair, nargs="+", required=True,
                    metavar="FIRST_OUT=SECOND_IN",
-                   help="SECOND_IN reads FIRST's tensor FIRST_OUT (several pairs, or the flag repeated)")
+                   help="SECOND_IN reads FIRST's tensor FIRST_OUT (several pairs a=b,c=d, or the "
+                        "flag repeated)")
     p.add_argument("--prefix", default=None, metavar="P",
                    help="prefix for SECOND's names that collide with FIRST's (default: SECOND's "
                         "graph name and '/')")
-    p.add_argument("--outputs", type=_csv, default=None, metavar="T[,T...]",
+    p.add_argument("--outputs", action=ListAction, default=None, metavar="T[,T...]",
                    help="outputs of the merged model (default: SECOND's outputs, then FIRST's "
                         "outputs no connection consumed)")
     _add_rewrite_flags(p)
@@ -346,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE", help="the reference .onnx file")
     p.add_argument("candidate", metavar="CANDIDATE", help="the .onnx file checked against it")
-    p.add_argument("--pair", type=_pair, action="extend", nargs="+", default=[], metavar="R=C",
+    p.add_argument("--pair", action=ListAction, item=_pair, nargs="+", default=[], metavar="R=C",
                    help="compare reference output R with candidate output C (several pairs, or "
                         "the flag repeated); default: outputs with equal names")
     p.add_argument("--inputs", "--data", dest="inputs", metavar="FILE.npz|DIR",
@@ -357,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=None,
                    help="absolute tolerance (default: by dtype, 1e-5 for float32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--dim", type=_dim, action="extend", nargs="+", default=[], metavar="NAME=SIZE",
+    p.add_argument("--dim", action=ListAction, item=_dim, nargs="+", default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
     p.add_argument("--samples", type=_positive_count, default=None, metavar="N",
                    help="random input samples (default 2)")
@@ -391,11 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = conv.add_parser("tf", help="Keras model/.keras, SavedModel dir, frozen .pb")
     c.add_argument("source", metavar="SOURCE", help=".keras file, SavedModel folder or frozen .pb")
     _add_output(c)
-    c.add_argument("--inputs", "--input", dest="inputs", type=_csv, default=None,
+    c.add_argument("--inputs", "--input", dest="inputs", action=ListAction, default=None,
                    metavar="NAME[:SHAPE],...",
                    help="graph inputs with shapes, e.g. input:0:1x8x8x3 (default: the model's "
                         "signature)")
-    c.add_argument("--outputs", type=_csv, default=None, metavar="NAME,...",
+    c.add_argument("--outputs", action=ListAction, default=None, metavar="NAME,...",
                    help="TF output tensor names (default: the model's signature)")
     c.add_argument("--opset", type=int, default=None,
                    help="ONNX opset (default: the exporter's choice)")
@@ -404,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("source", metavar="FILE.py:FACTORY",
                    help="FACTORY() in FILE.py returns the torch.nn.Module")
     _add_output(c)
-    c.add_argument("--input", "--inputs", dest="input", action="extend", nargs="+", required=True,
+    c.add_argument("--input", "--inputs", dest="input", action=ListAction, nargs="+", required=True,
                    metavar="NAME:SHAPE[:DTYPE]",
                    help="e.g. x:1x3x32x32 or ids:1x8:int64 (several, or the flag repeated)")
     c.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",

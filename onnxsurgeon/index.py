@@ -14,7 +14,8 @@ Building is O(nodes + edges). Consumers and captures are computed lazily on firs
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, count, islice
@@ -25,6 +26,23 @@ import onnx
 from onnx import AttributeProto
 
 from .errors import InvalidModelError
+
+DEFAULT_INPUT_IR = 4
+"""From this IR version on an initializer need not be a graph input, so a graph input that is
+also an initializer is an *input with a default value* (onnxruntime feeds it when given, else the
+initializer): an input everywhere. Before it the format listed every initializer as a graph
+input too: those are weights, not inputs."""
+
+
+def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The main graph's inputs, in order: every graph input except, before IR 4
+    (:data:`DEFAULT_INPUT_IR`), an initializer listed as one. O(inputs + initializers)."""
+    graph = model.graph
+    if model.ir_version >= DEFAULT_INPUT_IR:
+        return list(graph.input)
+    weights = {t.name for t in graph.initializer} | {st.values.name for st in graph.sparse_initializer}
+    return [vi for vi in graph.input if vi.name not in weights]
+
 
 MAX_NESTING = 32
 """Deepest nesting of graphs (If/Loop/Scan bodies) accepted; deeper models are refused."""
@@ -136,6 +154,52 @@ def body_captures(node: onnx.NodeProto) -> list[tuple[str, InnerRead]]:
                 found.append((out.name, InnerRead(out, -1)))
         stack.extend(reversed(nested))
     return found
+
+
+class OuterScope:
+    """The names of one graph that the bodies of its node ``position`` see (ONNX scoping): its
+    inputs and initializers, the outputs of the nodes before that node, and of those after it
+    not computed from it (a runtime may sort them first: onnxruntime does). The node's own
+    outputs and everything computed from them are never visible, so a branch may define a
+    tensor named like its If's output (onnx.checker and onnxruntime accept that). O(1) per name,
+    plus for a name produced later a backward walk over the nodes between the two."""
+
+    __slots__ = ("nodes", "inputs", "initializers", "producer", "position")
+
+    def __init__(self, nodes: Sequence[onnx.NodeProto],
+                 declared: tuple[AbstractSet[str], AbstractSet[str]],
+                 producer: Mapping[str, int], position: int) -> None:
+        self.nodes = nodes
+        self.inputs, self.initializers = declared
+        self.producer = producer
+        self.position = position
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if name in self.inputs or name in self.initializers:
+            return True
+        at = self.producer.get(name)
+        if at is None or at == self.position:
+            return False
+        return at < self.position or not self._computed_from_node(at)
+
+    def _computed_from_node(self, at: int) -> bool:
+        """Node ``at`` (after the node) reads, maybe through others, an output of the node."""
+        stack, seen, producer, mine = [at], {at}, self.producer, self.position
+        while stack:
+            node = self.nodes[stack.pop()]
+            reads: Iterable[str] = node.input
+            if has_subgraphs(node):
+                reads = [*node.input, *(name for name, _ in body_captures(node))]
+            for read in reads:
+                q = producer.get(read)
+                if q == mine:
+                    return True
+                if q is not None and q > mine and q not in seen:
+                    seen.add(q)
+                    stack.append(q)
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,6 +548,18 @@ class GraphIndex:
     def node_label(self, i: int) -> str:
         """A human label for main-graph node ``i`` (see :func:`node_label`)."""
         return node_label(self.graph.node[i], i)
+
+    def input_names(self) -> list[str]:
+        """The main graph's inputs a run may feed, in order (see :func:`real_inputs`)."""
+        if self.model.ir_version >= DEFAULT_INPUT_IR:
+            return list(self.inputs)
+        return [n for n in self.inputs if n not in self.initializers]
+
+    def has_default(self, name: str) -> bool:
+        """True when graph input ``name`` is an input with a default value: also an
+        initializer, in a model of IR >= 4 (:data:`DEFAULT_INPUT_IR`)."""
+        return (name in self.inputs and name in self.initializers
+                and self.model.ir_version >= DEFAULT_INPUT_IR)
 
     def is_tensor(self, name: str) -> bool:
         """True when ``name`` is a tensor of the main graph."""

@@ -10,7 +10,7 @@ from typing import Any
 import onnx
 
 from .external import is_external
-from .index import iter_graphs
+from .index import iter_graphs, real_inputs
 from .io import Model, as_model
 from .select import FUSED_KEY, NAME_MAP_KEY, fused_names, name_map
 from .types import dtype_name
@@ -45,6 +45,8 @@ class Inspection:
     name_map: dict[str, str]
     warnings: list[str]
     fused: dict[str, dict[str, str]] = field(default_factory=dict)
+    inputs_with_default: list[str] = field(default_factory=list)
+    """Inputs that are also initializers (IR >= 4): fed when given, else their initializer."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,7 +66,10 @@ class Inspection:
                 value = ", ".join(f"{k} {v}" for k, v in value.items())
             lines.append(f"{key:<13} {value}")
         lines.append("inputs")
-        lines += [f"  {t.name}  {t.dtype}{_shape(t.shape)}" for t in self.inputs]
+        defaults = set(self.inputs_with_default)
+        lines += [f"  {t.name}  {t.dtype}{_shape(t.shape)}"
+                  + ("  (has a default: its initializer)" if t.name in defaults else "")
+                  for t in self.inputs]
         lines.append("outputs")
         lines += [f"  {t.name}  {t.dtype}{_shape(t.shape)}" for t in self.outputs]
         lines.append("ops")
@@ -165,7 +170,8 @@ def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
             external += b
         inits += len(g.initializer)
     initializer_names = {t.name for t in graph.initializer}
-    inputs = [_summary(vi) for vi in graph.input if vi.name not in initializer_names]
+    initializer_names.update(st.values.name for st in graph.sparse_initializer)
+    inputs = [_summary(vi) for vi in real_inputs(proto)]
     framework = {
         p.key.removeprefix("onnxsurgeon."): _json_or_text(p.value)
         for p in proto.metadata_props
@@ -190,6 +196,7 @@ def inspect_model(model: Model | onnx.ModelProto) -> Inspection:
         name_map=name_map(proto),
         warnings=list(m.warnings),
         fused=fused_names(proto),
+        inputs_with_default=[t.name for t in inputs if t.name in initializer_names],
     )
 
 

@@ -10,6 +10,11 @@ Weights are not read on the way: external-data tensors stay references. onnx-ir 
 folder of each external tensor (``base_dir``), which becomes the :class:`~onnxsurgeon.io.Model`'s
 ``base_dir`` and back; onnx-graphsurgeon keeps tensors lazily as protos, so give ``base_dir``
 (the folder the model was loaded from) when its graph holds external data.
+
+An onnx-graphsurgeon ``Graph`` has no place for the model's ``metadata_props`` (the name map of
+framework names and module paths, the rewrite log): :func:`to_graphsurgeon` keeps them as a
+``dict`` in the graph's :data:`GS_METADATA` attribute and :func:`from_graphsurgeon` writes them
+back, so selectors and ``verify --rewrite-log`` keep working across the round trip.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ import onnx
 from .errors import UsageError
 from .external import is_external, iter_tensors
 from .io import Model, as_model
+
+GS_METADATA = "onnxsurgeon_metadata"
+"""The attribute of an onnx-graphsurgeon ``Graph`` that carries the model's ``metadata_props``
+(``{key: value}``) from :func:`to_graphsurgeon` to :func:`from_graphsurgeon` (``Graph.copy()``
+does not copy it: set it on the copy to keep the entries)."""
 
 
 def _need(module: str, package: str) -> Any:
@@ -47,6 +57,9 @@ def from_graphsurgeon(graph: Any, /, *, base_dir: str | os.PathLike[str] | None 
                       opset: int | None = None) -> Model:
     """An onnx-graphsurgeon ``Graph`` as a model the verbs take (``onnx_graphsurgeon.export_onnx``).
 
+    The graph's :data:`GS_METADATA` entries (set by :func:`to_graphsurgeon`) become the model's
+    ``metadata_props``, in their order.
+
     Args:
         graph: the ``onnx_graphsurgeon.Graph``.
         base_dir: the folder external-data tensors are relative to (when there are any).
@@ -64,17 +77,28 @@ def from_graphsurgeon(graph: Any, /, *, base_dir: str | os.PathLike[str] | None 
     except Exception as exc:  # noqa: BLE001 - graphsurgeon raises many types for a bad graph
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise UsageError(f"onnx-graphsurgeon cannot export this graph ({first}); fix the graph") from None
+    metadata = getattr(graph, GS_METADATA, None) or {}
+    if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise UsageError(f"the graph's '{GS_METADATA}' must be a dict of strings to strings "
+                         f"(the model's metadata_props); got {type(metadata).__name__}")
+    del proto.metadata_props[:]
+    for key, value in metadata.items():
+        proto.metadata_props.add(key=key, value=value)
     return _model(proto, base_dir)
 
 
 def to_graphsurgeon(model: Model | onnx.ModelProto, /) -> Any:
     """The model as an onnx-graphsurgeon ``Graph`` (``onnx_graphsurgeon.import_onnx``). The
     model is not changed; external tensors stay lazy (pass the model's ``base_dir`` back to
-    :func:`from_graphsurgeon`)."""
+    :func:`from_graphsurgeon`). The model's ``metadata_props`` ride along in the graph's
+    :data:`GS_METADATA` attribute."""
     gs = _need("onnx_graphsurgeon", "onnx-graphsurgeon")
     proto = onnx.ModelProto()
     proto.CopyFrom(as_model(model).proto)
-    return gs.import_onnx(proto)
+    graph = gs.import_onnx(proto)
+    setattr(graph, GS_METADATA, {p.key: p.value for p in proto.metadata_props})
+    return graph
 
 
 def from_onnx_ir(model: Any, /) -> Model:

@@ -132,7 +132,8 @@ class Listing:
         readers = sorted({u.node for u in index.consumers.get(name, ())})
         if name in index.inputs and name in index.outputs:
             kind = "input+output"
-        elif name in index.inputs and name not in index.initializers:
+        elif name in index.inputs and (name not in index.initializers
+                                       or index.has_default(name)):
             kind = "input"
         elif name in index.outputs:
             kind = "output"

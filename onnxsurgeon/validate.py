@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +33,7 @@ from .index import (
     EDGE_FIELDS,
     MAX_NESTING,
     NodeEdges,
+    OuterScope,
     body_captures,
     check_depth,
     has_subgraphs,
@@ -98,7 +99,7 @@ def validate_producers(
     _check_model_texts(model)
     _check_functions(model)
     main: _ScopeResult | None = None
-    stack: list[tuple[onnx.GraphProto, tuple[AbstractSet[str], ...], int]] = [
+    stack: list[tuple[onnx.GraphProto, tuple[Container[str], ...], int]] = [
         (model.graph, (), 0)
     ]
     while stack:
@@ -120,9 +121,8 @@ def validate_producers(
         warnings.extend(found.warnings)
         if depth == 0:
             main = found
-        inner_outer = (*outer, found.defined)
-        for sub in reversed(found.nested):
-            stack.append((sub, inner_outer, depth + 1))
+        for sub, holder in reversed(found.nested):
+            stack.append((sub, (*outer, found.seen_by(holder)), depth + 1))
     assert main is not None
     if warnings:
         return Validation(warnings, None, [], None)
@@ -130,7 +130,7 @@ def validate_producers(
 
 
 # --------------------------------------------------------------------------- one scope
-def _visible(name: str, outer: Sequence[AbstractSet[str]]) -> bool:
+def _visible(name: str, outer: Sequence[Container[str]]) -> bool:
     return any(name in scope for scope in outer)
 
 
@@ -150,23 +150,36 @@ class _ScopeResult:
 
     Attributes:
         defined: every name the body defines.
-        nested: the graphs its nodes hold (the live ones, after a re-sort).
-        producer: node output -> first producer (a precise map also on the slow path).
+        nested: the graphs its nodes hold (the live ones, after a re-sort), each with the
+            position of its node (in the final order).
+        producer: node output -> first producer (a precise map also on the slow path; positions
+            before a re-sort).
         holders: nodes with attributes (the only ones that can hold tensors or graphs).
         edges: the int dataflow graph when every read was in order and no node holds a body.
         warnings: the repair made, if any.
     """
 
     defined: AbstractSet[str]
-    nested: list[onnx.GraphProto]
+    nested: list[tuple[onnx.GraphProto, int]]
     producer: dict[str, int]
     holders: list[int]
     edges: NodeEdges | None
     warnings: list[str]
+    declared: tuple[AbstractSet[str], AbstractSet[str]] = (frozenset(), frozenset())
+    """(inputs, initializers) of the body."""
+    positions: Mapping[str, int] | None = None
+    """Node output -> position of its producer in the final order (None: ``producer``'s)."""
+    nodes: Sequence[onnx.NodeProto] = ()
+    """The body's nodes in the final order."""
+
+    def seen_by(self, position: int) -> OuterScope:
+        """What the bodies of node ``position`` (final order) see of this body."""
+        producer = self.positions if self.positions is not None else self.producer
+        return OuterScope(self.nodes, self.declared, producer, position)
 
 
 def _check_scope(
-    body: _Body, outer: tuple[AbstractSet[str], ...], *, sort: bool,
+    body: _Body, outer: tuple[Container[str], ...], *, sort: bool,
     graph: onnx.GraphProto | None,
     scan_nodes: Callable[[dict[str, int]], _NodeLoop | None] | None = None,
 ) -> _ScopeResult:
@@ -236,14 +249,14 @@ def _check_scope(
             if None in preds[k:k + c]:
                 late.append(i)
             k += c
-    nested: list[onnx.GraphProto] = []
+    nested: list[tuple[onnx.GraphProto, int]] = []
     captures: dict[int, list[str]] = {}
     late_captures = False
     for i in holders:
         node = nodes[i]
         if has_subgraphs(node):
             subs = list(subgraphs(node))
-            nested.extend(subs)
+            nested.extend((sub, i) for sub in subs)
             cap = list(dict.fromkeys(name for name, _ in body_captures(node)))
             captures[i] = cap
             if any(get(c, i) >= i for c in cap):
@@ -283,10 +296,13 @@ def _check_scope(
                 f"output '{name}' of the {label} is never produced (dangling); remove the output "
                 "or add its producer"
             )
+    declared = (frozenset(inputs), init_seen)
     if not late:
-        return _ScopeResult(scope, nested, producer, holders, edges, warnings)
+        return _ScopeResult(scope, nested, producer, holders, edges, warnings, declared,
+                            nodes=nodes)
     # Some reads precede their producer (or have none): classify them.
     out_of_order = False
+    positions: dict[str, int] | None = None
     for i in late:
         node = nodes[i]
         for name in (*node.input, *captures.get(i, ())):
@@ -315,13 +331,18 @@ def _check_scope(
             dst.CopyFrom(src)
         del graph.node[:]
         graph.node.extend(copies)
-        nested = [sub for node in graph.node for sub in subgraphs(node)]  # the live copies
+        nested = [(sub, k) for k, node in enumerate(graph.node)  # the live copies
+                  for sub in subgraphs(node)]
+        if nested:
+            at = {j: k for k, j in enumerate(order)}
+            positions = {name: at[i] for name, i in producer.items()}
         warnings.append(
             f"{label}: {moved} nodes were out of topological order (first: "
             f"'{first_moved}'); sorted them stably, keeping the original order where possible"
             .translate(CONTROL_ESCAPES)
         )
-    return _ScopeResult(defined, nested, producer, holders, edges, warnings)
+    return _ScopeResult(defined, nested, producer, holders, edges, warnings, declared, positions,
+                        graph.node if graph is not None and out_of_order else nodes)
 
 
 _NAME = attrgetter("name")
@@ -437,7 +458,7 @@ def _find_duplicates(
     nodes: Sequence[onnx.NodeProto],
     defined: set[str],
     producer: dict[str, int],
-    outer: tuple[AbstractSet[str], ...],
+    outer: tuple[Container[str], ...],
 ) -> None:
     """Slow path: add node outputs to ``defined``/``producer`` one by one, naming the first
     name defined twice or shadowing an enclosing graph. O(nodes + outputs)."""

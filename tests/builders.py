@@ -214,3 +214,34 @@ def shape_clash(model: onnx.ModelProto) -> onnx.ModelProto:
     model.graph.output.append(
         onnx.helper.make_tensor_value_info("clash", onnx.TensorProto.FLOAT, [1, 4]))
     return model
+
+
+def if_defines_its_output() -> onnx.ModelProto:
+    """An If whose branches each define a tensor named like the If's own output (``Out``): a
+    body does not see its node's outputs, so onnx.checker and onnxruntime accept it.
+
+    x[3] -> s = ReduceSum(x); c = s > 0
+    If(c): then: t = Relu(x); Out = Mul(t, W)   else: t = Neg(x); Out = Sub(t, W)   -> Out
+    y = Add(Out, x)      outputs y, Out
+    """
+    def branch(name: str, first: str, second: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node(first, ["x"], ["t"], name=f"{name}_first"),
+             helper.make_node(second, ["t", "W"], ["Out"], name=f"{name}_second")],
+            name, [], [helper.make_tensor_value_info("Out", F, [3])])
+
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+        helper.make_node("If", ["c"], ["Out"], name="branch",
+                         then_branch=branch("then", "Relu", "Mul"),
+                         else_branch=branch("else", "Neg", "Sub")),
+        helper.make_node("Add", ["Out", "x"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "if_defines_its_output",
+        [helper.make_tensor_value_info("x", F, [3])],
+        [helper.make_tensor_value_info("y", F, [3]), helper.make_tensor_value_info("Out", F, [3])],
+        [_w("W", (3,), 21), numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
+    )
+    return _model(graph)

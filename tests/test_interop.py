@@ -110,3 +110,22 @@ def test_graphsurgeon_external_data_needs_its_folder(tmp_path):
     out = save(model, tmp_path / "again.onnx")
     np.testing.assert_array_equal(run(onnx.load(str(out)), X)["logits"],
                                   run(B.tiny_cnn(), X)["logits"])
+
+
+def test_graphsurgeon_round_trip_keeps_metadata_props():
+    """The name map and the rewrite log survive to_graphsurgeon -> from_graphsurgeon (issue 26):
+    a framework name still resolves and the recorded rename still verifies."""
+    from onnxsurgeon.select import resolve, set_name_map
+
+    original = B.tiny_cnn()
+    set_name_map(original, {"features:0": "act"})
+    original.metadata_props.add(key="custom", value="kept")
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    rename(model, {"features:0": "features"})
+    before = [(p.key, p.value) for p in model.metadata_props]
+    assert len(before) == 3  # the name map, 'custom' and the rewrite log
+    back = from_graphsurgeon(to_graphsurgeon(model))
+    assert [(p.key, p.value) for p in back.proto.metadata_props] == before
+    assert resolve(back.proto, "features:0") == "features"
+    assert verify_log(original, back).ok

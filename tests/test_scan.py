@@ -281,7 +281,7 @@ def test_the_c_passes_answer_on_plain_bytes_and_step_aside_on_merged_ones(tmp_pa
 def _builder_models() -> dict[str, onnx.ModelProto]:
     out = {name: getattr(builders, name)() for name in
            ("tiny_cnn", "tied_weights", "if_capture", "loop_capture", "local_function",
-            "init_as_input")}
+            "init_as_input", "if_defines_its_output")}
     out["chain"] = builders.chain(40)
     return out
 

@@ -288,7 +288,7 @@ def copy(
         why = None
         if o in repl:
             why = "is a stop tensor" if o in stops else "is replaced by replace_inputs"
-        elif o in index.inputs and o not in index.initializers:
+        elif o in index.inputs and (o not in index.initializers or index.has_default(o)):
             why = "is a graph input (graph inputs are shared)"
         elif shared_mode and o in index.initializers:
             why = "is an initializer and weights are shared"
@@ -336,7 +336,8 @@ def copy(
                 for i, op in zip(cl_nodes, cl_ops or repeat(""), strict=False)]
         copy_nodes = list(compress(cl_nodes, keep))
         copy_outs = cl_outs.select(keep)
-    init_names = [] if shared_mode else cl_initializers
+    # an input with a default value (IR >= 4) is an input: shared, never copied as a weight
+    init_names = [] if shared_mode else [n for n in cl_initializers if not index.has_default(n)]
     node_names = (list(map(edges.names.__getitem__, copy_nodes)) if edges is not None
                   else [node_field[i].name for i in copy_nodes])
     named: dict[int, str] = {}

@@ -23,7 +23,7 @@ import onnx
 
 from ..errors import NotFoundError, RewriteError, UsageError, name_list
 from ..external import is_external, iter_tensors
-from ..index import GraphIndex, iter_graphs
+from ..index import DEFAULT_INPUT_IR, GraphIndex, iter_graphs, real_inputs
 from ..io import Model, as_model
 from ..metadata import set_metadata
 from ..names import NameAllocator, all_names
@@ -58,7 +58,7 @@ class MergeResult:
 
 
 def _second_input(index: GraphIndex, name: str) -> str:
-    real = [n for n in index.inputs if n not in index.initializers]
+    real = index.input_names()  # an input with a default value (IR >= 4) is an input too
     if name in real:
         return name
     try:
@@ -288,12 +288,15 @@ def merge(
         for fn in host.functions:
             set_default_opset(fn, new_host_opset)
     g, bg = host.graph, block.graph
-    inits = {t.name for t in bg.initializer}
-    new_inputs = [vi for vi in bg.input if vi.name not in set(links.values())
-                  and (vi.name not in inits or host.ir_version < 4)]
+    inits = {t.name for t in bg.initializer} | {st.values.name for st in bg.sparse_initializer}
+    # an input with a default value stays an input; an IR 3 weight listed as an input stays
+    # listed only while the merged model is IR 3; a connected input's default is dropped
+    keep_listed = s.proto.ir_version >= DEFAULT_INPUT_IR or host.ir_version < DEFAULT_INPUT_IR
+    new_inputs = [vi for vi in bg.input if vi.name not in consumed
+                  and (vi.name not in inits or keep_listed)]
     g.input.extend(new_inputs)
-    g.initializer.extend(bg.initializer)
-    g.sparse_initializer.extend(bg.sparse_initializer)
+    g.initializer.extend(t for t in bg.initializer if t.name not in consumed)
+    g.sparse_initializer.extend(st for st in bg.sparse_initializer if st.values.name not in consumed)
     g.value_info.extend(vi for vi in bg.value_info if vi.name not in consumed)
     g.node.extend(bg.node)
     del g.output[:]
@@ -309,5 +312,5 @@ def merge(
         connect=tuple((src, dst) for dst, src in links.items()), renamed=record_renames,
         prefix=used_prefix, outputs=tuple(chosen),
     ))
-    return MergeResult([vi.name for vi in g.input if vi.name not in {t.name for t in g.initializer}],
-                       list(chosen), record_renames, used_prefix)
+    return MergeResult([vi.name for vi in real_inputs(host)], list(chosen), record_renames,
+                       used_prefix)

@@ -87,7 +87,8 @@ def main() -> int:
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
         _reply(_failure(exc))
         return 1
-    _reply({"ok": True, "inputs": [i.name for i in session.get_inputs()]})
+    _reply({"ok": True, "inputs": [i.name for i in session.get_inputs()],
+            "optional": [i.name for i in session.get_overridable_initializers()]})
     for line in sys.stdin:
         job = json.loads(line)
         try:

@@ -119,7 +119,9 @@ def _check_same_inputs(groups: Sequence[tuple[str, Sequence[InputSpec]]], user: 
                 f"in the {lb}; the models cannot be fed the same data, so comparing them means "
                 "nothing; compare models with the same inputs"
             )
-    if set(ta) != set(tb) and not user:
+    required_a = {s.name for s in a if not s.has_default}
+    required_b = {s.name for s in b if not s.has_default}
+    if (required_a - set(tb) or required_b - set(ta)) and not user:  # a default needs no data
         raise UsageError(
             f"the models take different inputs ({la}: {sorted(ta)[:6]}, {lb}: {sorted(tb)[:6]}); "
             "random data for one is no input to the other: give --inputs FILE.npz holding every "

@@ -54,6 +54,9 @@ class InputSpec:
     """Dims: ints, symbolic names or None (unknown); None when even the rank is unknown."""
     high: int | None = None
     """Exclusive upper bound of an integer input that indexes a table (None: not an index)."""
+    has_default: bool = False
+    """An input with a default value (also an initializer, IR >= 4): fed when a sample holds
+    it (user data, or a ``ranges`` entry naming it), else onnxruntime uses the initializer."""
 
 
 def has_if(model: onnx.ModelProto) -> bool:
@@ -68,9 +71,7 @@ def index_bounds(index: GraphIndex, oracle: TypeOracle) -> dict[str, int]:
     O(nodes + edges) of the forward walk."""
     bounds: dict[str, int] = {}
     consumers = index.consumers
-    for name in index.inputs:
-        if name in index.initializers:
-            continue
+    for name in index.input_names():
         seen: set[str] = set()
         stack = [name]
         best: int | None = None
@@ -99,17 +100,22 @@ def index_bounds(index: GraphIndex, oracle: TypeOracle) -> dict[str, int]:
 
 
 def input_specs(index: GraphIndex, oracle: TypeOracle | None = None) -> list[InputSpec]:
-    """The inputs a run must feed (initializers listed as inputs keep their stored value)."""
+    """The inputs a run may feed: every graph input, those with a default value marked
+    ``has_default`` (before IR 4, initializers listed as inputs are weights: left out)."""
     oracle = oracle or TypeOracle(index)
     bounds = index_bounds(index, oracle)
     specs = []
-    for vi in index.graph.input:
-        if vi.name in index.initializers:
-            continue
-        shape = oracle.shape(vi.name)
-        specs.append(InputSpec(vi.name, oracle.elem_type(vi.name),
-                               None if shape is None else tuple(shape), bounds.get(vi.name)))
+    for name in index.input_names():
+        shape = oracle.shape(name)
+        specs.append(InputSpec(name, oracle.elem_type(name),
+                               None if shape is None else tuple(shape), bounds.get(name),
+                               index.has_default(name)))
     return specs
+
+
+def _drawn(spec: InputSpec, ranges: Mapping[str, Range] | None) -> bool:
+    """Random values are drawn for ``spec``: not an input with a default, unless a range names it."""
+    return not spec.has_default or spec.name in (ranges or {})
 
 
 def _numpy_dtype(elem_type: int, name: str) -> np.dtype:
@@ -185,6 +191,9 @@ def describe_inputs(specs: Sequence[InputSpec], *, dims: Mapping[str, int] | Non
     ``"uniform[-1,1) float32 1x3x8x8"``."""
     out: dict[str, str] = {}
     for spec in specs:
+        if not _drawn(spec, ranges):
+            out[spec.name] = "its default value (the initializer; --range NAME=LO,HI draws it)"
+            continue
         dtype = _numpy_dtype(spec.elem_type, spec.name)
         shape = _shape_text(_concrete_shape(spec, dict(dims or {})))
         if spec.elem_type == TensorProto.BOOL:
@@ -226,6 +235,8 @@ def random_samples(specs: Sequence[InputSpec], *, seed: int = 0, samples: int = 
         pair, odd = divmod(k, 2)
         feed: Sample = {}
         for j, spec in enumerate(specs):
+            if not _drawn(spec, ranges):
+                continue
             dtype = _numpy_dtype(spec.elem_type, spec.name)
             shape = _concrete_shape(spec, dims)
             flip = bool(odd and mirror)
@@ -254,7 +265,7 @@ def _check_names(names: Sequence[str], specs: Sequence[InputSpec], where: str) -
             f"{where} has array(s) {unknown[:8]} that are not inputs of the model (inputs: "
             f"{sorted(wanted)[:8]}); rename or remove them"
         )
-    missing = sorted(wanted - set(names))
+    missing = sorted(wanted - set(names) - {s.name for s in specs if s.has_default})
     if missing:
         raise UsageError(f"{where} lacks input(s) {missing[:8]}; add them to the file")
 
@@ -267,6 +278,8 @@ def _check_sample(sample: Mapping[str, np.ndarray], specs: Sequence[InputSpec], 
     _check_names(list(sample), specs, where)
     feed: Sample = {}
     for name, spec in by_name.items():
+        if name not in sample:  # checked above: an input with a default value
+            continue
         arr = np.asarray(sample[name])
         want = _numpy_dtype(spec.elem_type, name) if spec.elem_type else arr.dtype
         if arr.dtype != want:
@@ -448,6 +461,10 @@ def merge_specs(*groups: Sequence[InputSpec]) -> list[InputSpec]:
             have = merged.get(spec.name)
             if have is None:
                 merged[spec.name] = spec
-            elif spec.high is not None and (have.high is None or spec.high < have.high):
-                merged[spec.name] = InputSpec(have.name, have.elem_type, have.shape, spec.high)
+                continue
+            high = spec.high if spec.high is not None and (have.high is None or spec.high < have.high) \
+                else have.high
+            default = have.has_default and spec.has_default  # required by one: drawn for all
+            if (high, default) != (have.high, have.has_default):
+                merged[spec.name] = InputSpec(have.name, have.elem_type, have.shape, high, default)
     return list(merged.values())

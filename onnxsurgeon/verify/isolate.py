@@ -118,6 +118,7 @@ class IsolatedRunner:
             self.close(kill=True)
             raise
         self._inputs = set(answer.get("inputs", []))
+        self._optional = set(answer.get("optional", []))  # inputs with a default value
 
     def _ask(self, request: dict[str, Any], doing: str) -> dict[str, Any]:
         proc = self._proc
@@ -178,7 +179,8 @@ class IsolatedRunner:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """Run once in the child; returns requested name -> value. Raises :class:`ModelRunError`
         or a :class:`ResourceLimitError`."""
-        feed = {k: np.asarray(v) for k, v in feeds.items() if k in self._inputs}
+        feed = {k: np.asarray(v) for k, v in feeds.items()
+                if k in self._inputs or k in self._optional}
         missing = sorted(self._inputs - set(feed))
         if missing:
             raise ModelRunError(

@@ -149,8 +149,7 @@ class Staged:
         self._proto: onnx.ModelProto | None = None
         self.source_path = _unchanged_source(model)
         self.output_names = [o.name for o in model.proto.graph.output]
-        self.input_names = [i.name for i in model.proto.graph.input
-                            if i.name not in self.index.initializers]
+        self.input_names = self.index.input_names()  # inputs with a default value included
 
     @property
     def path(self) -> Path:
@@ -266,10 +265,12 @@ class Runner:
         self.read_as = read_as
         self.label = label
         self._inputs = {i.name for i in session.get_inputs()}
+        # inputs with a default value (IR >= 4): fed when given
+        self._optional = {i.name for i in session.get_overridable_initializers()}
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once; returns requested name -> array. Raises :class:`ModelRunError`."""
-        feed = {k: v for k, v in feeds.items() if k in self._inputs}
+        feed = {k: v for k, v in feeds.items() if k in self._inputs or k in self._optional}
         missing = sorted(self._inputs - set(feed))
         if missing:
             raise ModelRunError(

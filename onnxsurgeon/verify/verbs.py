@@ -159,7 +159,8 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
                               [a for a, _ in connect] + [o for o in outs if mine[o] is fst])
         linked = {b: a for a, b in connect}
         second_feeds = [
-            {i: (fv[linked[i]] if i in linked else f[renamed.get(i, i)]) for i in snd.input_names}
+            {i: (fv[linked[i]] if i in linked else f[renamed.get(i, i)]) for i in snd.input_names
+             if i in linked or renamed.get(i, i) in f}  # else: an input left at its default
             for f, fv in zip(feeds, first_vals, strict=True)
         ]
         second_vals = _run_all(snd, second_feeds,
