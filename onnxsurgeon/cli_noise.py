@@ -64,11 +64,25 @@ def framework_step(phase: str, *, verbose: bool) -> Iterator[None]:
         yield
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with dropped_stderr():
+        yield
+
+
+@contextlib.contextmanager
+def dropped_stderr(drop: bool = True) -> Iterator[None]:
+    """While the block runs (and ``drop``), descriptor 2 (``sys.stderr``'s) points at a
+    temporary file that is then dropped: what native code and child processes write there
+    (TensorFlow's C++ logging, Ray's start-up lines) never reaches the terminal. Exceptions pass
+    through; the CLI prints them after descriptor 2 is back."""
+    if not drop:
+        yield
+        return
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # a replaced sys.stderr (tests): nothing to do
         fd = 2
-    sys.stderr.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
     saved = os.dup(fd)
     with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), fd)

@@ -157,7 +157,8 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
                              "one model of the fleet")
         return run_fleet(args.recipe, args.models, args.output, jobs=args.jobs, ray=args.ray,
                          as_json=args.json, options={"verify": args.verify, "isolation": isolation,
-                                                     "force": args.force})
+                                                     "force": args.force},
+                         quiet=not getattr(args, "verbose", False))
     if args.ray is not None or args.jobs != 1:
         raise UsageError("--jobs and --ray are for fleets; give several models and -o OUTDIR/")
     if args.html and args.plan:
