@@ -179,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"onnxsurgeon {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show the log output of TensorFlow, PyTorch and their exporters "
-                             "(captured and hidden by default)")
+                        help="show the log output of TensorFlow, PyTorch, their exporters, "
+                             "onnxruntime and Ray (captured and hidden by default)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
