@@ -84,6 +84,18 @@ def test_apply_ray_alone_starts_a_private_instance_quietly(tmp_path):
     assert sha(tmp_path / "out" / "z_seed.onnx") == sha(local)
 
 
+def test_verify_ray_alone_starts_a_private_instance_quietly(tmp_path):
+    """`verify ... --inputs DIR --ray`: a private local instance, Ray's lines off stderr, the
+    report a local run's."""
+    from tests.test_shard import scaled_and_dataset
+
+    cand, data = scaled_and_dataset(tmp_path, 4)
+    proc = cli("verify", SEED, cand, "--inputs", data, "--ray", "--json")
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert json.loads(proc.stdout) == json.loads(cli("verify", SEED, cand, "--inputs", data,
+                                                     "--json").stdout)
+
+
 def _closed_port() -> int:
     import socket
 
@@ -183,3 +195,24 @@ def test_verify_sharded_on_ray_equals_local(local_ray, tmp_path):
                                                      "--json").stdout)
     proc = cli("verify", SEED, cand, "--ray")
     assert proc.returncode == 2 and "--ray shards an --inputs folder" in proc.stderr
+
+
+def test_a_task_ray_cannot_run_is_that_tasks_failure(local_ray):
+    """A worker that dies (a real crash, no retry) fails its own task only: the fleet's
+    ``failed`` line for it, the others' results as usual; without ``failed`` it is a
+    ClusterError (exit 2), not a Ray traceback."""
+    from onnxsurgeon.cluster import ClusterError, ray_map
+
+    def crash_on_two(x: int) -> int:
+        if x == 2:
+            import os
+
+            os._exit(7)
+        return x * 10
+
+    got = dict(ray_map(crash_on_two, [(1,), (2,), (3,)], address=None, cpus=2,
+                       failed=lambda k, reason: reason))
+    assert got[0] == 10 and got[2] == 30
+    assert got[1].startswith("Ray could not run task 2: ")
+    with pytest.raises(ClusterError, match="Ray could not run task 1: .*run without --ray"):
+        list(ray_map(crash_on_two, [(2,)], address=None, cpus=2, ordered=True))
