@@ -43,7 +43,12 @@ class ClusterError(SurgeryError):
 
 
 def _probe(address: str) -> None:
-    """Refuse a concrete address nothing listens on, within :data:`PROBE_SECONDS`."""
+    """Refuse a concrete address nothing listens on, within :data:`PROBE_SECONDS` ("auto"
+    means ``$RAY_ADDRESS`` when that is set, as it does for Ray)."""
+    given = address
+    if address == "auto" and os.environ.get("RAY_ADDRESS"):
+        address = os.environ["RAY_ADDRESS"]
+        given = f"auto (RAY_ADDRESS={address})"
     found = _CONCRETE.match(address)
     if found is None:
         return
@@ -54,7 +59,7 @@ def _probe(address: str) -> None:
     except OSError as exc:
         why = (f"no answer within {PROBE_SECONDS:g} s" if isinstance(exc, TimeoutError)
                else exc.strerror or type(exc).__name__)
-        raise ClusterError(f"--ray {address}: no Ray cluster answers there ({why}); "
+        raise ClusterError(f"--ray {given}: no Ray cluster answers there ({why}); "
                            f"{_FIX}") from None
 
 
@@ -64,7 +69,8 @@ def _start(ray: Any, address: str | None, cpus: int, quiet: bool) -> None:
     import logging
 
     if address:
-        if address.endswith((".onnx", ".npz", "/")) or os.path.exists(address):
+        if address not in ("auto", "local") and (
+                address.endswith((".onnx", ".npz", "/")) or os.path.exists(address)):
             raise ClusterError(f"--ray took '{address}' as the cluster's ADDRESS; put --ray "
                                "after the files (or write --ray=ADDRESS)")
         _probe(address)
@@ -78,6 +84,8 @@ def _start(ray: Any, address: str | None, cpus: int, quiet: bool) -> None:
             else:
                 ray.init(address="local", num_cpus=cpus, **options)
     except Exception as exc:  # noqa: BLE001 - Ray raises many unrelated types
+        with contextlib.suppress(Exception), dropped_stderr(quiet):
+            ray.shutdown()  # whatever a failed start left running
         if address == "auto" and isinstance(exc, ConnectionError):
             raise ClusterError("--ray auto: no Ray cluster runs on this machine; start one with "
                                "'ray start --head', or give --ray alone for a private local "

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,11 @@ def test_an_address_without_a_cluster_is_one_line_and_exit_2(tmp_path):
             assert len(lines) == 1 and f"--ray {address}: no Ray cluster answers" in lines[0]
             assert "ray start --head" in lines[0]
     assert not (tmp_path / "out").exists()
+    proc = subprocess.run([sys.executable, "-m", "onnxsurgeon", "verify", SEED, cand, "--inputs",
+                           data, "--ray", "auto"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"--ray auto (RAY_ADDRESS=127.0.0.1:{port}): no Ray cluster answers" in proc.stderr
     proc = run_cli("apply", recipe, "--ray", *models, "-o", f"{tmp_path}/out/", timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "took '" in proc.stderr and "put --ray after the files" in proc.stderr
