@@ -90,7 +90,7 @@ def _start(ray: Any, address: str | None, cpus: int, quiet: bool) -> None:
             raise ClusterError("--ray auto: no Ray cluster runs on this machine; start one with "
                                "'ray start --head', or give --ray alone for a private local "
                                "instance") from None
-        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        text = _text(exc)
         where = f"--ray {address}" if address else "--ray"
         what = "cannot join the Ray cluster" if address else "cannot start a local Ray instance"
         fix = _FIX if address else "check that Ray runs here ('ray start --head' shows why)"
@@ -137,29 +137,42 @@ def ray_map(fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], *, address
         ClusterError: Ray cannot start or reach ``address``; a task failed and no ``failed``.
     """
     with connected(address, cpus, quiet=quiet) as ray:
-        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
-        refs = [remote.remote(*args) for args in tasks]
+        try:
+            yield from _results(ray, fn, tasks, ordered, failed)
+        except ray.exceptions.RayError as exc:  # the cluster itself failed, not one task
+            raise ClusterError(f"Ray failed while running the tasks ({_text(exc)}); rerun, or "
+                               "run without --ray") from None
 
-        def result(k: int, ref: Any) -> Any:
-            try:
-                return ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                reason = f"Ray could not run task {k + 1}: " + (
-                    " ".join(str(exc).split())[:300] or type(exc).__name__)
-                if failed is None:
-                    raise ClusterError(f"{reason}; rerun it, or run without --ray") from None
-                return failed(k, reason)
 
-        if ordered:
-            for k, ref in enumerate(refs):
-                yield k, result(k, ref)
-            return
-        index = {ref: k for k, ref in enumerate(refs)}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            k = index[done[0]]
-            yield k, result(k, done[0])
+def _text(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def _results(ray: Any, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], ordered: bool,
+             failed: Callable[[int, str], Any] | None) -> Iterator[tuple[int, Any]]:
+    """Submit every task, then ``(k, result)`` as :func:`ray_map` says."""
+    remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+    refs = [remote.remote(*args) for args in tasks]
+
+    def result(k: int, ref: Any) -> Any:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            reason = f"Ray could not run task {k + 1}: {_text(exc)}"
+            if failed is None:
+                raise ClusterError(f"{reason}; rerun it, or run without --ray") from None
+            return failed(k, reason)
+
+    if ordered:
+        for k, ref in enumerate(refs):
+            yield k, result(k, ref)
+        return
+    index = {ref: k for k, ref in enumerate(refs)}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        k = index[done[0]]
+        yield k, result(k, done[0])
 
 
 def ray_shards(address: str | None, cpus: int, *, quiet: bool = False,
