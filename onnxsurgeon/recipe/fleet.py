@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -59,6 +60,7 @@ def _child(recipe: str, task: Task, options: dict[str, Any]) -> dict[str, Any]:
     """Run one task in a fresh child process; a crash becomes a ``failed`` line."""
     src, out = task
     cmd = [sys.executable, "-m", "onnxsurgeon.recipe.fleet", recipe, src, out, json.dumps(options)]
+    start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode == 0 and lines:
@@ -67,7 +69,8 @@ def _child(recipe: str, task: Task, options: dict[str, Any]) -> dict[str, Any]:
     tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
     why = (f"the worker process died (signal {-proc.returncode})" if proc.returncode < 0
            else f"the worker process failed: {tail}")
-    return {"model": src, "output": None, "status": "failed", "error": why[:500]}
+    return {"model": src, "output": None, "status": "failed", "error": why[:500],
+            "seconds": round(time.perf_counter() - start, 3)}
 
 
 def run_local(recipe: str, tasks: Sequence[Task], options: dict[str, Any], *,
