@@ -44,6 +44,7 @@ from .cli_io import EXIT_VERIFY_FAILED as EXIT_VERIFY_FAILED
 from .cli_io import _isolation
 from .cli_io import _node_count as _node_count
 from .cli_io import _write as _write
+from .cli_noise import native_logs
 from .cli_parser import build_parser as build_parser
 from .cli_verbs import (
     _cmd_bypass,
@@ -80,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("--isolate, --timeout and --memory-limit go with --verify; add "
                              "--verify or drop them")
         _check_html_path(args)
-        return COMMANDS[args.command](args)
+        with native_logs(verbose=bool(getattr(args, "verbose", False))):
+            return COMMANDS[args.command](args)
     except SurgeryError as exc:
         from .cli_flags import cli_words
 

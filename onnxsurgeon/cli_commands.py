@@ -104,7 +104,8 @@ def _ray_shards(args: argparse.Namespace) -> dict[str, Any]:
     from .cluster import ray_shards
 
     cpus = max(2, os.cpu_count() or 2)
-    return {"shards": ray_shards(args.ray or None, cpus), "shard_count": cpus}
+    quiet = not getattr(args, "verbose", False)
+    return {"shards": ray_shards(args.ray or None, cpus, quiet=quiet), "shard_count": cpus}
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

@@ -1,7 +1,10 @@
-"""Framework log noise, captured: TensorFlow's C++ logging, torch.onnx and tf2onnx warnings and
-the like write to file descriptor 2 while a framework step runs. The CLI points descriptor 2 at a
-temporary file for the duration of such a step and drops it, unless ``-v`` asks to see it. On a
-terminal a phase line says what is running, since these steps take seconds.
+"""Dependency log noise, kept off the terminal unless ``-v``: TensorFlow's C++ logging, torch.onnx
+and tf2onnx warnings and the like write to file descriptor 2 while a framework step runs; the CLI
+points descriptor 2 at a temporary file for the duration of such a step and drops it
+(:func:`dropped_stderr`, which :mod:`onnxsurgeon.cluster` uses around Ray's start and stop, its
+Python logging at ERROR meanwhile). onnxruntime's sessions log nothing (their errors come back as
+exceptions, one line each); :func:`native_logs` lets ``-v`` show its errors and warnings. On a
+terminal a phase line says what a framework step is running, since these steps take seconds.
 
 Every other phase of a command (loading, the rewrite, --verify, saving) is named on a terminal
 once it has run for ``ONNXSURGEON_PHASE_AFTER`` seconds (default 2): quick commands stay quiet,
@@ -64,11 +67,25 @@ def framework_step(phase: str, *, verbose: bool) -> Iterator[None]:
         yield
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with dropped_stderr():
+        yield
+
+
+@contextlib.contextmanager
+def dropped_stderr(drop: bool = True) -> Iterator[None]:
+    """While the block runs (and ``drop``), descriptor 2 (``sys.stderr``'s) points at a
+    temporary file that is then dropped: what native code and child processes write there
+    (TensorFlow's C++ logging, Ray's start-up lines) never reaches the terminal. Exceptions pass
+    through; the CLI prints them after descriptor 2 is back."""
+    if not drop:
+        yield
+        return
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # a replaced sys.stderr (tests): nothing to do
         fd = 2
-    sys.stderr.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
     saved = os.dup(fd)
     with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), fd)
@@ -79,3 +96,19 @@ def framework_step(phase: str, *, verbose: bool) -> Iterator[None]:
                 sys.stderr.flush()
             os.dup2(saved, fd)
             os.close(saved)
+
+
+@contextlib.contextmanager
+def native_logs(*, verbose: bool) -> Iterator[None]:
+    """For the block: with ``verbose`` (``-v``), onnxruntime's sessions (this process's and its
+    isolated workers') log their errors and warnings to stderr; else nothing changes."""
+    from .verify._worker import ORT_LOG_ENV
+
+    if not verbose or ORT_LOG_ENV in os.environ:
+        yield
+        return
+    os.environ[ORT_LOG_ENV] = "2"
+    try:
+        yield
+    finally:
+        os.environ.pop(ORT_LOG_ENV, None)

@@ -239,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"onnxsurgeon {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show the log output of TensorFlow, PyTorch and their exporters "
-                             "(captured and hidden by default)")
+                        help="show the log output of TensorFlow, PyTorch, their exporters, "
+                             "onnxruntime and Ray (captured and hidden by default)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
@@ -389,8 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the random inputs used to FILE.npz (replay them with --inputs)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="shard the --inputs .npz samples over Ray workers and merge the "
-                        "statistics exactly (a local instance, or the cluster at ADDRESS: "
-                        "'auto', ray://HOST:10001; needs onnxsurgeon[ray])")
+                        "statistics exactly (alone: a private local instance; or the cluster "
+                        "at ADDRESS: 'auto', HOST:PORT, ray://HOST:10001; needs onnxsurgeon[ray])")
     p.add_argument("--deep", action="store_true",
                    help="compare every tensor both models share, layer by layer, with a "
                         "per-tensor error table")
@@ -474,9 +474,10 @@ def _add_recipe_parsers(sub: Any, add_isolation_flags: Any) -> None:
     _add_verify_options(p)  # every checkpoint's, a verify step's own keys first
     p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
                    help="fleet: models processed in parallel (processes; default 1)")
-    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
-                   help="fleet: run the per-model tasks on Ray (a local instance, or the cluster "
-                        "at ADDRESS; needs onnxsurgeon[ray] and a shared filesystem)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="fleet: run the per-model tasks on Ray (alone: a private local instance "
+                        "with --jobs CPUs; or the cluster at ADDRESS: 'auto', HOST:PORT, "
+                        "ray://HOST:10001; needs onnxsurgeon[ray] and a shared filesystem)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable result (a fleet: one JSON line per model)")
     _add_html_flag(p)  # one model: draws MODEL -> OUT

@@ -118,3 +118,28 @@ def test_single_model_refuses_fleet_flags(fleet, tmp_path):
     recipe, models = fleet
     proc = cli("apply", recipe, models[0], "-o", tmp_path / "o.onnx", "--jobs", "2")
     assert proc.returncode == 2 and "--jobs and --ray are for fleets" in proc.stderr
+
+
+def test_fleet_json_lines_in_input_order_with_index_and_did_you_mean(fleet, tmp_path):
+    """The lines come in the order the models were given, each with its index, whatever order
+    the jobs finish in; a model without the recipe's tensor says "did you mean" like the single
+    command does; every line fits the apply schema."""
+    from onnxsurgeon.schema import validate
+
+    recipe, models = fleet
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump({"onnxsurgeon": 1, "steps": [
+        {"extract": {"outputs": ["logitz:0"]}}]}))
+    order = [models[4], models[1], models[0], models[2]]  # v2, broken, v1, tf1
+    proc = cli("apply", typo, *order, "-o", f"{tmp_path}/out/", "--jobs", "3", "--json")
+    assert proc.returncode == 1 and proc.stderr == ""
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(d["index"], d["model"]) for d in lines] == [(k, str(m)) for k, m in enumerate(order)]
+    for line in lines:
+        validate("apply", line)
+    single = cli("apply", typo, models[0], "-o", tmp_path / "single.onnx")
+    assert single.returncode == 2
+    hint = single.stderr.strip().split("not found; ", 1)[1]
+    assert hint.startswith("did you mean 'logits:0'")
+    assert [d["error"].endswith(hint) for d in lines[:3]] == [True, False, True]
+    assert "not found; did you mean 'logits:0'" in lines[3]["error"]  # tf1: its own names

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,95 @@ def cli(*args: Any) -> subprocess.CompletedProcess[str]:
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fleet_with_a_typo(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A recipe extracting 'aux:0' and three models in a non-alphabetical order: the seed, a
+    file that is not ONNX, and the seed with 'aux:0' renamed 'auxx:0' (the recipe misspells the
+    tensor there, as far as that model knows)."""
+    import onnxsurgeon as osg
+    from onnxsurgeon.surgery import rename
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(SEED, src / "z_seed.onnx")
+    (src / "broken.onnx").write_bytes(b"\x00" * 10)
+    model = osg.load(SEED)
+    rename(model, {"aux:0": "auxx:0"})
+    osg.save(model, src / "a_renamed.onnx")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"onnxsurgeon": 1, "steps": [
+        {"extract": {"outputs": ["aux:0"]}}]}))
+    return recipe, [src / "z_seed.onnx", src / "broken.onnx", src / "a_renamed.onnx"]
+
+
+def test_apply_ray_alone_starts_a_private_instance_quietly(tmp_path):
+    """`apply ... --ray` with no cluster running: a private local instance (not "auto", which
+    exits 3 on a machine without a cluster), no Ray log line on stderr, the JSON lines in input
+    order with their index, the failing model's line with the single command's did-you-mean.
+    (First in this module: no local_ray instance is running yet.)"""
+    recipe, models = fleet_with_a_typo(tmp_path)
+    proc = cli("apply", recipe, *models, "-o", f"{tmp_path}/out/", "--ray", "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [d["index"] for d in lines] == [0, 1, 2]
+    assert [d["model"] for d in lines] == [str(m) for m in models]
+    assert [d["status"] for d in lines] == ["ok", "failed", "failed"]
+    single = cli("apply", recipe, models[2], "-o", tmp_path / "single.onnx")
+    assert single.returncode == 2
+    hint = single.stderr.strip().split("; ", 1)[1]
+    assert hint.startswith("did you mean 'auxx:0'") and lines[2]["error"].endswith(hint)
+    local = tmp_path / "local.onnx"
+    assert cli("apply", recipe, SEED, "-o", local).returncode == 0
+    assert sha(tmp_path / "out" / "z_seed.onnx") == sha(local)
+
+
+def test_verify_ray_alone_starts_a_private_instance_quietly(tmp_path):
+    """`verify ... --inputs DIR --ray`: a private local instance, Ray's lines off stderr, the
+    report a local run's."""
+    from tests.test_shard import scaled_and_dataset
+
+    cand, data = scaled_and_dataset(tmp_path, 4)
+    proc = cli("verify", SEED, cand, "--inputs", data, "--ray", "--json")
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert json.loads(proc.stdout) == json.loads(cli("verify", SEED, cand, "--inputs", data,
+                                                     "--json").stdout)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_address_without_a_cluster_is_one_line_and_exit_2(tmp_path):
+    """A Ray address nobody answers at is a dependency's failure: exit 2, one line saying
+    what to do, within seconds (Ray alone waits minutes), for apply and verify alike."""
+    from tests.test_shard import scaled_and_dataset
+
+    recipe, models = fleet_with_a_typo(tmp_path)
+    cand, data = scaled_and_dataset(tmp_path, 2)
+    port = _closed_port()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        for args in (["apply", recipe, models[0], models[2], "-o", f"{tmp_path}/out/"],
+                     ["verify", SEED, cand, "--inputs", data]):
+            proc = run_cli(*args, "--ray", address, timeout=60)
+            assert proc.returncode == 2, proc.stderr
+            lines = proc.stderr.strip().splitlines()
+            assert len(lines) == 1 and f"--ray {address}: no Ray cluster answers" in lines[0]
+            assert "ray start --head" in lines[0]
+    assert not (tmp_path / "out").exists()
+    proc = subprocess.run([sys.executable, "-m", "onnxsurgeon", "verify", SEED, cand, "--inputs",
+                           data, "--ray", "auto"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"--ray auto (RAY_ADDRESS=127.0.0.1:{port}): no Ray cluster answers" in proc.stderr
+    proc = run_cli("apply", recipe, "--ray", *models, "-o", f"{tmp_path}/out/", timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "took '" in proc.stderr and "put --ray after the files" in proc.stderr
 
 
 def test_apply_fleet_on_ray_is_byte_identical_to_local(local_ray, tmp_path):
@@ -106,7 +197,29 @@ def test_verify_sharded_on_ray_equals_local(local_ray, tmp_path):
     assert remote.to_json() == local.to_json() and not local.ok
     proc = cli("verify", SEED, cand, "--inputs", data, "--ray", "auto", "--json")
     assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""  # not Ray's "Connecting to existing Ray cluster" lines
     assert json.loads(proc.stdout) == json.loads(cli("verify", SEED, cand, "--inputs", data,
                                                      "--json").stdout)
     proc = cli("verify", SEED, cand, "--ray")
     assert proc.returncode == 2 and "--ray shards an --inputs folder" in proc.stderr
+
+
+def test_a_task_ray_cannot_run_is_that_tasks_failure(local_ray):
+    """A worker that dies (a real crash, no retry) fails its own task only: the fleet's
+    ``failed`` line for it, the others' results as usual; without ``failed`` it is a
+    ClusterError (exit 2), not a Ray traceback."""
+    from onnxsurgeon.cluster import ClusterError, ray_map
+
+    def crash_on_two(x: int) -> int:
+        if x == 2:
+            import os
+
+            os._exit(7)
+        return x * 10
+
+    got = dict(ray_map(crash_on_two, [(1,), (2,), (3,)], address=None, cpus=2,
+                       failed=lambda k, reason: reason))
+    assert got[0] == 10 and got[2] == 30
+    assert got[1].startswith("Ray could not run task 2: ")
+    with pytest.raises(ClusterError, match="Ray could not run task 1: .*run without --ray"):
+        list(ray_map(crash_on_two, [(2,)], address=None, cpus=2, ordered=True))

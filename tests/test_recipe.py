@@ -544,3 +544,43 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
     aliases = ALIASES.get(op, {})
     for name, value in {**call.args, **call.options}.items():
         assert step[aliases.get(name, name)] == value
+
+
+def test_recipe_command_takes_a_merge_from_the_recorded_recipe(tmp_path):
+    """`recipe OUT` of a model whose log holds a merge (the second model is not in the log)
+    takes that step from the recipe recorded by the apply that made it; rewrites done by hand
+    afterwards are replayed from the log; the printed recipe reproduces the model."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    head = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"], name="act")], "head",
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2])])
+    onnx.save(helper.make_model(head, opset_imports=[helper.make_opsetid("", 17)]),
+              str(folder / "head.onnx"))
+    recipe = write_recipe(folder / "r.yaml", [
+        {"extract": {"outputs": ["aux:0"]}},
+        {"merge": {"second": "head.onnx", "connect": {"aux:0": "x"}, "prefix": "m/"}},
+        {"verify": {}},
+        {"rename": {"mapping": {"y": "scores"}}}])
+    made, by_hand = tmp_path / "made.onnx", tmp_path / "by_hand.onnx"
+    assert cli("apply", recipe, SEED, "-o", made).returncode == 0
+    assert cli("rename", made, "-o", by_hand, "--map", "scores=final").returncode == 0
+    proc = cli("recipe", by_hand)
+    assert proc.returncode == 0, proc.stderr
+    steps = yaml.safe_load(proc.stdout)["steps"]
+    assert [next(iter(s)) for s in steps] == ["extract", "merge", "rename", "rename"]
+    assert steps[1]["merge"]["second"] == "head.onnx"  # as the recorded recipe wrote it
+    replay = folder / "replay.yaml"  # beside the recipe its paths are relative to
+    replay.write_text(proc.stdout)
+    out = tmp_path / "replayed.onnx"
+    assert cli("apply", replay, SEED, "-o", out).returncode == 0
+    replayed, original = onnx.load(str(out)), onnx.load(str(by_hand))
+    assert replayed.graph == original.graph and rewrites(replayed) == rewrites(original)
+    # a merge the recorded recipe did not make is still refused, naming the record
+    merged = tmp_path / "merged.onnx"
+    assert cli("merge", made, folder / "head.onnx", "--connect", "scores=x", "-o",
+               merged).returncode == 0
+    proc = cli("recipe", merged)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "rewrite 4 (merge): the second model" in proc.stderr
+    assert proc.stderr.rstrip().endswith("(metadata 'onnxsurgeon.recipe') did not make it")

@@ -157,7 +157,8 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
                              "one model of the fleet")
         return run_fleet(args.recipe, args.models, args.output, jobs=args.jobs, ray=args.ray,
                          as_json=args.json, options={"verify": args.verify, "isolation": isolation,
-                                                     "force": args.force})
+                                                     "force": args.force},
+                         quiet=not getattr(args, "verbose", False))
     if args.ray is not None or args.jobs != 1:
         raise UsageError("--jobs and --ray are for fleets; give several models and -o OUTDIR/")
     if args.html and args.plan:
@@ -214,14 +215,34 @@ def to_yaml(recipe: Recipe) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _stored_recipe(proto: Any, source: str) -> Recipe | None:
+    """The recipe recorded in ``proto`` by the ``apply`` that wrote it (None: none, or one
+    whose text no longer matches its sha256 or no longer reads)."""
+    import hashlib
+
+    from .apply import recorded_recipe
+    from .format import RecipeError, parse_recipe
+
+    found = recorded_recipe(proto)
+    if found is None or hashlib.sha256(found[0].encode()).hexdigest() != found[1]:
+        return None
+    try:
+        return parse_recipe(json.loads(found[0]), source=f"{source} (its recorded recipe)")
+    except (ValueError, RecipeError):
+        return None
+
+
 def cmd_recipe(args: argparse.Namespace) -> int:
-    """``onnxsurgeon recipe MODEL``: print the recipe that replays its rewrite log."""
+    """``onnxsurgeon recipe MODEL``: print the recipe that replays its rewrite log (steps the
+    log cannot say, such as a merge's second model, come from the recipe recorded by the
+    ``apply`` that made the model)."""
     from ..cli_io import _load, _out
     from ..record import records
     from .fromlog import recipe_from_log
 
     model = _load(args.model)
-    recipe = recipe_from_log(records(model.proto), source=args.model)
+    recipe = recipe_from_log(records(model.proto), source=args.model,
+                             stored=_stored_recipe(model.proto, args.model))
     if args.json:   # a stamped document that is itself a recipe (parse_recipe skips the stamp)
         _out(json.dumps(stamp("recipe", {"model": args.model, **recipe.to_data()}), indent=2))
     else:

@@ -51,15 +51,62 @@ def step_for_record(record: RewriteRecord, number: int) -> dict[str, Any]:
 
 
 def recipe_from_log(records: Sequence[RewriteRecord], *, source: str = "model",
-                    base_dir: str | Path = ".") -> Recipe:
+                    base_dir: str | Path = ".", stored: Recipe | None = None) -> Recipe:
     """The recipe whose steps replay ``records`` (typed, oldest first; see
     :func:`onnxsurgeon.record.records`), checked against the schema.
 
+    A record the log alone cannot replay (an inserted user graph or framework function, the
+    second model of a merge) takes its step from ``stored``, the recipe that made the model
+    (its ``onnxsurgeon.recipe`` metadata, :func:`~onnxsurgeon.recipe.recorded_recipe`): the
+    stored recipe's rewrite steps are matched verb by verb with one run of consecutive records
+    that holds every such record, and each of those records gets its stored step as the recipe
+    wrote it (paths relative to that recipe's folder). O(records x stored steps).
+
     Raises:
-        RecipeError: no records, or one cannot be replayed from the log alone.
+        RecipeError: no records, or one cannot be replayed from the log alone and ``stored``
+            does not say how (none, or it matches no run, or several, of the log).
     """
     if not records:
         raise RecipeError(f"{source} records no rewrite (metadata 'onnxsurgeon.rewrites'); "
                           "only models written by onnxsurgeon verbs have one")
-    steps = [step_for_record(r, k + 1) for k, r in enumerate(records)]
+    steps: list[dict[str, Any] | None] = []
+    errors: dict[int, RecipeError] = {}
+    for k, record in enumerate(records):
+        try:
+            steps.append(step_for_record(record, k + 1))
+        except RecipeError as exc:
+            steps.append(None)
+            errors[k] = exc
+    if errors:
+        steps = _fill_from_stored(records, steps, stored, errors)
     return parse_recipe({"onnxsurgeon": 1, "steps": steps}, base_dir=base_dir, source=source)
+
+
+def _fill_from_stored(records: Sequence[RewriteRecord], steps: list[dict[str, Any] | None],
+                      stored: Recipe | None,
+                      errors: dict[int, RecipeError]) -> list[dict[str, Any] | None]:
+    """``steps`` with each gap (a record the log cannot replay, ``errors`` says why) filled
+    from ``stored``."""
+    gaps = sorted(errors)
+    if stored is None:
+        raise errors[gaps[0]]
+    made = [s for s in stored.steps if STEPS[s.verb].rewrites]
+    verbs = [s.verb for s in made]
+    matching = [i for i in range(len(records) - len(made) + 1)
+                if [r.op for r in records[i:i + len(made)]] == verbs]
+    covering = [i for i in matching if gaps[0] >= i and gaps[-1] < i + len(made)]
+    stored_is = "the recipe recorded in the model (metadata 'onnxsurgeon.recipe')"
+    if len(covering) > 1:
+        raise RecipeError(f"{errors[gaps[0]]}; {stored_is} matches several runs of the log, "
+                          "so which of its steps made it is unclear")
+    if not covering:
+        if not matching:
+            raise RecipeError(f"{errors[gaps[0]]}; {stored_is} does not match the log")
+        last = matching[-1]
+        outside = next(k for k in gaps if not last <= k < last + len(made))
+        raise RecipeError(f"{errors[outside]}; {stored_is} did not make it")
+    filled = list(steps)
+    for k in gaps:
+        step = made[k - covering[0]]
+        filled[k] = {step.verb: dict(step.params)}
+    return filled

@@ -16,8 +16,23 @@ Failures reply ``{"ok": false, "kind": "memory"|"error", "message": ...}``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
+
+ORT_LOG_ENV = "ONNXSURGEON_ORT_LOG_SEVERITY"
+"""onnxruntime's log severity for the sessions verification creates (0 verbose ... 4 fatal)."""
+
+
+def ort_log_severity() -> int:
+    """The severity of every session (here and in :mod:`onnxsurgeon.verify.run`): 4, fatal
+    only, unless ``$ONNXSURGEON_ORT_LOG_SEVERITY`` says otherwise (the CLI's ``-v`` sets 2).
+    onnxruntime's errors reach the caller as exceptions, which name the failure in one line;
+    its own (coloured) log line of the same error would only repeat it on stderr."""
+    try:
+        return min(4, max(0, int(os.environ.get(ORT_LOG_ENV, "4"))))
+    except ValueError:
+        return 4
 
 
 def _set_memory_limit(memory_mb: int | None) -> None:
@@ -78,7 +93,7 @@ def main() -> int:
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 3
+        options.log_severity_level = ort_log_severity()
         if request.get("threads"):
             options.intra_op_num_threads = int(request["threads"])
         session = ort.InferenceSession(str(request["model"]), options,

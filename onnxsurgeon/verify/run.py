@@ -35,6 +35,7 @@ from ..index import GraphIndex
 from ..io import Model, as_model, load, save
 from ..names import NameAllocator
 from ..types import TypeOracle
+from ._worker import ort_log_severity
 
 if TYPE_CHECKING:
     from .isolate import IsolatedRunner, Limits
@@ -64,13 +65,15 @@ def to_model(model: ModelLike) -> Model:
 
 
 def new_session(path: Path, *, threads: int = 0) -> Any:
-    """An onnxruntime session for the file ``path``: CPU, optimizations off, errors only."""
+    """An onnxruntime session for the file ``path``: CPU, optimizations off, no log lines
+    (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
     import onnxruntime as ort
 
-    ort.set_default_logger_severity(3)  # onnxruntime's own (coloured) warnings never reach stderr
+    severity = ort_log_severity()  # onnxruntime's own (coloured) lines stay off stderr
+    ort.set_default_logger_severity(severity)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = severity
     if threads:
         options.intra_op_num_threads = threads
     try:
