@@ -184,7 +184,14 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import run_demo, shown, write_files
+
+    if args.files is not None:
+        written = write_files(args.files)
+        _out("\n".join(f"wrote {shown(p)}" for p in written))
+        _out(f"the README's commands run in {shown(args.files)} (e.g. onnxsurgeon inspect "
+             "models/seed_cnn.onnx)")
+        return EXIT_OK
 
     with _framework_step(args, "running the demo (TensorFlow and PyTorch steps take a while)"):
         return run_demo(_out)

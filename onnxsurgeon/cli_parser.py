@@ -382,7 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "their error (exit 1 if they differ)")
     _add_isolation_flags(p)
 
-    sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
+    p = sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
+    p.add_argument("--files", metavar="DIR",
+                   help="instead, copy the bundled models and examples into DIR/models and "
+                        "DIR/examples (the README's commands run in DIR, outside a checkout)")
 
     _add_recipe_parsers(sub, _add_isolation_flags)
     return parser
