@@ -144,3 +144,45 @@ def test_a_passing_conversion_records_ok(tmp_path, detector):
                                exporter="torchscript", keep_mismatch=True)
     facts = json.loads(metadata(onnx.load(out))["onnxsurgeon.conversion_check"])
     assert facts["ok"] is True and facts["max_excess"] <= 0 and report.notes == ()
+
+
+TF_NOISY = textwrap.dedent("""
+    import sys
+
+    import tensorflow as tf
+
+    class Noisy(tf.Module):
+        # noise left on at inference: onnxruntime's random numbers are not TensorFlow's
+        @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": x + tf.random.uniform(tf.shape(x))}
+
+    module = Noisy()
+    tf.saved_model.save(module, sys.argv[1], signatures=module.__call__)
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_convert_tf_keep_mismatch_records_it(tmp_path):
+    pytest.importorskip("tf2onnx")
+    import subprocess
+    import sys
+
+    script = tmp_path / "make.py"
+    script.write_text(TF_NOISY)
+    saved = tmp_path / "sm"
+    subprocess.run([sys.executable, str(script), str(saved)], check=True, capture_output=True,
+                   timeout=300)
+    out = tmp_path / "n.onnx"
+    refused = cli("convert", "tf", saved, "-o", out)
+    assert refused.returncode == 2 and "pass --keep-mismatch to keep it" in refused.stderr, (
+        refused.stderr)
+    assert not out.exists()
+    kept = cli("convert", "tf", saved, "-o", out, "--keep-mismatch", "--json")
+    assert kept.returncode == 0, kept.stderr
+    data = json.loads(kept.stdout)
+    validate("convert", data)
+    assert data["framework"] == "tensorflow" and data["check"]["ok"] is False
+    facts = json.loads(metadata(onnx.load(out))["onnxsurgeon.conversion_check"])
+    assert facts["ok"] is False and facts["max_excess"] > 0

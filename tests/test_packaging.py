@@ -126,6 +126,24 @@ def test_demo_and_a_verb_run_from_the_installed_wheel_outside_a_checkout(venv, t
 
 
 @pytest.mark.slow
+def test_the_readme_cli_tour_runs_from_the_wheel_in_a_demo_files_folder(venv, tmp_path):
+    """The README's CLI tour, as written, in a folder that ``demo --files`` filled (no
+    checkout: ``onnxsurgeon`` is the wheel's console script; /tmp/ moved into tmp_path)."""
+    from tests.test_readme import _blocks
+
+    work = tmp_path / "work"
+    work.mkdir()
+    assert _run(venv, "demo", "--files", ".", cwd=work).returncode == 0
+    tour = _blocks("bash")[2].replace("/tmp/", f"{tmp_path}/")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
+    proc = subprocess.run(["bash", "-c", f"set -e\n{tour}"], capture_output=True, text=True,
+                          cwd=work, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (tmp_path / "logits.onnx").is_file() and (tmp_path / "l2.onnx").is_file()
+
+
+@pytest.mark.slow
 def test_the_demo_without_frameworks_says_what_it_skipped_and_runs_the_bundled_models(venv, tmp_path):
     code = ("import sys\nfor m in ('torch', 'tensorflow'): sys.modules[m] = None\n"
             "from onnxsurgeon.cli import main\nsys.exit(main(['demo']))")
