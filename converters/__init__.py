@@ -6,15 +6,17 @@ that needs them.
 Conversion (each writes the ONNX file, records ``metadata_props`` — source framework and version,
 exporter, the JSON name map under ``onnxsurgeon.name_map`` and the check result — and returns a
 :class:`ConversionReport`; outputs beyond ``rtol``/``atol`` raise :class:`ConversionMismatchError`
-unless ``check=False``):
+unless ``check=False`` (no check) or ``keep_mismatch=True`` (the model is kept, the mismatch
+recorded under ``onnxsurgeon.conversion_check`` with ``"ok": false``)):
 
 - ``from_tf(source, path, *, inputs=None, outputs=None, opset=None, check=True, rtol=1e-3,
-  atol=1e-5, example_inputs=None, optimize_layout=False)``: Keras 3 model / ``.keras`` file,
+  atol=1e-5, example_inputs=None, optimize_layout=False, keep_mismatch=False)``: Keras 3 model / ``.keras`` file,
   ``tf.function`` / concrete function, SavedModel folder, frozen ``.pb``, ``tf.compat.v1``
   Graph or Session. TF tensor names (``network/layer_conv5/Relu:0``) and Keras layer names
   (``conv5``) resolve as selectors afterwards.
 - ``from_torch(module, example_inputs, path, *, exporter="dynamo"|"torchscript",
-  dynamic_axes=None, opset=None, input_names=None, output_names=None, check=True)``: module paths
+  dynamic_axes=None, opset=None, input_names=None, output_names=None, check=True,
+  keep_mismatch=False)``: module paths
   (``conv5``, ``layer4.1``, ``transformer.h.0.mlp``) resolve as selectors afterwards.
 
 Processing functions written in a framework:
@@ -26,8 +28,10 @@ Processing functions written in a framework:
 
 CLI entry points (plain keyword functions; the CLI calls exactly one of them):
 
-- ``cli_convert_tf(source, output, *, inputs=None, outputs=None, opset=None, check=True)``
-- ``cli_convert_torch(factory, output, *, inputs, exporter="dynamo", opset=None, check=True)``
+- ``cli_convert_tf(source, output, *, inputs=None, outputs=None, opset=None, check=True,
+  keep_mismatch=False)``
+- ``cli_convert_torch(factory, output, *, inputs, exporter="dynamo", opset=None, check=True,
+  dynamic=(), output_names=None, keep_mismatch=False)`` (``dynamic``: ``NAME:AXIS=SYMBOL``)
 - ``cli_insert_function(model, at, *, func, framework, as_output=False, exporter=None)``
 
 ``demo.run(out, folder, models_dir)``: the seed scenarios from the frameworks for

@@ -12,6 +12,7 @@ Nothing here imports TensorFlow or PyTorch; :mod:`.tf` and :mod:`.torch` do.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -148,13 +149,34 @@ def compare_outputs(
     return max_abs, (excess if excess != -float("inf") else 0.0)
 
 
-def check_or_raise(what: str, max_abs: float, excess: float, *, rtol: float, atol: float) -> None:
-    """Raise :class:`ConversionMismatchError` when ``excess`` > 0."""
+def check_or_raise(what: str, max_abs: float, excess: float, *, rtol: float, atol: float,
+                   keep: str = "check=False") -> None:
+    """Raise :class:`ConversionMismatchError` when ``excess`` > 0; the message ends with
+    ``pass {keep} to keep it`` (the option that keeps the result)."""
     if excess > 0 or np.isnan(excess):
         raise ConversionMismatchError(
             f"{what}: ONNX output differs from the framework by up to {max_abs:.3g} "
-            f"(tolerance rtol={rtol:g}, atol={atol:g}); report the op or pass check=False to keep it"
+            f"(tolerance rtol={rtol:g}, atol={atol:g}); report the op or pass {keep} to keep it"
         )
+
+
+KEEP_MISMATCH = "keep_mismatch=True"
+"""The option of ``from_tf``/``from_torch`` that keeps a model whose check fails (the CLI's
+``--keep-mismatch``); the mismatch is then recorded under :data:`CHECK_KEY`."""
+
+
+def conversion_check(what: str, max_abs: float, excess: float, *, rtol: float, atol: float,
+                     keep_mismatch: bool) -> list[str]:
+    """The conversion check's verdict: raises :class:`ConversionMismatchError` beyond the
+    tolerance unless ``keep_mismatch``; then returns the note saying so (else no notes)."""
+    if not keep_mismatch:
+        check_or_raise(what, max_abs, excess, rtol=rtol, atol=atol, keep=KEEP_MISMATCH)
+        return []
+    if excess > 0 or np.isnan(excess):
+        return [f"kept despite the check: ONNX output differs from the framework by up to "
+                f"{max_abs:.3g} (tolerance rtol={rtol:g}, atol={atol:g}); recorded in "
+                f"metadata_props['{CHECK_KEY}']"]
+    return []
 
 
 # ---------------------------------------------------------------------------- value matching
@@ -306,6 +328,19 @@ def write_conversion_metadata(
     set_metadata(model, entries)
 
 
+def check_facts(*, checked: bool, max_abs: float, excess: float, rtol: float,
+                atol: float) -> dict[str, Any]:
+    """The conversion check as recorded under :data:`CHECK_KEY`: ``checked``, ``ok`` (None when
+    unchecked; False for a model kept with ``keep_mismatch=True``), ``max_abs_diff``,
+    ``max_excess`` (> 0: beyond the tolerance), ``rtol``, ``atol``."""
+    def finite(v: float) -> float | None:
+        return None if np.isnan(v) or np.isinf(v) else float(v)
+
+    ok = None if not checked else bool(not np.isnan(excess) and excess <= 0)
+    return {"checked": checked, "ok": ok, "max_abs_diff": finite(max_abs),
+            "max_excess": finite(excess), "rtol": rtol, "atol": atol}
+
+
 def finish(
     model: onnx.ModelProto,
     path: str | os.PathLike[str],
@@ -326,8 +361,8 @@ def finish(
     write_conversion_metadata(
         model, framework=framework, framework_version=framework_version, exporter=exporter,
         name_map=name_map, fused=fused,
-        check={"checked": checked, "max_abs_diff": None if np.isnan(max_abs) else max_abs,
-               "rtol": rtol, "atol": atol},
+        check=check_facts(checked=checked, max_abs=max_abs, excess=excess, rtol=rtol,
+                          atol=atol),
     )
     from onnxsurgeon.io import save
 
@@ -347,7 +382,9 @@ def load_factory(spec: str) -> Any:
     """Import ``FILE.py:NAME`` and return the attribute ``NAME``.
 
     This executes the user's file as Python code, with the user's permissions: only pass files you
-    trust (the same as running ``python FILE.py``).
+    trust (the same as running ``python FILE.py``). A package the file imports that is not
+    installed raises its ``ImportError`` (the CLI names what to install); any other failure is
+    a :class:`UsageError`.
     """
     path_s, sep, attr = spec.rpartition(":")
     if not sep or not path_s or not attr:
@@ -363,13 +400,27 @@ def load_factory(spec: str) -> Any:
     sys.modules[mod_name] = module
     try:
         loader_spec.loader.exec_module(module)
+    except ImportError as exc:
+        sys.modules.pop(mod_name, None)
+        if exc.name:   # a package the file imports is missing: the caller names what to install
+            raise
+        raise UsageError(f"importing '{path}' failed: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - user code, report one line
         sys.modules.pop(mod_name, None)
         raise UsageError(f"importing '{path}' failed: {type(exc).__name__}: {exc}") from exc
     if not hasattr(module, attr):
-        names = [n for n in vars(module) if not n.startswith("_")]
-        raise NotFoundError(f"'{path}' defines no '{attr}'; it defines {names[:10]}")
+        names = _defined_names(module)
+        raise NotFoundError(f"'{path}' defines no '{attr}'; "
+                            + (f"it defines {names[:10]}" if names else
+                               "it defines no function or class"))
     return getattr(module, attr)
+
+
+def _defined_names(module: Any) -> list[str]:
+    """The public functions and classes ``module``'s own file defines (not what it imports)."""
+    return [n for n, v in vars(module).items()
+            if not n.startswith("_") and (inspect.isfunction(v) or inspect.isclass(v))
+            and getattr(v, "__module__", None) == module.__name__]
 
 
 def parse_shape_spec(spec: str) -> tuple[str, list[int | str] | None, str | None]:

@@ -1,14 +1,15 @@
 """Framework part of ``onnxsurgeon demo``: the seed scenarios from TensorFlow and PyTorch.
 
 Each step prints framework -> ONNX -> rewrite -> onnxruntime check, where the check compares the
-rewritten ONNX model with the framework computing the same thing itself. Without TensorFlow or
-PyTorch the steps run on the committed ``models/tf1_seed.onnx`` and ``models/torch_cnn.onnx``
-and check against numpy instead. Nothing is printed except through ``out``.
+rewritten ONNX model with the framework computing the same thing itself. A framework that does
+not import is said (which one, why, the extra that installs it) and its steps run on its
+committed converted model instead (``models/tf1_seed.onnx``, ``models/torch_cnn.onnx``, bundled
+in the wheel), checked against numpy. Nothing is printed except through ``out``.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,18 @@ from .common import ATOL, RTOL, compare_outputs, run_onnx
 Out = Callable[[str], None]
 
 
-def _have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+def _missing(*modules: str) -> str | None:
+    """Why the framework made of ``modules`` cannot run here (the first one that does not
+    import, and why), or None when all import."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - a broken install is "cannot run" too
+            text = " ".join(str(exc).split())[:200]
+            return (f"{module} is not installed" if isinstance(exc, ImportError) and
+                    getattr(exc, "name", None) == module else
+                    f"importing {module} failed ({type(exc).__name__}: {text})")
+    return None
 
 
 class _Check:
@@ -176,9 +187,15 @@ def _torch_steps(check: _Check, folder: Path) -> None:
                seen["a"].mean(dim=(2, 3)).numpy(), "torch's own mean of conv5")
 
 
-def _committed_steps(check: _Check, models_dir: Path, folder: Path | None = None) -> None:
-    """Without frameworks: the committed converted models, checked against numpy (the printed
-    commands write into ``folder``, default a new temporary folder)."""
+COMMITTED = ("tf1_seed.onnx", "torch_cnn.onnx")
+"""The committed converted models the framework-free steps run on (TensorFlow's, PyTorch's)."""
+
+
+def _committed_steps(check: _Check, models_dir: Path, folder: Path | None = None,
+                     files: tuple[str, ...] = COMMITTED) -> None:
+    """Without frameworks: the committed converted models ``files``, checked against numpy
+    (the printed commands write into ``folder``, default a new temporary folder). A model
+    that is not in ``models_dir`` is a failed step, said as such."""
     import tempfile
 
     from onnxsurgeon.demo import command
@@ -189,8 +206,13 @@ def _committed_steps(check: _Check, models_dir: Path, folder: Path | None = None
     folder = folder or Path(tempfile.mkdtemp(prefix="onnxsurgeon-demo-"))
     for file, at, feed, axes in (("tf1_seed.onnx", "network/layer_conv5/Relu:0", "input", [1, 2]),
                                  ("torch_cnn.onnx", "conv5", "x", [2, 3])):
+        if file not in files:
+            continue
         src = models_dir / file
         if not src.is_file():
+            check.failed += 1
+            check.out(f"\n== Feature extraction on committed {file}: FAILED, {src} does not "
+                      "exist (the bundled models are missing: reinstall onnxsurgeon)")
             continue
         model = onnx.load(src)
         act = Selector(GraphIndex(model)).resolve(at)
@@ -211,13 +233,17 @@ def _committed_steps(check: _Check, models_dir: Path, folder: Path | None = None
 def run(out: Out, folder: Path, models_dir: Path) -> int:
     """Run the framework seed steps (or the committed-model steps); returns failed checks."""
     check = _Check(out)
-    have_tf = _have("tensorflow") and _have("tf2onnx")
-    have_torch = _have("torch")
-    if have_tf:
-        _tf_steps(check, folder)
-    if have_torch:
-        _torch_steps(check, folder)
-    if not (have_tf and have_torch):
-        out("\n(TensorFlow and/or PyTorch not installed: steps on the committed converted models)")
-        _committed_steps(check, models_dir, folder)
+    instead: list[str] = []
+    for name, extra, modules, steps, file in (
+            ("TensorFlow", "tf", ("tensorflow", "tf2onnx"), _tf_steps, COMMITTED[0]),
+            ("PyTorch", "torch", ("torch",), _torch_steps, COMMITTED[1])):
+        why = _missing(*modules)
+        if why is None:
+            steps(check, folder)
+            continue
+        out(f"\n(the {name} steps are skipped: {why}; pip install 'onnxsurgeon[{extra}]' runs "
+            f"them. Instead: the committed {file}, checked against numpy)")
+        instead.append(file)
+    if instead:
+        _committed_steps(check, models_dir, folder, files=tuple(instead))
     return check.failed

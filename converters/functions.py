@@ -8,12 +8,13 @@ Also the plain keyword functions the CLI calls (``convert tf``, ``convert torch`
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import onnx
 
-from onnxsurgeon.errors import RewriteError, SurgeryError, UsageError
+from onnxsurgeon.errors import NotFoundError, RewriteError, SurgeryError, UsageError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.io import Model, as_model
 from onnxsurgeon.protos import default_opset
@@ -29,6 +30,9 @@ from .common import (
 )
 
 FRAMEWORKS = ("tf", "torch")
+FRAMEWORK_NAMES = {"tf": "TensorFlow", "torch": "PyTorch"}
+_SHAPE_ERROR = re.compile(r"\b(rank|[Dd]imensions?|shapes?)\b")
+"""Words of TensorFlow's shape-inference errors (a function written for another rank)."""
 
 
 def export_function(
@@ -79,6 +83,15 @@ def export_function(
         other = "torch" if framework == "tf" else "tf"
         name = getattr(func, "__name__", type(func).__name__)
         text = " ".join(str(exc).split())[:200]
+        if isinstance(exc, ValueError) and _SHAPE_ERROR.search(text):
+            # TF's shape inference refused the function on this input: the function's to fix
+            dims = ", ".join(str(d) for d in shape)
+            raise UsageError(
+                f"function '{name}' fails in {FRAMEWORK_NAMES[framework]} on the activation "
+                f"({onnx.helper.tensor_dtype_to_np_dtype(elem_type).name} [{dims}], rank "
+                f"{len(shape)}): {type(exc).__name__}: {text}; write it for a tensor of that "
+                "rank and shape"
+            ) from exc
         raise ConversionError(
             f"the {framework} export of function '{name}' failed ({type(exc).__name__}: {text}); "
             f"check that it is written in {'TensorFlow' if framework == 'tf' else 'PyTorch'} "
@@ -172,8 +185,10 @@ def cli_convert_tf(
     outputs: Sequence[str] | str | None = None,
     opset: int | None = None,
     check: bool = True,
+    keep_mismatch: bool = False,
 ) -> ConversionReport:
-    """``onnxsurgeon convert tf SOURCE -o OUT [--inputs ...] [--outputs ...] [--opset N]``.
+    """``onnxsurgeon convert tf SOURCE -o OUT [--inputs ...] [--outputs ...] [--opset N]
+    [--keep-mismatch]``.
 
     ``source`` is a ``.keras`` file, SavedModel folder or frozen ``.pb``; ``inputs`` entries are
     ``NAME[:PORT][:SHAPE[:DTYPE]]`` (``input:0:1,8,8,3`` or ``input:0:1x8x8x3``), ``outputs`` TF
@@ -186,7 +201,7 @@ def cli_convert_tf(
     ins = split_spec_list(inputs if isinstance(inputs, str) else ",".join(inputs or []))
     outs = split_spec_list(outputs if isinstance(outputs, str) else ",".join(outputs or []))
     return from_tf(source, output, inputs=ins or None, outputs=outs or None, opset=opset,
-                   check=check)
+                   check=check, keep_mismatch=keep_mismatch)
 
 
 def cli_convert_torch(
@@ -197,11 +212,17 @@ def cli_convert_torch(
     exporter: str = "dynamo",
     opset: int | None = None,
     check: bool = True,
+    dynamic: Sequence[str] = (),
+    output_names: Sequence[str] | None = None,
+    keep_mismatch: bool = False,
 ) -> ConversionReport:
-    """``onnxsurgeon convert torch FILE.py:FACTORY -o OUT --input NAME:SHAPE[:DTYPE] ...``.
+    """``onnxsurgeon convert torch FILE.py:FACTORY -o OUT --input NAME:SHAPE[:DTYPE] ...
+    [--dynamic NAME:AXIS=SYMBOL ...] [--output-names A,B,...] [--keep-mismatch]``.
 
     Imports and runs ``FILE.py`` (the user's own code) and calls ``FACTORY()`` for the module.
-    Symbolic dims in a shape (``x:batch,3,224,224``) become dynamic axes (example size 2).
+    Symbolic dims in a shape (``x:batch,3,224,224``) become dynamic axes (example size 2);
+    ``dynamic`` entries (``x:0=batch``, ``boxes:0=batch``; several axes ``x:0=batch,2=h``) make
+    the axes of inputs (exported at the example size) or named outputs dynamic.
     """
     import torch
 
@@ -215,7 +236,7 @@ def cli_convert_torch(
     if not isinstance(module, torch.nn.Module):
         raise UsageError(f"'{factory}' returned a {type(module).__name__}, not a torch.nn.Module")
     names, tensors = [], []
-    dynamic: dict[str, dict[int, str]] = {}
+    axes: dict[str, dict[int, str]] = {}
     for i, spec in enumerate(inputs):
         name, dims, dtype = parse_shape_spec(spec)
         if dims is None:
@@ -224,9 +245,45 @@ def cli_convert_torch(
         tensors.append(torch.from_numpy(example_array(dims, dtype or "float32", seed=i)))
         sym = {j: str(d) for j, d in enumerate(dims) if isinstance(d, str) or d < 0}
         if sym:
-            dynamic[name] = sym
+            axes[name] = sym
+    ranks = {n: t.dim() for n, t in zip(names, tensors, strict=True)}
+    for name, more in parse_dynamic(dynamic, ranks, output_names or ()).items():
+        axes.setdefault(name, {}).update(more)
     return from_torch(module, tuple(tensors), output, exporter=exporter, opset=opset,
-                      input_names=names, dynamic_axes=dynamic or None, check=check)
+                      input_names=names, output_names=list(output_names or []) or None,
+                      dynamic_axes=axes or None, check=check, keep_mismatch=keep_mismatch)
+
+
+def parse_dynamic(specs: Sequence[str], ranks: dict[str, int],
+                  outputs: Sequence[str]) -> dict[str, dict[int, str]]:
+    """``NAME:AXIS=SYMBOL`` entries (``x:0=batch``; ``x:0=batch,2=h`` for several axes of one
+    tensor) -> ``{name: {axis: symbol}}``, for the inputs in ``ranks`` (axis below the rank) and
+    the names in ``outputs``."""
+    found: dict[str, dict[int, str]] = {}
+    for spec in specs:
+        name = ""
+        for piece in (p.strip() for p in spec.split(",")):
+            if not piece:
+                continue
+            head, sep, axis_sym = piece.rpartition(":")
+            if sep:
+                name = head
+            elif not name:
+                raise UsageError(f"dynamic axis '{spec}' names no tensor; write NAME:AXIS=SYMBOL, "
+                                 "e.g. x:0=batch")
+            axis, eq, sym = axis_sym.partition("=")
+            if not eq or not axis.strip().isdigit() or not sym.strip().isidentifier():
+                raise UsageError(f"dynamic axis '{piece}' is not NAME:AXIS=SYMBOL; write e.g. "
+                                 f"{name or 'x'}:0=batch")
+            if name not in ranks and name not in outputs:
+                known = list(ranks) + list(outputs)
+                raise NotFoundError(f"dynamic axis '{piece}' names '{name}', which is no input "
+                                    f"or named output; use one of {known}")
+            if name in ranks and int(axis) >= ranks[name]:
+                raise UsageError(f"dynamic axis '{piece}': input '{name}' has {ranks[name]} "
+                                 f"axes (0-{ranks[name] - 1}); give an axis below {ranks[name]}")
+            found.setdefault(name, {})[int(axis)] = sym.strip()
+    return found
 
 
 def cli_insert_function(

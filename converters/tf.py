@@ -36,6 +36,7 @@ from .common import (
     check_or_raise,
     common_prefix_len,
     compare_outputs,
+    conversion_check,
     example_array,
     finish,
     run_all_tensors,
@@ -291,7 +292,7 @@ def _fused_tf_names(fr: Frozen, model: onnx.ModelProto, name_map: Mapping[str, s
 
 def convert_frozen(fr: Frozen, path: str | os.PathLike[str], *, opset: int | None, check: bool,
                    rtol: float, atol: float, example_inputs: Mapping[str, np.ndarray] | None,
-                   optimize_layout: bool) -> ConversionReport:
+                   optimize_layout: bool, keep_mismatch: bool = False) -> ConversionReport:
     import tf2onnx
 
     model = _tf2onnx(fr, opset, optimize_layout)
@@ -304,13 +305,14 @@ def convert_frozen(fr: Frozen, path: str | os.PathLike[str], *, opset: int | Non
             "captured state was not frozen, report this model"
         )
     max_abs = excess = float("nan")
+    notes: list[str] = []
     if check:
         ref = fr.run_reference(arrays)
         got = run_onnx(model, feeds)
         got_list = [got[fr.rename.get(n, n)] for n in fr.outputs]
         max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
-        check_or_raise("TF -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
-    notes: list[str] = []
+        notes += conversion_check("TF -> ONNX conversion", max_abs, excess, rtol=rtol,
+                                  atol=atol, keep_mismatch=keep_mismatch)
     fused: dict[str, dict[str, str]] = {}
     try:
         name_map, fused = _tf_name_map(fr, model, feeds, arrays)
@@ -337,6 +339,7 @@ def from_tf(
     atol: float = ATOL,
     example_inputs: Mapping[str, np.ndarray] | None = None,
     optimize_layout: bool = False,
+    keep_mismatch: bool = False,
 ) -> ConversionReport:
     """Convert a TensorFlow model to ONNX at ``path``, with a name map and a numeric check.
 
@@ -354,6 +357,9 @@ def from_tf(
         optimize_layout: let tf2onnx's transpose optimizer remove layout transposes (a leaner
             graph, but TF names of activations kept only in NCHW layout are then missing from
             the name map).
+        keep_mismatch: with ``check``, write the model even when it is beyond the tolerance;
+            the check's numbers are recorded in ``metadata_props['onnxsurgeon.conversion_check']``
+            (``"ok": false``) and in the report's ``notes``.
 
     Returns:
         A :class:`ConversionReport`.
@@ -361,7 +367,8 @@ def from_tf(
     fr = normalize(source, inputs, outputs)
     override_shapes(fr, inputs)
     return convert_frozen(fr, path, opset=opset, check=check, rtol=rtol, atol=atol,
-                          example_inputs=example_inputs, optimize_layout=optimize_layout)
+                          example_inputs=example_inputs, optimize_layout=optimize_layout,
+                          keep_mismatch=keep_mismatch)
 
 
 def export_tf_function(func: Any, *, elem_type: int, shape: Sequence[int | str | None],

@@ -36,6 +36,7 @@ from .common import (
     ValueIndex,
     check_or_raise,
     compare_outputs,
+    conversion_check,
     example_array,
     finish,
     run_all_tensors,
@@ -224,6 +225,7 @@ def from_torch(
     check: bool = True,
     rtol: float = RTOL,
     atol: float = ATOL,
+    keep_mismatch: bool = False,
 ) -> ConversionReport:
     """Export ``module`` to ONNX at ``path`` with a module-path name map and a numeric check.
 
@@ -234,11 +236,16 @@ def from_torch(
         example_inputs: a tensor or a tuple of positional tensors.
         path: the ``.onnx`` file to write.
         exporter: ``"dynamo"`` (torch.export based; opset >= 18) or ``"torchscript"``.
-        dynamic_axes: ``{input_name: {axis: "symbol"}}`` for dims that vary.
+        dynamic_axes: ``{name: {axis: "symbol"}}`` for dims that vary, keyed by input names
+            (and output names, to name an output's dims).
         opset: ONNX opset (18 for dynamo, 17 for torchscript when None).
-        input_names / output_names: ONNX names of graph inputs / outputs.
+        input_names / output_names: ONNX names of graph inputs / outputs (one name per
+            tensor the module returns; without them the exporter's own names, e.g. ``2037``).
         check: run onnxruntime against PyTorch on ``example_inputs`` and raise
             :class:`ConversionMismatchError` beyond ``rtol``/``atol``.
+        keep_mismatch: with ``check``, write the model even when it is beyond the tolerance;
+            the check's numbers are recorded in ``metadata_props['onnxsurgeon.conversion_check']``
+            (``"ok": false``) and in the report's ``notes``.
 
     Returns:
         A :class:`ConversionReport`.
@@ -257,8 +264,14 @@ def from_torch(
             f"the ONNX model has inputs {graph_inputs} for {len(tensors)} example tensors; "
             "pass only tensor inputs (wrap other arguments in the module)"
         )
+    if output_names and len(output_names) != len(ref):
+        raise UsageError(
+            f"output_names gives {len(output_names)} names but the module returns {len(ref)} "
+            "tensors; give one name per output"
+        )
     feeds = {n: t.detach().cpu().numpy() for n, t in zip(graph_inputs, tensors, strict=True)}
     max_abs = excess = float("nan")
+    notes: list[str] = []
     if check:
         got = run_onnx(model, feeds)
         got_list = [got[o.name] for o in model.graph.output]
@@ -268,8 +281,8 @@ def from_torch(
                 "tensors; return tensors only"
             )
         max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
-        check_or_raise("PyTorch -> ONNX conversion", max_abs, excess, rtol=rtol, atol=atol)
-    notes: list[str] = []
+        notes += conversion_check("PyTorch -> ONNX conversion", max_abs, excess, rtol=rtol,
+                                  atol=atol, keep_mismatch=keep_mismatch)
     fused: dict[str, dict[str, str]] = {}
     try:
         onnx_values = {**run_all_tensors(model, feeds), **feeds}
@@ -326,6 +339,24 @@ class _Wrap(torch.nn.Module):
         return self.fn(x)
 
 
+def _run_on_activation(module: torch.nn.Module, x: torch.Tensor,
+                       shape: Sequence[int | str | None], np_dtype: Any) -> list[torch.Tensor]:
+    """The function's result on example data of the activation's type. A function that fails
+    in PyTorch itself (written for another rank, say) is the user's to fix, whichever exporter
+    runs: the message says so instead of suggesting another exporter."""
+    try:
+        with torch.no_grad():
+            return _flatten(module(x))
+    except Exception as exc:  # noqa: BLE001 - user code raises anything
+        text = " ".join(str(exc).split())[:300]
+        dims = ", ".join(str(d) for d in shape)
+        raise UsageError(
+            f"{_label(module)} fails in PyTorch on the activation ({np.dtype(np_dtype).name} "
+            f"[{dims}], rank {len(shape)}; run on an example of shape {list(x.shape)}): "
+            f"{type(exc).__name__}: {text}; write it for a tensor of that rank and shape"
+        ) from exc
+
+
 def export_torch_function(func: Any, *, elem_type: int, shape: Sequence[int | str | None],
                           opset: int, exporter: str | None = None,
                           check: bool = True) -> onnx.ModelProto:
@@ -343,6 +374,7 @@ def export_torch_function(func: Any, *, elem_type: int, shape: Sequence[int | st
     dyn = {i: (d if isinstance(d, str) else f"d{i}") for i, d in enumerate(shape)
            if not (isinstance(d, int) and d >= 0)}
     with _eval_mode(module):
+        want = _run_on_activation(module, x, shape, np_dtype)
         # the block's opset is the host model's: only the exporter can change
         other = "torchscript" if exporter == "dynamo" else "dynamo"
         hint = (f"try exporter='{other}'" if other == "torchscript" or opset >= 18 else
@@ -350,8 +382,6 @@ def export_torch_function(func: Any, *, elem_type: int, shape: Sequence[int | st
                 "function with ops the torchscript exporter supports")
         model = _export(module, (x,), exporter=exporter, opset=opset, input_names=["x"],
                         output_names=["y"], dynamic_axes={"x": dyn} if dyn else None, hint=hint)
-        with torch.no_grad():
-            want = _flatten(module(x))
     if len(model.graph.output) != 1 or len(want) != 1:
         raise UsageError(f"the torch function returns {len(want)} tensors; return exactly one")
     dims = model.graph.input[0].type.tensor_type.shape.dim

@@ -89,11 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"onnxsurgeon: error: {cli_words(_one_line(exc))}\n")
         return EXIT_BAD_INPUT
     except ImportError as exc:
-        missing = getattr(exc, "name", None) or str(exc)
-        sys.stderr.write(
-            f"onnxsurgeon: error: this command needs the package '{missing}'; install it "
-            "(pip install 'onnxsurgeon[tf]' or 'onnxsurgeon[torch]')\n"
-        )
+        sys.stderr.write(f"onnxsurgeon: error: {missing_package(exc)}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("onnxsurgeon: interrupted; no output was written\n")
@@ -106,6 +102,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ONNXSURGEON_DEBUG=1 for a traceback and report it\n"
         )
         return EXIT_INTERNAL
+
+
+EXTRAS = {"torch": "torch", "onnxscript": "torch", "tensorflow": "tf", "tf2onnx": "tf",
+          "keras": "tf", "ray": "ray", "jsonschema": "schema", "referencing": "schema"}
+"""Top-level package -> the ``onnxsurgeon[...]`` extra (pyproject.toml) that installs it."""
+
+
+def missing_package(exc: ImportError) -> str:
+    """The one line for a missing dependency: the package and the one extra that installs it
+    (``pip install 'onnxsurgeon[torch]'``), or the package itself when no extra has it."""
+    name = getattr(exc, "name", None)
+    if not name:
+        return f"a package this command needs is missing ({_one_line(exc)}); install it"
+    top = name.split(".")[0]
+    extra = EXTRAS.get(top)
+    how = f"pip install 'onnxsurgeon[{extra}]'" if extra else f"pip install {top}"
+    return f"this command needs the package '{top}', which is not installed; {how}"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from .cli_io import (
     _print_report,
     _Progress,
     _ranges,
+    _warn,
 )
 from .errors import UsageError
 
@@ -169,17 +170,31 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     with _framework_step(args, f"converting {args.source} ({args.framework})"):
         if args.framework == "tf":
             report = converters.cli_convert_tf(args.source, args.output, inputs=args.inputs,
-                                               outputs=args.outputs, opset=args.opset)
+                                               outputs=args.outputs, opset=args.opset,
+                                               keep_mismatch=args.keep_mismatch)
         else:
-            report = converters.cli_convert_torch(args.source, args.output, inputs=args.input,
-                                                  exporter=args.exporter, opset=args.opset)
+            report = converters.cli_convert_torch(
+                args.source, args.output, inputs=args.input, exporter=args.exporter,
+                opset=args.opset, dynamic=args.dynamic, output_names=args.output_names,
+                keep_mismatch=args.keep_mismatch)
     _out(dump("convert", convert_payload(report, source=args.source)) if args.json
          else convert_summary(report))
+    if report.checked and not report.max_excess <= 0:
+        _warn(f"the check against {report.framework} failed (max |diff| "
+              f"{report.max_abs_diff:.3g}, rtol {report.rtol:g}, atol {report.atol:g}); "
+              f"{report.path} was kept (--keep-mismatch) with the mismatch in its metadata")
     return EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import run_demo, shown, write_files
+
+    if args.files is not None:
+        written = write_files(args.files)
+        _out("\n".join(f"wrote {shown(p)}" for p in written))
+        _out(f"the README's commands run in {shown(args.files)} (e.g. onnxsurgeon inspect "
+             "models/seed_cnn.onnx)")
+        return EXIT_OK
 
     with _framework_step(args, "running the demo (TensorFlow and PyTorch steps take a while)"):
         return run_demo(_out)

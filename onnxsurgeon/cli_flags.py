@@ -184,6 +184,8 @@ _CLI_WORDS: tuple[tuple[str, str], ...] = (
     (r"\bor another opset\b", "or another --opset"),
     (r"\(framework='(\w+)' if", r"(--framework \1 if"),
     (r"\bpass inputs=\['([^']+)'(?:, \.\.\.)?\]", r"pass --inputs \1"),
+    (r"\bpass keep_mismatch=True\b", "pass --keep-mismatch"),
+    (r"^output_names gives\b", "--output-names gives"),
 )
 
 

@@ -73,7 +73,8 @@ def convert_payload(report: Any, *, source: str) -> dict[str, Any]:
 
 def convert_summary(report: Any) -> str:
     """A few readable lines instead of the report object."""
-    check = (f"max |diff| vs {report.framework} {report.max_abs_diff:.2e} (within rtol "
+    within = "within" if report.max_excess <= 0 else "BEYOND"
+    check = (f"max |diff| vs {report.framework} {report.max_abs_diff:.2e} ({within} rtol "
              f"{report.rtol:g}, atol {report.atol:g})" if report.checked else "not checked")
     lines = [f"converted {report.framework} {report.framework_version} with {report.exporter} "
              f"(opset {report.opset}) -> {report.path}",

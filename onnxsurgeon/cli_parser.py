@@ -421,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TF output tensor names (default: the model's signature)")
     c.add_argument("--opset", type=int, default=None,
                    help="ONNX opset (default: the exporter's choice)")
+    _add_keep_mismatch_flag(c)
     c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     c = conv.add_parser("torch", help="a module returned by FACTORY in FILE.py (imports and runs your code)")
     c.add_argument("source", metavar="FILE.py:FACTORY",
@@ -433,6 +434,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch.onnx exporter")
     c.add_argument("--opset", type=int, default=None,
                    help="ONNX opset (default: the exporter's choice)")
+    c.add_argument("--dynamic", action="extend", nargs="+", default=[],
+                   metavar="NAME:AXIS=SYMBOL",
+                   help="make an axis of an input (or of an output named by --output-names) "
+                        "dynamic, e.g. x:0=batch (x:0=batch,2=h for several axes; several, or "
+                        "the flag repeated); a symbolic dim in --input does the same")
+    c.add_argument("--output-names", type=_csv, default=None, metavar="NAME,...",
+                   help="ONNX names of the module's outputs, one per returned tensor, in order "
+                        "(default: the exporter's, e.g. 2037)")
+    _add_keep_mismatch_flag(c)
     c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     p = sub.add_parser("diff", help="draw what changed between two models as one HTML page")
@@ -446,10 +456,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_isolation_flags(p)
     _add_verify_options(p)
 
-    sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
+    p = sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
+    p.add_argument("--files", metavar="DIR",
+                   help="instead, copy the bundled models and examples into DIR/models and "
+                        "DIR/examples (the README's commands run in DIR, outside a checkout)")
 
     _add_recipe_parsers(sub, _add_isolation_flags)
     return parser
+
+
+def _add_keep_mismatch_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keep-mismatch", action="store_true",
+                   help="write the model even when its check against the framework fails; the "
+                        "mismatch is recorded in its metadata (onnxsurgeon.conversion_check, "
+                        '"ok": false) and printed')
 
 
 def _add_recipe_parsers(sub: Any, add_isolation_flags: Any) -> None:

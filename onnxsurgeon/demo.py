@@ -16,20 +16,43 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .demo_models import DEMO_MODELS
+from .demo_models import DEMO_MODELS, bundled_dir, bundled_files
+from .errors import UsageError
 from .io import Model, load, save
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MODELS_DIR = bundled_dir("models")
+"""The bundled models: ``onnxsurgeon/models`` of an installed wheel, models/ of a checkout."""
 
 
-def _source_model(name: str, folder: Path) -> Path:
-    """The committed model when this is a checkout, else one built now into ``folder``."""
+def _source_model(name: str, folder: Path, out: Callable[[str], None]) -> Path:
+    """The bundled model, else (said through ``out``) one built now into ``folder``."""
     committed = MODELS_DIR / name
     if committed.is_file():
         return committed
     path = folder / name
     save(Model(DEMO_MODELS[name]()), path)
+    out(f"(no bundled {name} in {MODELS_DIR}: built it from onnxsurgeon.demo_models into {path})")
     return path
+
+
+def write_files(dest: str | Path) -> list[Path]:
+    """Copy the bundled models and examples into ``dest/models`` and ``dest/examples`` (the
+    README's commands name them so), creating the folders; files already there with other
+    contents are refused before anything is written. Returns the written paths."""
+    root = Path(dest)
+    plan = [(src, root / kind / src.name) for kind, files in bundled_files().items()
+            for src in files]
+    if not plan:
+        raise UsageError(f"no bundled models or examples found beside {MODELS_DIR}; reinstall "
+                         "onnxsurgeon")
+    for src, target in plan:
+        if target.exists() and (not target.is_file() or target.read_bytes() != src.read_bytes()):
+            raise UsageError(f"'{target}' exists and differs from the bundled file; choose "
+                             "another DIR or move it away")
+    for src, target in plan:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(src.read_bytes())
+    return [target for _, target in plan]
 
 
 def shown(path: str | Path) -> str:
@@ -79,7 +102,7 @@ def run_demo(out: Callable[[str], None]) -> int:
 
     folder = Path(tempfile.mkdtemp(prefix="onnxsurgeon-demo-"))
     steps = _Steps(out, folder)
-    src = _source_model("seed_cnn.onnx", folder)
+    src = _source_model("seed_cnn.onnx", folder, out)
     info = inspect_model(load(src))
     out(f"onnxsurgeon demo — model {src.name}: {info.nodes} nodes, {info.initializers} "
         f"initializers, inputs {[t.name for t in info.inputs]}, outputs {[t.name for t in info.outputs]}")
@@ -139,9 +162,6 @@ def run_demo(out: Callable[[str], None]) -> int:
 
 def framework_steps(out: Callable[[str], None], steps: _Steps) -> None:
     """The seed scenarios from TensorFlow and PyTorch, when converters have a demo to offer."""
-    try:
-        from .converters import demo as framework_demo
-    except ImportError:
-        out("\n(TensorFlow/PyTorch steps skipped: install 'onnxsurgeon[tf,torch]' to run them)")
-        return
+    from .converters import demo as framework_demo
+
     steps.failed += framework_demo.run(out, steps.folder, MODELS_DIR)

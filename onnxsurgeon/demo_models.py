@@ -1,10 +1,14 @@
-"""The small models the demo runs on, written with onnx.helper (deterministic, seeded weights).
+"""The small models the demo runs on, written with onnx.helper (deterministic, seeded weights),
+and where the bundled copies of the committed models live.
 
-``models/make_models.py`` writes them to models/; the demo builds them in memory when the
-committed files are not at hand (e.g. a non-editable install).
+``models/make_models.py`` writes them to models/. The wheel ships models/ as package data
+(``onnxsurgeon/models``) and examples/ (``onnxsurgeon/examples``), so the demo and the README's
+commands work outside a checkout; :func:`bundled_dir` finds either layout.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -65,3 +69,28 @@ def seed_cnn() -> onnx.ModelProto:
 
 
 DEMO_MODELS = {"seed_cnn.onnx": seed_cnn}
+
+
+BUNDLED = ("models", "examples")
+"""The folders of the repository the wheel carries (package data under ``onnxsurgeon/``)."""
+
+
+def bundled_dir(kind: str = "models") -> Path:
+    """The folder holding the bundled ``models`` (or ``examples``): ``onnxsurgeon/<kind>`` in an
+    installed wheel, ``<kind>/`` beside the package in a checkout (an editable install). The
+    wheel's folder when neither exists (the caller reports the missing file)."""
+    if kind not in BUNDLED:
+        raise ValueError(f"kind must be one of {BUNDLED}, got {kind!r}")
+    here = Path(__file__).resolve().parent
+    for folder in (here / kind, here.parent / kind):
+        if folder.is_dir() and any(folder.iterdir()):
+            return folder
+    return here / kind
+
+
+def bundled_files() -> dict[str, list[Path]]:
+    """``{"models": [...], "examples": [...]}``: the bundled files (models, the scripts that
+    regenerate them, example factories, functions and recipes), sorted; caches left out."""
+    return {kind: sorted(p for p in bundled_dir(kind).glob("*")
+                         if p.is_file() and p.suffix in (".onnx", ".py", ".yaml"))
+            for kind in BUNDLED}

@@ -4,7 +4,8 @@
 ``onnxsurgeon <command> --json`` prints. Every such object carries ``"schema":
 "onnxsurgeon.<command>/<version>"``; the version grows when a field changes meaning or type or
 goes away (adding a field does not change it). :func:`stamp` adds the field, :func:`validate`
-checks an object against its schema (needs the ``jsonschema`` package, in the ``test`` extra).
+checks an object against its schema (needs the ``jsonschema`` package: the ``schema`` extra,
+``pip install 'onnxsurgeon[schema]'``).
 """
 
 from __future__ import annotations
@@ -62,10 +63,14 @@ def validate(command: str, data: Any) -> None:
 
     Raises:
         jsonschema.ValidationError: ``data`` does not fit the schema.
-        ImportError: the ``jsonschema`` package is missing (``pip install 'onnxsurgeon[test]'``).
+        ImportError: the ``jsonschema`` package is missing (``pip install 'onnxsurgeon[schema]'``).
     """
-    import jsonschema
-    from referencing import Registry, Resource
+    try:
+        import jsonschema
+        from referencing import Registry, Resource
+    except ImportError as exc:
+        raise ImportError("onnxsurgeon.schema.validate needs jsonschema; pip install "
+                          "'onnxsurgeon[schema]'", name=exc.name or "jsonschema") from exc
 
     resources = []
     for path in sorted(SCHEMA_DIR.glob("*.json")):
