@@ -258,10 +258,11 @@ def parse_dynamic(specs: Sequence[str], ranks: dict[str, int],
                   outputs: Sequence[str]) -> dict[str, dict[int, str]]:
     """``NAME:AXIS=SYMBOL`` entries (``x:0=batch``; ``x:0=batch,2=h`` for several axes of one
     tensor) -> ``{name: {axis: symbol}}``, for the inputs in ``ranks`` (axis below the rank) and
-    the names in ``outputs``."""
+    the names in ``outputs``. An ``AXIS=SYMBOL`` entry without a name continues the entry before
+    it (the CLI's comma lists hand ``x:0=batch,2=h`` over as two entries)."""
     found: dict[str, dict[int, str]] = {}
+    name = ""
     for spec in specs:
-        name = ""
         for piece in (p.strip() for p in spec.split(",")):
             if not piece:
                 continue

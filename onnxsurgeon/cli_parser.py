@@ -434,12 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch.onnx exporter")
     c.add_argument("--opset", type=int, default=None,
                    help="ONNX opset (default: the exporter's choice)")
-    c.add_argument("--dynamic", action="extend", nargs="+", default=[],
+    c.add_argument("--dynamic", action=ListAction, nargs="+", default=[],
                    metavar="NAME:AXIS=SYMBOL",
                    help="make an axis of an input (or of an output named by --output-names) "
                         "dynamic, e.g. x:0=batch (x:0=batch,2=h for several axes; several, or "
                         "the flag repeated); a symbolic dim in --input does the same")
-    c.add_argument("--output-names", type=_csv, default=None, metavar="NAME,...",
+    c.add_argument("--output-names", action=ListAction, nargs="+", default=None, metavar="NAME,...",
                    help="ONNX names of the module's outputs, one per returned tensor, in order "
                         "(default: the exporter's, e.g. 2037)")
     _add_keep_mismatch_flag(c)
