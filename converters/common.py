@@ -52,7 +52,20 @@ class ConversionError(SurgeryError):
 
 
 class ConversionMismatchError(ConversionError):
-    """The converted ONNX model disagrees with the framework beyond the tolerance."""
+    """The converted ONNX model disagrees with the framework beyond the tolerance.
+
+    Attributes:
+        mismatch: what the check found, JSON-ready (empty when unknown): ``max_abs_diff``,
+            ``output`` (the first differing output), ``batches`` (batch size -> whether it
+            agreed, as strings), and where the converter could localise it ``framework_name``
+            and ``framework_op`` (the first differing framework tensor and its op type),
+            ``onnx_node`` and ``onnx_op`` (the ONNX node computing it) and ``static_inputs``
+            (input specs whose static shapes convert correctly).
+    """
+
+    def __init__(self, message: str, mismatch: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.mismatch: dict[str, Any] = dict(mismatch or {})
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,12 @@ class ConversionReport:
         rtol / atol: tolerances used.
         notes: things the caller should know (e.g. why the name map is partial).
         fused: framework names whose value exists nowhere in the ONNX model (the converter fused
-            the op into another one) -> ``{"op", "node", "use"}``; these are in no name map.
+            the op into another one) -> ``{"op", "node", "use"}`` (``"layout": "NCHW"`` when
+            ``use`` is an ONNX tensor holding the value transposed); these are in no name map.
+        verdict: ``"pass"``, ``"inconclusive"`` (outputs agree but could show no difference on
+            any inputs tried: empty, constant or below the tolerance's resolution, verify's
+            rules) or ``"unchecked"``.
+        why: why the check was inconclusive (None otherwise).
     """
 
     path: Path
@@ -92,6 +110,8 @@ class ConversionReport:
     atol: float = ATOL
     notes: tuple[str, ...] = ()
     fused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    verdict: str = "unchecked"
+    why: str | None = None
 
 
 # ------------------------------------------------------------------------------ running onnx
@@ -155,6 +175,182 @@ def check_or_raise(what: str, max_abs: float, excess: float, *, rtol: float, ato
             f"{what}: ONNX output differs from the framework by up to {max_abs:.3g} "
             f"(tolerance rtol={rtol:g}, atol={atol:g}); report the op or pass check=False to keep it"
         )
+
+
+# ------------------------------------------------------------------- the conversion check
+INPUT_ROUNDS: tuple[tuple[str, str], ...] = (
+    ("example", "the example inputs"),
+    ("wide", "inputs 10x wider"),
+    ("image", "inputs uniform in [0, 255)"),
+)
+"""Input rounds of the conversion check, tried in turn until the outputs can show a difference
+(verify's informativeness rules): the example inputs (and a variation of them), the same 10x
+wider, then image-like values. Integer and bool inputs are permuted, never invented, so indices
+stay valid."""
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """The conversion check over several samples.
+
+    Attributes:
+        verdict: ``"pass"``, ``"fail"`` or ``"inconclusive"`` (verify's rules).
+        max_abs: largest |onnx - framework| over every output and sample compared.
+        excess: largest excess over the tolerance (> 0 fails).
+        why: why the first differing output failed beyond its values ("" when by its values),
+            why no output could show a difference (inconclusive), or why the example inputs
+            could not (a pass decided by other inputs).
+        output: index of the first differing output (None unless failed).
+        feeds: the input arrays of the failing sample (None unless failed).
+        batches: batch size -> whether every sample of that size agreed.
+        inputs: which inputs decided (an :data:`INPUT_ROUNDS` description).
+    """
+
+    verdict: str
+    max_abs: float
+    excess: float
+    why: str | None = None
+    output: int | None = None
+    feeds: tuple[np.ndarray, ...] | None = None
+    batches: Mapping[int, bool] = field(default_factory=dict)
+    inputs: str = ""
+
+
+def vary_inputs(arrays: Sequence[np.ndarray], kind: str, seed: int) -> list[np.ndarray]:
+    """A sample like ``arrays`` for an :data:`INPUT_ROUNDS` kind (``seed`` 0 of ``example`` is
+    ``arrays`` itself): floats drawn around the example's mean and spread (``wide``: 10x the
+    spread; ``image``: uniform in [0, 255)), integers and bools permuted."""
+    if kind == "example" and seed == 0:
+        return [np.asarray(a) for a in arrays]
+    rng = np.random.default_rng(1000 + seed)
+    out = []
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind == "f" and a.size:
+            if kind == "image":
+                v = rng.uniform(0.0, 255.0, a.shape)
+            else:
+                x = a.astype(np.float64)
+                spread = float(x.std()) or 1.0
+                v = rng.standard_normal(a.shape) * spread * (10.0 if kind == "wide" else 1.0)
+                v += float(x.mean())
+            out.append(v.astype(a.dtype))
+        elif a.dtype.kind in "iub" and a.size > 1:
+            out.append(rng.permutation(a.reshape(-1)).reshape(a.shape))
+        else:
+            out.append(a.copy())
+    return out
+
+
+def run_check(
+    pair: Callable[[list[np.ndarray]], tuple[Sequence[np.ndarray], Sequence[np.ndarray]]],
+    base: Sequence[np.ndarray],
+    *,
+    names: Sequence[str],
+    rtol: float,
+    atol: float,
+    other_batches: Mapping[int, Sequence[np.ndarray]] | None = None,
+) -> CheckOutcome:
+    """The conversion check: ``pair(arrays)`` gives (ONNX outputs, framework outputs) for one
+    sample; each output is folded over the samples of a round by verify's engine
+    (:class:`PairAccumulator`, its informativeness rules). A round holds ``base`` varied twice
+    (:func:`vary_inputs`) plus one sample per ``other_batches`` entry (batch size -> arrays of that
+    batch), so a converter that handles one batch size only is caught. The first failing sample
+    decides ``fail``; a round whose every output agrees and could show a difference decides
+    ``pass``; otherwise the next :data:`INPUT_ROUNDS` entry is tried, and ``inconclusive`` says
+    why the first could not. Cost: up to 3 rounds of (2 + len(other_batches)) runs of both."""
+    base_batch = int(np.shape(base[0])[0]) if base and np.ndim(base[0]) else 0
+    sets: list[tuple[int, Sequence[np.ndarray]]] = [(base_batch, base)]
+    sets += [(b, arrays) for b, arrays in sorted((other_batches or {}).items()) if b != base_batch]
+    first_why: str | None = None
+    tried: list[str] = []
+    max_abs = 0.0
+    excess = -float("inf")
+    for kind, described in INPUT_ROUNDS:
+        accs: dict[int, list[PairAccumulator]] = {}   # by batch size: shapes differ
+        batches: dict[int, bool] = {}
+        failed: tuple[int, str, tuple[np.ndarray, ...]] | None = None
+        plan = [(b, vary_inputs(arrays, kind, k)) for b, arrays in sets[:1] for k in (0, 1)]
+        plan += [(b, vary_inputs(arrays, kind, 0)) for b, arrays in sets[1:]]
+        for sample, (batch, arrays) in enumerate(plan):
+            actual, expected = pair(arrays)
+            if len(actual) != len(expected):
+                raise ConversionError(
+                    f"the ONNX model has {len(actual)} outputs but the framework gives "
+                    f"{len(expected)}; return tensors only")
+            if batch not in accs:
+                accs[batch] = [_accumulator(names[i] if i < len(names) else f"output {i}", e,
+                                            rtol, atol) for i, e in enumerate(expected)]
+            ok = True
+            for i, (acc, a, e) in enumerate(zip(accs[batch], actual, expected, strict=True)):
+                a, e = _comparable(np.asarray(a), np.asarray(e))
+                before = acc.mismatches, acc.reason
+                acc.add(e, a, sample)
+                max_abs = max(max_abs, acc.max_abs)
+                excess = max(excess, acc.max_excess)
+                if (acc.mismatches, acc.reason) != before:
+                    ok = False
+                    if failed is None:
+                        failed = (i, acc.reason or "", tuple(arrays))
+            batches[batch] = batches.get(batch, True) and ok
+        if failed is not None:
+            return CheckOutcome("fail", max_abs, excess, failed[1], output=failed[0],
+                                feeds=failed[2], batches=batches, inputs=described)
+        reports = [acc.result() for acc in accs.get(base_batch, [])]   # the varied samples
+        whys = [f"{r.reference}: {r.why}" for r in reports if r.why]
+        if not whys:
+            return CheckOutcome("pass", max_abs, excess, first_why, batches=batches,
+                                inputs=described)
+        first_why = first_why or "; ".join(whys)
+        tried.append(described)
+    return CheckOutcome("inconclusive", max_abs, excess if excess != -float("inf") else 0.0,
+                        first_why, batches=batches,
+                        inputs=", ".join(d for _, d in INPUT_ROUNDS))
+
+
+def _accumulator(name: str, expected: Any, rtol: float, atol: float) -> PairAccumulator:
+    floats = np.asarray(expected).dtype.kind in "fc"
+    dtype = str(np.asarray(expected).dtype) if floats else ""
+    return PairAccumulator(name, name, dtype=dtype, rtol=rtol if floats else None,
+                           atol=atol if floats else None)
+
+
+def _comparable(a: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if a.dtype != e.dtype and a.shape == e.shape:   # a framework's float64 reference, say
+        common = np.result_type(a, e)
+        return a.astype(common), e.astype(common)
+    return a, e
+
+
+def check_notes(outcome: CheckOutcome, path: str | os.PathLike[str], against: str) -> list[str]:
+    """The report's notes about the check: which inputs decided a pass when the example inputs
+    could show nothing, or what to do when no inputs could (``against``: ``--against-tf SOURCE``
+    or ``--against-torch FILE.py:FACTORY``)."""
+    if outcome.verdict == "inconclusive":
+        return [f"check inconclusive on {outcome.inputs}: {outcome.why}; verify with real inputs: "
+                f"onnxsurgeon verify - {os.fspath(path)} {against} --inputs FILE.npz"]
+    if outcome.verdict == "pass" and outcome.why:
+        return [f"check decided on {outcome.inputs} (on the example inputs {outcome.why})"]
+    return []
+
+
+def outcome_message(what: str, outcome: CheckOutcome, *, rtol: float, atol: float,
+                    names: Sequence[str] = (), where: str = "") -> str:
+    """One line for a failed check: the differing output, the batch sizes that agree and
+    ``where`` (the localisation a converter adds)."""
+    agree = sorted(b for b, ok in outcome.batches.items() if ok)
+    fail = sorted(b for b, ok in outcome.batches.items() if not ok)
+    batches = ""
+    if fail and (agree or len(outcome.batches) > 1 or fail != [1]):
+        batches = f" at batch {', '.join(map(str, fail))}"
+        if agree:
+            batches += f" (batch {', '.join(map(str, agree))} agrees)"
+    i = outcome.output or 0
+    output = f" '{names[i]}'" if i < len(names) else ""
+    reason = f"; {outcome.why}" if outcome.why else ""
+    return (f"{what}: ONNX output{output} differs from the framework by up to "
+            f"{outcome.max_abs:.3g}{batches} (tolerance rtol={rtol:g}, atol={atol:g}{reason})"
+            f"{where}; report the op or pass check=False to keep it")
 
 
 # ---------------------------------------------------------------------------- value matching
@@ -321,13 +517,20 @@ def finish(
     atol: float,
     notes: Sequence[str] = (),
     fused: Mapping[str, Mapping[str, str]] | None = None,
+    verdict: str | None = None,
+    why: str | None = None,
 ) -> ConversionReport:
-    """Write metadata, save atomically, build the report."""
+    """Write metadata, save atomically, build the report. ``verdict`` defaults to ``"pass"``
+    when checked (``"unchecked"`` otherwise)."""
+    verdict = verdict or ("pass" if checked else "unchecked")
+    check: dict[str, Any] = {"checked": checked,
+                             "max_abs_diff": None if np.isnan(max_abs) else max_abs,
+                             "rtol": rtol, "atol": atol, "verdict": verdict}
+    if why:
+        check["why"] = why
     write_conversion_metadata(
         model, framework=framework, framework_version=framework_version, exporter=exporter,
-        name_map=name_map, fused=fused,
-        check={"checked": checked, "max_abs_diff": None if np.isnan(max_abs) else max_abs,
-               "rtol": rtol, "atol": atol},
+        name_map=name_map, fused=fused, check=check,
     )
     from onnxsurgeon.io import save
 
@@ -338,7 +541,8 @@ def finish(
         inputs=tuple(i.name for i in model.graph.input),
         outputs=tuple(o.name for o in model.graph.output),
         name_map=dict(name_map), max_abs_diff=max_abs, max_excess=excess, checked=checked,
-        rtol=rtol, atol=atol, notes=tuple(notes), fused=dict(fused or {}),
+        rtol=rtol, atol=atol, notes=tuple(notes), fused=dict(fused or {}), verdict=verdict,
+        why=why,
     )
 
 

@@ -66,7 +66,10 @@ def convert_payload(report: Any, *, source: str) -> dict[str, Any]:
         "fused": {k: dict(v) for k, v in getattr(report, "fused", {}).items()},
         "check": {"checked": bool(report.checked), "max_abs_diff": _finite(report.max_abs_diff),
                   "max_excess": excess, "rtol": report.rtol, "atol": report.atol,
-                  "ok": bool(report.checked) and excess is not None and excess <= 0},
+                  "ok": bool(report.checked) and excess is not None and excess <= 0,
+                  "verdict": str(getattr(report, "verdict", "pass" if report.checked else
+                                         "unchecked")),
+                  "why": getattr(report, "why", None)},
         "notes": list(report.notes),
     }
 
@@ -75,6 +78,9 @@ def convert_summary(report: Any) -> str:
     """A few readable lines instead of the report object."""
     check = (f"max |diff| vs {report.framework} {report.max_abs_diff:.2e} (within rtol "
              f"{report.rtol:g}, atol {report.atol:g})" if report.checked else "not checked")
+    if getattr(report, "verdict", "") == "inconclusive":   # it could not have seen a difference
+        check = (f"inconclusive: max |diff| vs {report.framework} {report.max_abs_diff:.2e}, but "
+                 f"{report.why}")
     lines = [f"converted {report.framework} {report.framework_version} with {report.exporter} "
              f"(opset {report.opset}) -> {report.path}",
              f"  inputs  {', '.join(report.inputs)}",
