@@ -6,7 +6,8 @@ Localising does not trust names (tf2onnx names a fused ``Conv`` after the first 
 holding the last one's value): every TF tensor of the failing sample is looked up by value among
 the ONNX tensors, as TensorFlow lays it out or channels-first (NCHW), the layout tf2onnx gives
 convolutions. Walking back from the differing output over TF tensors whose value is missing, the
-first (in graph order) whose inputs are all held is where the models part. A tensor fused away
+first (in graph order) whose inputs are all held is where the models part. A value that cannot
+identify a tensor (a scalar, a constant fill) is compared with the ONNX tensor of its name. A tensor fused away
 (``Conv2D:0`` without its bias) is missing too, but the walk only reaches it when what follows it
 is missing as well.
 
@@ -24,9 +25,15 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onnxsurgeon.verify.run import ModelRunError
+
 from .common import (
+    ATOL,
+    RTOL,
     CheckOutcome,
     ConversionMismatchError,
+    SampleFailed,
+    SampleSkipped,
     ValueIndex,
     outcome_message,
     run_all_tensors,
@@ -63,8 +70,16 @@ def pair_for(fr: Frozen, model: onnx.ModelProto) -> Callable[[list[np.ndarray]],
     """``arrays -> (ONNX outputs, TF outputs)`` for :func:`~.common.run_check`."""
     def pair(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         feeds = {fr.rename.get(n, n): a for n, a in zip(fr.inputs, arrays, strict=True)}
-        got = run_onnx(model, feeds)
-        ref = [np.asarray(r) for r in fr.run_reference(list(arrays))]
+        try:
+            ref = [np.asarray(r) for r in fr.run_reference(list(arrays))]
+        except Exception as exc:  # noqa: BLE001 - TF itself cannot run this batch size
+            raise SampleSkipped(str(exc)) from exc
+        try:
+            got = run_onnx(model, feeds)
+        except ModelRunError as exc:
+            batch = np.shape(arrays[0])[0] if arrays and np.ndim(arrays[0]) else "?"
+            raise SampleFailed(f"onnxruntime cannot run batch {batch} where TensorFlow "
+                               f"can: {str(exc)[:150]}") from exc
         return [got[fr.rename.get(n, n)] for n in fr.outputs], ref
     return pair
 
@@ -182,8 +197,16 @@ def localise(fr: Frozen, model: onnx.ModelProto, arrays: list[np.ndarray],
         if op in const or t in fr.inputs:
             return True
         v = tf_vals.get(t)
-        if v is None or not (v.size >= 2 and v.dtype.kind in "fiu" and np.ptp(v.reshape(-1)) > 0):
+        if v is None:
             return None
+        if not (v.size >= 2 and v.dtype.kind in "fiu" and np.ptp(v.reshape(-1)) > 0):
+            # a value that cannot identify a tensor (a scalar, a constant fill) is compared with
+            # the ONNX tensor of its name, when there is one of its shape
+            same = onnx_vals.get(t)
+            if same is None or np.shape(same) != v.shape or v.dtype.kind not in "fiub":
+                return None
+            return bool(np.allclose(np.asarray(same, dtype=np.float64), v.astype(np.float64),
+                                    rtol=RTOL, atol=ATOL, equal_nan=True))
         return held(vindex, v) is not None
 
     seen: dict[str, bool | None] = {}

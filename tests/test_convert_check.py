@@ -61,6 +61,9 @@ def test_a_fused_conv_suggests_its_own_batch_norm_output_not_the_next_block(mobi
     proc = cli("extract", out, "-o", out.with_name("cut.onnx"), "--outputs", PROJECT)
     assert proc.returncode == 2
     assert proc.stderr.endswith(f"use '{entry['use']}' (its value in NCHW layout)\n"), proc.stderr
+    proc = cli("inspect", out)
+    assert (f"  {PROJECT}: fused into Conv '{entry['node']}'; use '{entry['use']}' (its value in "
+            "NCHW layout)\n") in proc.stdout, proc.stdout
 
 
 @pytest.mark.tf
@@ -76,14 +79,21 @@ def test_a_constant_softmax_makes_the_check_inconclusive_not_a_zero_diff_pass(mo
 
 FLOORMOD = textwrap.dedent("""
     import sys
+
+    import numpy as np
     import tensorflow as tf
 
+    W1 = np.random.default_rng(1).standard_normal((3, 3, 3, 5)).astype("float32")
+    W2 = np.random.default_rng(2).standard_normal((3, 3, 5, 4)).astype("float32")
+
     class M(tf.Module):
-        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.float32, name="x")])
         def serve(self, x):
+            h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, W1, 1, "SAME"), [.1, .2, .3, .4, .5]))
             # negative only at batch 1: tf2onnx's integer FloorMod truncates (Div), TF floors
-            k = (tf.shape(x)[0] - 2) * tf.constant([1, 2, 3, 4])
-            return {"y": x * (1.0 + tf.cast(tf.math.floormod(k, 3), tf.float32))}
+            k = tf.math.floormod(tf.shape(x)[0] - 2, 3)
+            h = h * (1.0 + tf.cast(k, tf.float32))
+            return {"y": tf.nn.bias_add(tf.nn.conv2d(h, W2, 1, "SAME"), [.1, .2, .3, .4])}
 
     m = M()
     tf.saved_model.save(m, sys.argv[1], signatures={"serving_default": m.serve})
@@ -92,6 +102,7 @@ FLOORMOD = textwrap.dedent("""
 
 @pytest.mark.tf
 def test_a_batch_1_mismatch_names_the_tf_op_the_onnx_node_and_the_static_shape(tmp_path):
+    """The scalar FloorMod between two fused convolutions is named, not the conv after it."""
     import subprocess
     import sys
 
@@ -106,10 +117,10 @@ def test_a_batch_1_mismatch_names_the_tf_op_the_onnx_node_and_the_static_shape(t
     assert proc.returncode == 2 and not out.exists(), proc.stdout + proc.stderr
     line = proc.stderr
     assert line.count("\n") == 1 and "Traceback" not in line, line
-    for part in ("at batch 1 (batch 2 agrees)",
+    for part in ("at batch 1 (batch 2 agrees; tolerance",
                  "first differing TF tensor 'PartitionedCall/FloorMod:0' (FloorMod) -> ONNX node "
                  "'PartitionedCall/FloorMod' (Sub)",
-                 "converting with --inputs x:1x4 gives a model that agrees at batch 1"):
+                 "converting with --inputs x:1x8x8x3 gives a model that agrees at batch 1"):
         assert part in line, line
     with pytest.raises(ConversionMismatchError) as err:   # the facts ride on the error
         from_tf(saved, out)
@@ -118,8 +129,8 @@ def test_a_batch_1_mismatch_names_the_tf_op_the_onnx_node_and_the_static_shape(t
     assert (info["framework_name"], info["framework_op"]) == ("PartitionedCall/FloorMod:0",
                                                               "FloorMod")
     assert (info["onnx_node"], info["onnx_op"]) == ("PartitionedCall/FloorMod", "Sub")
-    assert info["static_inputs"] == ["x:1x4"] and info["output"] == "y"
-    proc = cli("convert", "tf", saved, "-o", out, "--inputs", "x:1x4")   # the advice holds
+    assert info["static_inputs"] == ["x:1x8x8x3"] and info["output"] == "y"
+    proc = cli("convert", "tf", saved, "-o", out, "--inputs", "x:1x8x8x3")   # the advice holds
     assert proc.returncode == 0, proc.stderr
 
 
