@@ -26,6 +26,7 @@ import onnx
 
 from onnxsurgeon.errors import UsageError
 
+from .check import check_notes
 from .common import (
     ATOL,
     RTOL,
@@ -33,7 +34,6 @@ from .common import (
     ConversionMismatchError,
     ConversionReport,
     align_names,
-    check_notes,
     check_or_raise,
     common_prefix_len,
     compare_outputs,

@@ -27,17 +27,13 @@ import onnx
 
 from onnxsurgeon.verify.run import ModelRunError
 
+from .check import CheckOutcome, SampleFailed, SampleSkipped, outcome_message, run_check
 from .common import (
     ATOL,
     RTOL,
-    CheckOutcome,
     ConversionMismatchError,
-    SampleFailed,
-    SampleSkipped,
     ValueIndex,
-    outcome_message,
     run_all_tensors,
-    run_check,
     run_onnx,
 )
 from .tf_sources import Frozen, tensor_name

@@ -28,22 +28,19 @@ from onnxsurgeon.errors import UsageError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.select import CALL_SEP, Selector, node_module
 
+from .check import CheckOutcome, check_notes, outcome_message, run_check
 from .common import (
     ATOL,
     RTOL,
-    CheckOutcome,
     ConversionError,
     ConversionMismatchError,
     ConversionReport,
     ValueIndex,
-    check_notes,
     check_or_raise,
     compare_outputs,
     example_array,
     finish,
-    outcome_message,
     run_all_tensors,
-    run_check,
     run_onnx,
 )
 
