@@ -69,7 +69,10 @@ def test_a_fused_conv_suggests_its_own_batch_norm_output_not_the_next_block(mobi
 @pytest.mark.tf
 def test_a_constant_softmax_makes_the_check_inconclusive_not_a_zero_diff_pass(mobilenet_v3):
     """Random weights give a softmax constant on every input tried: no vacuous 'within'."""
+    from onnxsurgeon.schema import validate
+
     _, out, doc = mobilenet_v3
+    validate("convert", doc)   # verdict, why and a fused entry's layout are in the schema
     check = doc["check"]
     assert check["verdict"] == "inconclusive" and "constant" in check["why"], check
     meta = {p.key: p.value for p in onnx.load(out).metadata_props}
