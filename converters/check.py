@@ -212,6 +212,7 @@ def outcome_message(what: str, outcome: CheckOutcome, *, rtol: float, atol: floa
         facts.append(outcome.why)
     i = outcome.output or 0
     output = f" '{names[i]}'" if i < len(names) else ""
-    return (f"{what}: ONNX output{output} differs from the framework by up to "
-            f"{outcome.max_abs:.3g}{batches} ({'; '.join(facts)}){where}; "
+    differs = (f"differs from the framework by up to {outcome.max_abs:.3g}"
+               if outcome.max_abs > 0 or not outcome.why else "disagrees with the framework")
+    return (f"{what}: ONNX output{output} {differs}{batches} ({'; '.join(facts)}){where}; "
             "report the op or pass check=False to keep it")

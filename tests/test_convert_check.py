@@ -187,3 +187,20 @@ def test_torch_outputs_empty_on_the_example_are_checked_on_inputs_that_fill_them
     assert report.verdict == "pass"
     assert any("decided on inputs uniform in [0, 255)" in n and "empty on both sides" in n
                for n in report.notes), report.notes
+
+
+
+@pytest.mark.tf
+def test_a_graph_tensorflow_runs_at_batch_1_only_is_checked_at_batch_1(tmp_path):
+    """Batch 2 is tried because the signature says None, but TF cannot run it: left out (the
+    check neither crashes nor blames the converter)."""
+    tf = pytest.importorskip("tensorflow")
+    from onnxsurgeon.converters import from_tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")],
+                 autograph=False)
+    def batch_one(x):
+        return tf.unstack(x, num=1)[0] * 2.0   # written for batch 1 only
+
+    report = from_tf(batch_one, tmp_path / "b1.onnx")
+    assert report.verdict == "pass", report
