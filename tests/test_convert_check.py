@@ -75,6 +75,7 @@ def test_a_constant_softmax_makes_the_check_inconclusive_not_a_zero_diff_pass(mo
     validate("convert", doc)   # verdict, why and a fused entry's layout are in the schema
     check = doc["check"]
     assert check["verdict"] == "inconclusive" and "constant" in check["why"], check
+    assert check["ok"] is False   # as verify's: true only for pass
     meta = {p.key: p.value for p in onnx.load(out).metadata_props}
     assert json.loads(meta["onnxsurgeon.conversion_check"])["verdict"] == "inconclusive"
     assert any("verify with real inputs" in n for n in doc["notes"]), doc["notes"]
