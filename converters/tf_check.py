@@ -63,7 +63,7 @@ def dynamic_batch(fr: Frozen) -> bool:
 
 
 def pair_for(fr: Frozen, model: onnx.ModelProto) -> Callable[[list[np.ndarray]], Any]:
-    """``arrays -> (ONNX outputs, TF outputs)`` for :func:`~.common.run_check`."""
+    """``arrays -> (ONNX outputs, TF outputs)`` for :func:`~.check.run_check`."""
     def pair(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         feeds = {fr.rename.get(n, n): a for n, a in zip(fr.inputs, arrays, strict=True)}
         try:
