@@ -292,7 +292,7 @@ def from_torch(
 def _check(module: torch.nn.Module, args: tuple[Any, ...], model: onnx.ModelProto,
            feeds: Mapping[str, np.ndarray], ref: Sequence[np.ndarray], *, rtol: float,
            atol: float) -> CheckOutcome:
-    """The conversion check (:func:`~.common.run_check`) on the example inputs and variations of
+    """The conversion check (:func:`~.check.run_check`) on the example inputs and variations of
     them (floats redrawn, integers permuted), in eval mode without gradients; the first sample's
     framework outputs are ``ref`` (already computed)."""
     names = list(feeds)
