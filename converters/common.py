@@ -53,7 +53,20 @@ class ConversionError(SurgeryError):
 
 
 class ConversionMismatchError(ConversionError):
-    """The converted ONNX model disagrees with the framework beyond the tolerance."""
+    """The converted ONNX model disagrees with the framework beyond the tolerance.
+
+    Attributes:
+        mismatch: what the check found, JSON-ready (empty when unknown): ``max_abs_diff``,
+            ``output`` (the first differing output), ``batches`` (batch size -> whether it
+            agreed, as strings), and where the converter could localise it ``framework_name``
+            and ``framework_op`` (the first differing framework tensor and its op type),
+            ``onnx_node`` and ``onnx_op`` (the ONNX node computing it) and ``static_inputs``
+            (input specs whose static shapes convert correctly).
+    """
+
+    def __init__(self, message: str, mismatch: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.mismatch: dict[str, Any] = dict(mismatch or {})
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,12 @@ class ConversionReport:
         rtol / atol: tolerances used.
         notes: things the caller should know (e.g. why the name map is partial).
         fused: framework names whose value exists nowhere in the ONNX model (the converter fused
-            the op into another one) -> ``{"op", "node", "use"}``; these are in no name map.
+            the op into another one) -> ``{"op", "node", "use"}`` (``"layout": "NCHW"`` when
+            ``use`` is an ONNX tensor holding the value transposed); these are in no name map.
+        verdict: ``"pass"``, ``"inconclusive"`` (outputs agree but could show no difference on
+            any inputs tried: empty, constant or below the tolerance's resolution, verify's
+            rules) or ``"unchecked"``.
+        why: why the check was inconclusive (None otherwise).
     """
 
     path: Path
@@ -93,6 +111,8 @@ class ConversionReport:
     atol: float = ATOL
     notes: tuple[str, ...] = ()
     fused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    verdict: str = "unchecked"
+    why: str | None = None
 
 
 # ------------------------------------------------------------------------------ running onnx
@@ -165,18 +185,16 @@ KEEP_MISMATCH = "keep_mismatch=True"
 ``--keep-mismatch``); the mismatch is then recorded under :data:`CHECK_KEY`."""
 
 
-def conversion_check(what: str, max_abs: float, excess: float, *, rtol: float, atol: float,
-                     keep_mismatch: bool) -> list[str]:
-    """The conversion check's verdict: raises :class:`ConversionMismatchError` beyond the
-    tolerance unless ``keep_mismatch``; then returns the note saying so (else no notes)."""
-    if not keep_mismatch:
-        check_or_raise(what, max_abs, excess, rtol=rtol, atol=atol, keep=KEEP_MISMATCH)
-        return []
-    if excess > 0 or np.isnan(excess):
-        return [f"kept despite the check: ONNX output differs from the framework by up to "
-                f"{max_abs:.3g} (tolerance rtol={rtol:g}, atol={atol:g}); recorded in "
-                f"metadata_props['{CHECK_KEY}']"]
-    return []
+def kept_mismatch(err: ConversionMismatchError, *, rtol: float,
+                  atol: float) -> tuple[float, float, str, str]:
+    """A failed check kept with ``keep_mismatch=True``: its max |diff|, its excess over the
+    tolerance (NaN when unknown), the verdict ``"fail"`` and the report's note saying so."""
+    max_abs = float(err.mismatch.get("max_abs_diff", float("nan")))
+    excess = float(err.mismatch.get("max_excess", float("nan")))
+    note = (f"kept despite the check: ONNX output differs from the framework by up to "
+            f"{max_abs:.3g} (tolerance rtol={rtol:g}, atol={atol:g}); recorded in "
+            f"metadata_props['{CHECK_KEY}']")
+    return max_abs, excess, "fail", note
 
 
 # ---------------------------------------------------------------------------- value matching
@@ -329,16 +347,19 @@ def write_conversion_metadata(
 
 
 def check_facts(*, checked: bool, max_abs: float, excess: float, rtol: float,
-                atol: float) -> dict[str, Any]:
+                atol: float, verdict: str = "pass", why: str | None = None) -> dict[str, Any]:
     """The conversion check as recorded under :data:`CHECK_KEY`: ``checked``, ``ok`` (None when
     unchecked; False for a model kept with ``keep_mismatch=True``), ``max_abs_diff``,
     ``max_excess`` (> 0: beyond the tolerance), ``rtol``, ``atol``."""
     def finite(v: float) -> float | None:
         return None if np.isnan(v) or np.isinf(v) else float(v)
 
-    ok = None if not checked else bool(not np.isnan(excess) and excess <= 0)
-    return {"checked": checked, "ok": ok, "max_abs_diff": finite(max_abs),
-            "max_excess": finite(excess), "rtol": rtol, "atol": atol}
+    ok = None if not checked else verdict == "pass"
+    facts = {"checked": checked, "ok": ok, "max_abs_diff": finite(max_abs),
+             "max_excess": finite(excess), "rtol": rtol, "atol": atol, "verdict": verdict}
+    if why:
+        facts["why"] = why
+    return facts
 
 
 def finish(
@@ -356,13 +377,17 @@ def finish(
     atol: float,
     notes: Sequence[str] = (),
     fused: Mapping[str, Mapping[str, str]] | None = None,
+    verdict: str | None = None,
+    why: str | None = None,
 ) -> ConversionReport:
-    """Write metadata, save atomically, build the report."""
+    """Write metadata, save atomically, build the report. ``verdict`` defaults to ``"pass"``
+    when checked (``"unchecked"`` otherwise)."""
+    verdict = verdict or ("pass" if checked else "unchecked")
     write_conversion_metadata(
         model, framework=framework, framework_version=framework_version, exporter=exporter,
         name_map=name_map, fused=fused,
         check=check_facts(checked=checked, max_abs=max_abs, excess=excess, rtol=rtol,
-                          atol=atol),
+                          atol=atol, verdict=verdict, why=why),
     )
     from onnxsurgeon.io import save
 
@@ -373,7 +398,8 @@ def finish(
         inputs=tuple(i.name for i in model.graph.input),
         outputs=tuple(o.name for o in model.graph.output),
         name_map=dict(name_map), max_abs_diff=max_abs, max_excess=excess, checked=checked,
-        rtol=rtol, atol=atol, notes=tuple(notes), fused=dict(fused or {}),
+        rtol=rtol, atol=atol, notes=tuple(notes), fused=dict(fused or {}), verdict=verdict,
+        why=why,
     )
 
 

@@ -26,6 +26,7 @@ import onnx
 
 from onnxsurgeon.errors import UsageError
 
+from .check import check_notes
 from .common import (
     ATOL,
     RTOL,
@@ -36,12 +37,13 @@ from .common import (
     check_or_raise,
     common_prefix_len,
     compare_outputs,
-    conversion_check,
     example_array,
     finish,
+    kept_mismatch,
     run_all_tensors,
     run_onnx,
 )
+from .tf_check import check_tf, held
 from .tf_sources import Frozen, frozen_from_concrete, normalize, override_shapes, tensor_name
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -52,14 +54,17 @@ _SKIP_OPS = frozenset({"Const", "Placeholder", "NoOp", "VarHandleOp", "ReadVaria
                        "VariableV2", "Assert", "PlaceholderWithDefault"})
 
 
-def _examples(fr: Frozen, given: Mapping[str, np.ndarray] | None) -> list[np.ndarray]:
+def _examples(fr: Frozen, given: Mapping[str, np.ndarray] | None,
+              batch: int = 1) -> list[np.ndarray]:
+    """The example inputs: ``given`` where it names an input, else seeded data with unknown
+    dims 8 (the first: ``batch``)."""
     arrays = []
     for i, (n, (shape, dtype)) in enumerate(zip(fr.inputs, fr.specs, strict=True)):
         friendly = fr.rename.get(n, n)
         if given and (n in given or friendly in given):
             arrays.append(np.asarray(given[n] if n in given else given[friendly]))
         else:
-            dims = [d if d is not None else (1 if j == 0 else 8) for j, d in enumerate(shape)]
+            dims = [d if d is not None else (batch if j == 0 else 8) for j, d in enumerate(shape)]
             arrays.append(example_array(dims, dtype.as_numpy_dtype, seed=i))
     return arrays
 
@@ -232,11 +237,11 @@ def _tf_name_map(fr: Frozen, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
     for tf_name, onnx_name in fr.rename.items():
         if tf_name != onnx_name:
             name_map[tf_name] = onnx_name
-    fused = _fused_tf_names(fr, model, name_map, tf_vals, onnx_vals)
+    final_vals = {**run_all_tensors(model, feeds), **feeds}   # by the names after renaming
+    fused = _fused_tf_names(fr, model, name_map, tf_vals, final_vals)
     for k, v in _constant_map(fr.graph_def, model, const).items():
         name_map.setdefault(k, v)
     if fr.keras_model is not None:
-        final_vals = run_all_tensors(model, feeds)
         order = {o: i for i, node in enumerate(model.graph.node) for o in node.output}
         for k, v in _keras_layer_map(fr.keras_model, arrays, final_vals, order).items():
             name_map.setdefault(k, v)
@@ -248,9 +253,14 @@ def _fused_tf_names(fr: Frozen, model: onnx.ModelProto, name_map: Mapping[str, s
                     ) -> dict[str, dict[str, str]]:
     """TF tensors whose value no ONNX tensor holds (tf2onnx fused ``Conv2D`` + ``BiasAdd`` into one
     ``Conv``, ``MatMul`` + ``BiasAdd`` into ``Gemm``) -> ``{"op", "node", "use"}``: the ONNX node
-    that absorbed the op (named after a TF op downstream, or the producer of the first downstream
-    tensor that exists) and the TF name of that tensor. Tensors whose value cannot identify them
-    (constants, size < 2) get no entry: absence cannot be proven. O(tensors x 8)."""
+    that absorbed the op (named after a TF op downstream, or the producer of the tensor found) and
+    what to use instead: the nearest tensor down the op's single-consumer chain whose TF value
+    exists in the ONNX model, by its TF name when that name resolves to the same value, else by
+    the ONNX name holding it (``"layout": "NCHW"`` when only transposed; a conv fused with its
+    batch norm and fed straight to the next conv exists only so). Never a tensor further down
+    when the nearer one's value exists, and no ``use`` when none within 8 ops exists. Tensors whose
+    value cannot identify them (constants, size < 2) get no entry: absence cannot be proven.
+    ``onnx_vals`` are keyed by the model's current names. O(tensors x 8)."""
     from .common import ValueIndex
 
     vindex = ValueIndex(onnx_vals)
@@ -258,6 +268,7 @@ def _fused_tf_names(fr: Frozen, model: onnx.ModelProto, name_map: Mapping[str, s
     producer = {o: node for node in model.graph.node for o in node.output}
     onnx_tensors = set(producer) | {i.name for i in model.graph.input}
     cons = _consumers(fr.graph_def)
+    outputs = set(fr.outputs)
 
     def resolved(n: str) -> str | None:
         return name_map.get(n) or (n if n in onnx_tensors else None)
@@ -270,20 +281,29 @@ def _fused_tf_names(fr: Frozen, model: onnx.ModelProto, name_map: Mapping[str, s
         if resolved(t) or t not in tf_vals or not vindex.absent(tf_vals[t]):
             continue
         into: onnx.NodeProto | None = None
-        use = ""
+        use = layout = ""
         nxt = t
-        for _ in range(8):
-            users = cons.get(nxt, [])
-            if len(users) != 1:
-                break
-            nxt = users[0]
-            into = into or nodes.get(nxt.rsplit(":", 1)[0])
+        for step in range(9):
+            if step:
+                users = cons.get(nxt, [])
+                if len(users) != 1:
+                    break
+                nxt = users[0]
+                into = into or nodes.get(nxt.rsplit(":", 1)[0])
             target = resolved(nxt)
-            if target:
+            value = tf_vals.get(nxt)
+            if target and (nxt in outputs or (value is not None and vindex.same(target, value))):
                 use = nxt
                 into = into or producer.get(target)
                 break
+            found = held(vindex, value) if value is not None else None
+            if found is not None:   # the value exists under another name or only transposed
+                use, layout = found
+                into = into or producer.get(use)
+                break
         entry = {"use": use} if use else {}
+        if layout:
+            entry["layout"] = layout
         if into is not None:
             entry.update(op=into.op_type, node=into.name)
         fused[t] = entry
@@ -305,14 +325,21 @@ def convert_frozen(fr: Frozen, path: str | os.PathLike[str], *, opset: int | Non
             "captured state was not frozen, report this model"
         )
     max_abs = excess = float("nan")
+    verdict, why = None, None
     notes: list[str] = []
     if check:
-        ref = fr.run_reference(arrays)
-        got = run_onnx(model, feeds)
-        got_list = [got[fr.rename.get(n, n)] for n in fr.outputs]
-        max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
-        notes += conversion_check("TF -> ONNX conversion", max_abs, excess, rtol=rtol,
-                                  atol=atol, keep_mismatch=keep_mismatch)
+        try:
+            outcome = check_tf(fr, model, arrays, lambda f, b: _examples(f, None, b), rtol=rtol,
+                               atol=atol, convert=lambda f: _tf2onnx(f, opset, optimize_layout))
+        except ConversionMismatchError as err:
+            if not keep_mismatch:
+                raise
+            max_abs, excess, verdict, kept = kept_mismatch(err, rtol=rtol, atol=atol)
+            notes.append(kept)
+        else:
+            max_abs, excess, verdict = outcome.max_abs, outcome.excess, outcome.verdict
+            why = outcome.why if verdict == "inconclusive" else None
+            notes.extend(check_notes(outcome, path, "--against-tf SOURCE"))
     fused: dict[str, dict[str, str]] = {}
     try:
         name_map, fused = _tf_name_map(fr, model, feeds, arrays)
@@ -323,7 +350,7 @@ def convert_frozen(fr: Frozen, path: str | os.PathLike[str], *, opset: int | Non
         model, path, framework="tensorflow", framework_version=tf.__version__,
         exporter=f"tf2onnx {tf2onnx.__version__}", name_map=dict(sorted(name_map.items())),
         max_abs=max_abs, excess=excess, checked=check, rtol=rtol, atol=atol, notes=notes,
-        fused=fused,
+        fused=fused, verdict=verdict, why=why,
     )
 
 

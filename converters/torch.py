@@ -28,17 +28,19 @@ from onnxsurgeon.errors import UsageError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.select import CALL_SEP, Selector, node_module
 
+from .check import CheckOutcome, check_notes, outcome_message, run_check
 from .common import (
     ATOL,
     RTOL,
     ConversionError,
+    ConversionMismatchError,
     ConversionReport,
     ValueIndex,
     check_or_raise,
     compare_outputs,
-    conversion_check,
     example_array,
     finish,
+    kept_mismatch,
     run_all_tensors,
     run_onnx,
 )
@@ -271,18 +273,23 @@ def from_torch(
         )
     feeds = {n: t.detach().cpu().numpy() for n, t in zip(graph_inputs, tensors, strict=True)}
     max_abs = excess = float("nan")
+    verdict, why = None, None
     notes: list[str] = []
     if check:
-        got = run_onnx(model, feeds)
-        got_list = [got[o.name] for o in model.graph.output]
-        if len(got_list) != len(ref):
-            raise ConversionError(
-                f"the ONNX model has {len(got_list)} outputs but the module returns {len(ref)} "
-                "tensors; return tensors only"
-            )
-        max_abs, excess = compare_outputs(got_list, ref, rtol=rtol, atol=atol)
-        notes += conversion_check("PyTorch -> ONNX conversion", max_abs, excess, rtol=rtol,
-                                  atol=atol, keep_mismatch=keep_mismatch)
+        outcome = _check(module, args, model, feeds, ref, rtol=rtol, atol=atol)
+        max_abs, excess, verdict = outcome.max_abs, outcome.excess, outcome.verdict
+        why = outcome.why if verdict == "inconclusive" else None
+        if verdict == "fail":
+            err = ConversionMismatchError(
+                outcome_message("PyTorch -> ONNX conversion", outcome, rtol=rtol, atol=atol,
+                                names=[o.name for o in model.graph.output]),
+                {"max_abs_diff": outcome.max_abs, "max_excess": outcome.excess,
+                 "output": model.graph.output[outcome.output or 0].name})
+            if not keep_mismatch:
+                raise err
+            max_abs, excess, verdict, kept = kept_mismatch(err, rtol=rtol, atol=atol)
+            notes.append(kept)
+        notes.extend(check_notes(outcome, path, "--against-torch FILE.py:FACTORY"))
     fused: dict[str, dict[str, str]] = {}
     try:
         onnx_values = {**run_all_tensors(model, feeds), **feeds}
@@ -294,8 +301,39 @@ def from_torch(
     return finish(
         model, path, framework="pytorch", framework_version=torch.__version__.split("+")[0],
         exporter=f"torch.onnx {exporter}", name_map=name_map, max_abs=max_abs, excess=excess,
-        checked=check, rtol=rtol, atol=atol, notes=notes, fused=fused,
+        checked=check, rtol=rtol, atol=atol, notes=notes, fused=fused, verdict=verdict, why=why,
     )
+
+
+def _check(module: torch.nn.Module, args: tuple[Any, ...], model: onnx.ModelProto,
+           feeds: Mapping[str, np.ndarray], ref: Sequence[np.ndarray], *, rtol: float,
+           atol: float) -> CheckOutcome:
+    """The conversion check (:func:`~.check.run_check`) on the example inputs and variations of
+    them (floats redrawn, integers permuted), in eval mode without gradients; the first sample's
+    framework outputs are ``ref`` (already computed)."""
+    names = list(feeds)
+    positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    base = [feeds[n] for n in names]
+
+    def pair(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        got = run_onnx(model, dict(zip(names, arrays, strict=True)))
+        actual = [got[o.name] for o in model.graph.output]
+        if all(a is b for a, b in zip(arrays, base, strict=True)):
+            expected = list(ref)
+        else:
+            call = list(args)
+            for i, a in zip(positions, arrays, strict=True):
+                call[i] = torch.from_numpy(np.ascontiguousarray(a)).to(args[i].device)
+            with _eval_mode(module), torch.no_grad():
+                expected = [t.detach().cpu().numpy() for t in _flatten(module(*call))]
+        if len(actual) != len(expected):
+            raise ConversionError(
+                f"the ONNX model has {len(actual)} outputs but the module returns "
+                f"{len(expected)} tensors; return tensors only")
+        return actual, expected
+
+    return run_check(pair, base, names=[o.name for o in model.graph.output], rtol=rtol,
+                     atol=atol)
 
 
 def _fused_modules(model: onnx.ModelProto, name_map: Mapping[str, str],

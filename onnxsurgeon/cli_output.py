@@ -58,6 +58,7 @@ def _finite(x: float) -> float | None:
 def convert_payload(report: Any, *, source: str) -> dict[str, Any]:
     """A converters ``ConversionReport`` as the ``convert --json`` object."""
     excess = _finite(report.max_excess)
+    verdict = str(getattr(report, "verdict", "pass" if report.checked else "unchecked"))
     return {
         "framework": report.framework, "framework_version": report.framework_version,
         "exporter": report.exporter, "source": source, "output": str(report.path),
@@ -66,7 +67,9 @@ def convert_payload(report: Any, *, source: str) -> dict[str, Any]:
         "fused": {k: dict(v) for k, v in getattr(report, "fused", {}).items()},
         "check": {"checked": bool(report.checked), "max_abs_diff": _finite(report.max_abs_diff),
                   "max_excess": excess, "rtol": report.rtol, "atol": report.atol,
-                  "ok": bool(report.checked) and excess is not None and excess <= 0},
+                  "ok": bool(report.checked) and excess is not None and excess <= 0
+                  and verdict == "pass",   # as verify: true only for pass
+                  "verdict": verdict, "why": getattr(report, "why", None)},
         "notes": list(report.notes),
     }
 
@@ -76,6 +79,9 @@ def convert_summary(report: Any) -> str:
     within = "within" if report.max_excess <= 0 else "BEYOND"
     check = (f"max |diff| vs {report.framework} {report.max_abs_diff:.2e} ({within} rtol "
              f"{report.rtol:g}, atol {report.atol:g})" if report.checked else "not checked")
+    if getattr(report, "verdict", "") == "inconclusive":   # it could not have seen a difference
+        check = (f"inconclusive: max |diff| vs {report.framework} {report.max_abs_diff:.2e}, but "
+                 f"{report.why}")
     lines = [f"converted {report.framework} {report.framework_version} with {report.exporter} "
              f"(opset {report.opset}) -> {report.path}",
              f"  inputs  {', '.join(report.inputs)}",

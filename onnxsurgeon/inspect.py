@@ -90,6 +90,8 @@ class Inspection:
                 into = (f"fused into {entry['op']} '{entry['node']}'" if entry.get("node")
                         else "fused")
                 use = f"; use '{entry['use']}'" if entry.get("use") else ""
+                if use and entry.get("layout"):
+                    use += f" (its value in {entry['layout']} layout)"
                 lines.append(f"  {k}: {into}{use}")
         for w in self.warnings:
             lines.append(f"warning: {w}")

@@ -39,7 +39,8 @@ NAME_MAP_KEY = "onnxsurgeon.name_map"
 FUSED_KEY = "onnxsurgeon.fused_names"
 """metadata_props key holding the converters' JSON map framework name -> ``{"op", "node", "use"}``
 for framework tensors whose value exists nowhere in the ONNX model (fused into ``node``, an ``op``;
-``use`` is the framework name of the nearest tensor that does exist)."""
+``use`` is the framework name of the nearest tensor that does exist, or the ONNX tensor holding
+its value transposed, with ``"layout": "NCHW"``)."""
 
 
 def _metadata_object(model: onnx.ModelProto, key: str) -> dict[Any, Any]:
@@ -171,7 +172,8 @@ class Selector:
         use = entry.get("use", "")
         if use and self._direct(use) is None:
             use = ""
-        return text + (f"; use '{use}'" if use else "; pick a tensor that exists "
+        layout = f" (its value in {entry['layout']} layout)" if use and entry.get("layout") else ""
+        return text + (f"; use '{use}'{layout}" if use else "; pick a tensor that exists "
                        "(onnxsurgeon inspect MODEL --tensors)")
 
     def _module_nodes(self) -> dict[str, list[int]]:

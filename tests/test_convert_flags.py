@@ -73,7 +73,10 @@ def test_dynamic_axes_and_output_names_of_a_detector(detector, tmp_path, exporte
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     validate("convert", data)
-    assert data["outputs"] == ["boxes", "scores", "labels"] and data["check"]["ok"] is True
+    # argmax labels and small sigmoid scores cannot show a difference on random inputs: the check
+    # may be inconclusive (never a vacuous pass), but nothing it compared may differ
+    assert data["outputs"] == ["boxes", "scores", "labels"]
+    assert data["check"]["verdict"] in ("pass", "inconclusive") and data["check"]["max_excess"] <= 0
     model = onnx.load(out)
     assert [o.name for o in model.graph.output] == ["boxes", "scores", "labels"]
     assert _dims(model.graph.input[0]) == ["batch", 3, 16, 16]
