@@ -1,7 +1,7 @@
 """Architectures beyond the gauntlet's, built at test time from configs with seeded random weights
 (no downloads): transformers T5 / CLIP / Whisper encoders, a Swin-style shifted-window attention
 block (ScatterND, Where), an LSTM + GRU stack with dynamic batch and time axes, grouped and
-dilated convolutions, and a detection head whose NonMaxSuppression runs inside an If that reads
+dilated convolutions (the Swin block also by the dynamo exporter), and a detection head whose NonMaxSuppression runs inside an If that reads
 the outer graph's boxes and scores.
 
 Each builder writes ``<folder>/<name>.onnx`` and returns the path. The PyTorch ones export through
@@ -206,9 +206,9 @@ def _torch_modules() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], dict[
     }
 
 
-def export_torch(folder: Path, name: str) -> Path:
+def export_torch(folder: Path, name: str, exporter: str = "torchscript") -> Path:
     """Module ``name`` with seeded weights (non-trivial BatchNorm statistics), exported by
-    ``onnxsurgeon.converters.from_torch`` (TorchScript exporter, the dynamic axes of its entry)."""
+    ``onnxsurgeon.converters.from_torch`` with ``exporter`` and the dynamic axes of its entry."""
     import torch
 
     from onnxsurgeon import converters
@@ -221,8 +221,8 @@ def export_torch(folder: Path, name: str) -> Path:
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.running_mean.uniform_(-0.5, 0.5)
                 mod.running_var.uniform_(0.5, 1.5)
-    path = folder / f"{name}.onnx"
-    converters.from_torch(module, args, path, exporter="torchscript", dynamic_axes=axes)
+    path = folder / (f"{name}.onnx" if exporter == "torchscript" else f"{name}_{exporter}.onnx")
+    converters.from_torch(module, args, path, exporter=exporter, dynamic_axes=axes)
     return path
 
 
@@ -239,6 +239,8 @@ REGISTRY: dict[str, Entry] = {
     **{name: Entry(lambda folder, name=name: export_torch(folder, name), torch=True)
        for name in ("t5_encoder", "clip_vision", "whisper_encoder", "swin_block", "lstm_gru",
                     "grouped_dilated")},
+    # the converters' default exporter (opset 18, torch.export's graph): ScatterND and Where again
+    "swin_block_dynamo": Entry(lambda folder: export_torch(folder, "swin_block", "dynamo"), torch=True),
 }
 """name -> Entry, in test order."""
 
