@@ -3,7 +3,7 @@
 Per model: extract (a middle tensor and an output, each equal to the original's), copy (the twin
 equals the original exactly), insert (a rerouted identity keeps every output, a scale as an output
 doubles the tensor), verify (an identical rewrite passes; a 1% change of one weight deep in the
-model fails with exit 1), rename (one tensor; every name prefixed as onnx.compose.add_prefix
+model fails with exit 1, and --deep names that weight at the node reading it), rename (one tensor; every name prefixed as onnx.compose.add_prefix
 does), bypass (equals the model with that node replaced by Identity) and diff (a page naming
 the removed node). No call may exit 3. Tensors are picked by the gauntlet's plan (make_plan), so
 the same checks run on any model; the PyTorch exports are ``slow`` and ``torch``.
@@ -12,6 +12,7 @@ the same checks run on any model; the PyTorch exports are ``slow`` and ``torch``
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -174,13 +175,21 @@ def test_corpus_verify_identical_passes_deep_weight_change_fails(plan, tmp_path)
     # beyond verify's float32 tolerance (rtol 1e-4, atol 1e-5) on the plan's inputs: a fair negative case
     assert any(not np.allclose(moved[o], want[o], rtol=1e-4, atol=1e-5) for o in plan.outputs), \
         f"a 1% change of {weight} moved no output beyond float32 tolerance"
-    passed, failed = (cli("verify", plan.path, p, "--json") for p in (same, changed))
-    not_internal(passed)
-    not_internal(failed)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        passed, failed, deep = pool.map(lambda a: cli("verify", plan.path, *a, "--json"),
+                                        [(same,), (changed,), (changed, "--deep")])
+    for proc in (passed, failed, deep):
+        not_internal(proc)
     assert passed.returncode == 0 and json.loads(passed.stdout)["ok"] is True, passed.stderr[-1500:]
     assert failed.returncode == 1, f"verify missed a 1% change of {weight}: exit {failed.returncode}\n{failed.stdout[-1500:]}"
     report = json.loads(failed.stdout)
     assert report["ok"] is False and any(not p["ok"] for p in report["pairs"])
+    # --deep finds where: the first differing tensor is made by a node reading the changed weight
+    assert deep.returncode == 1, deep.stderr[-1500:]
+    divergence = json.loads(deep.stdout)["divergence"]
+    assert divergence["differing_weights"] == [weight], divergence
+    graph = onnx.load(str(plan.path), load_external_data=False).graph
+    assert weight in next(n for n in graph.node if n.name == divergence["node"]).input, divergence
 
 
 # ------------------------------------------------------------------------------ rename, bypass, diff
