@@ -604,3 +604,41 @@ unsq (float[N, M] x) => (float[U0, U1, U2] y) {
     dst = tmp_path / "never.onnx"
     assert_refused(["insert", src, "-o", dst, "--at", "B00", "--graph", block], "block 'unsq'",
                    inputs=[src, block], out=dst)
+
+
+# ------------------------------------------------------------------------------ merge into bodies
+def test_merge_prefixes_collisions_read_inside_if_bodies(tmp_path):
+    """add_prefix_attribute_subgraph's point for merge: SECOND's t collides with FIRST's t and
+    SECOND's If bodies read t from outside; the prefix reaches the bodies' reads. The If's
+    condition is a scalar bool input: --verify draws rank-0 inputs as arrays (a numpy scalar
+    was refused by onnxruntime: exit 2 "Unable to handle object of type <class 'numpy.bool'>")."""
+    vi = helper.make_tensor_value_info
+    first = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Neg", ["t"], ["y"])],
+        "first", [vi("x", TensorProto.FLOAT, [2])], [vi("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 13)])
+
+    def branch(op: str, out: str) -> onnx.GraphProto:
+        k = helper.make_node("Constant", [], [f"{out}_k"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [2.0]))
+        return helper.make_graph([k, helper.make_node(op, ["t", f"{out}_k"], [out])], out, [],
+                                 [vi(out, TensorProto.FLOAT, [2])])
+    second = helper.make_model(helper.make_graph(
+        [helper.make_node("Abs", ["a"], ["t"]),
+         helper.make_node("If", ["c"], ["y2"], then_branch=branch("Mul", "o1"), else_branch=branch("Sub", "o2"))],
+        "second", [vi("a", TensorProto.FLOAT, [2]), vi("c", TensorProto.BOOL, [])], [vi("y2", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    first.ir_version = second.ir_version = 8
+    p1, p2 = save(tmp_path, "first", first), save(tmp_path, "second", second)
+    dst = tmp_path / "merged.onnx"
+    res = ok(cli("merge", p1, p2, "-o", dst, "--connect", "y=a", "--verify", "--json"))
+    assert res["renamed"] == {"a": "y", "t": "second/t"} and res["verify"]["verdict"] == "pass"
+    merged = loaded(dst)
+    body_reads = {x for n in merged.graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH
+                  for inner in a.g.node for x in inner.input}
+    assert "second/t" in body_reads and "t" not in body_reads
+    x = np.array([1.5, -2.0], np.float32)
+    t = np.abs(-np.maximum(x, 0))
+    for c in (True, False):
+        equal(run(dst, {"x": x, "c": np.array(c)})["y2"], t * 2 if c else t - 2, f"If c={c}")
+    report = ok(cli("verify", p2, p2, "--json"))
+    assert report["ok"] is True and report["inputs"]["c"].startswith("fair coin bool")
