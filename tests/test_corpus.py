@@ -98,6 +98,13 @@ def perturbed(path: Path, weight: str, dst: Path) -> Path:
     return dst
 
 
+def shapes(path: Path, kind: str) -> dict[str, list[int | str]]:
+    """Graph inputs (``kind`` "input") or outputs of ``path``: name -> dims (dim_param or value)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in getattr(graph, kind)}
+
+
 def bypass_target(plan: Plan) -> tuple[str, int]:
     """(node name, input slot) of a main-graph node whose output has the type and static shape of
     a computed input: unary activations first, else the one nearest the middle."""
@@ -147,6 +154,9 @@ def test_corpus_extract_copy_insert(plan, tmp_path):
         checked(path)
     exact(run(ex_mid, plan.feeds)[mid], want[mid], f"extract {mid}")
     exact(run(ex_last, plan.feeds)[last], want[last], f"extract {last}")
+    # dynamic axes survive: the extracted model's inputs keep the original's symbolic dims
+    assert shapes(ex_last, "input") == {k: v for k, v in shapes(plan.path, "input").items()
+                                        if k in shapes(ex_last, "input")}
     twin = json.loads(procs[2].stdout)["outputs"][last]
     got = run(cp, plan.feeds)
     exact(got[twin], want[last], "copy twin")
@@ -175,12 +185,18 @@ def test_corpus_verify_identical_passes_deep_weight_change_fails(plan, tmp_path)
     # beyond verify's float32 tolerance (rtol 1e-4, atol 1e-5) on the plan's inputs: a fair negative case
     assert any(not np.allclose(moved[o], want[o], rtol=1e-4, atol=1e-5) for o in plan.outputs), \
         f"a 1% change of {weight} moved no output beyond float32 tolerance"
+    # the identical rewrite passes at other sizes of the symbolic dims too (dynamic axes)
+    dims = sorted({d for dims in shapes(plan.path, "input").values() for d in dims if isinstance(d, str)})
+    sizes = [f"{d}={3 + 2 * k}" for k, d in enumerate(dims)]
     with ThreadPoolExecutor(max_workers=2) as pool:
         passed, failed, deep = pool.map(lambda a: cli("verify", plan.path, *a, "--json"),
-                                        [(same,), (changed,), (changed, "--deep")])
+                                        [(same, *(["--dim", *sizes] if sizes else [])), (changed,),
+                                         (changed, "--deep")])
     for proc in (passed, failed, deep):
         not_internal(proc)
     assert passed.returncode == 0 and json.loads(passed.stdout)["ok"] is True, passed.stderr[-1500:]
+    for pair in json.loads(passed.stdout)["pairs"]:
+        assert not sizes or pair["shape"] != list(want[pair["reference"]].shape), "--dim changed no shape"
     assert failed.returncode == 1, f"verify missed a 1% change of {weight}: exit {failed.returncode}\n{failed.stdout[-1500:]}"
     report = json.loads(failed.stdout)
     assert report["ok"] is False and any(not p["ok"] for p in report["pairs"])
