@@ -363,3 +363,43 @@ def test_regression_contrib_op_outputs_are_typed_by_onnxruntime(tmp_path):
     dst = tmp_path / "x.onnx"
     _ok(cli("extract", tmp_path / "custom_domain.onnx", "-o", dst, "--outputs", "g", "--verify"))
     assert onnx.load(str(dst)).graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+
+
+def test_local_functions_kept_only_when_called():
+    """A function called only from an If body, and one called only through it, stay; a function
+    no kept node calls goes (onnx.utils.extract_model drops it too)."""
+    f_inner = helper.make_function("local", "Inner", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
+                                   opset_imports=[helper.make_opsetid("", 17)])
+    f_outer = helper.make_function("local", "Outer", ["a"], ["b"],
+                                   [helper.make_node("Inner", ["a"], ["b"], domain="local")],
+                                   opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    f_side = helper.make_function("local", "Side", ["a"], ["b"], [helper.make_node("Abs", ["a"], ["b"])],
+                                  opset_imports=[helper.make_opsetid("", 17)])
+    vi = helper.make_tensor_value_info
+    then_g = helper.make_graph([helper.make_node("Outer", ["x"], ["t"], domain="local")], "then", [],
+                               [vi("t", TensorProto.FLOAT, [3])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                               [vi("e", TensorProto.FLOAT, [3])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+         helper.make_node("Side", ["x"], ["s"], name="side", domain="local")],
+        "funcs", [vi("c", TensorProto.BOOL, []), vi("x", TensorProto.FLOAT, [3])],
+        [vi("y", TensorProto.FLOAT, [3]), vi("s", TensorProto.FLOAT, [3])])
+    original = helper.make_model(graph, functions=[f_inner, f_outer, f_side],
+                                 opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    original.ir_version = 8
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    extract(model, ["y"])
+    assert [f.name for f in model.functions] == ["Inner", "Outer"]
+    onnx.checker.check_model(model, full_check=True)
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    for c in (True, False):
+        got = run(model, {"c": np.array(c), "x": x})["y"]
+        assert np.array_equal(got, -x if c else x)
+    extract(model, ["y"])  # nothing more to drop
+    assert [f.name for f in model.functions] == ["Inner", "Outer"]
+    side = onnx.ModelProto()
+    side.CopyFrom(original)
+    extract(side, ["s"])
+    assert [f.name for f in side.functions] == ["Side"]

@@ -16,7 +16,7 @@ from operator import attrgetter, not_
 import onnx
 
 from ..errors import InvalidModelError, RewriteError, UsageError, name_list
-from ..index import GraphIndex, body_captures, has_subgraphs
+from ..index import GraphIndex, body_captures, has_subgraphs, subgraphs
 from ..io import Model, as_model, hand_on, indexed
 from ..names import NameAllocator
 from ..record import ExtractRecord, add_rewrite
@@ -151,6 +151,28 @@ def _drop_stale_names(proto: onnx.ModelProto) -> None:
     drop_missing(proto, live.__contains__)
 
 
+def _called_functions(proto: onnx.ModelProto, kept: Sequence[int]) -> list[int] | None:
+    """Positions of the local functions the kept nodes call: directly, from their nested bodies
+    or through other functions. None when the model has no local functions (the usual case
+    costs nothing). O(kept nodes + function nodes)."""
+    functions = proto.functions
+    if not functions:
+        return None
+    by_key = {(f.domain, f.name, f.overload): k for k, f in enumerate(functions)}
+    nodes = proto.graph.node
+    stack = [nodes[i] for i in kept]
+    called: set[int] = set()
+    while stack:
+        node = stack.pop()
+        k = by_key.get((node.domain, node.op_type, node.overload))
+        if k is not None and k not in called:
+            called.add(k)
+            stack.extend(functions[k].node)
+        for sub in subgraphs(node):
+            stack.extend(sub.node)
+    return sorted(called)
+
+
 def extract(
     model: Model | onnx.ModelProto, outputs: Sequence[str], /, *, inputs: Sequence[str] = ()
 ) -> ExtractResult:
@@ -160,7 +182,8 @@ def extract(
     inputs typed from value_info or shape inference (unknown dims get symbolic names). Original
     graph inputs still needed stay inputs in their original order; nodes, initializers, graph
     inputs and value_info nobody needs are dropped. Tensors read inside If/Loop/Scan bodies are
-    part of the closure. Opset imports, metadata, doc strings and local functions are kept.
+    part of the closure. Opset imports, metadata and doc strings are kept; local functions are
+    kept when a kept node calls them (directly, from a body or through another function).
 
     Before:  x -> conv -> act -> fc -> logits;  act -> side -> side_out
     After:   x -> conv -> act            (extract(m, ["act"]))
@@ -286,6 +309,7 @@ def extract(
     new_inputs.extend(stop_infos[s] for s in stops if s in stop_infos)
 
     renamed_stops = {graph.node[i].output[slot]: fresh for i, slot, fresh in renamed_outputs}
+    keep_functions = _called_functions(proto, kept)
     stop_readers = sorted({u.node for s in stops for u in index.uses_of(s) if u.node in kept_set}
                           if index.known_int_graph() is not None else ())
 
@@ -297,6 +321,8 @@ def extract(
     keep_only(graph.initializer, keep_inits)
     keep_only(graph.sparse_initializer, keep_sparse)
     keep_only(graph.value_info, keep_vi)
+    if keep_functions is not None:
+        keep_only(proto.functions, keep_functions)
     input_copies = []
     for vi in new_inputs:
         c = onnx.ValueInfoProto()

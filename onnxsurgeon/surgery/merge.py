@@ -35,6 +35,10 @@ from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
 from ._opsets import reconcile
 
+_OWN_METADATA = "onnxsurgeon."
+"""Key prefix of this project's metadata entries (rewrite log, name map, source facts): the
+first's describe the merged model, the second's name map and fused names are merged explicitly."""
+
 DATA_ALIAS = "onnxsurgeon-merged"
 """First path component given to the second model's external-data locations in memory."""
 
@@ -173,7 +177,9 @@ def merge(
     inputs. Graph outputs are the second's outputs, then the first's outputs no connection
     consumed, unless ``outputs`` names them (names of the merged model: the first's as they are,
     the second's as renamed). Names of the second that collide with any name of the first get
-    ``prefix`` (default: the second graph's name and ``/``, made unique).
+    ``prefix`` (default: the second graph's name and ``/``, made unique). The second's
+    ``metadata_props`` entries come along where the first has no entry of that key (the first's
+    value wins a clash; onnxsurgeon's own entries are merged as name maps or not carried).
 
     Before:  first: x -> pre -> p;   second: img -> net -> logits
     After (connect={"p": "img"}):  x -> pre -> p -> net -> logits
@@ -276,6 +282,9 @@ def merge(
         raise UsageError("the second model uses external data but was not loaded from a file; "
                          "load it with onnxsurgeon.load(path)")
     merged_map = _merged_name_map(host, block, renames, used_prefix)
+    host_keys = {p.key for p in host.metadata_props}
+    carried = [p for p in block.metadata_props
+               if p.key not in host_keys and not p.key.startswith(_OWN_METADATA)]
     merged_fused = _merged_fused(host, block, renames, used_prefix, first_nodes)
 
     # ------------------------------------------------------------------ mutate (all checked)
@@ -304,6 +313,7 @@ def merge(
     host.functions.extend(functions_to_add)
     host.opset_import.extend(opsets_to_add)
     host.ir_version = max(host.ir_version, block.ir_version)
+    host.metadata_props.extend(carried)
     set_metadata(host, {key: json.dumps(data, sort_keys=True, separators=(",", ":"))
                         for key, data in ((NAME_MAP_KEY, merged_map), (FUSED_KEY, merged_fused))
                         if data is not None})

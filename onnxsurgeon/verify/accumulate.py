@@ -456,8 +456,8 @@ class PairAccumulator:
             r = _as_comparable(ref).astype(np.float64)
             c = _as_comparable(cand).astype(np.float64)
             both = np.isfinite(r) & np.isfinite(c)
-            diff = np.where(both, np.abs(r - c), np.where(bad.reshape(ref.shape), np.inf, 0.0))
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf where not both finite
+                diff = np.where(both, np.abs(r - c), np.where(bad.reshape(ref.shape), np.inf, 0.0))
                 rel = np.where(diff == 0, 0.0, diff / np.abs(r))
             self.max_abs = max(self.max_abs, float(diff.max()))
             self.max_rel = max(self.max_rel, float(np.nan_to_num(rel, nan=np.inf).max()))

@@ -253,7 +253,8 @@ def random_samples(specs: Sequence[InputSpec], *, seed: int = 0, samples: int = 
                 low, high = _int_bounds(spec, dtype, lo, hi)
                 v = rng.integers(low, high, size=shape)
                 feed[spec.name] = (low + high - 1 - v if flip else v).astype(dtype)
-        out.append(feed)
+        # a rank-0 input draws a numpy scalar (np.float32, np.bool_), which onnxruntime refuses
+        out.append({name: np.asarray(value) for name, value in feed.items()})
     return out
 
 
