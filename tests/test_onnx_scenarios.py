@@ -383,10 +383,6 @@ def test_merge_drops_nothing_it_needs(tmp_path, kind):
     equal(run(dst, {"x": x})[io_names(merged)[1][0]], x, "merged identities")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "inputs with initializers (owner C): merge refuses SECOND's input 'x' that has an initializer "
-    "(IR >= 4 overridable input): exit 2 \"'x' is not an input of the second model; its inputs are []\"; "
-    "onnx.compose.merge_models connects it and drops the initializer"))
 def test_merge_connects_an_input_with_an_initializer(tmp_path):
     first = save(tmp_path, "g1", IDENTITY.format(name="g1"))
     m = parser.parse_model(IDENTITY.format(name="g2"))
@@ -547,11 +543,6 @@ def test_rename_if_bodies_verify_default_inputs(tmp_path):
     _check_prefixed_if(src, dst)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "If-shadowing (owner C): onnx's own add_prefix_attribute_subgraph model (both branches name "
-    "their output 'Out', the If's output; onnx.checker and onnxruntime accept it) is refused at load: "
-    "exit 2 \"node 'Sub#0' in the subgraph 'else' defines 'Out', which shadows a tensor of an "
-    "enclosing graph\""))
 def test_rename_if_bodies_named_like_the_if_output(tmp_path):
     src = save(tmp_path, "if_onnx", _if_model("Out", "Out"))
     dst = tmp_path / "if_pre.onnx"
