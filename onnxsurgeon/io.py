@@ -56,7 +56,8 @@ from .upkeep import Upkeep
 from .validate import validate_producers
 
 __all__ = [
-    "Model", "as_model", "hand_on", "handed_over", "indexed", "load", "parse_model", "save", "validate_tensors",
+    "Model", "as_model", "current_index", "hand_on", "handed_over", "indexed", "load", "parse_model",
+    "save", "snapshot", "validate_tensors",
 ]
 """External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
 and are imported from there, not through io."""
@@ -182,6 +183,39 @@ def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
         index.memo["validated"] = True  # load's checks hold for it (see checking.check_touched)
         return index
     return GraphIndex(model.proto)
+
+
+def current_index(model: Model | onnx.ModelProto) -> GraphIndex:
+    """A :class:`GraphIndex` of ``model`` as it is now, for a reader that runs between a verb
+    and the save (``--verify``): the index the verb handed on (:func:`hand_on`) when the caller
+    declared the proto untouched since (:func:`handed_over`), without using it up (the save
+    still sees the verb's edits); a model as loaded and handed over reuses load's map, as
+    :func:`indexed`; else a fresh build. O(1) when handed on."""
+    if not isinstance(model, Model):
+        return GraphIndex(model)
+    kept = model._kept
+    if kept is not None:
+        state = kept.result() if model._untouched else None
+        if state is not None:
+            return GraphIndex(model.proto, _producer=state[0], _edges=state[1])
+        return GraphIndex(model.proto)  # the verb's edits stay for the save
+    return indexed(model) if model._untouched else GraphIndex(model.proto)
+
+
+def snapshot(model: Model) -> Model:
+    """A private copy of ``model`` (its proto copied), taken before a verb changes it: what
+    ``--verify`` compares the rewrite against, without loading the input again. When ``model``
+    is as loaded and handed over (:func:`handed_over`), the copy's first index reuses (a copy
+    of) the producer map load validated. O(model) in C."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    twin = Model(proto, base_dir=model.base_dir, source=model.source,
+                 data_dirs=dict(model.data_dirs))
+    twin._externals = model._externals
+    if model._fresh is not None and model._untouched:
+        twin._fresh = (None, dict(model._fresh[1]), None)
+        twin._untouched = True
+    return twin
 
 
 _FRESH_BYTES_PER_NODE = 256
