@@ -38,7 +38,7 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
     save atomically with the checker guarantee, print the summary (JSON with ``--json``), then
     ``--html`` (coloured by the verification when both are given)."""
     from .cli_noise import phase
-    from .io import handed_over, snapshot
+    from .io import after_verb, handed_over, snapshot
 
     _check_paths(args.model, args.output, args.force)
     verify = bool(getattr(args, "verify", False))
@@ -49,7 +49,7 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
             payload, text = apply(model)
     report = None
     if original is not None:
-        handed_over(model)  # verify reads the verb's index; nothing touches the proto between
+        after_verb(model)  # verify reads the verb's index; nothing touches the proto between
         with phase(f"{command}: verifying the rewrite"):
             report = _verify_in_memory(args, model, check, original)
     code = EXIT_OK if report is None else _exit_code(report, args)

@@ -56,7 +56,7 @@ from .upkeep import Upkeep
 from .validate import validate_producers
 
 __all__ = [
-    "Model", "as_model", "current_index", "hand_on", "handed_over", "indexed", "load", "parse_model",
+    "Model", "after_verb", "as_model", "current_index", "hand_on", "handed_over", "indexed", "load", "parse_model",
     "save", "snapshot", "validate_tensors",
 ]
 """External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
@@ -185,10 +185,20 @@ def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
     return GraphIndex(model.proto)
 
 
+def after_verb(model: Model) -> Model:
+    """Declare that ``model``'s verb has just returned and nothing touched its proto since (the
+    CLI's verb -> ``--verify`` -> save): :func:`current_index` may then read the index the verb
+    handed on. Load's producer map, when the verb left it unused, is dropped (a verb that never
+    indexed the model may still have changed it). Returns ``model``."""
+    model._fresh = None
+    model._untouched = model._kept is not None
+    return model
+
+
 def current_index(model: Model | onnx.ModelProto) -> GraphIndex:
     """A :class:`GraphIndex` of ``model`` as it is now, for a reader that runs between a verb
     and the save (``--verify``): the index the verb handed on (:func:`hand_on`) when the caller
-    declared the proto untouched since (:func:`handed_over`), without using it up (the save
+    declared the proto untouched since (:func:`after_verb`), without using it up (the save
     still sees the verb's edits); a model as loaded and handed over reuses load's map, as
     :func:`indexed`; else a fresh build. O(1) when handed on."""
     if not isinstance(model, Model):

@@ -407,6 +407,8 @@ class Runner:
                 "to the inputs file"
             )
         names = list(self.read_as.values())
+        if not names:  # onnxruntime would return every output
+            return {}
         try:
             outs = self._session.run(names, feed)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several unrelated types
