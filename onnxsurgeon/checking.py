@@ -135,8 +135,7 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
 
     The nodes no edit touched are the input's, byte for byte: a fault in one of them is the
     input's (the whole check reports it as such; ``check=Check.STRUCTURE`` runs it).
-    ``nodes_checked``: nodes whose :func:`check_nodes` the caller runs itself (a save does,
-    beside a forked child running the rest). O(touched nodes + graph inputs, outputs and
+    ``nodes_checked``: nodes whose :func:`check_nodes` the caller runs itself. O(touched nodes + graph inputs, outputs and
     initializer names) instead of O(model).
     """
     import onnx

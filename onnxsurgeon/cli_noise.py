@@ -43,17 +43,15 @@ def phase(name: str) -> Iterator[None]:
         show()
         yield
         return
-    from .io import FORK_SAFE_THREADS  # loaded by now: every phase loads or saves a model
-
     timer = threading.Timer(after, show)
-    timer.name = f"{FORK_SAFE_THREADS}: {name}"  # a save may fork beside it (io._fork_is_safe)
+    timer.name = f"onnxsurgeon-phase: {name}"
     timer.daemon = True
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
-        timer.join()  # gone before the next phase: a save counts the threads it may fork beside
+        timer.join()  # gone before the next phase (and before the program exits)
 
 
 @contextlib.contextmanager

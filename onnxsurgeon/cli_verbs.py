@@ -30,24 +30,28 @@ schema, see ``onnxsurgeon/schemas/``) and the one-line text."""
 
 
 def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summary],
-             check: Callable[[Any], Any] | None = None) -> int:
+             check: Callable[[Any, Any], Any] | None = None) -> int:
     """The skeleton every rewriting command shares: refuse ``-o`` onto the input, load (warnings
     on stderr), ``apply`` the verb to the model (it returns the summary); with ``--verify`` check
-    it in memory first (``check``, default its rewrite log; nothing is written unless it passes);
+    it in memory first against a copy of the input taken before the verb (``check``, default its
+    rewrite log; nothing is written unless it passes);
     save atomically with the checker guarantee, print the summary (JSON with ``--json``), then
     ``--html`` (coloured by the verification when both are given)."""
     from .cli_noise import phase
-    from .io import handed_over
+    from .io import after_verb, handed_over, snapshot
 
     _check_paths(args.model, args.output, args.force)
+    verify = bool(getattr(args, "verify", False))
     with _paused_gc(not getattr(args, "func", None)):  # framework exports make real garbage
         model = handed_over(_load(args.model))  # nothing touches the proto before the verb
+        original = snapshot(model) if verify else None  # what --verify compares against
         with phase(f"{command}: rewriting"):
             payload, text = apply(model)
     report = None
-    if getattr(args, "verify", False):
+    if original is not None:
+        after_verb(model)  # verify reads the verb's index; nothing touches the proto between
         with phase(f"{command}: verifying the rewrite"):
-            report = _verify_in_memory(args, model, check)
+            report = _verify_in_memory(args, model, check, original)
     code = EXIT_OK if report is None else _exit_code(report, args)
     if code != EXIT_OK:
         _print_result(command, args, payload, text, report, written=False)
@@ -64,22 +68,26 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
 
 
 def _verify_in_memory(args: argparse.Namespace, model: Any,
-                      check: Callable[[Any], Any] | None = None) -> Any:
-    """With --verify: the report on the rewritten ``model`` (``check(model)``, by default its
-    rewrite log against the input file, with the ``--verify-*`` data and tolerances), printed to
-    stdout (stderr with --json); else None. With ``--html`` too, the log's check also compares
-    the tensors the page draws layer by layer (forced deep) for its colours, with
-    ``--verify-deep`` every tensor on the way; that table is left to the page and ``--json``.
-    An inconclusive report's advice names this command's flags."""
+                      check: Callable[[Any, Any], Any] | None = None,
+                      original: Any = None) -> Any:
+    """With --verify: the report on the rewritten ``model`` (``check(model, original)``, by
+    default its rewrite log against ``original``, the input as loaded, or the input file
+    loaded again when not given, with the ``--verify-*`` data and tolerances), printed to stdout
+    (stderr with --json); else None. With ``--html`` too, the log's check also compares the
+    tensors the page draws layer by layer (forced deep) for its colours, with ``--verify-deep``
+    every tensor on the way; that table is left to the page and ``--json``. An inconclusive
+    report's advice names this command's flags."""
     if not getattr(args, "verify", False):
         return None
     from .io import load
     from .verify import verify_log
 
+    if original is None:
+        original = load(args.model)
     if check is not None:
-        report = check(model)
+        report = check(model, original)
     else:
-        report = verify_log(load(args.model), model, deep=_deep(args, model),
+        report = verify_log(original, model, deep=_deep(args, model),
                             **verify_options(args), **_isolation(args))
     report = advised(report, args)
     if not getattr(args, "json", False):  # with --json the report is embedded in the result
@@ -235,8 +243,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 f"{len(result.renamed)} names of SECOND changed (prefix '{result.prefix}') "
                 f"-> {args.output}")
 
-    def check(model: Any) -> Any:
-        return verify_merge(load(args.model), load(args.second), model, deep=_deep(args, model),
+    def check(model: Any, original: Any) -> Any:
+        return verify_merge(original, load(args.second), model, deep=_deep(args, model),
                             **verify_options(args), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)

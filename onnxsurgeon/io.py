@@ -16,18 +16,9 @@ so a path swapped between the check and the read is refused.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import stat
-import sys
-import tempfile
-import threading
-import time
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import chain, compress
 from operator import attrgetter
 from pathlib import Path
@@ -38,9 +29,9 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from . import scan
+from .atomic import AtomicFile, write_behind
 from .checking import (
     Check,
-    check_nodes,
     check_touched,
     check_written,
     checker_failure,
@@ -51,6 +42,7 @@ from .checking import (
 from .datastream import RangeWriter, release_cache, shared_location
 from .errors import InvalidModelError, SurgeryError, UsageError
 from .external import (
+    ExternalRef,
     TensorType,
     attr_tensors,
     check_tensors,
@@ -64,7 +56,8 @@ from .upkeep import Upkeep
 from .validate import validate_producers
 
 __all__ = [
-    "Model", "as_model", "hand_on", "handed_over", "indexed", "load", "parse_model", "save", "validate_tensors",
+    "Model", "after_verb", "as_model", "current_index", "hand_on", "handed_over", "indexed", "load", "parse_model",
+    "save", "snapshot", "validate_tensors",
 ]
 """External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
 and are imported from there, not through io."""
@@ -75,7 +68,6 @@ EXTERNAL_THRESHOLD = 1_800_000_000
 """Above this many bytes of model proto, save moves large tensors to external data by itself."""
 EXTERNALIZE_MIN_BYTES = 1024
 """Tensors smaller than this stay inline when saving switches to external data."""
-_CHUNK = 1 << 22
 _CHECK_BYTES_MAX = PROTOBUF_LIMIT - (1 << 20)
 """onnx.checker refuses serialized bytes near 2 GB (it checks the path of such a file)."""
 
@@ -191,6 +183,49 @@ def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
         index.memo["validated"] = True  # load's checks hold for it (see checking.check_touched)
         return index
     return GraphIndex(model.proto)
+
+
+def after_verb(model: Model) -> Model:
+    """Declare that ``model``'s verb has just returned and nothing touched its proto since (the
+    CLI's verb -> ``--verify`` -> save): :func:`current_index` may then read the index the verb
+    handed on. Load's producer map, when the verb left it unused, is dropped (a verb that never
+    indexed the model may still have changed it). Returns ``model``."""
+    model._fresh = None
+    model._untouched = model._kept is not None
+    return model
+
+
+def current_index(model: Model | onnx.ModelProto) -> GraphIndex:
+    """A :class:`GraphIndex` of ``model`` as it is now, for a reader that runs between a verb
+    and the save (``--verify``): the index the verb handed on (:func:`hand_on`) when the caller
+    declared the proto untouched since (:func:`after_verb`), without using it up (the save
+    still sees the verb's edits); a model as loaded and handed over reuses load's map, as
+    :func:`indexed`; else a fresh build. O(1) when handed on."""
+    if not isinstance(model, Model):
+        return GraphIndex(model)
+    kept = model._kept
+    if kept is not None:
+        state = kept.result() if model._untouched else None
+        if state is not None:
+            return GraphIndex(model.proto, _producer=state[0], _edges=state[1])
+        return GraphIndex(model.proto)  # the verb's edits stay for the save
+    return indexed(model) if model._untouched else GraphIndex(model.proto)
+
+
+def snapshot(model: Model) -> Model:
+    """A private copy of ``model`` (its proto copied), taken before a verb changes it: what
+    ``--verify`` compares the rewrite against, without loading the input again. When ``model``
+    is as loaded and handed over (:func:`handed_over`), the copy's first index reuses (a copy
+    of) the producer map load validated. O(model) in C."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    twin = Model(proto, base_dir=model.base_dir, source=model.source,
+                 data_dirs=dict(model.data_dirs))
+    twin._externals = model._externals
+    if model._fresh is not None and model._untouched:
+        twin._fresh = (None, dict(model._fresh[1]), None)
+        twin._untouched = True
+    return twin
 
 
 _FRESH_BYTES_PER_NODE = 256
@@ -362,127 +397,9 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _tmpfile_works(folder: Path) -> bool:
-    """Whether ``folder``'s filesystem supports O_TMPFILE files that can be linked in later
-    (overlayfs, for one, refuses the link). Probed once per device."""
-    flag = getattr(os, "O_TMPFILE", 0)
-    if not flag or not os.path.isdir("/proc/self/fd"):
-        return False
-    try:
-        dev = os.stat(folder).st_dev
-    except OSError:
-        return False
-    if dev not in _TMPFILE_OK:
-        ok = False
-        with contextlib.suppress(OSError):
-            fd = os.open(folder, flag | os.O_WRONLY, 0o600)
-            try:
-                probe = tempfile.mktemp(prefix=".onnxsurgeon-probe.", suffix=".tmp", dir=folder)
-                os.link(f"/proc/self/fd/{fd}", probe, follow_symlinks=True)
-                os.unlink(probe)
-                ok = True
-            finally:
-                os.close(fd)
-        _TMPFILE_OK[dev] = ok
-    return _TMPFILE_OK[dev]
-
-
-_TMPFILE_OK: dict[int, bool] = {}
-
-
-def _file_mode() -> int:
-    """0o666 minus the process umask: the mode a plain ``open(path, "w")`` would give."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-_BEHIND_MIN = 4 << 20
-"""Payloads from this size are written by a thread while the caller checks them."""
-
-
-def _write_behind(target: _AtomicFile, payload: bytes) -> Callable[[], None]:
-    """Start writing ``payload`` to ``target`` and flushing it to the disk (:meth:`_AtomicFile.
-    finish`); the returned function waits for that and raises what it raised. A thread does
-    it for a large payload (the write and fsync run without the interpreter lock, so the
-    caller's checks use the time), else the caller's thread, at once."""
-    if len(payload) < _BEHIND_MIN:
-        target.file.write(payload)
-        target.finish()
-        return lambda: None
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            target.file.write(payload)
-            target.finish()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller by join
-            failed.append(exc)
-
-    thread = threading.Thread(target=work, name="onnxsurgeon-write", daemon=True)
-    thread.start()
-
-    def join() -> None:
-        thread.join()
-        if failed:
-            raise failed[0]
-
-    return join
-
-
-class _AtomicFile:
-    """A file written invisibly in ``folder`` and published under ``dest`` by :meth:`commit`.
-
-    On Linux it is an ``O_TMPFILE`` (no directory entry at all until committed: a killed process
-    leaves nothing behind); elsewhere a hidden ``.<name>.*.tmp`` file removed on failure. Never
-    opens an existing file, so nothing is appended to or written through a link.
-    """
-
-    def __init__(self, folder: Path, dest_name: str) -> None:
-        self.folder = folder
-        self.dest_name = dest_name
-        self.tmp_path: str | None = None
-        self.fd = -1
-        if _tmpfile_works(folder):
-            with contextlib.suppress(OSError):
-                self.fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
-        if self.fd < 0:
-            self.fd, self.tmp_path = tempfile.mkstemp(
-                prefix=f".{dest_name}.", suffix=".tmp", dir=folder
-            )
-        with contextlib.suppress(OSError, AttributeError):
-            os.fchmod(self.fd, _file_mode())  # mkstemp makes 0600; use what open() would
-        self.file = os.fdopen(self.fd, "wb", buffering=_CHUNK)
-
-    def finish(self) -> None:
-        """Flush and fsync the content (before publishing anything)."""
-        self.file.flush()
-        os.fsync(self.file.fileno())
-
-    def commit(self) -> None:
-        """Publish the file under its destination name (atomic replace)."""
-        dest = self.folder / self.dest_name
-        if self.tmp_path is None:  # O_TMPFILE: give it a hidden name, then rename over dest
-            tmp = tempfile.mktemp(prefix=f".{self.dest_name}.", suffix=".tmp", dir=self.folder)
-            os.link(f"/proc/self/fd/{self.file.fileno()}", tmp, follow_symlinks=True)
-            self.tmp_path = tmp
-        os.replace(self.tmp_path, dest)
-        self.tmp_path = None
-        self.close()
-
-    def close(self) -> None:
-        """Close and remove whatever was not committed."""
-        with contextlib.suppress(OSError):
-            self.file.close()
-        if self.tmp_path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.tmp_path)
-            self.tmp_path = None
-
-
 def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
          external: bool | None = None, check: Check | str = Check.SMALL,
-         share_data: bool = False) -> Path:
+         share_data: bool = False, durable: bool = True) -> Path:
     """Write ``model`` to ``path`` atomically and deterministically.
 
     External tensors stay external: their bytes are copied from the source data file into one
@@ -491,13 +408,16 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     byte range once. With ``share_data`` they are not copied at all: the output names the
     input's data file(s) in place, by a relative path that must stay inside the output folder's
     tree and open the very file validated on load (the same rules as loading); the output then
-    needs those files, unchanged, at that place. With ``external=None`` the save switches inline tensors to external
-    data by itself when the proto would pass 2 GB. The input file and its data files are never
-    written. Files are written invisibly, flushed to the disk (fsync) and renamed into place only
+    needs those files, unchanged, at that place. With ``external=None`` the save switches inline
+    tensors to external data by itself when the proto would pass 2 GB. The input file and its
+    data files are never written. Files are written invisibly (:mod:`~onnxsurgeon.atomic`: a
+    killed save leaves no file behind), flushed to the disk (fsync) and renamed into place only
     when complete, so an interrupted save leaves no partial output, even after a power loss (the
     data file is written with direct I/O where the filesystem takes it, else handed to the disk
     while it is copied, so the flush adds little to the copy; see
-    :mod:`~onnxsurgeon.datastream`). Peak memory: the serialized proto plus one window.
+    :mod:`~onnxsurgeon.datastream`). ``durable=False`` skips the flushes (and direct I/O): for
+    scratch files only, such as verification's staging. Peak memory: the serialized proto plus
+    one window.
 
     The written file is checked with ``onnx.checker`` as ``check`` says (see
     :class:`~onnxsurgeon.checking.Check`; by default the full check for models up to 20,000
@@ -515,135 +435,13 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
             is checked before the rename and never published (the path keeps what it held);
             one with external data is checked after, and removed with its data file.
     """
+    m = as_model(model)
+    options = {"external": external, "check": check, "share_data": share_data,
+               "durable": durable}
     try:
-        return _save(as_model(model), path, external=external, check=check,
-                     share_data=share_data, trust_edits=True)
+        return _save(m, path, trust_edits=True, **options)  # type: ignore[arg-type]
     except _WalkNeeded:  # nothing was written: save as for any model
-        return _save(as_model(model), path, external=external, check=check,
-                     share_data=share_data, trust_edits=False)
-
-
-def _verdict(m: Model, nodes_checked: range = range(0)) -> str:
-    """What the checks of a save that trusted its verb's edits say: "walk" (the trust does not
-    hold: save again, walking every tensor), "vouched" (the checks of what the verb touched
-    vouch for the output, but for the schemas of ``nodes_checked``) or "check" (run the
-    checker on the bytes)."""
-    if not _trust_held(m):
-        return "walk"
-    return "vouched" if vouched_by_edits(m, nodes_checked) else "check"
-
-
-_VERDICTS = ("walk", "vouched", "check")
-
-_FORK_MIN_NODES = 20_000
-"""A save forks its verdict (:class:`_ForkedVerdict`) only when the verb appended at least this
-many nodes (:meth:`~onnxsurgeon.upkeep.Upkeep.appended`): checking them costs ~4 us a node; forking a process of a few hundred MB and the
-pages the two then copy cost ~0.02 s (measured: a copy of a 90k-node chain saves ~0.13 s of
-1.86; an extract, whose checks take ~0.05 s, saves nothing)."""
-
-
-class _ForkedVerdict:
-    """:func:`_verdict`, computed by a forked child on another core while this process
-    serializes and writes the model (upb serializes holding the interpreter lock: a thread
-    cannot overlap it). The nodes a verb appended (:meth:`~onnxsurgeon.upkeep.Upkeep.appended`,
-    :attr:`split`) have their schemas checked by this process once the bytes are written, the
-    rest by the child, so the two take about as long. The child only reads the model and
-    writes one word to a pipe; when anything about it fails (no fork, a crash, a signal),
-    :meth:`verdict` is None and the caller computes the verdict itself, so the outcome is the
-    same either way."""
-
-    def __init__(self, pid: int, fd: int, split: range) -> None:
-        self.pid, self.fd, self.split = pid, fd, split
-
-    def verdict(self, proto: onnx.ModelProto) -> str | None:
-        """The verdict: the child's, with the schemas of :attr:`split` checked here meanwhile
-        (a failure there turns "vouched" into "check"); None when the child gave none."""
-        nodes_ok = check_nodes(proto, self.split)
-        said = self.result()
-        return "check" if said == "vouched" and not nodes_ok else said
-
-    @classmethod
-    def start(cls, m: Model) -> _ForkedVerdict | None:
-        """Fork the verdict when it pays and is safe: at least :data:`_FORK_MIN_NODES` nodes
-        appended, ``ONNXSURGEON_FORK`` not ``0``, and :func:`_fork_is_safe` (a lock another
-        thread held at the fork would stay held in the child). None otherwise."""
-        split = m._kept.appended() if m._kept is not None else range(0)
-        if (len(split) < _FORK_MIN_NODES or os.environ.get("ONNXSURGEON_FORK") == "0"
-                or not _fork_is_safe()):
-            return None
-        r, w = os.pipe()
-        try:
-            with warnings.catch_warnings():  # Python 3.12+ warns of any thread; ours are safe
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-        except OSError:
-            os.close(r)
-            os.close(w)
-            return None
-        if pid == 0:  # the child: one word, then exit at once (no exit handlers, no flushes)
-            code = 1
-            try:
-                os.close(r)
-                os.write(w, _verdict(m, split).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        return cls(pid, r, split)
-
-    def result(self) -> str | None:
-        """The child's verdict, once it has exited; None when it failed to give one."""
-        if not self.pid:
-            return None
-        try:
-            said = b"".join(iter(partial(os.read, self.fd, 64), b"")).decode()
-            _, status = os.waitpid(self.pid, 0)
-            self.pid = 0  # reaped
-        except (OSError, UnicodeDecodeError):
-            return None
-        finally:
-            self.close()
-        return said if status == 0 and said in _VERDICTS else None
-
-    def close(self) -> None:
-        """Stop the child if it still runs (the save failed or was interrupted) and reap it."""
-        if self.pid:
-            pid, self.pid = self.pid, 0
-            with contextlib.suppress(OSError):
-                if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
-
-
-FORK_SAFE_THREADS = "onnxsurgeon-phase"
-"""Name prefix of the threads a fork may leave behind: the command line's phase timers, which
-only wait, or write a line to stderr, which the forked child never touches."""
-
-
-def _fork_is_safe() -> bool:
-    """Linux, two CPUs for this process, and no thread but the calling main thread and the
-    command line's phase timers (:data:`FORK_SAFE_THREADS`), counted by the kernel too, so that
-    no thread a library started natively (as OpenBLAS does) can hold a lock the child needs."""
-    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-        return False
-    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    if not all(t.name.startswith(FORK_SAFE_THREADS) for t in others):
-        return False
-    try:
-        if len(os.sched_getaffinity(0)) < 2:
-            return False
-        # a thread Python has just seen finish (a phase timer joined) may still be leaving the
-        # kernel's list for a moment: a few looks, 1 ms apart, before calling it a native thread
-        for _ in range(5):
-            if len(os.listdir("/proc/self/task")) == 1 + len(others):
-                return True
-            time.sleep(0.001)
-    except OSError:
-        pass
-    return False
+        return _save(m, path, trust_edits=False, **options)  # type: ignore[arg-type]
 
 
 class _WalkNeeded(Exception):
@@ -651,17 +449,40 @@ class _WalkNeeded(Exception):
     vouch for them: it starts again, walking every tensor."""
 
 
-def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
-          check: Check | str, share_data: bool, trust_edits: bool) -> Path:
-    """:func:`save`; ``trust_edits``: skip the walk over every tensor when the model is the
-    loaded one plus one verb's edits, all inline (raises :class:`_WalkNeeded`, having published
-    nothing, when the checks of those edits then fail)."""
-    try:
-        level = Check(check)
-    except ValueError:
-        raise UsageError(
-            f"check={check!r} is not a check level; use one of {[c.value for c in Check]}"
-        ) from None
+@dataclass
+class _Plan:
+    """What a save writes, decided (and checked) before any byte is written.
+
+    Attributes:
+        out / folder / data_name: the output, its folder and its data file's name.
+        full: the checker run after the file is published (True: full, False: plain, None:
+            none); the verdict may settle it before (:func:`_publish_checked`).
+        no_walk: the tensors were not walked: trusted to be inline (see :func:`_plan`).
+        tensors: every tensor of the model ([] with ``no_walk``).
+        refs: id of an external tensor -> its validated reference.
+        to_write: the tensors whose bytes go into the new data file, in order.
+        relocated: id of a tensor -> the location of the input's own data file
+            (``share_data``).
+        payload: the serialized model when it is final already (no tensor re-pointed).
+        durable: fsync before publishing.
+    """
+
+    out: Path
+    folder: Path
+    data_name: str
+    full: bool | None
+    no_walk: bool
+    tensors: list[TensorProto]
+    refs: dict[int, ExternalRef]
+    to_write: list[TensorProto] = field(default_factory=list)
+    relocated: dict[int, str] = field(default_factory=dict)
+    payload: bytes | None = None
+    durable: bool = True
+
+
+def _target(m: Model, path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
+    """The output path, its folder and its data file's path, refused when the output is a
+    folder, a link, the input or would overwrite the input."""
     out = Path(path)
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
@@ -670,8 +491,7 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
         raise UsageError(f"output path '{out}' is a symbolic link; choose a plain file path")
     if out.exists() and out.is_dir():
         raise UsageError(f"output path '{out}' is a folder; give a file name ending in .onnx")
-    data_name = out.name + ".data"
-    data_path = folder / data_name
+    data_path = folder / (out.name + ".data")
     if m.source is not None:
         src = Path(m.source)
         if _same_file(out, src) or Path(os.path.abspath(out)) == Path(os.path.abspath(src)):
@@ -684,183 +504,217 @@ def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
                 f"output data file '{data_path}' would overwrite the input model; choose "
                 "another output name"
             )
+    return out, folder, data_path
+
+
+def _plan(m: Model, path: str | os.PathLike[str], *, external: bool | None, check: Check | str,
+          share_data: bool, trust_edits: bool, durable: bool) -> _Plan:
+    """Decide what :func:`save` writes and check everything it can before writing: the
+    output path, every external reference, the data file's path. ``trust_edits``: the model is
+    the loaded one plus one verb's edits, all inline; its tensors are not walked (~0.5 us per
+    node), which the verdict confirms while the file is written."""
+    try:
+        level = Check(check)
+    except ValueError:
+        raise UsageError(
+            f"check={check!r} is not a check level; use one of {[c.value for c in Check]}"
+        ) from None
+    out, folder, data_path = _target(m, path)
     proto = m.proto
     full = full_check_for(proto, level)
     touched = full is False and level is Check.TOUCHED
-    # the loaded model plus one verb's edits: when load found no external tensor and the verb
-    # made none, there is none to find (the walk costs ~0.5 us per node). That is trusted here
-    # and checked while the file is written (below), with the checks of what the verb touched;
-    # should it not hold, the save starts again with the walk
     no_walk = (trust_edits and touched and external is not True and m._externals == 0
                and m._kept is not None and m._kept.validated
                and not any(map(is_external, m._kept.fresh_tensors)))
     if touched and not no_walk and vouched_by_edits(m):
         full = None  # vouched for by the checks of what the verb touched
     tensors = [] if no_walk else list(iter_tensors(proto))
-    external_tensors = list(compress(tensors, map(_EXTERNAL.__eq__, map(_LOCATION, tensors))))
+    externals = list(compress(tensors, map(_EXTERNAL.__eq__, map(_LOCATION, tensors))))
     files: dict[tuple[str, ...], os.stat_result] = {}
     refs = {id(t): resolve_external(t, m.base_dir, _files=files, aliases=m.data_dirs)
-            for t in external_tensors}
+            for t in externals}
     for ref in refs.values():
         if _same_file(ref.path, out) or _same_file(ref.path, data_path):
             raise UsageError(
                 f"output '{out}' would overwrite the input's data file '{ref.path.name}'; "
                 "write to another folder or file name"
             )
-    payload: bytes | None = None
-    forked: _ForkedVerdict | None = None  # the checks, on another core
+    plan = _Plan(out, folder, data_path.name, full, no_walk, tensors, refs, durable=durable)
     if external is None:
-        external = bool(external_tensors)
+        external = bool(externals)
         if not external:  # serialize now (ByteSize would walk the whole proto just to size it)
-            forked = _ForkedVerdict.start(m) if no_walk else None
-            try:
-                payload = proto.SerializeToString(deterministic=True)
-            except BaseException:
-                if forked is not None:
-                    forked.close()
-                raise
-            if len(payload) > EXTERNAL_THRESHOLD:
-                external, payload = True, None
-                tensors = list(iter_tensors(proto)) if no_walk else tensors
-                if forked is not None:  # too large to check from bytes: checked in-process
-                    forked.close()
-                    forked = None
-    move_inline: list[TensorProto] = []
-    if external:
-        move_inline = [
-            t for t in tensors
-            if not is_external(t) and t.HasField("raw_data")
-            and len(t.raw_data) >= EXTERNALIZE_MIN_BYTES
-        ]
-    relocated: dict[int, str] = {}  # share_data: tensor -> location of the input's own file
+            plan.payload = proto.SerializeToString(deterministic=True)
+            if len(plan.payload) > EXTERNAL_THRESHOLD:
+                external, plan.payload = True, None
+                plan.tensors = tensors = list(iter_tensors(proto)) if no_walk else tensors
     if share_data:
         places: dict[Path, str] = {}
-        for t in external_tensors:
+        for t in externals:
             ref = refs[id(t)]
             if ref.path not in places:
                 places[ref.path] = shared_location(ref, folder, t.name)
-            relocated[id(t)] = places[ref.path]
-        external_tensors = []
-    to_write = external_tensors + move_inline  # empty with a child: it forks only when inline
-    if to_write and data_path.is_symlink():
+            plan.relocated[id(t)] = places[ref.path]
+        externals = []
+    plan.to_write = externals + ([
+        t for t in tensors
+        if not is_external(t) and t.HasField("raw_data")
+        and len(t.raw_data) >= EXTERNALIZE_MIN_BYTES] if external else [])
+    if plan.to_write and data_path.is_symlink():
         raise UsageError(
             f"data file path '{data_path}' is a symbolic link; remove it or choose another "
             "output name"
         )
-    if to_write and data_path.exists() and not data_path.is_file():
+    if plan.to_write and data_path.exists() and not data_path.is_file():
         raise UsageError(f"data file path '{data_path}' is not a file; choose another output name")
-    saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]] = []
-    data_file: _AtomicFile | None = None
-    model_file: _AtomicFile | None = None
-    writer: RangeWriter | None = None
+    return plan
 
-    def point(t: TensorProto, entries: list[tuple[str, str]]) -> None:
-        """Make ``t`` read ``entries`` (restored after the save, so the model is unchanged)."""
-        saved_state.append((
-            t,
-            t.raw_data if not is_external(t) else None,
-            [(e.key, e.value) for e in t.external_data],
-            t.data_location if t.HasField("data_location") else None,
-        ))
-        del t.external_data[:]
-        t.ClearField("raw_data")
-        t.data_location = TensorProto.EXTERNAL
-        for key, value in entries:
-            entry = t.external_data.add()
-            entry.key, entry.value = key, value
 
+_Saved = list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]]
+"""The tensors a save re-pointed and what they read before (see :func:`_point`)."""
+
+
+def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
+          check: Check | str, share_data: bool, trust_edits: bool, durable: bool) -> Path:
+    """:func:`save`: plan, write, verdict (raises :class:`_WalkNeeded`, having published
+    nothing, when a trusting plan's checks then fail)."""
+    plan = _plan(m, path, external=external, check=check, share_data=share_data,
+                 trust_edits=trust_edits, durable=durable)
+    saved: _Saved = []
     try:
-        for t in tensors:
-            if id(t) in relocated:
-                point(t, [(e.key, relocated[id(t)] if e.key == "location" else e.value)
-                          for e in t.external_data])
-        if to_write:
-            if data_path.is_file():
+        full = _write(m, plan, saved)
+    except SurgeryError:
+        raise
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write '{plan.out}': {exc.strerror}; check the folder and free space"
+        ) from None
+    finally:  # the model is restored whatever the writing raised
+        _restore(saved)
+    if full is not None:
+        late = check_written(plan.out, full=full, reference=m.source)
+        if late is not None:
+            m.warnings.append(late)
+    return plan.out
+
+
+def _write(m: Model, plan: _Plan, saved: _Saved) -> bool | None:
+    """Write the data file (when there are bytes to copy) and the model file, judge them
+    (:func:`_publish_checked`, for a model without external data) and publish both. Returns
+    the check still to run on the published file. The tensors re-pointed are in ``saved``."""
+    data_file: AtomicFile | None = None
+    model_file: AtomicFile | None = None
+    writer: RangeWriter | None = None
+    try:
+        for t in plan.tensors:
+            if id(t) in plan.relocated:
+                _point(t, [(e.key, plan.relocated[id(t)] if e.key == "location" else e.value)
+                           for e in t.external_data], saved)
+        if plan.to_write:
+            data_path = plan.folder / plan.data_name
+            if plan.durable and data_path.is_file():
                 release_cache(data_path)  # the file being replaced: its pages serve the copy
-            data_file = _AtomicFile(folder, data_name)
-            writer = RangeWriter(data_file.fd)
-            for t in to_write:
+            data_file = AtomicFile(plan.folder, plan.data_name, durable=plan.durable)
+            writer = RangeWriter(data_file.fd, direct=plan.durable)
+            for t in plan.to_write:
                 if is_external(t):
-                    start, length = writer.copy(refs[id(t)], t.name), refs[id(t)].length
+                    start, length = writer.copy(plan.refs[id(t)], t.name), plan.refs[id(t)].length
                 else:
                     inline = t.raw_data
                     start, length = writer.write(inline), len(inline)
-                point(t, [("location", data_name), ("offset", str(start)),
-                          ("length", str(length))])
+                _point(t, [("location", plan.data_name), ("offset", str(start)),
+                           ("length", str(length))], saved)
             writer.finish()
             data_file.finish()
-        if payload is None or to_write:
-            payload = proto.SerializeToString(deterministic=True)
+        payload, plan.payload = plan.payload, None
+        if payload is None or plan.to_write:
+            payload = m.proto.SerializeToString(deterministic=True)
         if len(payload) > PROTOBUF_LIMIT:
             raise UsageError(
                 f"model is {len(payload)} bytes, over protobuf's 2 GB limit even with weights "
                 "external; save with external=True"
             )
-        model_file = _AtomicFile(folder, out.name)
-        # a model without external data is checked from these bytes, before it is published,
-        # while a thread writes them (the write and fsync release the interpreter): an output
-        # that fails is never seen (else the checker reads the path, where it finds the data
-        # files, after the rename)
-        checked_here = (not to_write and not relocated and (full is not None or no_walk)
-                        and len(payload) < _CHECK_BYTES_MAX)
-        if checked_here:
-            first: str | None = None
-            join = _write_behind(model_file, payload)
-            try:
-                if not no_walk:
-                    first = checker_failure(payload, full=bool(full))
-                else:
-                    said = (forked.verdict(proto) if forked else None) or _verdict(m)
-                    if said == "walk":
-                        raise _WalkNeeded
-                    if said == "vouched":
-                        full = None  # vouched for by the checks of what the verb touched
-                    else:
-                        first = checker_failure(payload, full=False)
-            finally:
-                join()
-            del payload
-            if first is not None:  # published only when the input fails the same way
-                m.warnings.append(judge_failure(first, full=bool(full), reference=m.source))
-            full = None
+        model_file = AtomicFile(plan.folder, plan.out.name, durable=plan.durable)
+        full = plan.full
+        if (not plan.to_write and not plan.relocated and (full is not None or plan.no_walk)
+                and len(payload) < _CHECK_BYTES_MAX):
+            _publish_checked(m, plan, model_file, payload)
+            full = None  # judged before publishing: nothing is left to check
         else:
-            if no_walk:
-                told = forked.result() if forked else None
-                if told == "walk" or (told is None and not _trust_held(m)):
-                    raise _WalkNeeded
+            if plan.no_walk and not _trust_held(m):
+                raise _WalkNeeded
             model_file.file.write(payload)
-            del payload
             model_file.finish()
+        del payload
         if data_file is not None:
             data_file.commit()
         model_file.commit()
-    except SurgeryError:
-        raise
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write '{out}': {exc.strerror}; check the folder and free space"
-        ) from None
+        return full
     finally:
-        try:
-            if forked is not None:
-                forked.close()
-            if writer is not None:
-                writer.close()
-            for pending in (model_file, data_file):
-                if pending is not None:
-                    pending.close()
-        finally:  # the model is restored whatever the clean-up raised
-            _restore(saved_state)
-    if full is not None:
-        late = check_written(out, full=full, reference=m.source)
-        if late is not None:
-            m.warnings.append(late)
-    return out
+        if writer is not None:
+            writer.close()
+        for pending in (model_file, data_file):
+            if pending is not None:
+                pending.close()
 
 
-def _restore(saved_state: list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]]
-             ) -> None:
-    """Point the tensors a save re-pointed back at what they read before (see ``point``)."""
+def _publish_checked(m: Model, plan: _Plan, model_file: AtomicFile, payload: bytes) -> None:
+    """Write ``payload`` (a model without external data) while it is judged from these bytes,
+    before it is published: an output that fails is never seen (else the checker reads the
+    path, where it finds the data files, after the rename). The write and fsync run in a thread
+    for a large payload (they release the interpreter).
+
+    Raises:
+        _WalkNeeded: a trusting plan whose edits cannot be vouched for.
+        OutputCheckError: the bytes fail the checker while the input passes.
+    """
+    first: str | None = None
+    full = plan.full
+    join = write_behind(model_file, payload)
+    try:
+        if not plan.no_walk:
+            first = checker_failure(payload, full=bool(full))
+        else:
+            said = _verdict(m)
+            if said == "walk":
+                raise _WalkNeeded
+            if said == "vouched":
+                full = None  # vouched for by the checks of what the verb touched
+            else:
+                first = checker_failure(payload, full=False)
+    finally:
+        join()
+    if first is not None:  # published only when the input fails the same way
+        m.warnings.append(judge_failure(first, full=bool(full), reference=m.source))
+
+
+def _verdict(m: Model) -> str:
+    """What the checks of a save that trusted its verb's edits say: "walk" (the trust does not
+    hold: save again, walking every tensor), "vouched" (the checks of what the verb touched
+    vouch for the output) or "check" (run the checker on the bytes)."""
+    if not _trust_held(m):
+        return "walk"
+    return "vouched" if vouched_by_edits(m) else "check"
+
+
+def _point(t: TensorProto, entries: list[tuple[str, str]], saved: _Saved) -> None:
+    """Make ``t`` read ``entries``; what it read before goes to ``saved`` (:func:`_restore`
+    puts it back after the save, so the model is unchanged)."""
+    saved.append((
+        t,
+        t.raw_data if not is_external(t) else None,
+        [(e.key, e.value) for e in t.external_data],
+        t.data_location if t.HasField("data_location") else None,
+    ))
+    del t.external_data[:]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in entries:
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def _restore(saved_state: _Saved) -> None:
+    """Point the tensors a save re-pointed back at what they read before (see :func:`_point`)."""
     for t, raw, entries, location in saved_state:
         del t.external_data[:]
         for key, value in entries:

@@ -7,9 +7,7 @@ test is the same at 20,000 nodes; one test runs it there)."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import threading
 
 import numpy as np
 import onnx
@@ -291,15 +289,13 @@ def _point_at(value: onnx.TensorProto, location: str) -> onnx.TensorProto:
 
 
 @pytest.mark.usefixtures("large")
-@pytest.mark.parametrize("checks", ["in-process", "in a child"])
-def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_path, request,
-                                                                          checks):
+def test_a_save_that_trusted_the_edits_to_be_inline_walks_when_they_fail(tmp_path, verdicts):
     """A whole copy lets save skip its walk over every tensor (load found no external one and
     the copy only copies) and check the copy while the file is written. Here a node nobody told
     the upkeep about, holding an external tensor, is appended after the copy: the checks of
-    the edits fail (in-process, or in the forked child, which says so), save starts again with
-    the walk, and the output carries that tensor's bytes in its own data file."""
-    said = request.getfixturevalue("forked") if checks == "in a child" else ["walk"]
+    the edits fail (the verdict says so), save starts again with the walk, and the output
+    carries that tensor's bytes in its own data file."""
+    said = verdicts
     src, m = _loaded(tmp_path)
     copy(m, ["y"], prefix="twin/")
     (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
@@ -341,36 +337,33 @@ def test_an_inserted_node_holding_external_data_makes_the_save_walk(tmp_path):
     onnx.checker.check_model(str(out), full_check=True)
 
 
-# ----------------------------------------------------------------- the verdict on another core
+# ------------------------------------------------------------ the verdict of a trusted save
 @pytest.fixture
-def forked(monkeypatch, large):
-    """Every trusted save forks its verdict (the pytest process has other threads, so the
-    gate would stay shut; the child here only runs Python and onnx's checker). Yields the
-    verdicts the children gave (None: the child gave none)."""
+def verdicts(monkeypatch, large):
+    """The verdicts trusted saves give (a counting wrapper calling the real one through)."""
     import onnxsurgeon.io as io_module
 
-    said: list[str | None] = []
-    real = io_module._ForkedVerdict.verdict
+    said: list[str] = []
+    real = io_module._verdict
 
-    def verdict(self, proto):
-        said.append(real(self, proto))
+    def verdict(m):
+        said.append(real(m))
         return said[-1]
 
-    monkeypatch.setattr(io_module, "_fork_is_safe", lambda: True)
-    monkeypatch.setattr(io_module, "_FORK_MIN_NODES", 0)
-    monkeypatch.setattr(io_module._ForkedVerdict, "verdict", verdict)
+    monkeypatch.setattr(io_module, "_verdict", verdict)
     return said
 
 
 @pytest.mark.parametrize("verb", VERBS)
-def test_a_verdict_given_by_a_child_process_writes_the_same_file(tmp_path, forked, verb):
-    """The checks of a trusted save run in a forked child while the file is serialized and
-    written: same verdict, same bytes as the save that checks in-process."""
+def test_a_verdict_of_the_edits_writes_the_same_file_as_the_whole_check(tmp_path, verdicts,
+                                                                        verb):
+    """The checks of a trusted save (what the verb touched) run while the file is written:
+    same bytes as the save that runs the whole structural check."""
     src, m = _loaded(tmp_path)
     VERBS[verb](m)
-    out = save(m, tmp_path / "forked.onnx", check=Check.TOUCHED)
+    out = save(m, tmp_path / "trusted.onnx", check=Check.TOUCHED)
     if verb != "rename":  # renames insert nothing: load found them inline, no walk to skip
-        assert forked == ["vouched"]
+        assert verdicts == ["vouched"]
     again = handed_over(load(src))
     VERBS[verb](again)
     plain = save(again, tmp_path / "plain.onnx", check=Check.STRUCTURE)
@@ -381,9 +374,8 @@ def test_a_verdict_given_by_a_child_process_writes_the_same_file(tmp_path, forke
                                          ("insert", range(0)), ("extract", range(0)),
                                          ("reroute-prune", range(0))])
 def test_the_nodes_a_verb_appended_are_known_before_its_edits_apply(tmp_path, verb, split):
-    """A save checks the schemas of the nodes a verb appended itself while its forked child
-    checks the rest: they are the copies; a verb that inserts among the nodes or removes some
-    gives none (the child checks all)."""
+    """The nodes a verb appended itself are the copies; a verb that inserts among the nodes
+    or removes some gives none."""
     _, m = _loaded(tmp_path)
     VERBS[verb](m)
     assert m._kept.appended() == split
@@ -394,147 +386,46 @@ def test_the_nodes_a_verb_appended_are_known_before_its_edits_apply(tmp_path, ve
 @pytest.mark.parametrize("fault, verdict", [(_copy_reading_a_later_tensor, "walk"),
                                             (_copy_naming_an_output_twice, "walk"),
                                             (_copy_with_a_bogus_attribute, "check")])
-def test_a_child_that_cannot_vouch_leaves_the_check_to_the_parent(tmp_path, monkeypatch,
-                                                                  forked, fault, verdict):
-    """The child says it cannot vouch for a faulty copy: its upkeep gave up (the save starts
-    again with the walk) or a node fails its schema (the checker runs on the bytes). Either
-    way the parent's whole check refuses the file, which is never published."""
+def test_a_verdict_that_cannot_vouch_leaves_the_whole_check(tmp_path, monkeypatch, verdicts,
+                                                            fault, verdict):
+    """The verdict cannot vouch for a faulty copy: its upkeep gave up (the save starts again
+    with the walk) or a node fails its schema (the checker runs on the bytes). Either way the
+    whole check refuses the file, which is never published."""
     _, m = _loaded(tmp_path)
     fault(monkeypatch)
     copy_module.copy(m, ["y"], prefix="twin/")
     out = tmp_path / "o.onnx"
     with pytest.raises(OutputCheckError, match="onnx.checker"):
         save(m, out, check=Check.TOUCHED)
-    assert forked == [verdict]
+    assert verdicts == [verdict]
     assert not out.exists()
 
 
-def test_a_child_that_dies_is_replaced_by_the_checks_in_process(tmp_path, monkeypatch, forked):
-    """A child killed before it answers gives no verdict: the parent checks by itself and
-    writes the same file; a faulty copy is still refused."""
-    import os
-    import signal
-
+def test_an_interrupted_save_publishes_nothing(tmp_path, monkeypatch, large):
+    """Ctrl-C while the file is written: nothing is published, no temporary file is left."""
     import onnxsurgeon.io as io_module
-
-    parent, real = os.getpid(), io_module._verdict
-
-    def dying(m, *args):
-        if os.getpid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real(m, *args)
-
-    monkeypatch.setattr(io_module, "_verdict", dying)
-    src, m = _loaded(tmp_path)
-    copy(m, ["y"], prefix="twin/")
-    out = save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
-    assert forked == [None]
-    onnx.checker.check_model(str(out), full_check=True)
-    _copy_with_a_bogus_attribute(monkeypatch)
-    _, bad = _loaded(tmp_path, name="again.onnx")
-    copy_module.copy(bad, ["y"], prefix="twin/")
-    with pytest.raises(OutputCheckError, match="onnx.checker"):
-        save(bad, tmp_path / "bad.onnx", check=Check.TOUCHED)
-    assert not (tmp_path / "bad.onnx").exists()
-
-
-def test_an_interrupted_save_stops_and_reaps_its_child(tmp_path, monkeypatch, forked):
-    """Ctrl-C while the file is written: nothing is published, and the child is killed and
-    reaped (no process is left behind, not even a zombie)."""
-    import os
-
-    import onnxsurgeon.io as io_module
-
-    children: list[int] = []
-    real_start = io_module._ForkedVerdict.start.__func__
-
-    def start(cls, m):
-        child = real_start(cls, m)
-        children.append(child.pid)
-        return child
 
     def interrupted(target, payload):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(io_module._ForkedVerdict, "start", classmethod(start))
-    monkeypatch.setattr(io_module, "_write_behind", interrupted)
+    monkeypatch.setattr(io_module, "write_behind", interrupted)
     _, m = _loaded(tmp_path)
     copy(m, ["y"], prefix="twin/")
+    (tmp_path / "out").mkdir()
     with pytest.raises(KeyboardInterrupt):
-        save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
-    assert not (tmp_path / "o.onnx").exists()
-    assert len(children) == 1
-    with pytest.raises(ChildProcessError):
-        os.waitpid(children[0], os.WNOHANG)  # reaped already
+        save(m, tmp_path / "out" / "o.onnx", check=Check.TOUCHED)
+    assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_the_command_line_forks_the_verdict_of_a_large_copy(tmp_path):
-    """In a real command-line process (one thread: OpenBLAS is told to start none, as
-    ``python -m onnxsurgeon`` does) a copy inserting over 20,000 nodes is checked by a child
-    process that vouches for it, also on a terminal, where a phase timer thread runs beside
-    the save, but not beside a thread of anyone else's; the file is the one written with the
-    checks in-process."""
-    import os
-    import subprocess
-    import sys
+def test_the_package_never_forks():
+    """Saving checks in-process: no ``os.fork`` anywhere in the package (issue 25)."""
+    from pathlib import Path
 
-    src = tmp_path / "src.onnx"
-    src.write_bytes(builders.chain(7000).SerializeToString())
-    script = ("import sys, threading, onnxsurgeon.io as io\n"
-              "real = io._ForkedVerdict.verdict\n"
-              "def verdict(self, proto):\n"
-              "    said = real(self, proto)\n"
-              "    names = [t.name for t in threading.enumerate()]\n"
-              "    print('forked verdict:', said, names, file=sys.stderr)\n"
-              "    return said\n"
-              "io._ForkedVerdict.verdict = verdict\n"
-              "from onnxsurgeon.__main__ import main\n"
-              "sys.argv[0] = 'onnxsurgeon'\n"
-              "sys.exit(main())\n")
-    args = [sys.executable, "-c", script, "copy", str(src), "--outputs", "y", "--prefix",
-            "twin/", "-o"]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "ONNXSURGEON_PHASE_AFTER": "600"}
-    proc = subprocess.run([*args, str(tmp_path / "a.onnx")], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "forked verdict: vouched ['MainThread']" in proc.stderr
-    # stderr a terminal: the phase timers run. The wrapper's line goes to a file (what a pty
-    # still holds when its last writer exits is not always readable), and the terminal is
-    # drained while the command runs, so that it never blocks on a full one.
-    log = tmp_path / "verdict.log"
-    tty_script = ("import sys\nLOG = sys.argv.pop(1)\n"
-                  + script.replace("file=sys.stderr)", "file=open(LOG, 'a'), flush=True)"))
-    master, slave = os.openpty()
-    said: list[bytes] = []
+    import onnxsurgeon
 
-    def drain() -> None:
-        with contextlib.suppress(OSError):  # EIO: the terminal's other end is closed
-            while chunk := os.read(master, 4096):
-                said.append(chunk)
+    root = Path(onnxsurgeon.__file__).parent
+    forking = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if "os.fork" in p.read_text() or "fork()" in p.read_text()]
+    assert forking == []
 
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    try:
-        proc = subprocess.run([sys.executable, "-c", tty_script, str(log), *args[3:],
-                               str(tmp_path / "b.onnx")], stdout=subprocess.PIPE,
-                              stderr=slave, env=env, timeout=300)
-    finally:
-        os.close(slave)
-    reader.join(timeout=10)
-    os.close(master)
-    assert proc.returncode == 0, b"".join(said)
-    lines = log.read_text() if log.exists() else ""
-    assert "forked verdict: vouched ['MainThread', 'onnxsurgeon-phase: saving" in lines, (
-        lines, b"".join(said))
-    foreign = script.replace("from onnxsurgeon.__main__", "threading.Thread(target=threading."
-                             "Event().wait, daemon=True).start()\nfrom onnxsurgeon.__main__")
-    proc = subprocess.run([sys.executable, "-c", foreign, *args[3:], str(tmp_path / "d.onnx")],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0 and "forked verdict" not in proc.stderr, proc.stderr  # a thread
-    env["ONNXSURGEON_FORK"] = "0"
-    proc = subprocess.run([*args, str(tmp_path / "c.onnx")], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0 and "forked verdict" not in proc.stderr, proc.stderr
-    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
-    assert (tmp_path / "b.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
-    assert (tmp_path / "d.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
+

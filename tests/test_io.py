@@ -268,9 +268,12 @@ _KILL_SCRIPT = textwrap.dedent("""
     import os, sys
     import onnx
     from onnx import helper, TensorProto
+    import onnxsurgeon.atomic
     from onnxsurgeon.io import load, save
     folder = sys.argv[1]
-    n = 256 * 1024 * 1024  # 1 GiB of float32, written sparsely
+    if sys.argv[3] == "named":  # as on a filesystem that cannot link an unnamed file in
+        onnxsurgeon.atomic._LINKERS = ()
+    n = 256 * 1024 * 1024  # 1 GiB of float32, sparse: the disk holds what the kill leaves
     with open(os.path.join(folder, "w.bin"), "wb") as f:
         f.truncate(n * 4)
     w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[n],
@@ -288,7 +291,30 @@ _KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_killed_save_leaves_no_partial_output_and_keeps_old_output(tmp_path):
+def _files_being_written(pid: int, folder: Path) -> list[int]:
+    """Sizes of the files process ``pid`` has open for writing in ``folder``: named ones and
+    unnamed ones (``O_TMPFILE``, shown by /proc as ``folder/#inode (deleted)``)."""
+    sizes = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if os.path.dirname(target) == str(folder):
+                sizes.append(os.stat(f"/proc/{pid}/fd/{fd}").st_size)
+        except OSError:
+            continue
+    return sizes
+
+
+@pytest.mark.parametrize("kind", ["unnamed", "named"])
+def test_killed_save_leaves_no_partial_output_and_keeps_old_output(tmp_path, kind):
+    """SIGKILL in the middle of writing an external-data file: the earlier output stays intact
+    and nothing partial is visible. An unnamed temporary file (O_TMPFILE) leaves nothing at
+    all; a named one (a filesystem that cannot link unnamed files in) is left by the dead
+    writer and removed by the next save of that output (issue 26 item 14)."""
+    import onnxsurgeon.atomic as atomic
+
+    if kind == "unnamed" and atomic._linker(tmp_path) is None:
+        pytest.skip("this filesystem cannot link an O_TMPFILE file in (the named case runs)")
     src_dir = tmp_path / "src"
     src_dir.mkdir()
     out_dir = tmp_path / "out"
@@ -296,27 +322,53 @@ def test_killed_save_leaves_no_partial_output_and_keeps_old_output(tmp_path):
     out = out_dir / "o.onnx"
     save(builders.tiny_cnn(), out, external=True)  # an earlier, complete output
     old = {p.name: p.read_bytes() for p in out_dir.iterdir()}
-    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(src_dir), str(out)],
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(src_dir), str(out), kind],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 30
     started = False
     while time.monotonic() < deadline and not started:
-        # the data temp file exists and has grown: the save is mid-write
-        started = any(p.name.endswith(".tmp") and p.stat().st_size > 1 << 20
-                      for p in out_dir.iterdir())
+        # the data file being written has grown: the save is mid-write
+        started = any(size > 1 << 20 for size in _files_being_written(proc.pid, out_dir))
         if proc.poll() is not None:
             break
-        time.sleep(0.002)
+        time.sleep(0.001)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert started, "the save finished before it could be interrupted"
     visible = {p.name: p.read_bytes() for p in out_dir.iterdir() if not p.name.startswith(".")}
     assert visible == old  # the previous output is intact, nothing partial is visible
-    leftovers = [p.name for p in out_dir.iterdir() if p.name.startswith(".")]
-    assert all(n.endswith(".tmp") for n in leftovers)
+    left = sorted(p.name for p in out_dir.iterdir() if p.name.startswith("."))
+    if kind == "unnamed":
+        assert left == []
+    else:
+        assert len(left) == 1 and left[0].startswith(".o.onnx.data.") and left[0].endswith(".tmp")
     load(out)  # still a valid model with its own data
+    save(builders.tiny_cnn(), out, external=True)  # the next save of that output
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(old)
+
+
+def test_a_save_never_removes_the_temporary_file_of_a_live_writer(tmp_path):
+    """The temporary file of a save still running (its lock held) is left alone by a save of
+    the same output in the same folder."""
+    import onnxsurgeon.atomic as atomic
+
+    dev = os.stat(tmp_path).st_dev
+    known = atomic._LINKER.get(dev, ...)
+    atomic._LINKER[dev] = None  # the named kind, as on a filesystem without linkable O_TMPFILE
+    try:
+        live = atomic.AtomicFile(tmp_path, "o.onnx.data")
+        assert live.tmp_path is not None
+        save(builders.tiny_cnn(), tmp_path / "o.onnx", external=True)
+        assert os.path.exists(live.tmp_path)
+        live.close()
+        assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    finally:
+        if known is ...:
+            atomic._LINKER.pop(dev, None)
+        else:
+            atomic._LINKER[dev] = known
 
 
 # -------------------------------------------------------------------------------- scale
@@ -479,10 +531,10 @@ def test_save_switches_to_external_data_by_itself_above_the_threshold(tmp_path, 
 def _big_chain() -> onnx.ModelProto:
     """A valid chain whose serialized size passes the size from which a thread writes the file
     while the checker reads its bytes (5 MB: one 1100x1100 float weight)."""
-    from onnxsurgeon import io as io_module
+    from onnxsurgeon import atomic
 
     model = builders.chain(3, width=1100)
-    assert model.ByteSize() >= io_module._BEHIND_MIN
+    assert model.ByteSize() >= atomic._BEHIND_MIN
     return model
 
 

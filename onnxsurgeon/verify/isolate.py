@@ -12,12 +12,13 @@ answer at most the wall-time limit; a child that runs longer is killed. Hitting 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import select
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,14 @@ class IsolatedRunner:
                 with contextlib.suppress(OSError):
                     p.unlink()
         return {req: by_name[got] for req, got in self.read_as.items()}
+
+    def only(self, names: Sequence[str]) -> IsolatedRunner:
+        """This runner returning ``names`` only (each one it computes)."""
+        if list(self.read_as) == list(names):
+            return self
+        view = copy.copy(self)
+        view.read_as = {n: self.read_as[n] for n in names}
+        return view
 
     def close(self, *, kill: bool = False) -> None:
         """End the child (politely: close its stdin; ``kill``: at once)."""

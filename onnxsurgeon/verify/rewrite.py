@@ -262,17 +262,18 @@ def _node_position(index: GraphIndex, label: str) -> int | None:
 
 
 def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequence[str | int],
-              outputs: Sequence[str]) -> tuple[Model, str]:
-    """A copy of ``original`` where the main-graph ``nodes`` (names or positions; their bodies
-    included) and the
-    graph ``outputs`` read a new graph input instead of ``source``. Returns it and the input name.
+              outputs: Sequence[str]) -> tuple[Model, str, GraphIndex]:
+    """A copy of ``original`` (staged as ``oracle_index``) where the main-graph ``nodes``
+    (names or positions; their bodies included) and the graph ``outputs`` read a new graph
+    input instead of ``source``. Returns it, the input name and its index (the original's
+    producers: the nodes are the same, in order, only their reads renamed).
 
     Raises:
         UsageError: a node the record names is not in the original.
     """
     proto = onnx.ModelProto()
     proto.CopyFrom(original.proto)
-    index = GraphIndex(proto)
+    index = oracle_index.index  # node names and positions are the copy's too
     fresh = NameAllocator.for_model(proto).fresh(f"{source}__fed")
     for name in nodes:
         i = name if isinstance(name, int) else _node_position(index, name)
@@ -292,7 +293,7 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
     fed_vi = loose_value_info(oracle_index, source)
     fed_vi.name = fresh
     proto.graph.input.append(fed_vi)
-    cut_index = GraphIndex(proto)
+    cut_index = GraphIndex(proto, _producer=index.producer)  # same producers (see above)
     affected = {fresh} | {o for i in downstream_nodes(cut_index, [fresh])
                           for o in proto.graph.node[i].output}
     kept = [vi for vi in proto.graph.value_info if vi.name not in affected]
@@ -301,7 +302,7 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
     for out in proto.graph.output:
         if out.name in affected and out.type.HasField("tensor_type"):
             out.type.tensor_type.ClearField("shape")
-    return Model(proto, base_dir=original.base_dir, source=None), fresh
+    return Model(proto, base_dir=original.base_dir, source=None), fresh, cut_index
 
 
 def _fresh_block(record: InsertRecord, elem_type: int, opset: int,
@@ -337,8 +338,9 @@ class _Context:
         self.described = made.described
         self.notes = made.notes
 
-    def stage(self, model: Model, label: str) -> Staged:
-        return Staged(model, self.ws, label, threads=self.threads, limits=self.limits)
+    def stage(self, model: Model, label: str, index: GraphIndex | None = None) -> Staged:
+        return Staged(model, self.ws, label, threads=self.threads, limits=self.limits,
+                      index=index)
 
 
 def _check_extract(ctx: _Context, record: ExtractRecord, check: _Check) -> None:
@@ -399,8 +401,8 @@ def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
         cut_staged = orig
         for a, b in replace.items():
             users = sorted({u.node for u in cut_staged.index.consumers.get(a, ())})
-            cut_proto, n_in = cut_model(cut_proto, cut_staged, a, list(users), [])
-            cut_staged = ctx.stage(cut_proto, "cut")
+            cut_proto, n_in, cut_index = cut_model(cut_proto, cut_staged, a, list(users), [])
+            cut_staged = ctx.stage(cut_proto, "cut", cut_index)
             fed[n_in] = b
         cut_feeds = [{**f, **{n: nv[b] for n, b in fed.items()}}
                      for f, nv in zip(feeds, new_vals, strict=True)]
@@ -451,8 +453,8 @@ def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Seque
                    [n for n in orig.output_names if n in new.index.outputs],
                    lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
         return
-    cut, fed = cut_model(orig.model, orig, source, rerouted, rerouted_outputs)
-    cut_staged = ctx.stage(cut, "cut")
+    cut, fed, cut_index = cut_model(orig.model, orig, source, rerouted, rerouted_outputs)
+    cut_staged = ctx.stage(cut, "cut", cut_index)
     cut_feeds = [{**f, fed: values(k)} for k, f in enumerate(feeds)]
     pairs = _pair_outputs(orig, new, rerouted_outputs, fed, replacement, extra)
     shown = dict(zip([fed if o in rerouted_outputs else o for o in orig.output_names],

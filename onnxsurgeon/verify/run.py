@@ -2,16 +2,23 @@
 
 Rules kept here:
 
-* A session is always created from a file path. A model is staged once per verification into a
-  private temporary folder with :func:`onnxsurgeon.io.save` (external data streamed, inline weights
-  moved out above 2 GB), so protobuf's 2 GB limit never applies and external data always works.
+* A model is staged once per verification (:class:`Staged`): its index is built (or reused from
+  the verb that made it, :func:`onnxsurgeon.io.current_index`) once, and it is serialized once.
+  A model without external data is handed to onnxruntime as bytes (nothing written); one with
+  external data runs from its unchanged source file, else from a copy saved into a private
+  temporary folder without fsync (:func:`onnxsurgeon.io.save` ``durable=False``: external data
+  streamed, inline weights moved out above 2 GB), so protobuf's 2 GB limit never applies.
+* Intermediate tensors are exposed as extra graph outputs appended to those bytes (a serialized
+  ``GraphProto`` merges into the one before it), so exposing them never copies or parses the
+  model again. Their declared type is what the model declares (element type only), else none:
+  onnxruntime infers it, and the session's output types are then known to :attr:`Staged.oracle`
+  (onnx shape inference runs only for what neither says). Tensors numpy cannot hold (bfloat16,
+  float8) are exposed through an exact ``Cast`` to float32.
 * Graph optimizations are disabled and only the CPU provider is used, so a rewrite that should be
   exact is compared bit for bit.
-* At most one session per model is alive at once; the caller decides when it ends (``with``).
-* Intermediate tensors are exposed as extra graph outputs in bounded batches. Their declared type
-  is the element type only (from :class:`~onnxsurgeon.types.TypeOracle`; onnxruntime infers the
-  rest, and a shape would only risk merge warnings). Tensors numpy cannot hold (bfloat16, float8)
-  are exposed through an exact ``Cast`` to float32.
+* The last session a model used stays open for the next request it can serve (the same tensors
+  or fewer); at most one idle session per :class:`Workspace`, so at most one model's session is
+  held beyond those in use.
 """
 
 from __future__ import annotations
@@ -32,9 +39,9 @@ from ..checking import Check
 from ..errors import InvalidModelError
 from ..external import is_external, iter_tensors
 from ..index import GraphIndex
-from ..io import Model, as_model, load, save
+from ..io import EXTERNAL_THRESHOLD, Model, as_model, current_index, load, save
 from ..names import NameAllocator
-from ..types import TypeOracle
+from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
 
 if TYPE_CHECKING:
@@ -64,9 +71,9 @@ def to_model(model: ModelLike) -> Model:
     return as_model(model)
 
 
-def new_session(path: Path, *, threads: int = 0) -> Any:
-    """An onnxruntime session for the file ``path``: CPU, optimizations off, no log lines
-    (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
+def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = None) -> Any:
+    """An onnxruntime session for the file ``model`` (or serialized bytes): CPU, optimizations
+    off, no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
     import onnxruntime as ort
 
     severity = ort_log_severity()  # onnxruntime's own (coloured) lines stay off stderr
@@ -76,11 +83,13 @@ def new_session(path: Path, *, threads: int = 0) -> Any:
     options.log_severity_level = severity
     if threads:
         options.intra_op_num_threads = threads
+    name = label or (model.name if isinstance(model, Path) else "model")
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
+                                    providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several unrelated types
         raise ModelRunError(
-            f"onnxruntime cannot load model '{path.name}': {_first_line(exc)}; check the model "
+            f"onnxruntime cannot load model '{name}': {_first_line(exc)}; check the model "
             "with 'onnxsurgeon inspect' and onnx.checker"
         ) from None
 
@@ -90,10 +99,10 @@ def _first_line(exc: BaseException) -> str:
     return (text[-1] if text else type(exc).__name__)[:300]
 
 
-def _unchanged_source(model: Model) -> Path | None:
+def _unchanged_source(model: Model, external: bool) -> Path | None:
     """``model.source`` when the proto in memory equals that file and keeps weights external
     (running it in place avoids copying the weights); None otherwise."""
-    if model.source is None or not any(is_external(t) for t in iter_tensors(model.proto)):
+    if model.source is None or not external:
         return None
     try:
         on_disk = onnx.load(str(model.source), load_external_data=False)
@@ -103,17 +112,37 @@ def _unchanged_source(model: Model) -> Path | None:
 
 
 class Workspace:
-    """A private temporary folder holding staged models; removed on :meth:`close` / ``with``."""
+    """A private temporary folder holding staged models, and the one idle session kept for
+    reuse; both are released on :meth:`close` / ``with``."""
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="onnxsurgeon-verify-"))
         self._count = 0
+        self._idle: tuple[Staged, tuple[str, ...], Runner | IsolatedRunner] | None = None
 
     def fresh_path(self, stem: str) -> Path:
         self._count += 1
         return self.dir / f"{self._count:03d}-{stem}.onnx"
 
+    def take(self, staged: Staged, names: Sequence[str]) -> Runner | IsolatedRunner | None:
+        """The idle session when it is ``staged``'s and computes every one of ``names`` (it is
+        then in use, no longer idle), else None."""
+        idle = self._idle
+        if idle is None or idle[0] is not staged or not set(names) <= set(idle[1]):
+            return None
+        self._idle = None
+        return idle[2]
+
+    def keep(self, staged: Staged, runner: Runner | IsolatedRunner) -> None:
+        """Keep ``runner`` (no longer in use) as the idle session, closing the one before."""
+        old, self._idle = self._idle, (staged, tuple(runner.read_as), runner)
+        if old is not None:
+            old[2].close()
+
     def close(self) -> None:
+        if self._idle is not None:
+            self._idle[2].close()
+            self._idle = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Workspace:
@@ -123,53 +152,141 @@ class Workspace:
         self.close()
 
 
-class Staged:
-    """One model written once into a :class:`Workspace`, ready for sessions and variants.
+_ORT_TYPES = {f"tensor({name})": value for name, value in (
+    ("float", TensorProto.FLOAT), ("double", TensorProto.DOUBLE), ("float16", TensorProto.FLOAT16),
+    ("bfloat16", TensorProto.BFLOAT16), ("int8", TensorProto.INT8), ("int16", TensorProto.INT16),
+    ("int32", TensorProto.INT32), ("int64", TensorProto.INT64), ("uint8", TensorProto.UINT8),
+    ("uint16", TensorProto.UINT16), ("uint32", TensorProto.UINT32),
+    ("uint64", TensorProto.UINT64), ("bool", TensorProto.BOOL), ("string", TensorProto.STRING))}
+"""onnxruntime's names of tensor types (``NodeArg.type``) -> ONNX element types."""
 
-    Variants (the same model with extra outputs) are written beside the staged file and share its
-    external data file, so exposing intermediates never copies weights again.
+
+class _Types(TypeOracle):
+    """The types of a staged model's tensors, cheapest source first: what the model declares
+    (:func:`~onnxsurgeon.types.known_value_info`), what onnxruntime inferred for the outputs of
+    a session of this model (:meth:`learn`), then the :class:`~onnxsurgeon.types.TypeOracle`'s
+    onnx shape inference (once)."""
+
+    def __init__(self, index: GraphIndex) -> None:
+        super().__init__(index)
+        self.learned: dict[str, onnx.ValueInfoProto] = {}
+
+    def learn(self, session: Any) -> None:
+        """Record the tensor types onnxruntime gives the outputs of ``session``."""
+        declared = self.index.outputs
+        for arg in session.get_outputs():
+            elem = _ORT_TYPES.get(arg.type)
+            if elem is not None and arg.name not in self.learned:
+                # a graph output shows its declaration, and an unknown rank reads as [] as a
+                # scalar does: the element type only, then (onnx inference says the rest)
+                shape = None if arg.name in declared or not arg.shape else arg.shape
+                # a name onnxruntime gives a dim is its own (``unk__3``): unknown here
+                dims = None if shape is None else [d if isinstance(d, int) else None
+                                                   for d in shape]
+                self.learned[arg.name] = helper.make_tensor_value_info(arg.name, elem, dims)
+
+    def declared_elem(self, name: str) -> int:
+        """The element type the model or a session says, without inference (0: neither)."""
+        index = self.index
+        vi = known_value_info(index, name) or self.learned.get(name)
+        if vi is None:
+            vi = index.value_info.get(name)
+            for kind, at in (("input", index.inputs), ("output", index.outputs)):
+                if vi is None and name in at:
+                    vi = getattr(index.graph, kind)[at[name]]
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return 0
+        return int(vi.type.tensor_type.elem_type)
+
+    def value_info(self, name: str) -> onnx.ValueInfoProto | None:
+        vi = known_value_info(self.index, name)
+        if vi is not None:
+            return vi
+        learned = self.learned.get(name)
+        if learned is not None and learned.type.tensor_type.HasField("shape"):
+            return learned
+        return super().value_info(name) or learned
+
+    def elem_type(self, name: str) -> int:
+        return self.declared_elem(name) or super().elem_type(name)
+
+
+class Staged:
+    """One model staged once for sessions and variants (see the module docstring).
+
+    Variants (the same model with extra outputs) are its serialized bytes plus those outputs;
+    with external data they are written beside the staged file and share its data file, so
+    exposing intermediates never copies weights again.
 
     Attributes:
         model: the model as given (its proto is never modified).
-        index: a :class:`GraphIndex` of ``model``.
-        oracle: a :class:`TypeOracle` over that index.
-        path: the staged file.
+        index: a :class:`GraphIndex` of ``model`` (the one its verb handed on, when it did).
+        oracle: the types of its tensors (declared, then learned from sessions, then inferred).
         label: a name for messages ("reference", "candidate", ...).
         limits: when set, every session runs in a child process under these limits
             (see :mod:`onnxsurgeon.verify.isolate`).
     """
 
     def __init__(self, model: Model, workspace: Workspace, label: str, *, threads: int = 0,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, index: GraphIndex | None = None) -> None:
+        """``index``: an index of ``model`` its caller already holds (else one is made)."""
         self.model = model
         self.label = label
         self.threads = threads
         self.limits = limits
         self.workspace = workspace
-        self.index = GraphIndex(model.proto)
-        self.oracle = TypeOracle(self.index)
+        self.index = index if index is not None else current_index(model)
+        self.oracle = _Types(self.index)
         self._path: Path | None = None
-        self._proto: onnx.ModelProto | None = None
-        self.source_path = _unchanged_source(model)
+        self._bytes: bytes | None = None
+        self._external = any(map(is_external, iter_tensors(model.proto)))
+        self.source_path = _unchanged_source(model, self._external)
         self.output_names = [o.name for o in model.proto.graph.output]
         self.input_names = self.index.input_names()  # inputs with a default value included
 
     @property
     def path(self) -> Path:
-        """The staged copy (written on first use: variants need the weights beside them)."""
+        """A file of the model (written on first use, without fsync: a scratch copy)."""
         if self._path is None:
-            self._path = save(self.model, self.workspace.fresh_path(self.label), check=Check.OFF)
+            if self._in_memory():
+                self._path = self.workspace.fresh_path(self.label)
+                self._path.write_bytes(self._serialized())
+            else:
+                self._path = save(self.model, self.workspace.fresh_path(self.label),
+                                  check=Check.OFF, durable=False)
         return self._path
 
-    def base_path(self) -> Path:
-        """A file computing the graph outputs: the source file itself when the model in memory
-        is unchanged and keeps its weights external (no copy), else the staged copy."""
-        return self.source_path if self.source_path is not None else self.path
+    def _in_memory(self) -> bool:
+        """Whether sessions load this model from bytes (no external data, under 2 GB)."""
+        if self._external:
+            return False
+        if self._bytes is None:
+            try:
+                self._bytes = self.model.proto.SerializeToString()
+            except ValueError:  # over protobuf's limit: staged on disk, weights external
+                self._external = True
+                return False
+        if len(self._bytes) > EXTERNAL_THRESHOLD:
+            self._external, self._bytes = True, None
+        return not self._external
 
-    def _staged_proto(self) -> onnx.ModelProto:
-        if self._proto is None:
-            self._proto = onnx.load(str(self.path), load_external_data=False)
-        return self._proto
+    def _serialized(self) -> bytes:
+        """The bytes sessions and variants start from: the model's own (in memory), or the
+        staged copy's (whose locations name the staged data file)."""
+        if self._in_memory():
+            assert self._bytes is not None
+            return self._bytes
+        if self._bytes is None:
+            self._bytes = self.path.read_bytes()
+        return self._bytes
+
+    def base(self) -> Path | bytes:
+        """What computes the graph outputs: the source file itself when the model in memory is
+        unchanged and keeps its weights external (no copy), the bytes in memory, else the
+        staged copy."""
+        if self.source_path is not None:
+            return self.source_path
+        return self._serialized() if self._in_memory() else self.path
 
     def is_tensor(self, name: str) -> bool:
         return self.index.is_tensor(name)
@@ -177,74 +294,80 @@ class Staged:
     def elem_type(self, name: str) -> int:
         return self.oracle.elem_type(name)
 
-    def write_variant(self, names: Sequence[str]) -> tuple[Path, dict[str, str]]:
-        """A file of this model whose outputs are exactly ``names`` (any main-graph tensors).
-
-        Returns the path and, per requested name, the output name to read (a float32 ``Cast`` of
-        it for types numpy cannot hold).
-        """
-        proto = self._staged_proto()
-        graph = proto.graph
-        saved_outputs = list(graph.output)
-        n_nodes = len(graph.node)
+    def _variant(self, names: Sequence[str], typed: bool) -> tuple[Path | bytes, dict[str, str]]:
+        """A model computing ``names`` too (any main-graph tensors) and the output to read for
+        each (a float32 ``Cast`` of it for types numpy cannot hold). Outputs are declared with
+        the element type the model says (``typed``: inferred when it does not), else none."""
+        outputs = set(self.output_names)
+        extra = onnx.ModelProto()
+        graph = extra.graph
         alloc: NameAllocator | None = None
         read_as: dict[str, str] = {}
-        known = {o.name: o for o in saved_outputs}
-        try:
-            del graph.output[:]
-            for name in names:
-                elem = self.elem_type(name)
-                if elem in _WIDEN:
-                    alloc = alloc or NameAllocator.for_model(proto)
-                    wide = alloc.fresh(f"{name}__as_float")
-                    graph.node.append(helper.make_node(
-                        "Cast", [name], [wide], name=alloc.fresh(f"{name}__cast"),
-                        to=TensorProto.FLOAT))
-                    graph.output.append(helper.make_tensor_value_info(wide, TensorProto.FLOAT, None))
-                    read_as[name] = wide
-                    continue
-                if name in known and known[name].type.WhichOneof("value") is not None:
-                    graph.output.append(known[name])
-                else:
-                    vi = onnx.ValueInfoProto(name=name)
-                    if elem:
-                        vi = helper.make_tensor_value_info(name, elem, None)
-                    graph.output.append(vi)
-                read_as[name] = name
-            path = self.workspace.fresh_path(f"{self.label}-variant")
-            path.write_bytes(proto.SerializeToString(deterministic=True))
-        finally:
-            del graph.output[:]
-            graph.output.extend(saved_outputs)
-            del graph.node[n_nodes:]
+        for name in names:
+            elem = self.elem_type(name) if typed else self.oracle.declared_elem(name)
+            if elem in _WIDEN:
+                alloc = alloc or NameAllocator.for_model(self.model.proto)
+                wide = alloc.fresh(f"{name}__as_float")
+                graph.node.append(helper.make_node(
+                    "Cast", [name], [wide], name=alloc.fresh(f"{name}__cast"),
+                    to=TensorProto.FLOAT))
+                graph.output.append(helper.make_tensor_value_info(wide, TensorProto.FLOAT, None))
+                read_as[name] = wide
+                continue
+            if name not in outputs:
+                vi = onnx.ValueInfoProto(name=name)
+                if elem:
+                    vi = helper.make_tensor_value_info(name, elem, None)
+                graph.output.append(vi)
+                outputs.add(name)
+            read_as[name] = name
+        if not graph.output and not graph.node:
+            return self.base(), read_as
+        data = self._serialized() + extra.SerializeToString(deterministic=True)
+        if self._in_memory() and self.limits is None:
+            return data, read_as
+        path = self.workspace.fresh_path(f"{self.label}-variant")
+        path.write_bytes(data)
         return path, read_as
 
-    @contextlib.contextmanager
-    def session(self, names: Sequence[str] | None = None) -> Iterator[Runner | IsolatedRunner]:
-        """A live session computing ``names`` (default: the graph outputs). One at a time."""
-        wanted = list(self.output_names if names is None else names)
-        needs_variant = names is not None and wanted != self.output_names
-        if not needs_variant and any(self.elem_type(n) in _WIDEN for n in wanted):
-            needs_variant = True
-        if needs_variant:
-            path, read_as = self.write_variant(wanted)
-        else:
-            path, read_as = self.base_path(), {n: n for n in wanted}
-        runner: Runner | IsolatedRunner
+    def _open(self, wanted: list[str]) -> Runner | IsolatedRunner:
+        """A new session computing ``wanted``."""
         if self.limits is not None:
             from .isolate import IsolatedRunner
 
-            runner = IsolatedRunner(path, read_as, self.label, self.limits, self.workspace.dir,
-                                    threads=self.threads)
-        else:
-            runner = Runner(new_session(path, threads=self.threads), read_as, self.label)
+            model, read_as = self._variant(wanted, typed=True)
+            if isinstance(model, bytes):  # pragma: no cover - isolated variants are files
+                model = self.path
+            return IsolatedRunner(model, read_as, self.label, self.limits, self.workspace.dir,
+                                  threads=self.threads)
         try:
-            yield runner
+            model, read_as = self._variant(wanted, typed=False)
+            session = new_session(model, threads=self.threads, label=self.label)
+        except ModelRunError:  # outputs onnxruntime could not type by itself: say them
+            model, read_as = self._variant(wanted, typed=True)
+            session = new_session(model, threads=self.threads, label=self.label)
+        self.oracle.learn(session)
+        if any(read_as[n] == n and self.oracle.declared_elem(n) in _WIDEN for n in wanted):
+            model, read_as = self._variant(wanted, typed=False)  # now known: cast them
+            session = new_session(model, threads=self.threads, label=self.label)
+        self._drop(model)
+        return Runner(session, read_as, self.label)
+
+    def _drop(self, model: Path | bytes) -> None:
+        if isinstance(model, Path) and model not in (self._path, self.source_path):
+            with contextlib.suppress(OSError):
+                model.unlink()
+
+    @contextlib.contextmanager
+    def session(self, names: Sequence[str] | None = None) -> Iterator[Runner | IsolatedRunner]:
+        """A live session computing ``names`` (default: the graph outputs): the workspace's
+        idle one when it is this model's and computes them, else a new one; kept idle after."""
+        wanted = list(dict.fromkeys(self.output_names if names is None else names))
+        runner = self.workspace.take(self, wanted) or self._open(wanted)
+        try:
+            yield runner.only(wanted)
         finally:
-            runner.close()
-            if path not in (self._path, self.source_path):
-                with contextlib.suppress(OSError):
-                    path.unlink()
+            self.workspace.keep(self, runner)
 
     def run(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None,
             *, batch: int = DEFAULT_BATCH) -> dict[str, np.ndarray]:
@@ -271,6 +394,12 @@ class Runner:
         # inputs with a default value (IR >= 4): fed when given
         self._optional = {i.name for i in session.get_overridable_initializers()}
 
+    def only(self, names: Sequence[str]) -> Runner:
+        """This session returning ``names`` only (each one it computes)."""
+        if list(self.read_as) == list(names):
+            return self
+        return Runner(self._session, {n: self.read_as[n] for n in names}, self.label)
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once; returns requested name -> array. Raises :class:`ModelRunError`."""
         feed = {k: v for k, v in feeds.items() if k in self._inputs or k in self._optional}
@@ -281,6 +410,8 @@ class Runner:
                 "to the inputs file"
             )
         names = list(self.read_as.values())
+        if not names:  # onnxruntime would return every output
+            return {}
         try:
             outs = self._session.run(names, feed)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several unrelated types

@@ -1,0 +1,86 @@
+"""What ``insert ... --verify`` costs, counted in a real command-line process (issue 25).
+
+The wrappers below count calls of the real functions and call them through (nothing is
+replaced): loads of the input, GraphIndex constructions (and of those, the builds that walk the
+nodes for their producer map; an index made from a map already built, load's or the verb's,
+walks nothing), fsyncs, onnx shape inferences, onnx.checker runs and onnxruntime sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from tests.cli_helpers import ROOT
+
+_COUNTING = textwrap.dedent("""
+    import collections, json, os, sys
+    counts = collections.Counter()
+
+    def counted(owner, name, key, when=lambda *a, **k: True):
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            if when(*args, **kwargs):
+                counts[key] += 1
+            return real(*args, **kwargs)
+
+        setattr(owner, name, wrapper)
+
+    import onnx.checker, onnx.shape_inference, onnxruntime
+    import onnxsurgeon.index, onnxsurgeon.io
+    counted(os, "fsync", "fsync")
+    counted(onnx.shape_inference, "infer_shapes", "shape inference")
+    counted(onnx.checker, "check_model", "check_model")
+    counted(onnxruntime.InferenceSession, "__init__", "onnxruntime session")
+    counted(onnxsurgeon.index.GraphIndex, "__init__", "index")
+    counted(onnxsurgeon.index.GraphIndex, "__init__", "index build",
+            lambda self, model, _producer=None, **kw: _producer is None)
+    model = os.path.abspath(sys.argv[1])
+    counted(onnxsurgeon.io, "load", "load of the input",
+            lambda path, *a, **k: os.path.abspath(path) == model)
+    from onnxsurgeon.__main__ import main
+    sys.argv = ["onnxsurgeon", *sys.argv[2:]]
+    code = main()
+    print("COUNTS " + json.dumps(counts), file=sys.stderr)
+    sys.exit(code)
+""")
+
+
+def _counted(*argv: object) -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:
+    proc = subprocess.run([sys.executable, "-c", _COUNTING, str(argv[1]), *map(str, argv)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("COUNTS "))
+    return proc, json.loads(line.removeprefix("COUNTS "))
+
+
+def test_insert_verify_loads_once_syncs_once_and_stages_each_model_once(tmp_path):
+    """``insert models/seed_cnn.onnx ... --verify``: the input is loaded once (verify compares
+    against a copy taken before the verb), the only fsync is the output's (verification stages
+    in memory), at most 3 index builds, and 4 onnxruntime sessions: the original, the result,
+    the block alone and the original recomputed with the block's values. Shape inference: the
+    verb's three (the tensor's type, building the block, its output) and verify's rebuilt
+    block; none for the staged models (their types are declared or onnxruntime's)."""
+    out = tmp_path / "out.onnx"
+    proc, counts = _counted("insert", "models/seed_cnn.onnx", "-o", out, "--at",
+                            "network/layer_conv5/Relu:0", "--op", "identity", "--verify")
+    assert "ok: 4/4 pairs agree" in proc.stdout
+    assert counts["load of the input"] == 1
+    assert counts["fsync"] == 1
+    assert counts["index build"] <= 3
+    assert counts["onnxruntime session"] == 4
+    assert counts["shape inference"] <= 4
+    assert out.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx"]
+
+
+def test_insert_without_verify_costs_no_session_and_one_fsync(tmp_path):
+    """Without --verify nothing of the verification runs: no session, no copy of the input."""
+    _, counts = _counted("insert", "models/seed_cnn.onnx", "-o", tmp_path / "o.onnx", "--at",
+                         "network/layer_conv5/Relu:0", "--op", "identity")
+    assert counts["load of the input"] == 1
+    assert counts["fsync"] == 1
+    assert counts.get("onnxruntime session", 0) == 0
