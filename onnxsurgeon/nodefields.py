@@ -52,7 +52,8 @@ def edge_ops(ops: list[str], domains: list[str], multi: Sequence[int]) -> list[s
     every node is in the default domain; ``ops`` itself is never changed."""
     n = len(ops)
     if domains.count("") + domains.count("ai.onnx") != n:
-        ops = [op if not dom or dom == "ai.onnx" else "" for op, dom in zip(ops, domains, strict=True)]
+        ops = [op if not dom or dom == "ai.onnx" else ""
+               for op, dom in zip(ops, domains, strict=True)]
     elif multi:
         ops = list(ops)
     for i in multi:
