@@ -9,8 +9,10 @@
  *
  * Every read is bounds-checked against the buffer. Field numbers follow onnx.proto:
  *   ModelProto.graph = 7; GraphProto.node = 1, .initializer = 5;
- *   NodeProto.input = 1, .output = 2, .name = 3, .op_type = 4, .attribute = 5, .domain = 7;
  *   TensorProto.dims = 1, .data_type = 2, .name = 8, .raw_data = 9.
+ * A node's edge fields are not named here: scan_nodes is handed their numbers by its caller
+ * (onnxsurgeon/nodefields.py EDGE_FIELD_NUMBERS, read from onnx's own NodeProto descriptor), so
+ * validation, the index and this scan read the one description.
  * A known field with another wire type is an unknown field to protobuf, and is skipped here.
  */
 #define PY_SSIZE_T_CLEAN
@@ -175,8 +177,36 @@ static int next_item(Cursor *g, uint32_t want, Cursor *item) {
     return r;
 }
 
-/* scan_nodes(data, first) -> (preds, counts, names, ops, domains, multi, holders, suspects)
- * or None.
+/* The roles of a node's edge fields, in the order of nodefields.EDGE_FIELD_NAMES. */
+enum { NOT_AN_EDGE, INPUT, OUTPUT, ATTRIBUTE, NAME, OP_TYPE, DOMAIN, ROLES };
+#define MAX_EDGE_FIELD 64
+
+/* role[number] of every edge field from its numbers (EDGE_FIELD_NUMBERS, one per role in role
+ * order); 0 and a ValueError unless they are distinct and between 1 and MAX_EDGE_FIELD - 1. */
+static int edge_roles(PyObject *numbers, unsigned char role[MAX_EDGE_FIELD]) {
+    memset(role, NOT_AN_EDGE, MAX_EDGE_FIELD);
+    if (PyTuple_GET_SIZE(numbers) != ROLES - 1) {
+        PyErr_SetString(PyExc_ValueError, "scan_nodes: give the six edge field numbers");
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < ROLES - 1; k++) {
+        long number = PyLong_AsLong(PyTuple_GET_ITEM(numbers, k));
+        if (number == -1 && PyErr_Occurred()) return 0;
+        if (number < 1 || number >= MAX_EDGE_FIELD || role[number] != NOT_AN_EDGE) {
+            PyErr_SetString(PyExc_ValueError, "scan_nodes: edge field numbers must be distinct "
+                                              "and below 64");
+            return 0;
+        }
+        role[number] = (unsigned char)(k + 1);
+    }
+    return 1;
+}
+
+/* scan_nodes(data, first, numbers) -> (preds, counts, names, ops, domains, multi, holders,
+ * suspects) or None.
+ *
+ * ``numbers``: the field numbers of NodeProto's input, output, attribute, name, op_type and
+ * domain (nodefields.EDGE_FIELD_NUMBERS); every other field of a node is skipped.
  *
  * The main graph's node loop of onnxsurgeon.validate._check_scope, on the serialized model:
  * for node i, every input's entry in ``first`` (None when absent) is appended to preds and the
@@ -188,8 +218,14 @@ static int next_item(Cursor *g, uint32_t want, Cursor *item) {
  * On None, ``first`` may hold keys added by the nodes read so far; the caller removes them. */
 static PyObject *scan_nodes(PyObject *self, PyObject *args) {
     Py_buffer buf;
-    PyObject *first;
-    if (!PyArg_ParseTuple(args, "y*O!", &buf, &PyDict_Type, &first)) return NULL;
+    PyObject *first, *numbers;
+    unsigned char role[MAX_EDGE_FIELD];
+    if (!PyArg_ParseTuple(args, "y*O!O!", &buf, &PyDict_Type, &first, &PyTuple_Type, &numbers))
+        return NULL;
+    if (!edge_roles(numbers, role)) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     PyObject *preds = PyList_New(0), *counts = PyList_New(0), *names = PyList_New(0);
     PyObject *ops = PyList_New(0), *domains = PyList_New(0), *multi = PyList_New(0);
     PyObject *holders = PyList_New(0), *empty = PyUnicode_FromStringAndSize("", 0);
@@ -213,9 +249,9 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
         Py_ssize_t n_in = 0, n_out = 0;
         int has_attr = 0, rr;
         while ((rr = next_field(&c, &number, &wire, &f, &value)) == 1) {
-            if (wire != 2) continue;
-            switch (number) {
-            case 1: {
+            if (wire != 2 || number >= MAX_EDGE_FIELD) continue;
+            switch (role[number]) {
+            case INPUT: {
                 PyObject *key = text(f);
                 if (key == NULL) {
                     bail = 1;
@@ -228,11 +264,11 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
                 n_in++;
                 break;
             }
-            case 2: n_out++; break;
-            case 3: name = f; break;
-            case 4: op = f; break;
-            case 5: has_attr = 1; break;
-            case 7: domain = f; break;
+            case OUTPUT: n_out++; break;
+            case NAME: name = f; break;
+            case OP_TYPE: op = f; break;
+            case ATTRIBUTE: has_attr = 1; break;
+            case DOMAIN: domain = f; break;
             default: break;
             }
         }
@@ -258,7 +294,7 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
         /* second pass: the outputs */
         c = node;
         while (next_field(&c, &number, &wire, &f, &value) == 1) {
-            if (number != 2 || wire != 2) continue;
+            if (wire != 2 || number >= MAX_EDGE_FIELD || role[number] != OUTPUT) continue;
             if (n_out != 1 && f.p == f.end) continue; /* an omitted optional output */
             PyObject *key = text(f);
             if (key == NULL) {

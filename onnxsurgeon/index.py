@@ -26,6 +26,9 @@ import onnx
 from onnx import AttributeProto
 
 from .errors import InvalidModelError
+from .nodefields import EDGE_FIELDS as EDGE_FIELDS  # re-exported: their home before nodefields
+from .nodefields import edge_op as edge_op
+from .nodefields import edge_ops, node_pass
 
 DEFAULT_INPUT_IR = 4
 """From this IR version on an initializer need not be a graph input, so a graph input that is
@@ -256,20 +259,14 @@ def with_initializer_types(
 _NAME = attrgetter("name")
 _ATTRIBUTES = attrgetter("attribute")
 _INPUTS = attrgetter("input")
-EDGE_FIELDS = attrgetter("input", "output", "attribute", "name", "op_type", "domain")
-"""The node fields every int-graph builder reads, in one C-level call per node."""
-
-
-def edge_op(op: str, domain: str, outputs: Sequence[str]) -> str:
-    """What :attr:`NodeEdges.ops` holds for a node: its op for a default-domain node with one
-    output (the nodes the cheap type pass can type), else ""."""
-    return op if len(outputs) == 1 and (not domain or domain == "ai.onnx") else ""
 
 
 def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
     """The :class:`NodeEdges` of ``graph`` with the ids load's validation gives (graph inputs,
-    then initializers, as leaves), or None when a node holds a subgraph, reads a name not
-    defined before it, or redefines one. One C-level field read per node. O(nodes + edges)."""
+    then initializers, as leaves), by the same node pass
+    (:func:`~onnxsurgeon.nodefields.node_pass`); None when a node holds a subgraph, reads a
+    name not defined before it, or redefines one (a single output "" counts). O(nodes + edges).
+    """
     first: dict[str, int] = {}
     for name in map(_NAME, graph.input):
         first.setdefault(name, -2 - len(first))
@@ -278,28 +275,13 @@ def _build_edges(graph: onnx.GraphProto) -> NodeEdges | None:
     for st in graph.sparse_initializer:
         first.setdefault(st.values.name, -2 - len(first))
     first[""] = -1
-    get, put = first.get, first.setdefault
-    preds: list[int | None] = []
-    counts: list[int] = []
-    names: list[str] = []
-    ops: list[str] = []
-    record, count, name_of, op_of = preds.extend, counts.append, names.append, ops.append
     nodes = graph.node
-    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, nodes)):
-        record(map(get, ins))
-        count(len(ins))
-        name_of(name)
-        op_of(edge_op(op, dom, outs))
-        for out in outs:
-            if out and put(out, i) != i:
-                return None
-        if attrs and has_subgraphs(nodes[i]):
-            return None
-    if None in preds:
+    preds, counts, names, ops, domains, multi, holders, suspects = node_pass(nodes, first)
+    if suspects or None in preds or any(has_subgraphs(nodes[i]) for i in holders):
         return None
     leaves = {i: name for name, i in first.items() if i < -1}
     return NodeEdges(preds, [0, *accumulate(counts)], leaves, names,  # type: ignore[arg-type]
-                     ops)
+                     edge_ops(ops, domains, multi))
 
 
 def positions(items: list[Any], value: Any) -> list[int]:
@@ -403,8 +385,7 @@ class GraphIndex:
 
     def int_graph(self) -> NodeEdges | None:
         """The int dataflow graph: the one load handed over, else built from the proto once
-        (one pass reading each node's inputs, outputs, attributes and name; kept in
-        :attr:`memo`). None when a node holds a subgraph, a tensor is produced twice or a
+        (the node pass of :mod:`onnxsurgeon.nodefields`, as load's; kept in :attr:`memo`). None when a node holds a subgraph, a tensor is produced twice or a
         node reads a name not defined before it (the name-based passes handle those).
         O(nodes + edges)."""
         if self.edges is not None:

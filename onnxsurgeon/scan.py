@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .nodefields import EDGE_FIELD_NUMBERS
+
 _scan: Any
 try:
     from . import _scan  # type: ignore[attr-defined, no-redef, unused-ignore]  # maybe unbuilt
@@ -50,10 +52,13 @@ def initializers(data: bytes) -> tuple[list[str], list[tuple[int, tuple[int, ...
 
 
 def nodes(data: bytes, first: dict[str, int]) -> tuple[Any, ...] | None:
-    """The main graph's node loop of :func:`onnxsurgeon.validate._check_scope`, on the
-    serialized model ``data``: (preds, counts, names, ops, domains, multi, holders, suspects),
-    with ``first`` updated as that loop updates it; None when not read here (``first`` may then
-    hold keys added on the way: the caller removes them)."""
+    """The main graph's node pass (:func:`onnxsurgeon.nodefields.node_pass`, as
+    :func:`onnxsurgeon.validate._check_scope` runs it), on the serialized model ``data``:
+    (preds, counts, names, ops, domains, multi, holders, suspects), with ``first`` updated as
+    that pass updates it; None when not read here (``first`` may then hold keys added on the
+    way: the caller removes them). The C code reads the fields
+    :data:`~onnxsurgeon.nodefields.EDGE_FIELD_NUMBERS` names, handed to it here."""
     if not available():
         return None
-    return _scan.scan_nodes(data, first)  # type: ignore[no-any-return, unused-ignore]
+    return _scan.scan_nodes(  # type: ignore[no-any-return, unused-ignore]
+        data, first, EDGE_FIELD_NUMBERS)

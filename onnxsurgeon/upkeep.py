@@ -36,7 +36,8 @@ from typing import Any, NamedTuple
 
 import onnx
 
-from .index import EDGE_FIELDS, GraphIndex, NodeEdges, edge_op, has_subgraphs, positions
+from .index import GraphIndex, NodeEdges, has_subgraphs, positions
+from .nodefields import EDGE_FIELDS, edge_op, edge_ops, node_pass
 
 _NAME = attrgetter("name")
 _FIELD0, _FIELD1, _FIELD2, _FIELD3, _FIELD4, _FIELD5 = map(itemgetter, range(6))  # EDGE_FIELDS
@@ -49,12 +50,13 @@ class Written(NamedTuple):
     outputs: Sequence[Sequence[str]]
     names: Sequence[str]
     ops: Sequence[str]
-    """Each node's :func:`~onnxsurgeon.index.edge_op`."""
+    """Each node's :func:`~onnxsurgeon.nodefields.edge_op`."""
 
     @classmethod
     def of(cls, nodes: Sequence[onnx.NodeProto]) -> Written | None:
-        """The fields of ``nodes``, read from the proto a field at a time (one C-level call per
-        node); None when one holds a body (If/Loop/Scan: the upkeep cannot follow it)."""
+        """The fields of ``nodes``, read from the proto by
+        :data:`~onnxsurgeon.nodefields.EDGE_FIELDS` (one C-level call per node); None when one
+        holds a body (If/Loop/Scan: the upkeep cannot follow it)."""
         fields = list(map(EDGE_FIELDS, nodes))
         if any(has_subgraphs(nodes[k]) for k in compress(range(len(fields)),
                                                          map(_FIELD2, fields))):
@@ -69,6 +71,28 @@ _Read = tuple[list[int], list[int], list[str], list[str], dict[str, int]]
 their outputs -> node id, in definition order."""
 _FEW = 64
 """Inserted nodes up to this many are read against the maps as they are (no merged copy)."""
+
+
+class _Fresh:
+    """The names inserted nodes are read against (:meth:`Upkeep._read_few`), as the
+    :class:`~onnxsurgeon.nodefields.NameTable` of the node pass: ``known`` (their outputs so
+    far, "" for an omitted input) first, then the node outputs before them and the leaves. An
+    output already defined there is not set, and answers -2 (never a node id)."""
+
+    __slots__ = ("known", "head", "ids")
+
+    def __init__(self, head: Mapping[str, int], ids: Mapping[str, int]) -> None:
+        self.known: dict[str, int] = {"": -1}
+        self.head, self.ids = head, ids
+
+    def get(self, name: str, /) -> int | None:
+        found = self.known.get(name)
+        return found if found is not None else self.head.get(name, self.ids.get(name))
+
+    def setdefault(self, name: str, default: int, /) -> int:
+        if name in self.head or name in self.ids:
+            return -2
+        return self.known.setdefault(name, default)
 
 
 class Upkeep:
@@ -357,34 +381,18 @@ class Upkeep:
 
     def _read_few(self, new_nodes: Sequence[onnx.NodeProto], pos: int, head: dict[str, int],
                   ) -> _Read | None:
-        """:meth:`_inserted`'s reading of a few new nodes, one at a time against the maps as
-        they are (``known`` holds the new nodes' outputs so far): a read not found is of a
-        later node or of nothing."""
-        ids = self._ids()
-        known: dict[str, int] = {"": -1}
-
-        def get(name: str) -> int | None:
-            found = known.get(name)
-            return found if found is not None else head.get(name, ids.get(name))
-
-        new_preds: list[int | None] = []
-        counts: list[int] = []
-        names: list[str] = []
-        ops: list[str] = []
-        for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, new_nodes), pos):
-            if attrs and has_subgraphs(new_nodes[i - pos]):
-                return None
-            new_preds.extend(map(get, ins))
-            counts.append(len(ins))
-            names.append(name)
-            ops.append(edge_op(op, dom, outs))
-            for out in outs:
-                if out and (out in head or out in ids or known.setdefault(out, i) != i):
-                    return None  # defined before (or twice)
-        if None in new_preds:
+        """:meth:`_inserted`'s reading of a few new nodes: the node pass
+        (:func:`~onnxsurgeon.nodefields.node_pass`) against the maps as they are (no merged
+        copy; the new nodes' outputs so far in a map of their own): a read not found is of a
+        later node or of nothing, an output found is defined before (or twice)."""
+        fresh = _Fresh(head, self._ids())
+        preds, counts, names, ops, domains, multi, holders, suspects = node_pass(
+            new_nodes, fresh, pos)
+        if suspects or None in preds or any(has_subgraphs(new_nodes[i - pos]) for i in holders):
             return None
-        del known[""]
-        return new_preds, counts, names, ops, known  # type: ignore[return-value]
+        del fresh.known[""]
+        return (preds, counts, names,  # type: ignore[return-value]
+                edge_ops(ops, domains, [i - pos for i in multi]), fresh.known)
 
     def _read_many(self, written: Written, pos: int, head: dict[str, int]) -> _Read | None:
         """:meth:`_inserted`'s reading of many new nodes (``written``: their fields), a whole
@@ -400,7 +408,9 @@ class Upkeep:
         out_counts = list(map(len, outs_of))
         outs = list(chain.from_iterable(outs_of))
         where = list(chain.from_iterable(map(repeat, ends, out_counts)))
-        if "" in outs:  # an optional output left out
+        if "" in outs:  # an optional output left out (a node's only output "" names nothing)
+            if any(len(o) == 1 and not o[0] for o in outs_of):
+                return None
             keep = list(map(bool, outs))
             outs, where = list(compress(outs, keep)), list(compress(where, keep))
         fresh = dict(zip(outs, where, strict=True))

@@ -30,7 +30,6 @@ import onnx
 from . import scan
 from .errors import CONTROL_ESCAPES, InvalidModelError
 from .index import (
-    EDGE_FIELDS,
     MAX_NESTING,
     NodeEdges,
     OuterScope,
@@ -40,6 +39,7 @@ from .index import (
     node_label,
     subgraphs,
 )
+from .nodefields import NodePass, edge_ops, node_pass
 
 __all__ = ["Validation", "validate", "validate_producers"]
 
@@ -181,7 +181,7 @@ class _ScopeResult:
 def _check_scope(
     body: _Body, outer: tuple[Container[str], ...], *, sort: bool,
     graph: onnx.GraphProto | None,
-    scan_nodes: Callable[[dict[str, int]], _NodeLoop | None] | None = None,
+    scan_nodes: Callable[[dict[str, int]], NodePass | None] | None = None,
 ) -> _ScopeResult:
     """Validate one graph or function body (its nodes re-sorted into ``graph`` when ``sort``
     and some read precedes its producer).
@@ -216,12 +216,13 @@ def _check_scope(
                     f"{label} defines '{name}', which shadows a tensor of an enclosing graph; "
                     "rename the inner tensor"
                 )
-    # Fast path, one pass over the nodes (_node_loop, or the same in C). ``first`` maps every
-    # name defined so far to its first producer (a leaf id <= -2 for inputs and initializers,
-    # -1 for "" = optional input omitted), so a read is in order exactly when its name is
-    # already there. The producer of every read is recorded on the way (``preds``, one flat
-    # list: ~0.1 us per node, a tuple per node costs three times that): the int dataflow graph
-    # :class:`~onnxsurgeon.index.NodeEdges` that extract walks without touching protobuf again.
+    # Fast path, one pass over the nodes (nodefields.node_pass, or the same in C). ``first``
+    # maps every name defined so far to its first producer (a leaf id <= -2 for inputs and
+    # initializers, -1 for "" = optional input omitted), so a read is in order exactly when its
+    # name is already there. The producer of every read is recorded on the way (``preds``, one
+    # flat list: ~0.1 us per node, a tuple per node costs three times that): the int dataflow
+    # graph :class:`~onnxsurgeon.index.NodeEdges` that extract walks without touching protobuf
+    # again.
     first: dict[str, int] = dict(zip(inputs, count(-2, -1)))  # inputs are distinct here
     if init_seen.isdisjoint(first):  # each initializer a new leaf, in order
         first.update(zip(initializers, count(-2 - len(first), -1)))
@@ -241,7 +242,7 @@ def _check_scope(
     if scanned is None:
         if len(first) > before:  # the C pass gave up after adding keys: keep the leaves only
             deque(map(first.__delitem__, list(islice(first, before, None))), maxlen=0)
-        scanned = _node_loop(nodes, first)
+        scanned = node_pass(nodes, first)
     preds, counts, names, ops, domains, multi, holders, suspects = scanned
     if None in preds:  # some node reads a name not produced before it (or never): which ones
         k = 0
@@ -283,7 +284,7 @@ def _check_scope(
         if not captures:
             starts = [0, *accumulate(counts)]
             edges = NodeEdges(preds, starts, leaves, names,  # type: ignore[arg-type]
-                              _edge_ops(ops, domains, multi))
+                              edge_ops(ops, domains, multi))
     seen_out: set[str] = set()
     for name in outputs:
         if name in seen_out:
@@ -348,56 +349,6 @@ def _check_scope(
 _NAME = attrgetter("name")
 
 
-_NodeLoop = tuple[list[int | None], list[int], list[str], list[str], list[str], list[int],
-                  list[int], bool]
-"""What the node pass gives: see :func:`_node_loop`."""
-
-
-def _node_loop(nodes: Sequence[onnx.NodeProto], first: dict[str, int]) -> _NodeLoop:
-    """The node pass of :func:`_check_scope` (:func:`onnxsurgeon.scan.nodes` computes the same
-    in C): (preds, counts, names, ops, domains, multi, holders, suspects), ``first`` extended.
-
-    ``preds``: the producer of every read, node after node (None: not yet produced); ``counts``:
-    reads per node; names, ops and domains of every node; ``multi``: nodes without exactly one
-    output; ``holders``: nodes with attributes (the only ones that can hold graphs);
-    ``suspects``: some output name was already defined (or is ""). ``first`` maps every name
-    defined so far to its first producer, so a read is in order exactly when its name is there.
-
-    The hot loop: ~2.2 us per node on a 90k-node chain, fields fetched by one C-level attrgetter
-    per node; a repeated field is read by slicing it, a C-level copy, ~3x cheaper in upb than
-    iterating it. Texts are checked by the caller, in C (``_all_text``).
-    """
-    get, put = first.get, first.setdefault
-    preds: list[int | None] = []
-    counts: list[int] = []
-    names: list[str] = []
-    ops: list[str] = []
-    domains: list[str] = []
-    multi: list[int] = []
-    holders: list[int] = []
-    suspects = False
-    record, count_of = preds.extend, counts.append
-    name_of, op_of, domain_of = names.append, ops.append, domains.append
-    for i, (ins, outs, attrs, name, op, dom) in enumerate(map(EDGE_FIELDS, nodes)):
-        ins = ins[:]
-        record(map(get, ins))  # C-level; checked by the caller in one scan
-        count_of(len(ins))
-        name_of(name)
-        op_of(op)
-        domain_of(dom)
-        if len(outs) == 1:
-            if put(outs[0], i) != i:
-                suspects = True
-        else:
-            multi.append(i)
-            for out in outs:
-                if out and put(out, i) != i:
-                    suspects = True
-        if attrs:
-            holders.append(i)
-    return preds, counts, names, ops, domains, multi, holders, suspects
-
-
 def _first_repeat(names: Sequence[str]) -> str:
     """The first name of ``names`` that repeats an earlier one ("" when none does)."""
     seen: set[str] = set()
@@ -406,19 +357,6 @@ def _first_repeat(names: Sequence[str]) -> str:
             return name
         seen.add(name)
     return ""
-
-
-def _edge_ops(ops: list[str], domains: list[str], multi: list[int]) -> list[str]:
-    """:attr:`NodeEdges.ops`: each node's op where :func:`~onnxsurgeon.index.edge_op` keeps it
-    (default domain, one output), else "". C-level when every node is in the default domain."""
-    n = len(ops)
-    if domains.count("") + domains.count("ai.onnx") != n:
-        ops = [op if not dom or dom == "ai.onnx" else "" for op, dom in zip(ops, domains, strict=True)]
-    elif multi:
-        ops = list(ops)
-    for i in multi:
-        ops[i] = ""
-    return ops
 
 
 def _all_text(names: Iterable[object]) -> bool:

@@ -27,6 +27,7 @@ from onnx import TensorProto
 from onnxsurgeon import scan
 from onnxsurgeon.errors import SurgeryError
 from onnxsurgeon.io import load
+from onnxsurgeon.nodefields import EDGE_FIELD_NAMES, EDGE_FIELD_NUMBERS
 
 from . import builders
 
@@ -276,6 +277,30 @@ def test_the_c_passes_answer_on_plain_bytes_and_step_aside_on_merged_ones(tmp_pa
     _, _, answered = _both(_write(tmp_path, HAND["the graph field split in two"], "s.onnx"),
                            monkeypatch)
     assert answered == 0
+
+
+@need_built
+def test_the_c_node_pass_reads_the_fields_it_is_handed():
+    """_scan.c names no node field: it reads those nodefields.EDGE_FIELD_NUMBERS says (the one
+    description validation and the index read too). Handed name and op_type swapped, it reads
+    each as the other; handed input and output swapped, the node reads "y" and defines "x"."""
+    data = _model([_node(["x"], ["y"], name="n", op="Relu")])
+    numbers = dict(zip(EDGE_FIELD_NAMES, EDGE_FIELD_NUMBERS, strict=True))
+
+    def scanned(**swap: str) -> tuple:
+        given = dict(numbers)
+        for a, b in swap.items():
+            given[a], given[b] = numbers[b], numbers[a]
+        first = {"x": -2, "": -1}
+        preds, _, names, ops, *_ = scan._scan.scan_nodes(
+            data, first, tuple(given[name] for name in EDGE_FIELD_NAMES))
+        return preds, names, ops, first
+
+    assert scanned() == ([-2], ["n"], ["Relu"], {"x": -2, "": -1, "y": 0})
+    assert scanned(name="op_type") == ([-2], ["Relu"], ["n"], {"x": -2, "": -1, "y": 0})
+    assert scanned(input="output")[0] == [None]  # "y" read before it is defined
+    with pytest.raises(ValueError, match="distinct"):
+        scan._scan.scan_nodes(data, {}, (1, 1, 5, 3, 4, 7))
 
 
 def _builder_models() -> dict[str, onnx.ModelProto]:

@@ -292,6 +292,31 @@ def test_unknown_record_op_is_a_usage_error():
         verify_rewrite(model, model, {"op": "melt"})
 
 
+def test_every_record_type_has_exactly_one_check():
+    """One registry of rewrite checks keyed by record type (verify/invariant.py): every
+    RewriteRecord subclass of record.py has a check, nothing else has one, a second check for a
+    type is refused, and the registry is complete whichever part of verify is imported first."""
+    import inspect
+    import subprocess
+    import sys
+
+    from onnxsurgeon import record
+    from onnxsurgeon.verify import invariant
+
+    kinds = {c for _, c in inspect.getmembers(record, inspect.isclass)
+             if issubclass(c, record.RewriteRecord) and c is not record.RewriteRecord
+             and c.__module__ == record.__name__}
+    assert len(kinds) >= 7 and set(invariant.CHECKS) == kinds
+    assert invariant.CHECKS[record.RenameRecord].__module__ == "onnxsurgeon.verify.verbs"
+    with pytest.raises(TypeError, match="has a check already"):
+        invariant.rewrite_check(record.InsertRecord)(lambda ctx, rec, check: None)
+    assert invariant.CHECKS[record.InsertRecord].__name__ == "_check_insert"
+    out = subprocess.run([sys.executable, "-c", "from onnxsurgeon.verify.invariant import CHECKS;"
+                          " print(sorted(t.op for t in CHECKS))"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == str(sorted(k.op for k in kinds))
+
+
 def test_record_naming_a_missing_node_is_a_usage_error():
     original = mlp()
     new = rewritten(original, reroute, "relu3", "relu2", consumers=["MatMul_4"])

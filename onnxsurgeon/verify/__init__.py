@@ -46,7 +46,7 @@ from .report import (
     TensorError,
     VerifyReport,
 )
-from .rewrite import verify_rewrite
+from .rewrite import verify_rewrite  # with .verbs: registers every check in invariant.CHECKS
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
 from .verbs import verify_merge
 

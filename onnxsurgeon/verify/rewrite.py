@@ -18,17 +18,15 @@ With graph optimizations off, everything a rewrite should leave exact is compare
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import onnx
 
 from ..closure import downstream_nodes
-from ..errors import SurgeryError, UsageError
+from ..errors import UsageError
 from ..index import GraphIndex
 from ..io import Model
 from ..names import NameAllocator
@@ -41,226 +39,30 @@ from ..record import (
     RewriteRecord,
     as_record,
 )
-from ..select import Selector
-from .accumulate import PairAccumulator
-from .compare import make_samples
-from .deep import (
-    deep_compare,
-    isolate_nodes,
-    loose_value_info,
-    saturation_bounds,
-    shared_tensors,
+from .deep import isolate_nodes, loose_value_info
+from .inputs import InputsLike, Range
+from .invariant import (
+    Check,
+    Context,
+    Values,
+    check_of,
+    dtype_of,
+    node_position,
+    resolve,
+    rewrite_check,
+    run_all,
 )
-from .deepen import settle
-from .inputs import InputsLike, Range, Sample
-from .isolate import Limits, ResourceLimitError, make_limits
-from .locate import Side, locate, numpy_dtype_name
-from .report import (
-    INCONCLUSIVE,
-    DeepResult,
-    Divergence,
-    PairReport,
-    TensorError,
-    VerifyReport,
-    make_report,
-)
+from .isolate import make_limits
+from .locate import Side
+from .report import VerifyReport
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
-Values = list[dict[str, np.ndarray]]
-_CPU_UPCAST = frozenset({"float16", "bfloat16"})
 _FALLBACK_OPSET = 17
 """Opset of a rebuilt block when the rewritten model imports no default domain (insert refuses
 such hosts, so only a hand-edited model gets here)."""
 
 
-@dataclass
-class _Entry:
-    acc: PairAccumulator
-    ref_name: str
-    sides: Callable[[int], tuple[Side, Side]] | None
-    mapping: dict[str, str]
-    strict: bool
-    fed: tuple[str, ...] = ()
-
-
-class _Check:
-    """Accumulates the pairs of one rewrite verification, settles the pairs that could not show
-    a difference (:func:`~.deepen.settle`) and locates the first failure."""
-
-    def __init__(self, batch: int, samples: int, notes: Sequence[str] = (), *,
-                 rtol: float | None = None, atol: float | None = None) -> None:
-        self.entries: list[_Entry] = []
-        self.notes: list[str] = list(notes)
-        self.batch = batch
-        self.samples = samples
-        self.rtol, self.atol = rtol, atol  # of the comparisons that are not exact
-
-    def compare(self, check: str, ref_name: str, cand_name: str, ref_vals: Values,
-                cand_vals: Values, *, dtype: str, exact: bool,
-                sides: Callable[[int], tuple[Side, Side]] | None = None,
-                mapping: Mapping[str, str] | None = None, strict: bool = False,
-                display: str | None = None, label: str = "", fed: Sequence[str] = ()) -> None:
-        """Compare ``ref_name`` (shown as ``display``; ``label`` says how the reference was
-        computed) with ``cand_name`` over every sample."""
-        if exact and dtype in _CPU_UPCAST:
-            # onnxruntime's CPU provider computes float16/bfloat16 chains in float32 and drops the
-            # Cast pairs between them, so a tensor fed across a cut is rounded where the original's
-            # was not: the same graph is only equal within the dtype's tolerance (gauntlet bug 1).
-            exact = False
-            note = f"{dtype} tensors compared within tolerance (onnxruntime CPU computes them in float32)"
-            if note not in self.notes:
-                self.notes.append(note)
-        bounds = saturation_bounds(sides(0)[0].staged, ref_name) if sides is not None else ()
-        acc = PairAccumulator(display or ref_name, cand_name, dtype=dtype, exact=exact,
-                              check=check, bounds=bounds, label=label, rtol=self.rtol,
-                              atol=self.atol)
-        for k, (r, c) in enumerate(zip(ref_vals, cand_vals, strict=True)):
-            if ref_name not in r:
-                acc.fail(f"'{ref_name}' is not computed by the reference")
-                break
-            if cand_name not in c:
-                acc.fail(f"'{cand_name}' is not computed by the rewritten model")
-                break
-            acc.add(r[ref_name], c[cand_name], k)
-        self.entries.append(_Entry(acc, ref_name, sides, dict(mapping or {}), strict, tuple(fed)))
-
-    def missing(self, check: str, ref_name: str, reason: str) -> None:
-        acc = PairAccumulator(ref_name, "-", check=check)
-        acc.fail(reason)
-        self.entries.append(_Entry(acc, ref_name, None, {}, False))
-
-    def _settle(self, result: PairReport, entry: _Entry) -> tuple[PairReport, DeepResult | None]:
-        if result.verdict != INCONCLUSIVE or entry.sides is None:
-            return result, None
-        sides = [entry.sides(k) for k in range(self.samples)]
-        ref, cand = sides[0][0].staged, sides[0][1].staged
-        if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
-            return result, None
-        settled, deep = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
-                               [dict(c.feeds) for _, c in sides],
-                               [replace(result, reference=entry.ref_name)], mapping=entry.mapping,
-                               strict=entry.strict, exact=entry.acc.exact, notes=self.notes,
-                               fed=entry.fed, rtol=self.rtol, atol=self.atol)
-        return replace(settled[0], reference=result.reference), deep
-
-    def deep_all(self, results: Sequence[PairReport],
-                 only: Collection[str] | None = None) -> DeepResult | None:
-        """The forced layer-wise comparison: every tensor on the way to each compared pair,
-        against that pair's own reference (the original, the cut original fed the new values, the
-        block alone, ...). One :func:`~.deep.deep_compare` per reference/candidate model pair over
-        the ancestors of its pairs; a tensor compared twice keeps its larger error. Nodes and
-        positions are those of the candidate (the rewritten model), whose order the result
-        follows; ``only`` keeps the candidate tensors named there (a page's drawn tensors).
-        None when no pair can be deepened."""
-        groups: dict[tuple[int, int], dict[str, Any]] = {}
-        for result, entry in zip(results, self.entries, strict=True):
-            if entry.sides is None:
-                continue
-            sides = [entry.sides(k) for k in range(self.samples)]
-            ref, cand = sides[0][0].staged, sides[0][1].staged
-            if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
-                continue
-            group = groups.setdefault((id(ref), id(cand)), {
-                "ref": ref, "cand": cand, "sides": sides, "targets": [], "mapping": {},
-                "strict": False, "exact": True})
-            group["targets"].append(entry.ref_name)
-            group["mapping"].update({**entry.mapping, entry.ref_name: result.candidate})
-            group["strict"] = group["strict"] or entry.strict
-            group["exact"] = group["exact"] and entry.acc.exact
-        if not groups:
-            return None
-        best: dict[str, TensorError] = {}
-        skipped = batches = 0
-        for group in groups.values():
-            ref, cand, sides = group["ref"], group["cand"], group["sides"]
-            items = shared_tensors(ref, cand, mapping=group["mapping"], strict=group["strict"],
-                                   targets=group["targets"])
-            if only is not None:
-                items = [item for item in items if item.cand in only]
-            found = deep_compare(ref, cand, [dict(r.feeds) for r, _ in sides],
-                                 [dict(c.feeds) for _, c in sides], items=items,
-                                 exact=group["exact"], forced=True, notes=self.notes,
-                                 rtol=self.rtol, atol=self.atol)
-            skipped += found.skipped
-            batches += found.batches
-            index = cand.index
-            for t in found.tensors:
-                j = index.producer.get(t.candidate, -1)
-                t = replace(t, node=index.node_label(j) if j >= 0 else t.node, position=j)
-                old = best.get(t.candidate)
-                if old is None or _worse(t, old):
-                    best[t.candidate] = t
-        ordered = sorted(best.values(), key=lambda t: (t.position, t.candidate))
-        return DeepResult(tensors=tuple(ordered), forced=True, skipped=skipped, batches=batches)
-
-    def report(self, kind: str, samples: int, *, locate_divergence: bool,
-               inputs: Mapping[str, str] | None = None,
-               deep_all: bool | Collection[str] = False) -> VerifyReport:
-        results: list[PairReport] = []
-        deep: DeepResult | None = None
-        for entry in self.entries:
-            result, found = self._settle(entry.acc.result(), entry)
-            results.append(result)
-            deep = deep or found
-        if deep_all is not False:
-            only = None if deep_all is True else set(deep_all)
-            deep = self.deep_all(results, only) or deep
-        divergence: Divergence | None = None
-        if locate_divergence:
-            for result, entry in zip(results, self.entries, strict=True):
-                if result.agree or entry.sides is None:
-                    continue
-                ref, cand = entry.sides(result.worst_sample or 0)
-                full = {**entry.mapping, entry.ref_name: result.candidate}
-                try:
-                    divergence = locate(ref, cand, entry.ref_name, mapping=full,
-                                        exact=entry.acc.exact, batch=self.batch,
-                                        strict_mapping=entry.strict)
-                except ResourceLimitError:
-                    raise
-                except SurgeryError as exc:
-                    self.notes.append(f"could not locate the first difference: {exc}")
-                break
-        return make_report(results, samples=samples, kind=kind, notes=self.notes,
-                           divergence=divergence, inputs=dict(inputs or {}), deep=deep)
-
-
-def _worse(a: TensorError, b: TensorError) -> bool:
-    """True when ``a`` shows a larger error than ``b`` (a failure beats an agreement)."""
-    if a.ok != b.ok:
-        return not a.ok
-    return (a.max_abs_diff if a.max_abs_diff is not None else math.inf) > (
-        b.max_abs_diff if b.max_abs_diff is not None else math.inf)
-
-
-def _run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Values:
-    """Values of ``names`` for every sample, in one session."""
-    wanted = [n for n in dict.fromkeys(names) if staged.is_tensor(n)]
-    with staged.session(wanted) as runner:
-        return [runner.run(feed) for feed in feeds]
-
-
-def _dtype(staged: Staged, name: str) -> str:
-    return numpy_dtype_name(staged.elem_type(name))
-
-
-def _resolve(staged: Staged, name: str) -> str:
-    return Selector(staged.index).resolve(name)
-
-
 # ------------------------------------------------------------------------------ cut models
-def _node_position(index: GraphIndex, label: str) -> int | None:
-    """Node position for a label from a rewrite record: a node name, or ``OpType#i``."""
-    if label in index.node_names:
-        return index.node_names[label]
-    op, sep, pos = label.rpartition("#")
-    if sep and pos.isdigit() and int(pos) < len(index.graph.node):
-        node = index.graph.node[int(pos)]
-        if node.op_type == op and not node.name:
-            return int(pos)
-    return None
-
-
 def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequence[str | int],
               outputs: Sequence[str]) -> tuple[Model, str, GraphIndex]:
     """A copy of ``original`` (staged as ``oracle_index``) where the main-graph ``nodes``
@@ -276,7 +78,7 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
     index = oracle_index.index  # node names and positions are the copy's too
     fresh = NameAllocator.for_model(proto).fresh(f"{source}__fed")
     for name in nodes:
-        i = name if isinstance(name, int) else _node_position(index, name)
+        i = name if isinstance(name, int) else node_position(index, name)
         if i is None:
             raise UsageError(
                 f"the rewrite record names node '{name}', which the original model does not "
@@ -321,29 +123,9 @@ def _fresh_block(record: InsertRecord, elem_type: int, opset: int,
 
 
 # ------------------------------------------------------------------------- the verifiers
-class _Context:
-    def __init__(self, original: Model, rewritten: Model, ws: Workspace, *, threads: int,
-                 inputs: InputsLike | None, seed: int, dims: Mapping[str, int] | None,
-                 samples: int | None, limits: Limits | None = None,
-                 ranges: Mapping[str, Range] | None = None,
-                 save_inputs: str | os.PathLike | None = None) -> None:
-        self.ws = ws
-        self.threads = threads
-        self.limits = limits
-        self.orig = Staged(original, ws, "original", threads=threads, limits=limits)
-        self.new = Staged(rewritten, ws, "rewritten", threads=threads, limits=limits)
-        made = make_samples([self.orig], inputs=inputs, seed=seed, dims=dims, samples=samples, ranges=ranges,
-                            save_inputs=save_inputs)
-        self.feeds = made.samples
-        self.described = made.described
-        self.notes = made.notes
 
-    def stage(self, model: Model, label: str, index: GraphIndex | None = None) -> Staged:
-        return Staged(model, self.ws, label, threads=self.threads, limits=self.limits,
-                      index=index)
-
-
-def _check_extract(ctx: _Context, record: ExtractRecord, check: _Check) -> None:
+@rewrite_check(ExtractRecord)
+def _check_extract(ctx: Context, record: ExtractRecord, check: Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     outs = list(new.output_names)
     stops = [s for s in record.inputs if s in new.index.inputs]
@@ -351,32 +133,33 @@ def _check_extract(ctx: _Context, record: ExtractRecord, check: _Check) -> None:
     for n in outs:
         if not orig.is_tensor(n):
             check.missing("extract", n, f"'{n}' is not a tensor of the original model")
-    orig_vals = _run_all(orig, feeds, known)
+    orig_vals = run_all(orig, feeds, known)
     new_feeds = [{**{k: v for k, v in f.items() if k in new.index.inputs},
                   **{s: ov[s] for s in stops if s in ov}} for f, ov in zip(feeds, orig_vals,
                                                                         strict=True)]
-    new_vals = _run_all(new, new_feeds, outs)
+    new_vals = run_all(new, new_feeds, outs)
 
     def sides(k: int) -> tuple[Side, Side]:
         return Side(orig, feeds[k]), Side(new, new_feeds[k])
 
     for n in outs:
         if orig.is_tensor(n):
-            check.compare("extract", n, n, orig_vals, new_vals, dtype=_dtype(orig, n), exact=True,
+            check.compare("extract", n, n, orig_vals, new_vals, dtype=dtype_of(orig, n), exact=True,
                           sides=sides, fed=stops)
 
 
-def _untouched(check: _Check, orig: Staged, new: Staged, orig_vals: Values, new_vals: Values,
+def _untouched(check: Check, orig: Staged, new: Staged, orig_vals: Values, new_vals: Values,
                names: Sequence[str], sides: Callable[[int], tuple[Side, Side]]) -> None:
     for n in names:
-        check.compare("untouched", n, n, orig_vals, new_vals, dtype=_dtype(orig, n), exact=True,
+        check.compare("untouched", n, n, orig_vals, new_vals, dtype=dtype_of(orig, n), exact=True,
                       sides=sides)
 
 
-def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
+@rewrite_check(CopyRecord)
+def _check_copy(ctx: Context, record: CopyRecord, check: Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
-    pairs = {_resolve(new, k): v for k, v in record.outputs.items()}
-    replace = {_resolve(orig, a): _resolve(new, b)
+    pairs = {resolve(new, k): v for k, v in record.outputs.items()}
+    replace = {resolve(orig, a): resolve(new, b)
                for a, b in record.replace_inputs.items()}
     from ..surgery.copy import copied_names
 
@@ -387,13 +170,13 @@ def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
             tensor_map.update(zip(new.index.graph.node[i].output, new.index.graph.node[j].output,
                                   strict=False))
     kept = [n for n in orig.output_names if n in new.index.outputs]
-    new_vals = _run_all(new, feeds, list(pairs) + list(pairs.values()) + kept + list(replace.values()))
+    new_vals = run_all(new, feeds, list(pairs) + list(pairs.values()) + kept + list(replace.values()))
     if not replace:
         def same(k: int) -> tuple[Side, Side]:
             return Side(new, feeds[k]), Side(new, feeds[k])
 
         for o, c in pairs.items():
-            check.compare("copy", o, c, new_vals, new_vals, dtype=_dtype(new, o), exact=True,
+            check.compare("copy", o, c, new_vals, new_vals, dtype=dtype_of(new, o), exact=True,
                           sides=same, mapping=tensor_map, strict=True)
     else:
         cut_proto: Model = orig.model
@@ -406,7 +189,7 @@ def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
             fed[n_in] = b
         cut_feeds = [{**f, **{n: nv[b] for n, b in fed.items()}}
                      for f, nv in zip(feeds, new_vals, strict=True)]
-        cut_vals = _run_all(cut_staged, cut_feeds, list(pairs))
+        cut_vals = run_all(cut_staged, cut_feeds, list(pairs))
 
         def cut_sides(k: int) -> tuple[Side, Side]:
             return Side(cut_staged, cut_feeds[k]), Side(new, feeds[k])
@@ -416,10 +199,10 @@ def _check_copy(ctx: _Context, record: CopyRecord, check: _Check) -> None:
         # alike, so the settlement's structural walk may stop there (as at extract's stops)
         linked = {**tensor_map, **fed}
         for o, c in pairs.items():
-            check.compare("copy", o, c, cut_vals, new_vals, dtype=_dtype(new, o), exact=True,
+            check.compare("copy", o, c, cut_vals, new_vals, dtype=dtype_of(new, o), exact=True,
                           sides=cut_sides, mapping=linked, strict=True,
                           label=f"{o} recomputed with {fed_with}")
-    orig_vals = _run_all(orig, feeds, kept)
+    orig_vals = run_all(orig, feeds, kept)
     _untouched(check, orig, new, orig_vals, new_vals, kept,
                lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
 
@@ -441,7 +224,7 @@ def _pair_outputs(orig: Staged, new: Staged, rerouted_outputs: Sequence[str], fe
     return pairs
 
 
-def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Sequence[str],
+def _check_downstream(ctx: Context, check: Check, source: str, rerouted: Sequence[str],
                       rerouted_outputs: Sequence[str], values: Callable[[int], np.ndarray],
                       replacement: str, extra: int, orig_vals: Values, new_vals: Values,
                       renamed: Mapping[str, str] | None = None) -> None:
@@ -461,7 +244,7 @@ def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Seque
                      orig.output_names, strict=True))
     affected_nodes = downstream_nodes(cut_staged.index, [fed])
     affected = {fed} | {o for i in affected_nodes for o in cut_staged.index.graph.node[i].output}
-    cut_vals = _run_all(cut_staged, cut_feeds, [c for c, _ in pairs])
+    cut_vals = run_all(cut_staged, cut_feeds, [c for c, _ in pairs])
 
     def cut_sides(k: int) -> tuple[Side, Side]:
         return Side(cut_staged, cut_feeds[k]), Side(new, feeds[k])
@@ -470,30 +253,31 @@ def _check_downstream(ctx: _Context, check: _Check, source: str, rerouted: Seque
         if n is None:
             check.missing("downstream", c, f"the rewritten model lost output '{c}'")
         elif c in affected:
-            check.compare("downstream", c, n, cut_vals, new_vals, dtype=_dtype(cut_staged, c),
+            check.compare("downstream", c, n, cut_vals, new_vals, dtype=dtype_of(cut_staged, c),
                           exact=True, sides=cut_sides, mapping={**(renamed or {}), fed: replacement},
                           display=shown.get(c, c),
                           label=f"{shown.get(c, c)} recomputed with {source} := {replacement}")
         else:
-            check.compare("untouched", c, n, orig_vals, new_vals, dtype=_dtype(orig, c),
+            check.compare("untouched", c, n, orig_vals, new_vals, dtype=dtype_of(orig, c),
                           exact=True, sides=lambda k: (Side(orig, feeds[k]), Side(new, feeds[k])))
 
 
-def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
+@rewrite_check(InsertRecord)
+def _check_insert(ctx: Context, record: InsertRecord, check: Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
-    at = _resolve(orig, record.at)
+    at = resolve(orig, record.at)
     renamed = dict(record.renamed or {})
     # a graph output that kept its name: 'at' is the processed tensor in the rewritten model and
     # the unprocessed values live under renamed[at]
-    at_new = renamed[at] if at in renamed else _resolve(new, at)
-    processed = record.processed if at in renamed else _resolve(new, record.processed)
-    orig_vals = _run_all(orig, feeds, [at, *orig.output_names])
-    new_vals = _run_all(new, feeds, [at_new, processed, *new.output_names])
+    at_new = renamed[at] if at in renamed else resolve(new, at)
+    processed = record.processed if at in renamed else resolve(new, record.processed)
+    orig_vals = run_all(orig, feeds, [at, *orig.output_names])
+    new_vals = run_all(new, feeds, [at_new, processed, *new.output_names])
 
     def plain(k: int) -> tuple[Side, Side]:
         return Side(orig, feeds[k]), Side(new, feeds[k])
 
-    check.compare("at", at, at_new, orig_vals, new_vals, dtype=_dtype(orig, at), exact=True,
+    check.compare("at", at, at_new, orig_vals, new_vals, dtype=dtype_of(orig, at), exact=True,
                   sides=plain, mapping=renamed, display=at)
     elem = orig.elem_type(at)
     at_vi = orig.oracle.value_info(at)
@@ -516,12 +300,12 @@ def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
         b_in, b_out = at_new, processed
         check.notes.append("block isolated from the rewritten model (not a built-in block)")
     block_feeds = [{**f, b_in: ov[at]} for f, ov in zip(feeds, orig_vals, strict=True)]
-    block_vals = _run_all(block, block_feeds, [b_out])
+    block_vals = run_all(block, block_feeds, [b_out])
     mapping[b_out] = processed
     mapping[b_in] = at_new
     name = record.block
     what = f"{name if name and name != 'graph' else 'inserted graph'}({at})"
-    check.compare("block", b_out, processed, block_vals, new_vals, dtype=_dtype(new, processed),
+    check.compare("block", b_out, processed, block_vals, new_vals, dtype=dtype_of(new, processed),
                   exact=False, sides=lambda k: (Side(block, block_feeds[k]), Side(new, feeds[k])),
                   mapping=mapping, strict=True, display=what, label=f"{what} evaluated alone")
     as_output = record.as_output
@@ -532,21 +316,16 @@ def _check_insert(ctx: _Context, record: InsertRecord, check: _Check) -> None:
                       orig_vals, new_vals, renamed=renamed)
 
 
-def _check_reroute(ctx: _Context, record: RerouteRecord, check: _Check) -> None:
+@rewrite_check(RerouteRecord)
+def _check_reroute(ctx: Context, record: RerouteRecord, check: Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
-    source = _resolve(orig, record.source)
-    target = _resolve(orig, record.target)
-    orig_vals = _run_all(orig, feeds, [target, *orig.output_names])
-    new_vals = _run_all(new, feeds, new.output_names)
+    source = resolve(orig, record.source)
+    target = resolve(orig, record.target)
+    orig_vals = run_all(orig, feeds, [target, *orig.output_names])
+    new_vals = run_all(new, feeds, new.output_names)
     _check_downstream(ctx, check, source, list(record.rerouted), list(record.rerouted_outputs),
                       lambda k: orig_vals[k][target], target, 0, orig_vals, new_vals)
 
-
-_CHECKS: dict[type[RewriteRecord], Callable[[_Context, Any, _Check], None]] = {
-    ExtractRecord: _check_extract, CopyRecord: _check_copy, InsertRecord: _check_insert,
-    RerouteRecord: _check_reroute,
-}
-"""The check of each record type (a new verb registers its own here)."""
 
 
 def verify_rewrite(original: ModelLike, rewritten: ModelLike,
@@ -585,23 +364,15 @@ def verify_rewrite(original: ModelLike, rewritten: ModelLike,
         UsageError: an unknown op or a record that does not fit the models.
         ResourceLimitError: an isolated run exceeded its time or memory limit.
     """
-    from .verbs import checks
-
     typed = as_record(record)
-    run_check = _CHECKS.get(type(typed))
-    if run_check is None:
-        known = checks()
-        if typed.op not in known:
-            raise UsageError(f"rewrite record op {typed.op!r} has no check; expected one of "
-                             f"{sorted([c.op for c in _CHECKS] + list(known))}")
-        run_check = known[typed.op]
+    run_check = check_of(typed)
     limits = make_limits(isolate, timeout, memory_limit)
     orig_model, new_model = to_model(original), to_model(rewritten)
     with Workspace() as ws:
-        ctx = _Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
-                       dims=dims, samples=samples, limits=limits, ranges=ranges,
-                       save_inputs=save_inputs)
-        check = _Check(batch, len(ctx.feeds), ctx.notes, rtol=rtol, atol=atol)
+        ctx = Context(orig_model, new_model, ws, threads=threads, inputs=inputs, seed=seed,
+                      dims=dims, samples=samples, limits=limits, ranges=ranges,
+                      save_inputs=save_inputs)
+        check = Check(batch, len(ctx.feeds), ctx.notes, rtol=rtol, atol=atol)
         run_check(ctx, typed, check)
         return check.report(f"rewrite:{typed.op}", len(ctx.feeds),
                             locate_divergence=locate_divergence, inputs=ctx.described,

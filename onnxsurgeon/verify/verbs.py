@@ -12,7 +12,7 @@ With graph optimizations off, compared bit for bit:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -24,14 +24,15 @@ from ..record import BypassRecord, MergeRecord, RenameRecord, as_record, records
 from .compare import make_samples
 from .deep import structurally_covered
 from .inputs import InputsLike, Range
+from .invariant import Check, Context, dtype_of, node_position, rewrite_check, run_all
 from .isolate import make_limits
 from .locate import Side
 from .report import INCONCLUSIVE, VerifyReport
-from .rewrite import _Check, _Context, _dtype, _node_position, _run_all
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 
 
-def _check_rename(ctx: _Context, record: RenameRecord, check: _Check) -> None:
+@rewrite_check(RenameRecord)
+def _check_rename(ctx: Context, record: RenameRecord, check: Check) -> None:
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     renamed = dict(record.renamed)
     tensors = {} if record.nodes else renamed
@@ -42,8 +43,8 @@ def _check_rename(ctx: _Context, record: RenameRecord, check: _Check) -> None:
     if inner:
         check.notes.append(f"{len(inner)} tensors renamed inside nested bodies are checked "
                            "through the outputs")
-    orig_vals = _run_all(orig, feeds, names)
-    new_vals = _run_all(new, new_feeds, [tensors.get(n, n) for n in names])
+    orig_vals = run_all(orig, feeds, names)
+    new_vals = run_all(new, new_feeds, [tensors.get(n, n) for n in names])
 
     def sides(k: int) -> tuple[Side, Side]:
         return Side(orig, feeds[k]), Side(new, new_feeds[k])
@@ -53,7 +54,7 @@ def _check_rename(ctx: _Context, record: RenameRecord, check: _Check) -> None:
         if not new.is_tensor(target):
             check.missing("rename", n, f"the rewritten model has no tensor '{target}'")
             continue
-        check.compare("rename", n, target, orig_vals, new_vals, dtype=_dtype(orig, n), exact=True,
+        check.compare("rename", n, target, orig_vals, new_vals, dtype=dtype_of(orig, n), exact=True,
                       sides=sides, mapping=tensors)
 
 
@@ -68,7 +69,7 @@ def _identity_reference(original: Model, record: BypassRecord) -> Model:
     sources = record.sources or {}
     index = GraphIndex(proto)
     for name in removed:
-        k = _node_position(index, str(name))
+        k = node_position(index, str(name))
         if k is None:
             raise UsageError(
                 f"the rewrite record removes node '{name}', which the original model does not "
@@ -81,7 +82,8 @@ def _identity_reference(original: Model, record: BypassRecord) -> Model:
     return Model(proto, base_dir=original.base_dir)
 
 
-def _check_bypass(ctx: _Context, record: BypassRecord, check: _Check) -> None:
+@rewrite_check(BypassRecord)
+def _check_bypass(ctx: Context, record: BypassRecord, check: Check) -> None:
     """Outputs pair by position: a graph output keeps its name, or (``rerouted_outputs``) takes
     the bypassed input's name."""
     new, feeds = ctx.new, ctx.feeds
@@ -92,18 +94,19 @@ def _check_bypass(ctx: _Context, record: BypassRecord, check: _Check) -> None:
             f"{len(ref.output_names)}; give the model the bypass started from"
         )
     pairs = list(zip(ref.output_names, new.output_names, strict=True))
-    ref_vals = _run_all(ref, feeds, [r for r, _ in pairs])
-    new_vals = _run_all(new, feeds, [c for _, c in pairs])
+    ref_vals = run_all(ref, feeds, [r for r, _ in pairs])
+    new_vals = run_all(new, feeds, [c for _, c in pairs])
 
     def sides(k: int) -> tuple[Side, Side]:
         return Side(ref, feeds[k]), Side(new, feeds[k])
 
     for r, c in pairs:
-        check.compare("bypass", r, c, ref_vals, new_vals, dtype=_dtype(ref, r), exact=True,
+        check.compare("bypass", r, c, ref_vals, new_vals, dtype=dtype_of(ref, r), exact=True,
                       sides=sides)
 
 
-def _check_merge(ctx: _Context, record: MergeRecord, check: _Check) -> None:
+@rewrite_check(MergeRecord)
+def _check_merge(ctx: Context, record: MergeRecord, check: Check) -> None:
     raise UsageError(
         "a merge is checked against its second model, which the rewrite log does not store; use "
         "'onnxsurgeon merge ... --verify' or onnxsurgeon.verify.verify_merge(first, second, merged)"
@@ -155,7 +158,7 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
         outs = list(new.output_names)
         mine = {o: (fst if fst.is_tensor(o) else snd) for o in outs}
         first_feeds = [{k: v for k, v in f.items() if k in fst.input_names} for f in feeds]
-        first_vals = _run_all(fst, first_feeds,
+        first_vals = run_all(fst, first_feeds,
                               [a for a, _ in connect] + [o for o in outs if mine[o] is fst])
         linked = {b: a for a, b in connect}
         second_feeds = [
@@ -163,10 +166,10 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
              if i in linked or renamed.get(i, i) in f}  # else: an input left at its default
             for f, fv in zip(feeds, first_vals, strict=True)
         ]
-        second_vals = _run_all(snd, second_feeds,
+        second_vals = run_all(snd, second_feeds,
                                [back.get(o, o) for o in outs if mine[o] is snd])
-        new_vals = _run_all(new, feeds, outs)
-        check = _Check(batch, len(feeds), made.notes, rtol=rtol, atol=atol)
+        new_vals = run_all(new, feeds, outs)
+        check = Check(batch, len(feeds), made.notes, rtol=rtol, atol=atol)
 
         def first_sides(k: int) -> tuple[Side, Side]:
             return Side(fst, first_feeds[k]), Side(new, feeds[k])
@@ -176,20 +179,20 @@ def verify_merge(first: ModelLike, second: ModelLike, merged: ModelLike, *,
 
         for o in outs:
             if mine[o] is fst:
-                check.compare("merge:first", o, o, first_vals, new_vals, dtype=_dtype(new, o),
+                check.compare("merge:first", o, o, first_vals, new_vals, dtype=dtype_of(new, o),
                               exact=True, sides=first_sides)
             elif not snd.is_tensor(back.get(o, o)):
                 check.missing("merge", o, f"'{o}' is a tensor of neither model")
             else:
                 check.compare("merge:second", back.get(o, o), o, second_vals, new_vals,
-                              dtype=_dtype(new, o), exact=True, sides=second_sides,
+                              dtype=dtype_of(new, o), exact=True, sides=second_sides,
                               mapping=renamed)
         _link_connections(check, fst, new, connect)
         return check.report("rewrite:merge", len(feeds), locate_divergence=False,
                             inputs=made.described, deep_all=deep)
 
 
-def _link_connections(check: _Check, fst: Staged, new: Staged,
+def _link_connections(check: Check, fst: Staged, new: Staged,
                       connect: Sequence[tuple[str, str]]) -> None:
     """Let the settlement of SECOND's open pairs walk through the connections: SECOND's input
     ``b`` was fed FIRST's values of ``a``, which equal the merged model's ``a`` when the merged
@@ -204,7 +207,3 @@ def _link_connections(check: _Check, fst: Staged, new: Staged,
     for entry in entries:
         entry.mapping.update(proven)
 
-
-def checks() -> dict[str, Callable[[_Context, Any, _Check], None]]:
-    """Op -> invariant check of the verbs this module covers."""
-    return {"rename": _check_rename, "bypass": _check_bypass, "merge": _check_merge}

@@ -1,0 +1,307 @@
+"""What a rewrite check is given and uses, and the one registry of checks, keyed by record type.
+
+A rewrite check proves the invariant one :class:`~onnxsurgeon.record.RewriteRecord` implies. It
+is a function ``(ctx, record, check)``: :class:`Context` holds the original and the rewritten
+model staged for onnxruntime and the samples they are fed; :class:`Check` accumulates the
+compared pairs (settled deeper when they cannot show a difference, located when they differ).
+The module that defines a verb's check registers it with ``@rewrite_check(<Verb>Record)``
+(:mod:`~onnxsurgeon.verify.rewrite`: extract, copy, insert, reroute;
+:mod:`~onnxsurgeon.verify.verbs`: rename, bypass, merge); :func:`check_of` finds it. Both
+modules are imported by ``onnxsurgeon.verify`` itself, so the registry is complete whenever any
+part of verify is imported (``tests/test_verify_rewrite.py`` holds it to one check per record
+type).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..errors import SurgeryError, UsageError
+from ..index import GraphIndex
+from ..io import Model
+from ..record import RewriteRecord
+from ..select import Selector
+from .accumulate import PairAccumulator
+from .compare import make_samples
+from .deep import deep_compare, saturation_bounds, shared_tensors
+from .deepen import settle
+from .inputs import InputsLike, Range, Sample
+from .isolate import Limits, ResourceLimitError
+from .locate import Side, locate, numpy_dtype_name
+from .report import (
+    INCONCLUSIVE,
+    DeepResult,
+    Divergence,
+    PairReport,
+    TensorError,
+    VerifyReport,
+    make_report,
+)
+from .run import Staged, Workspace
+
+__all__ = ["CHECKS", "Check", "CheckFunction", "Context", "Values", "check_of",
+           "dtype_of", "node_position", "resolve", "rewrite_check", "run_all"]
+
+Values = list[dict[str, np.ndarray]]
+"""Values of named tensors, one dict per sample."""
+_CPU_UPCAST = frozenset({"float16", "bfloat16"})
+
+
+@dataclass
+class _Entry:
+    acc: PairAccumulator
+    ref_name: str
+    sides: Callable[[int], tuple[Side, Side]] | None
+    mapping: dict[str, str]
+    strict: bool
+    fed: tuple[str, ...] = ()
+
+
+class Check:
+    """Accumulates the pairs of one rewrite verification, settles the pairs that could not show
+    a difference (:func:`~.deepen.settle`) and locates the first failure."""
+
+    def __init__(self, batch: int, samples: int, notes: Sequence[str] = (), *,
+                 rtol: float | None = None, atol: float | None = None) -> None:
+        self.entries: list[_Entry] = []
+        self.notes: list[str] = list(notes)
+        self.batch = batch
+        self.samples = samples
+        self.rtol, self.atol = rtol, atol  # of the comparisons that are not exact
+
+    def compare(self, check: str, ref_name: str, cand_name: str, ref_vals: Values,
+                cand_vals: Values, *, dtype: str, exact: bool,
+                sides: Callable[[int], tuple[Side, Side]] | None = None,
+                mapping: Mapping[str, str] | None = None, strict: bool = False,
+                display: str | None = None, label: str = "", fed: Sequence[str] = ()) -> None:
+        """Compare ``ref_name`` (shown as ``display``; ``label`` says how the reference was
+        computed) with ``cand_name`` over every sample."""
+        if exact and dtype in _CPU_UPCAST:
+            # onnxruntime's CPU provider computes float16/bfloat16 chains in float32 and drops the
+            # Cast pairs between them, so a tensor fed across a cut is rounded where the original's
+            # was not: the same graph is only equal within the dtype's tolerance (gauntlet bug 1).
+            exact = False
+            note = f"{dtype} tensors compared within tolerance (onnxruntime CPU computes them in float32)"
+            if note not in self.notes:
+                self.notes.append(note)
+        bounds = saturation_bounds(sides(0)[0].staged, ref_name) if sides is not None else ()
+        acc = PairAccumulator(display or ref_name, cand_name, dtype=dtype, exact=exact,
+                              check=check, bounds=bounds, label=label, rtol=self.rtol,
+                              atol=self.atol)
+        for k, (r, c) in enumerate(zip(ref_vals, cand_vals, strict=True)):
+            if ref_name not in r:
+                acc.fail(f"'{ref_name}' is not computed by the reference")
+                break
+            if cand_name not in c:
+                acc.fail(f"'{cand_name}' is not computed by the rewritten model")
+                break
+            acc.add(r[ref_name], c[cand_name], k)
+        self.entries.append(_Entry(acc, ref_name, sides, dict(mapping or {}), strict, tuple(fed)))
+
+    def missing(self, check: str, ref_name: str, reason: str) -> None:
+        acc = PairAccumulator(ref_name, "-", check=check)
+        acc.fail(reason)
+        self.entries.append(_Entry(acc, ref_name, None, {}, False))
+
+    def _settle(self, result: PairReport, entry: _Entry) -> tuple[PairReport, DeepResult | None]:
+        if result.verdict != INCONCLUSIVE or entry.sides is None:
+            return result, None
+        sides = [entry.sides(k) for k in range(self.samples)]
+        ref, cand = sides[0][0].staged, sides[0][1].staged
+        if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
+            return result, None
+        settled, deep = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
+                               [dict(c.feeds) for _, c in sides],
+                               [replace(result, reference=entry.ref_name)], mapping=entry.mapping,
+                               strict=entry.strict, exact=entry.acc.exact, notes=self.notes,
+                               fed=entry.fed, rtol=self.rtol, atol=self.atol)
+        return replace(settled[0], reference=result.reference), deep
+
+    def deep_all(self, results: Sequence[PairReport],
+                 only: Collection[str] | None = None) -> DeepResult | None:
+        """The forced layer-wise comparison: every tensor on the way to each compared pair,
+        against that pair's own reference (the original, the cut original fed the new values, the
+        block alone, ...). One :func:`~.deep.deep_compare` per reference/candidate model pair over
+        the ancestors of its pairs; a tensor compared twice keeps its larger error. Nodes and
+        positions are those of the candidate (the rewritten model), whose order the result
+        follows; ``only`` keeps the candidate tensors named there (a page's drawn tensors).
+        None when no pair can be deepened."""
+        groups: dict[tuple[int, int], dict[str, Any]] = {}
+        for result, entry in zip(results, self.entries, strict=True):
+            if entry.sides is None:
+                continue
+            sides = [entry.sides(k) for k in range(self.samples)]
+            ref, cand = sides[0][0].staged, sides[0][1].staged
+            if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
+                continue
+            group = groups.setdefault((id(ref), id(cand)), {
+                "ref": ref, "cand": cand, "sides": sides, "targets": [], "mapping": {},
+                "strict": False, "exact": True})
+            group["targets"].append(entry.ref_name)
+            group["mapping"].update({**entry.mapping, entry.ref_name: result.candidate})
+            group["strict"] = group["strict"] or entry.strict
+            group["exact"] = group["exact"] and entry.acc.exact
+        if not groups:
+            return None
+        best: dict[str, TensorError] = {}
+        skipped = batches = 0
+        for group in groups.values():
+            ref, cand, sides = group["ref"], group["cand"], group["sides"]
+            items = shared_tensors(ref, cand, mapping=group["mapping"], strict=group["strict"],
+                                   targets=group["targets"])
+            if only is not None:
+                items = [item for item in items if item.cand in only]
+            found = deep_compare(ref, cand, [dict(r.feeds) for r, _ in sides],
+                                 [dict(c.feeds) for _, c in sides], items=items,
+                                 exact=group["exact"], forced=True, notes=self.notes,
+                                 rtol=self.rtol, atol=self.atol)
+            skipped += found.skipped
+            batches += found.batches
+            index = cand.index
+            for t in found.tensors:
+                j = index.producer.get(t.candidate, -1)
+                t = replace(t, node=index.node_label(j) if j >= 0 else t.node, position=j)
+                old = best.get(t.candidate)
+                if old is None or _worse(t, old):
+                    best[t.candidate] = t
+        ordered = sorted(best.values(), key=lambda t: (t.position, t.candidate))
+        return DeepResult(tensors=tuple(ordered), forced=True, skipped=skipped, batches=batches)
+
+    def report(self, kind: str, samples: int, *, locate_divergence: bool,
+               inputs: Mapping[str, str] | None = None,
+               deep_all: bool | Collection[str] = False) -> VerifyReport:
+        results: list[PairReport] = []
+        deep: DeepResult | None = None
+        for entry in self.entries:
+            result, found = self._settle(entry.acc.result(), entry)
+            results.append(result)
+            deep = deep or found
+        if deep_all is not False:
+            only = None if deep_all is True else set(deep_all)
+            deep = self.deep_all(results, only) or deep
+        divergence: Divergence | None = None
+        if locate_divergence:
+            for result, entry in zip(results, self.entries, strict=True):
+                if result.agree or entry.sides is None:
+                    continue
+                ref, cand = entry.sides(result.worst_sample or 0)
+                full = {**entry.mapping, entry.ref_name: result.candidate}
+                try:
+                    divergence = locate(ref, cand, entry.ref_name, mapping=full,
+                                        exact=entry.acc.exact, batch=self.batch,
+                                        strict_mapping=entry.strict)
+                except ResourceLimitError:
+                    raise
+                except SurgeryError as exc:
+                    self.notes.append(f"could not locate the first difference: {exc}")
+                break
+        return make_report(results, samples=samples, kind=kind, notes=self.notes,
+                           divergence=divergence, inputs=dict(inputs or {}), deep=deep)
+
+
+def _worse(a: TensorError, b: TensorError) -> bool:
+    """True when ``a`` shows a larger error than ``b`` (a failure beats an agreement)."""
+    if a.ok != b.ok:
+        return not a.ok
+    return (a.max_abs_diff if a.max_abs_diff is not None else math.inf) > (
+        b.max_abs_diff if b.max_abs_diff is not None else math.inf)
+
+
+def run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Values:
+    """Values of ``names`` for every sample, in one session."""
+    wanted = [n for n in dict.fromkeys(names) if staged.is_tensor(n)]
+    with staged.session(wanted) as runner:
+        return [runner.run(feed) for feed in feeds]
+
+
+def dtype_of(staged: Staged, name: str) -> str:
+    """The numpy dtype name of tensor ``name`` of ``staged`` (as pairs are compared in)."""
+    return numpy_dtype_name(staged.elem_type(name))
+
+
+def resolve(staged: Staged, name: str) -> str:
+    """``name`` as a record writes it (a framework or user name) -> the tensor of ``staged``."""
+    return Selector(staged.index).resolve(name)
+
+
+def node_position(index: GraphIndex, label: str) -> int | None:
+    """Node position for a label from a rewrite record: a node name, or ``OpType#i``."""
+    if label in index.node_names:
+        return index.node_names[label]
+    op, sep, pos = label.rpartition("#")
+    if sep and pos.isdigit() and int(pos) < len(index.graph.node):
+        node = index.graph.node[int(pos)]
+        if node.op_type == op and not node.name:
+            return int(pos)
+    return None
+
+
+class Context:
+    """What a check is given besides its record: the ``orig`` and ``new`` models staged in one
+    workspace, the samples both are fed (``feeds``, described by ``described``, with ``notes``),
+    and :meth:`stage` for a reference model the check builds."""
+
+    def __init__(self, original: Model, rewritten: Model, ws: Workspace, *, threads: int,
+                 inputs: InputsLike | None, seed: int, dims: Mapping[str, int] | None,
+                 samples: int | None, limits: Limits | None = None,
+                 ranges: Mapping[str, Range] | None = None,
+                 save_inputs: str | os.PathLike | None = None) -> None:
+        self.ws = ws
+        self.threads = threads
+        self.limits = limits
+        self.orig = Staged(original, ws, "original", threads=threads, limits=limits)
+        self.new = Staged(rewritten, ws, "rewritten", threads=threads, limits=limits)
+        made = make_samples([self.orig], inputs=inputs, seed=seed, dims=dims, samples=samples,
+                            ranges=ranges, save_inputs=save_inputs)
+        self.feeds = made.samples
+        self.described = made.described
+        self.notes = made.notes
+
+    def stage(self, model: Model, label: str, index: GraphIndex | None = None) -> Staged:
+        """``model`` staged in the check's workspace, with the same threads and limits
+        (``index``: its index when the caller has it, e.g. a cut model's)."""
+        return Staged(model, self.ws, label, threads=self.threads, limits=self.limits,
+                      index=index)
+
+
+CheckFunction = Callable[[Context, Any, Check], None]
+"""A rewrite check: ``(ctx, record, check)``, adding its pairs to ``check``."""
+
+CHECKS: dict[type[RewriteRecord], CheckFunction] = {}
+"""Record type -> its check (filled by :func:`rewrite_check` as the checks' modules are
+imported)."""
+
+_F = TypeVar("_F", bound=CheckFunction)
+
+
+def rewrite_check(record_type: type[RewriteRecord]) -> Callable[[_F], _F]:
+    """Register the decorated function as the check of ``record_type`` (one per type: a second
+    registration is a bug, refused at import)."""
+
+    def register(function: _F) -> _F:
+        if record_type in CHECKS:
+            raise TypeError(f"{record_type.__name__} has a check already "
+                            f"({CHECKS[record_type].__qualname__})")
+        CHECKS[record_type] = function
+        return function
+
+    return register
+
+
+def check_of(record: RewriteRecord) -> CheckFunction:
+    """The check registered for ``record``'s type.
+
+    Raises:
+        UsageError: no check is registered for it.
+    """
+    found = CHECKS.get(type(record))
+    if found is None:
+        raise UsageError(f"rewrite record op {record.op!r} has no check; expected one of "
+                         f"{sorted(t.op for t in CHECKS)}")
+    return found
