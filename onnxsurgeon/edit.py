@@ -102,6 +102,7 @@ class Edit:
         self.model = index.model
         self.graph = index.graph
         self.upkeep: Upkeep | None = Upkeep(index)
+        self._follow = follow
         if not follow:
             self.upkeep.fail()
         self._rewired: set[int] = set()
@@ -117,7 +118,7 @@ class Edit:
     def of(cls, model: onnx.ModelProto) -> Edit:
         """An edit of a private proto (a block, a probe): changes it, records nothing."""
         e = cls.__new__(cls)
-        e.index, e.model, e.graph, e.upkeep = None, model, model.graph, None
+        e.index, e.model, e.graph, e.upkeep, e._follow = None, model, model.graph, None, False
         e._rewired, e._leaves, e._leaves_changed = set(), None, False
         e._inserted = e._structural = False
         return e
@@ -151,12 +152,13 @@ class Edit:
 
     def finish(self) -> Upkeep | None:
         """Tell the upkeep what is still pending (leaf edits, rewired nodes); the journal of
-        the edits, or None for a private proto. Call once, after the last edit."""
+        the edits; None for a private proto or a verb that does not follow its edits
+        (``follow=False``). Call once, after the last edit."""
         upkeep = self._following()
         if upkeep is not None and self._rewired:
             upkeep.reread(sorted(self._rewired))
         self._rewired = set()
-        return upkeep
+        return upkeep if self._follow else None
 
     def hand_on(self, model: Model | onnx.ModelProto) -> None:
         """:meth:`finish` and hand the journal to the next verb (:func:`onnxsurgeon.io.hand_on`)."""
