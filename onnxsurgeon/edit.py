@@ -447,10 +447,11 @@ class Edit:
         """Append opset imports (copied)."""
         self.model.opset_import.extend(opsets)
 
-    def set_default_opset(self, version: int) -> None:
-        """The model and its local functions import the default domain at ``version``."""
+    def set_default_opset(self, version: int, *, functions: bool = True) -> None:
+        """The model (and, with ``functions``, its local functions) import the default domain
+        at ``version``."""
         set_default_opset(self.model, version)
-        for fn in self.model.functions:
+        for fn in self.model.functions if functions else ():
             set_default_opset(fn, version)
 
     def set_ir_version(self, version: int) -> None:
