@@ -328,7 +328,7 @@ def test_output_that_is_a_graph_input():
 
 @pytest.mark.parametrize("step", [2, 7, 150])  # many runs (rebuild) ... few runs (slice deletes)
 def test_keep_only_both_strategies(step):
-    from onnxsurgeon.surgery._proto import keep_only
+    from onnxsurgeon.edit import keep_only
 
     model = builders.chain(100)
     before = [n.SerializeToString() for n in model.graph.node]

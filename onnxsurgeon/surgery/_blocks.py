@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import onnx
 
+from ..edit import Edit
 from ..errors import RewriteError
 from ..external import is_external, iter_tensors, read_tensor
 from ..index import iter_graphs
 from ..io import Model, as_model
 from ..names import NameAllocator
-from ..protos import DEFAULT_DOMAINS, rename_scoped
+from ..protos import DEFAULT_DOMAINS
 
 
 def block_io(block: onnx.ModelProto, label: str) -> tuple[onnx.ValueInfoProto, onnx.ValueInfoProto]:
@@ -26,16 +27,14 @@ def block_io(block: onnx.ModelProto, label: str) -> tuple[onnx.ValueInfoProto, o
             f"{[vi.name for vi in inputs]} and outputs {[vi.name for vi in g.output]}; extract "
             "a one-input one-output part first"
         )
+    e = Edit.of(block)
     if len(inputs) != len(g.input):
-        kept = onnx.ValueInfoProto()
-        kept.CopyFrom(inputs[0])
-        del g.input[:]
-        g.input.append(kept)
+        e.set_block_io(inputs[0])
     x, y = g.input[0], g.output[0]
     if x.name == y.name:  # the block passes its input through: give it a node to own the output
         fresh = NameAllocator.for_model(block).fresh(y.name + "_out")
-        g.node.append(onnx.helper.make_node("Identity", [x.name], [fresh], name="passthrough"))
-        y.name = fresh
+        e.set_block_io(append=[onnx.helper.make_node("Identity", [x.name], [fresh],
+                                                     name="passthrough")], output_name=fresh)
     return g.input[0], g.output[0]
 
 
@@ -44,11 +43,11 @@ def prepare_graph_block(graph: onnx.ModelProto | Model) -> tuple[onnx.ModelProto
     m = as_model(graph)
     block = onnx.ModelProto()
     block.CopyFrom(m.proto)
+    e = Edit.of(block)
     for tensor in iter_tensors(block):
         if is_external(tensor):
             values = read_tensor(tensor, m.base_dir)
-            inline = onnx.numpy_helper.from_array(values, tensor.name)
-            tensor.CopyFrom(inline)
+            e.set_tensor(tensor, onnx.numpy_helper.from_array(values, tensor.name))
     label = block.graph.name or "graph"
     try:
         onnx.checker.check_model(block)
@@ -64,7 +63,7 @@ def infer_output(block: onnx.ModelProto, x_type: onnx.TypeProto | None, label: s
     probe = onnx.ModelProto()
     probe.CopyFrom(block)
     if x_type is not None and x_type.WhichOneof("value") is not None:
-        probe.graph.input[0].type.CopyFrom(x_type)
+        Edit.of(probe).set_block_io(input_type=x_type)
     out = probe.graph.output[0]
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, check_type=True, strict_mode=True)
@@ -87,11 +86,10 @@ def rename_block(block: onnx.ModelProto, at: str, prefix: str, processed: str,
     Returns the new names of the main block nodes."""
     g = block.graph
     fixed = {g.input[0].name: at, g.output[0].name: processed}
-    rename_scoped([g], {}, depth=0,
-                  define=lambda name: fixed[name] if name in fixed else names.fresh(prefix + name))
-    for sub in iter_graphs(g):
-        for node in sub.node:
-            node.name = names.fresh(prefix + (node.name or node.op_type))
+    e = Edit.of(block)
+    e.rename_scoped([g], {}, depth=0,
+                    define=lambda name: fixed[name] if name in fixed else names.fresh(prefix + name))
+    e.name_every_node(iter_graphs(g), lambda node: names.fresh(prefix + (node.name or node.op_type)))
     return [node.name for node in g.node]
 
 
@@ -129,16 +127,17 @@ def merge_functions(block: onnx.ModelProto, host: onnx.ModelProto) -> list[onnx.
             renames[key] = f"{fn.name}__{n}"
         to_add.append(fn)
     if renames:
+        e = Edit.of(block)  # the block is a private copy
         calls = [node for g in iter_graphs(block.graph) for node in g.node]
         calls += [node for fn in block.functions for node in fn.node]
         for node in calls:
             new = renames.get((node.domain, node.op_type, node.overload))
             if new is not None:
-                node.op_type = new
+                e.set_op(node, new)
         for fn in to_add:
             new = renames.get((fn.domain, fn.name, fn.overload))
             if new is not None:
-                fn.name = new
+                e.rename_function(fn, new)
     return to_add
 
 

@@ -1,38 +1,14 @@
-"""Edge rewiring shared by ``insert`` and ``reroute``: which reads to move, and moving them."""
+"""Type checks shared by the verbs that move reads (``insert``, ``reroute``, ``bypass``, ``merge``);
+moving them is :meth:`onnxsurgeon.edit.Edit.rewire`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import onnx
-
 from ..errors import RewriteError
-from ..index import GraphIndex, Use
 from ..types import dtype_name
 
 Shape = Sequence[int | str | None]
-
-
-def rewire(index: GraphIndex, uses: Sequence[Use], new_name: str) -> list[str]:
-    """Make every read in ``uses`` read ``new_name``. Mutates the indexed model.
-
-    Explicit input slots of main-graph nodes, inputs of nodes inside nested bodies and body
-    outputs that pass the outer tensor through are all handled. Returns the labels of the
-    main-graph nodes touched, in node order, without repeats. The index is stale afterwards.
-    """
-    touched: dict[int, None] = {}
-    graph = index.graph
-    for use in uses:
-        if use.inner is None:
-            graph.node[use.node].input[use.slot] = new_name
-        else:
-            holder = use.inner.holder
-            if isinstance(holder, onnx.NodeProto):
-                holder.input[use.inner.slot] = new_name
-            else:
-                holder.name = new_name
-        touched[use.node] = None
-    return [index.node_label(i) for i in sorted(touched)]
 
 
 def check_types(what: str, a: str, b: str, a_type: int, b_type: int,

@@ -18,9 +18,10 @@ from collections.abc import Iterator
 
 import onnx
 
+from ..edit import Edit
 from ..errors import RewriteError
 from ..index import iter_graphs
-from ..protos import DEFAULT_DOMAINS, default_opset, set_default_opset
+from ..protos import DEFAULT_DOMAINS, default_opset
 
 
 def default_nodes(model: onnx.ModelProto, *, functions: bool) -> Iterator[onnx.NodeProto]:
@@ -127,7 +128,7 @@ def reconcile(block: onnx.ModelProto, host: onnx.ModelProto, label: str) -> tupl
         return block, b
     block_changed = changed_ops(default_nodes(block, functions=False), b, h)
     if not block_changed:
-        set_default_opset(block, h)
+        Edit.of(block).set_default_opset(h, functions=False)
         return block, None
     converted = _convert(block, h)
     if converted is not None:

@@ -1,17 +1,13 @@
-"""Protobuf helpers private to the surgery verbs: fast pruning of repeated fields, ValueInfo for
-new graph inputs, and light type inference over a subset of nodes (type facts themselves live in
-:mod:`onnxsurgeon.types`, weight-free copies in :mod:`onnxsurgeon.protos`).
-
-Measured with upb on a 90k-node chain: deleting a run of elements with a slice costs ~3.5 us per
-run whatever its length, rebuilding a repeated field (``del f[:]`` + ``extend``) ~0.8 us per kept
-element. :func:`keep_only` picks the cheaper of the two.
+"""Protobuf helpers private to the surgery verbs: ValueInfo for new graph inputs, and light type
+inference over a subset of nodes (type facts themselves live in :mod:`onnxsurgeon.types`,
+weight-free copies in :mod:`onnxsurgeon.protos`; pruning repeated fields in
+:func:`onnxsurgeon.edit.keep_only`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from operator import attrgetter
-from typing import Any
 
 import onnx
 
@@ -20,46 +16,6 @@ from ..errors import InvalidModelError
 from ..index import GraphIndex
 from ..protos import light_tensor
 from ..types import is_complete, shape_of
-
-_RUN_COST = 4.0
-"""Relative cost of one slice deletion versus re-adding one kept element (measured, upb)."""
-
-
-def keep_only(field: Any, keep: Sequence[int]) -> None:
-    """Keep the elements of repeated message ``field`` at the ascending positions ``keep``.
-
-    Mutates ``field``. O(len(field)); deletes the dropped runs in place when they are few,
-    rebuilds the field otherwise.
-    """
-    n = len(field)
-    if len(keep) == n:
-        return
-    runs: list[tuple[int, int]] = []
-    prev = -1
-    for i in keep:
-        if i > prev + 1:
-            runs.append((prev + 1, i))
-        prev = i
-    if prev + 1 < n:
-        runs.append((prev + 1, n))
-    if len(runs) * _RUN_COST <= len(keep) + 64:
-        for start, stop in reversed(runs):
-            del field[start:stop]
-        return
-    kept = [field[i] for i in keep]
-    del field[:]
-    field.extend(kept)
-
-
-def replace_all(field: Any, items: Iterable[Any]) -> None:
-    """Replace the elements of repeated message ``field`` by copies of ``items``. Mutates."""
-    copies = []
-    for item in items:
-        c = type(item)()
-        c.CopyFrom(item)
-        copies.append(c)
-    del field[:]
-    field.extend(copies)
 
 
 def boundary_value_info(vi: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import onnx
 
 from ..closure import downstream_nodes
+from ..edit import Edit
 from ..errors import RewriteError
 from ..index import GraphIndex
-from ..protos import set_default_opset, weightless_copy
-from ..upkeep import Upkeep
-from ._edges import rewire
+from ..protos import weightless_copy
 
 
 @dataclass
@@ -33,83 +32,50 @@ class Plan:
     block reads ``pre`` and writes ``at`` (== ``processed``); every reader of ``at`` stays."""
 
 
-def _rename_source(index: GraphIndex, at: str, pre: str) -> list[str]:
-    """The producer of ``at`` writes ``pre`` instead, and ``at``'s value_info follows; readers of
-    ``at`` are left alone (they will read the block's output, which takes the name ``at``).
-    Returns the labels of the main-graph nodes reading ``at`` (they read processed values now)."""
-    g = index.graph
-    node = g.node[index.producer[at]]
-    for k, name in enumerate(node.output):
-        if name == at:
-            node.output[k] = pre
-    for vi in g.value_info:
-        if vi.name == at:
-            vi.name = pre
-    readers = sorted({u.node for u in index.uses_of(at)})
-    return [index.node_label(i) for i in readers]
-
-
-def splice(host: onnx.ModelProto, index: GraphIndex, plan: Plan) -> tuple[list[str], list[str]]:
-    """Apply ``plan`` to ``host`` (``index`` is the host's index). Mutates host; the plan's block
-    is only read, so the same plan can be applied to a probe copy first."""
+def splice(e: Edit, plan: Plan) -> tuple[list[str], list[str]]:
+    """Apply ``plan`` through ``e`` (an edit of the host made from the host's index: it records
+    every change). The plan's block is only read, so the same plan can be applied to a probe
+    copy first. Returns the labels of the rerouted main-graph nodes and the rerouted graph
+    outputs."""
+    index = e.index
+    assert index is not None
+    host = e.model
     g = host.graph
     if plan.new_host_opset is not None:
-        set_default_opset(host, plan.new_host_opset)
-        for fn in host.functions:
-            set_default_opset(fn, plan.new_host_opset)
+        e.set_default_opset(plan.new_host_opset)
     rerouted: list[str] = []
     rerouted_outputs: list[str] = []
     if plan.pre is not None:
-        rerouted, rerouted_outputs = _rename_source(index, plan.at, plan.pre), [plan.at]
-        for out in g.output:
+        # the producer of ``at`` writes ``pre``; readers of ``at`` stay (they read the block's
+        # output, which takes the name ``at``, so they read processed values now)
+        rerouted = [index.node_label(i) for i in sorted({u.node for u in index.uses_of(plan.at)})]
+        e.rename_output(index.producer[plan.at], plan.at, plan.pre)
+        rerouted_outputs = [plan.at]
+        for k, out in enumerate(g.output):
             if out.name == plan.at:
-                out.CopyFrom(plan.processed_vi)
+                e.set_output(k, value=plan.processed_vi)
     elif not plan.as_output:
-        rerouted = rewire(index, index.uses_of(plan.at), plan.processed)
-        for out in g.output:
+        rerouted = e.rewire(index.uses_of(plan.at), plan.processed)
+        for k, out in enumerate(g.output):
             if out.name == plan.at:
-                out.CopyFrom(plan.processed_vi)
+                e.set_output(k, value=plan.processed_vi)
                 rerouted_outputs.append(plan.at)
     bg = plan.block.graph
-    g.initializer.extend(bg.initializer)
-    g.sparse_initializer.extend(bg.sparse_initializer)
+    e.add_initializers(bg.initializer, made=True)
+    e.add_sparse_initializers(bg.sparse_initializer)
     if host.ir_version < 4:  # IR 3 wants every initializer listed as a graph input too
-        g.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                       for t in bg.initializer)
-    g.value_info.extend(vi for vi in bg.value_info if vi.name != plan.processed)
+        e.add_inputs([onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                      for t in bg.initializer])
+    e.add_value_info(vi for vi in bg.value_info if vi.name != plan.processed)
     if plan.as_output:
-        g.output.append(plan.processed_vi)
+        e.add_outputs([plan.processed_vi])
     elif not rerouted_outputs and plan.processed_vi.type.WhichOneof("value") is not None:
-        g.value_info.append(plan.processed_vi)
+        e.add_value_info([plan.processed_vi])
     pos = index.producer[plan.at] + 1 if plan.at in index.producer else 0
-    for k, node in enumerate(bg.node):
-        g.node.insert(pos + k, node)
-    host.functions.extend(plan.functions)
-    host.opset_import.extend(plan.opsets)
+    e.insert_nodes(pos, bg.node)
+    e.add_functions(plan.functions)
+    e.add_opsets(plan.opsets)
     return rerouted, rerouted_outputs
-
-
-def upkeep_after_splice(index: GraphIndex, plan: Plan, readers: list[int]) -> Upkeep:
-    """What :func:`splice` changed, told to an :class:`~onnxsurgeon.upkeep.Upkeep` of the
-    host's ``index`` (``readers``: the main-graph nodes reading ``plan.at`` before): the
-    activation renamed to ``plan.pre``, the block's initializers (and IR 3 inputs) added, its
-    nodes inserted after the activation's producer, the readers rewired."""
-    upkeep = Upkeep(index)
-    if plan.pre is not None:
-        upkeep.rename_tensors({plan.at: plan.pre})
-    bg = plan.block.graph
-    if len(bg.initializer) or len(bg.sparse_initializer):
-        if index.model.ir_version >= 4 and not len(bg.sparse_initializer):
-            upkeep.leaves_appended([t.name for t in bg.initializer])
-        else:  # IR 3 lists them as graph inputs too (inputs come first in the numbering)
-            upkeep.leaves_changed()
-        upkeep.created_tensors(bg.initializer)
-    pos = index.producer[plan.at] + 1 if plan.at in index.producer else 0
-    count = len(bg.node)
-    upkeep.inserted(pos, count)
-    if not plan.as_output:
-        upkeep.reread(i + count if i >= pos else i for i in readers)
-    return upkeep
 
 
 def downstream_types(host: onnx.ModelProto, plan: Plan, label: str) -> dict[str, onnx.ValueInfoProto]:
@@ -118,16 +84,14 @@ def downstream_types(host: onnx.ModelProto, plan: Plan, label: str) -> dict[str,
     ValueInfo of every main-graph tensor downstream of the processed tensor. Refuses (before the
     host changes) when the downstream cannot take the processed tensor."""
     probe = weightless_copy(host)
-    probe_index = GraphIndex(probe)
-    splice(probe, probe_index, plan)
+    splice(Edit(GraphIndex(probe), follow=False), plan)
     probe_index = GraphIndex(probe)
     affected = {o for i in downstream_nodes(probe_index, [plan.processed])
                 for o in probe.graph.node[i].output if o}
     affected_in_graph = {vi.name for vi in probe.graph.value_info} | {vi.name for vi in probe.graph.output}
     # declared types of affected tensors are what would clash: drop them before inferring
     keep = [vi for vi in probe.graph.value_info if vi.name not in affected]
-    del probe.graph.value_info[:]
-    probe.graph.value_info.extend(keep)
+    Edit.of(probe).set_value_info(keep, copy=False)
     for out in probe.graph.output:
         if out.name in affected:
             out.type.tensor_type.ClearField("shape")
@@ -163,16 +127,13 @@ def _infers_strictly(model: onnx.ModelProto) -> bool:
     return True
 
 
-def retype(host: onnx.ModelProto, fresh: dict[str, onnx.ValueInfoProto]) -> None:
+def retype(e: Edit, fresh: dict[str, onnx.ValueInfoProto]) -> None:
     """Replace the declared types of the tensors in ``fresh`` (value_info and graph outputs)."""
-    g = host.graph
+    g = e.graph
     keep = [vi for vi in g.value_info if vi.name not in fresh]
     known = {vi.name for vi in g.value_info}
     if len(keep) != len(g.value_info):
-        del g.value_info[:]
-        g.value_info.extend(keep)
-        g.value_info.extend(fresh[n] for n in sorted(known & fresh.keys()))
-    for out in g.output:
+        e.set_value_info([*keep, *(fresh[n] for n in sorted(known & fresh.keys()))], copy=False)
+    for k, out in enumerate(g.output):
         if out.name in fresh:
-            out.type.CopyFrom(fresh[out.name].type)
-
+            e.set_output(k, retype=fresh[out.name].type)

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from ..edit import Edit
 from ..errors import AmbiguousNameError, RewriteError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import BypassRecord, add_rewrite
 from ..select import Selector, drop_missing, node_module
 from ..types import TypeOracle, dtype_name
-from ._edges import check_types, rewire
+from ._edges import check_types
 from ._proto import _BROADCAST
 from .rename import _rename_tensors
 
@@ -378,29 +379,30 @@ def bypass(
     pruned_labels = [index.node_label(i) for i in sorted(pruned)]
 
     # ------------------------------------------------------------------ mutate (all checked)
+    e = Edit(index, follow=False)  # the next verb indexes the model again
     touched: set[str] = set()
     for use, src in moves:
-        touched.update(rewire(index, [use], src))
+        touched.update(e.rewire([use], src))
     rerouted = [index.node_label(i) for i in range(len(index.graph.node))
                 if index.node_label(i) in touched]
     rerouted_outputs: list[str] = []
     for k, src in out_positions:
         rerouted_outputs.append(proto.graph.output[k].name)
-        proto.graph.output[k].name = src
+        e.set_output(k, name=src)
     dead = set(final) | {o for i in pruned for o in index.graph.node[i].output if o}
     keep = [vi for vi in proto.graph.value_info if vi.name not in dead]
     if len(keep) != len(proto.graph.value_info):
-        del proto.graph.value_info[:]
-        proto.graph.value_info.extend(keep)
+        e.set_value_info(keep, copy=False)
     # name-map entries of removed outputs go (before a source takes over an output's name, when
     # _rename_tensors moves the source's entries to that name)
     drop_missing(proto, lambda name: name not in dead)
     if renames:  # positions are unchanged so far: the removed nodes are deleted last
-        _rename_tensors(GraphIndex(proto), renames)
-    for i in sorted(removed | pruned, reverse=True):
-        del proto.graph.node[i]
-    for k in sorted((index.initializers[t] for t in pruned_inits), reverse=True):
-        del proto.graph.initializer[k]
+        _rename_tensors(e, renames)
+    e.remove_nodes(removed | pruned)
+    if pruned_inits:
+        gone = {index.initializers[t] for t in pruned_inits}
+        e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in gone])
+    e.hand_on(m)
     add_rewrite(proto, BypassRecord(
         removed=tuple(labels), input=input, rerouted=tuple(rerouted),
         rerouted_outputs=tuple(rerouted_outputs), pruned=tuple(pruned_labels) or None,

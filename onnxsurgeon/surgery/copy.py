@@ -16,15 +16,14 @@ from typing import Any, NamedTuple, cast
 import onnx
 
 from ..closure import closure
+from ..edit import Edit
 from ..errors import AmbiguousNameError, RewriteError, UsageError, name_list
 from ..index import GraphIndex, NodeEdges, has_subgraphs, subgraphs
-from ..io import Model, as_model, hand_on, indexed
+from ..io import Model, as_model, indexed
 from ..names import NameAllocator
-from ..protos import rename_scoped
 from ..record import CopyRecord, add_rewrite, as_record
 from ..select import CALL_SEP, Selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
-from ..upkeep import Upkeep, Written
 from ._edgewalk import closure_edges
 from ._proto import quick_value_info
 
@@ -379,51 +378,36 @@ def copy(
                 and vi.name not in init_map and is_complete(vi)):
             new_vi.append(renamed_value_info(vi, tensor_map[vi.name]))
 
-    # ---- mutate
-    for i, name in named.items():
-        node_field[i].name = name
-    first = n_before = len(node_field)
-    node_field.extend(list(map(node_field.__getitem__, copy_nodes)))  # C-level copies
-    copies = node_field[first:]
+    # ---- mutate: weights first (the copies read them), then the copies
+    e = Edit(index)
+    e.name_nodes(named)
+    if dense:
+        originals = list(graph.initializer)  # a list indexes cheaper than the field
+        e.add_initializers([originals[index.initializers[name]] for name, _ in dense],
+                           names=[fresh for _, fresh in dense])
+    e.add_sparse_initializers([graph.sparse_initializer[sparse_pos[name]] for name, _ in sparse],
+                              names=[fresh for _, fresh in sparse])
+    e.add_inputs(new_inputs)
     reads: Sequence[list[str | None] | None] = new_ins or [None] * len(copy_nodes)
     new_out_lists = list(new.outputs.grouped())
-    wrote: list[list[str]] = []  # each copy's inputs as written (the upkeep checks them)
-    for n, (ins, outs_), name, new_out, new_in in zip(
-            copies, map(_INPUT_OUTPUT, copies), new.node_names, new_out_lists, reads,
-            strict=True):
-        n.name = name
+    wrote: list[list[str]] = []  # each copy's inputs (the upkeep checks them)
+    for i, new_in in zip(copy_nodes, reads, strict=True):
         if new_in is None or None in new_in:  # by name: the copy still reads the originals
-            new_in = [get(x, x) for x in ins]
-        ins[:] = new_in
-        outs_[:] = new_out
+            new_in = [get(x, x) for x in node_field[i].input]
         wrote.append(new_in)  # type: ignore[arg-type]
-        if new_ins is None and n.attribute and has_subgraphs(n):
-            rename_scoped(subgraphs(n), mapping, define=lambda x: names.fresh(prefix + x),
-                          node_name=lambda node: names.fresh(prefix + node.name) if node.name
-                          else "")
-    if dense:
-        first = len(graph.initializer)
-        originals = list(graph.initializer)  # a list indexes cheaper than the field
-        graph.initializer.extend([originals[index.initializers[name]] for name, _ in dense])
-        for t, (_, fresh) in zip(graph.initializer[first:], dense, strict=True):
-            t.name = fresh
-    first = len(graph.sparse_initializer)
-    graph.sparse_initializer.extend([graph.sparse_initializer[sparse_pos[name]] for name, _ in sparse])
-    for st, (_, fresh) in zip(graph.sparse_initializer[first:], sparse, strict=True):
-        st.values.name = fresh
-    graph.input.extend(new_inputs)
-    graph.value_info.extend(new_vi)
-    graph.output.extend(new_outputs)
-    upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
-    upkeep.name_nodes(named)
-    if new_inputs or sparse:
-        upkeep.leaves_changed()
-    elif dense:
-        upkeep.leaves_appended([fresh for _, fresh in dense])
-    # no body anywhere when the int graph exists: hand the upkeep the fields just written
-    upkeep.inserted(n_before, len(copy_nodes), None if edges is None else Written(
-        wrote, new_out_lists, new.node_names, list(map(edges.ops.__getitem__, copy_nodes))))
-    hand_on(model, upkeep)
+    # no body anywhere when the int graph exists: the upkeep takes the fields just written
+    copies = e.copy_nodes(copy_nodes, new.node_names, wrote, new_out_lists,
+                          ops=None if edges is None else list(map(edges.ops.__getitem__,
+                                                                  copy_nodes)))
+    if new_ins is None:
+        for n in copies:
+            if n.attribute and has_subgraphs(n):
+                e.rename_scoped(subgraphs(n), mapping, define=lambda x: names.fresh(prefix + x),
+                                node_name=lambda node: names.fresh(prefix + node.name)
+                                if node.name else "")
+    e.add_value_info(new_vi)
+    e.add_outputs(new_outputs)
+    e.hand_on(model)
     result = CopyResult(
         outputs={o: mapping[o] for o in outs},
         initializers=init_map,

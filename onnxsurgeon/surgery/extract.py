@@ -7,7 +7,6 @@ index and one walk over the kept nodes.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
@@ -15,19 +14,18 @@ from operator import attrgetter, not_
 
 import onnx
 
+from ..edit import Edit
 from ..errors import InvalidModelError, RewriteError, UsageError, name_list
 from ..index import GraphIndex, body_captures, has_subgraphs, subgraphs
-from ..io import Model, as_model, hand_on, indexed
+from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..record import ExtractRecord, add_rewrite
 from ..select import Selector, drop_missing, name_map
 from ..types import TypeOracle, is_complete, known_value_info
-from ..upkeep import Upkeep
 from ._edgewalk import propagate_edges, walk_edges
 from ._proto import (
     boundary_value_info,
     infer_subset,
-    keep_only,
     propagate_types,
 )
 
@@ -308,37 +306,27 @@ def extract(
             new_inputs.append(stop_infos.pop(vi.name, vi))
     new_inputs.extend(stop_infos[s] for s in stops if s in stop_infos)
 
-    renamed_stops = {graph.node[i].output[slot]: fresh for i, slot, fresh in renamed_outputs}
     keep_functions = _called_functions(proto, kept)
-    stop_readers = sorted({u.node for s in stops for u in index.uses_of(s) if u.node in kept_set}
-                          if index.known_int_graph() is not None else ())
+    stop_uses = ({s: [u for u in index.uses_of(s) if u.node in kept_set] for s in stops}
+                 if index.known_int_graph() is not None else {})
 
     # ---- mutate
     n_nodes = len(graph.node)
-    for i, slot, fresh in renamed_outputs:
-        graph.node[i].output[slot] = fresh
-    keep_only(graph.node, kept)
-    keep_only(graph.initializer, keep_inits)
-    keep_only(graph.sparse_initializer, keep_sparse)
-    keep_only(graph.value_info, keep_vi)
+    e = Edit(index)
+    for s, uses in stop_uses.items():  # the readers of a stop read the graph input now
+        e.rewire(uses, s)
+    for i, slot, fresh in renamed_outputs:  # a kept node's output that was a stop
+        e.rename_output(i, graph.node[i].output[slot], fresh)
+    e.keep_nodes(kept)
+    e.keep_initializers(keep_inits, sparse=keep_sparse)
+    e.keep_value_info(keep_vi)
     if keep_functions is not None:
-        keep_only(proto.functions, keep_functions)
-    input_copies = []
-    for vi in new_inputs:
-        c = onnx.ValueInfoProto()
-        c.CopyFrom(vi)
-        input_copies.append(c)
-    del graph.input[:]
-    graph.input.extend(input_copies)
-    del graph.output[:]
-    graph.output.extend(new_outputs)
+        e.keep_functions(keep_functions)
+    e.set_inputs(new_inputs)
+    input_copies = list(graph.input)
+    e.set_outputs(new_outputs)
     _drop_stale_names(proto)
-    upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
-    upkeep.rename_tensors(renamed_stops)  # a kept node's output that was a stop
-    upkeep.kept_only(kept)
-    upkeep.leaves_changed()  # the stops are graph inputs now: their readers read them again
-    upkeep.reread(bisect_left(kept, i) for i in stop_readers)
-    hand_on(model, upkeep)
+    e.hand_on(model)
     add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
     return ExtractResult(
         outputs=outs,

@@ -13,8 +13,9 @@ from typing import Any
 
 import onnx
 
+from ..edit import Edit
 from ..errors import RewriteError, UsageError
-from ..io import Model, as_model, hand_on, indexed
+from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..processing import (
     ParamValue,
@@ -38,7 +39,7 @@ from ._blocks import (
 from ._edges import check_types
 from ._opsets import changed_ops, default_nodes, reconcile
 from ._proto import quick_value_info
-from ._splice import Plan, downstream_types, retype, splice, upkeep_after_splice
+from ._splice import Plan, downstream_types, retype, splice
 
 
 @dataclass(frozen=True)
@@ -190,12 +191,13 @@ def insert(
         fresh_types = downstream_types(host, plan, label)
 
     # ------------------------------------------------------------------ mutate (all checked)
-    rerouted, rerouted_outputs = splice(host, index, plan)
+    e = Edit(index)
+    rerouted, rerouted_outputs = splice(e, plan)
     if fresh_types:
-        retype(host, fresh_types)
+        retype(e, fresh_types)
     renamed = {at_name: pre} if pre is not None else {}
     follow_renames(host, renamed)
-    hand_on(m, upkeep_after_splice(index, plan, sorted({u.node for u in uses})))
+    e.hand_on(m)
     add_rewrite(host, InsertRecord(
         at=at_name, processed=processed, block=op if op is not None else "graph",
         params=record_params, block_nodes=tuple(block_nodes), rerouted=tuple(rerouted),

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import onnx
 
+from ..edit import Edit
 from ..errors import NotFoundError, RewriteError, UsageError, name_list
 from ..external import is_external, iter_tensors
 from ..index import DEFAULT_INPUT_IR, GraphIndex, iter_graphs, real_inputs
 from ..io import Model, as_model
 from ..metadata import set_metadata
 from ..names import NameAllocator, all_names
-from ..protos import rename_scoped, set_default_opset
 from ..record import MergeRecord, add_rewrite
 from ..select import FUSED_KEY, NAME_MAP_KEY, Selector, fused_names, name_map
 from ..types import TypeOracle, is_complete, renamed_value_info
@@ -111,7 +111,7 @@ def _apply_names(second: onnx.ModelProto, renames: Mapping[str, str], prefix: st
                  names: NameAllocator, first_nodes: set[str]) -> None:
     """Rename every tensor of every graph of ``second`` by ``renames`` and its node names that
     the first model uses. Mutates second (a private copy)."""
-    rename_scoped(
+    Edit.of(second).rename_scoped(
         [second.graph], {}, depth=0, define=lambda name: renames.get(name, name),
         node_name=lambda node: (names.fresh(prefix + node.name)
                                 if node.name and node.name in first_nodes else node.name))
@@ -292,28 +292,27 @@ def merge(
     if second_has_external:
         _relocate(block, s.base_dir, alias)
         f.data_dirs[alias] = s.base_dir  # type: ignore[assignment]
+    e = Edit(f_index, follow=False)  # the next verb indexes the model again
     if new_host_opset is not None:
-        set_default_opset(host, new_host_opset)
-        for fn in host.functions:
-            set_default_opset(fn, new_host_opset)
-    g, bg = host.graph, block.graph
+        e.set_default_opset(new_host_opset)
+    bg = block.graph
     inits = {t.name for t in bg.initializer} | {st.values.name for st in bg.sparse_initializer}
     # an input with a default value stays an input; an IR 3 weight listed as an input stays
     # listed only while the merged model is IR 3; a connected input's default is dropped
     keep_listed = s.proto.ir_version >= DEFAULT_INPUT_IR or host.ir_version < DEFAULT_INPUT_IR
-    new_inputs = [vi for vi in bg.input if vi.name not in consumed
-                  and (vi.name not in inits or keep_listed)]
-    g.input.extend(new_inputs)
-    g.initializer.extend(t for t in bg.initializer if t.name not in consumed)
-    g.sparse_initializer.extend(st for st in bg.sparse_initializer if st.values.name not in consumed)
-    g.value_info.extend(vi for vi in bg.value_info if vi.name not in consumed)
-    g.node.extend(bg.node)
-    del g.output[:]
-    g.output.extend(out_vis)
-    host.functions.extend(functions_to_add)
-    host.opset_import.extend(opsets_to_add)
-    host.ir_version = max(host.ir_version, block.ir_version)
-    host.metadata_props.extend(carried)
+    e.add_inputs([vi for vi in bg.input if vi.name not in consumed
+                  and (vi.name not in inits or keep_listed)])
+    e.add_initializers(t for t in bg.initializer if t.name not in consumed)
+    e.add_sparse_initializers(st for st in bg.sparse_initializer
+                              if st.values.name not in consumed)
+    e.add_value_info(vi for vi in bg.value_info if vi.name not in consumed)
+    e.insert_nodes(len(host.graph.node), bg.node)
+    e.set_outputs(out_vis)
+    e.add_functions(functions_to_add)
+    e.add_opsets(opsets_to_add)
+    e.set_ir_version(max(host.ir_version, block.ir_version))
+    e.add_metadata(carried)
+    e.hand_on(f)
     set_metadata(host, {key: json.dumps(data, sort_keys=True, separators=(",", ":"))
                         for key, data in ((NAME_MAP_KEY, merged_map), (FUSED_KEY, merged_fused))
                         if data is not None})

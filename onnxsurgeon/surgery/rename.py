@@ -10,20 +10,18 @@ recorded by the PyTorch exporter still resolve.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
 import onnx
 
+from ..edit import Edit
 from ..errors import UsageError
-from ..index import GraphIndex, graph_defined_names, iter_graphs, positions, subgraphs
-from ..io import Model, as_model, hand_on, indexed
-from ..protos import rename_scoped, rename_tensors
+from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
+from ..io import Model, as_model, indexed
 from ..record import RenameRecord, add_rewrite
 from ..select import Selector, follow_renames
-from ..upkeep import Upkeep
 
 
 @dataclass(frozen=True)
@@ -105,11 +103,11 @@ def _defining_bodies(index: GraphIndex, names: Iterable[str]) -> dict[str, list[
     return found
 
 
-def _rename_in_scope(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
+def _rename_in_scope(e: Edit, graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
     """Rename, in ``graph`` (a nested body that defines every key of ``renames``) and in the
     bodies below it, every definition and read. Each element is renamed once, so swaps work.
     Iterative; O(size of the bodies)."""
-    rename_scoped([graph], {}, define=lambda name: renames.get(name, name))
+    e.rename_scoped([graph], {}, define=lambda name: renames.get(name, name))
 
 
 def _check_inner_names(inner: Mapping[str, str], renamed: Mapping[str, str],
@@ -173,60 +171,17 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, s
     return out
 
 
-def _rename_tensors(index: GraphIndex, renamed: Mapping[str, str]) -> None:
-    """Apply ``renamed`` to every tie of each main-graph tensor (definition, reads in every
-    scope that does not shadow it, value_info, graph outputs) and to the converters' name map.
-    Every element is renamed once, from the state before the call, so swaps (a->b, b->a) work.
-    O(model size); on the int graph, O(edges) of ints plus the fields that change."""
-    if not _rename_by_edges(index, renamed):
-        rename_tensors(index.model, renamed)
-    follow_renames(index.model, renamed)
-
-
 _NAME = attrgetter("name")
 
 
-def _rename_by_edges(index: GraphIndex, renamed: Mapping[str, str]) -> bool:
-    """:func:`~onnxsurgeon.protos.rename_tensors` of main-graph tensors (every key defined in
-    the main graph) where the int graph exists (then no node holds a body): the reads are found
-    as the renamed tensors' ids among the ints, so only the fields that change are touched.
-    False, changing nothing, when there is no int graph. O(edges) of ints + O(inputs +
-    initializers + value_info) of names."""
-    edges = index.known_int_graph()
-    if edges is None or not renamed:
-        return False
-    ids = set()
-    for name in renamed:
-        j = index.edge_id(name)
-        if j is None:
-            return False
-        ids.add(j)
-    g = index.graph
-    nodes, preds, starts = g.node, edges.preds, edges.starts
-    if len(ids) <= 4:
-        hits = [at for j in ids for at in positions(preds, j)]
-    else:
-        hits = [k for k, p in enumerate(preds) if p in ids]
-    for at in hits:  # confirmed by name: a multi-output producer's other outputs stay
-        i = bisect_right(starts, at) - 1
-        ins = nodes[i].input
-        new = renamed.get(ins[at - starts[i]])
-        if new is not None:
-            ins[at - starts[i]] = new
-    for j in sorted(ids):
-        if j >= 0:
-            outs = nodes[j].output
-            for k, out in enumerate(outs):
-                if out in renamed:
-                    outs[k] = renamed[out]
-    for field in (g.input, g.initializer, g.value_info, g.output):
-        for k, name in enumerate(map(_NAME, field)):
-            if name in renamed:
-                field[k].name = renamed[name]
-    for st in g.sparse_initializer:
-        if st.values.name in renamed:
-            st.values.name = renamed[st.values.name]
-    return True
+def _rename_tensors(e: Edit, renamed: Mapping[str, str]) -> None:
+    """Apply ``renamed`` to every tie of each main-graph tensor (definition, reads in every
+    scope that does not shadow it, value_info, graph outputs) through ``e``, and to the
+    converters' name map. Every element is renamed once, from the state before the call, so
+    swaps (a->b, b->a) work. O(model size); on the int graph, O(edges) of ints plus the fields
+    that change."""
+    e.rename_tensors(renamed)
+    follow_renames(e.model, renamed)
 
 
 def rename(
@@ -300,25 +255,19 @@ def rename(
     bodies = _defining_bodies(index, inner)
 
     # ------------------------------------------------------------------ mutate (all checked)
-    upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
+    e = Edit(index)
     if nodes:
         edges = index.known_int_graph()
-        graph_nodes = proto.graph.node
-        listed = edges.names if edges is not None else list(map(_NAME, graph_nodes))
-        new_names = {i: renamed[name] for i, name in enumerate(listed) if name in renamed}
-        for i, name in new_names.items():
-            graph_nodes[i].name = name
-        upkeep.name_nodes(new_names)
+        listed = edges.names if edges is not None else list(map(_NAME, proto.graph.node))
+        e.name_nodes({i: renamed[name] for i, name in enumerate(listed) if name in renamed})
     else:
-        _rename_tensors(index, main)
-        upkeep.rename_tensors(main)
+        _rename_tensors(e, main)
         by_body: dict[int, tuple[onnx.GraphProto, dict[str, str]]] = {}
         for old, new in inner.items():
             for g in bodies.get(old, []):
                 by_body.setdefault(id(g), (g, {}))[1][old] = new
-            upkeep.fail()  # names inside bodies (there is no int graph then anyway)
         for g, ren in by_body.values():
-            _rename_in_scope(g, ren)
-    hand_on(m, upkeep)
+            _rename_in_scope(e, g, ren)
+    e.hand_on(m)
     add_rewrite(proto, RenameRecord(renamed=dict(renamed), nodes=bool(nodes)))
     return RenameResult(dict(renamed), bool(nodes))

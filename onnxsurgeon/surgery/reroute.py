@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, count
@@ -11,15 +10,15 @@ from itertools import compress, count
 import onnx
 
 from ..closure import closure
+from ..edit import Edit
 from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError, name_list
 from ..index import GraphIndex, Use
-from ..io import Model, as_model, hand_on, indexed
+from ..io import Model, as_model, indexed
 from ..record import RerouteRecord, add_rewrite
 from ..select import Selector, drop_missing
 from ..types import TypeOracle
-from ..upkeep import Upkeep
-from ._edges import check_types, rewire
-from ._proto import keep_only, quick_value_info, replace_all
+from ._edges import check_types
+from ._proto import quick_value_info
 
 _NOT_SET = 0
 
@@ -81,16 +80,6 @@ def _nodes_by_selector(index: GraphIndex, name: str, reading: set[int]) -> set[i
         return set()
     i = index.producer.get(tensor)
     return {i} if i is not None and i in reading else set()
-
-
-def _reorder(graph: onnx.GraphProto, movers: list[int], before: int) -> None:
-    """Move nodes ``movers`` (ascending indexes, all > ``before``) to just before node
-    ``before``, keeping their relative order. O(nodes) per moved node."""
-    for k, i in enumerate(movers):
-        node = onnx.NodeProto()
-        node.CopyFrom(graph.node[i])
-        del graph.node[i]
-        graph.node.insert(before + k, node)
 
 
 def reroute(
@@ -172,27 +161,21 @@ def reroute(
     unused_now = None if prune or movers else _dead_by_edges(index, selected, tgt, out_positions)
 
     # ------------------------------------------------------------------ mutate (all checked)
-    rerouted = rewire(index, selected, tgt)
+    e = Edit(index)
+    rerouted = e.rewire(selected, tgt)
     rerouted_outputs: list[str] = []
     for k in out_positions:
-        out = proto.graph.output[k]
-        if tgt_vi is not None and tgt_vi.type.WhichOneof("value") is not None:
-            out.type.CopyFrom(tgt_vi.type)
-        out.name = tgt
+        typed = tgt_vi is not None and tgt_vi.type.WhichOneof("value") is not None
+        e.set_output(k, retype=tgt_vi.type if typed and tgt_vi is not None else None, name=tgt)
         rerouted_outputs.append(src)
     if movers and first is not None:
-        _reorder(proto.graph, movers, first)
+        e.move_nodes(movers, first)  # nodes moved: the next verb indexes the model again
     pruned_inits: list[str] = []
-    upkeep = Upkeep(index)  # the next verb starts from this index (a recipe's next step)
-    if movers:
-        upkeep.fail()  # nodes moved: the next verb indexes the model again
-    rewired = sorted({u.node for u in selected})
     if unused_now is not None:
         unused = unused_now
-        upkeep.reread(rewired)
     else:
-        unused, pruned_inits = dead_nodes(proto, prune=prune, upkeep=upkeep, rewired=rewired)
-    hand_on(m, upkeep)
+        unused, pruned_inits = dead_nodes(e, prune=prune)
+    e.hand_on(m)
     add_rewrite(proto, RerouteRecord(
         source=src, target=tgt, rerouted=tuple(rerouted), rerouted_outputs=tuple(rerouted_outputs),
         pruned_nodes=tuple(unused) if prune else None,
@@ -238,22 +221,19 @@ def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
     return [index.node_label(i) for i in compress(count(), map(_NOT_SET.__eq__, live))]
 
 
-def dead_nodes(proto: onnx.ModelProto, *, prune: bool, upkeep: Upkeep | None = None,
-               rewired: Sequence[int] = ()) -> tuple[list[str], list[str]]:
-    """Labels of the main-graph nodes no graph output depends on, and (with ``prune``) the
-    initializers only they read. With ``prune`` both are removed (graph inputs stay; IR < 4
-    initializers listed as inputs stay too). ``upkeep`` is told what changed, the nodes
-    ``rewired`` (ascending, before the removal) included. Mutates model only with ``prune``.
-    O(nodes + edges).
+def dead_nodes(e: Edit, *, prune: bool) -> tuple[list[str], list[str]]:
+    """Labels of the main-graph nodes no graph output depends on in the model ``e`` edits, and
+    (with ``prune``) the initializers only they read. With ``prune`` both are removed through
+    ``e`` (graph inputs stay; IR < 4 initializers listed as inputs stay too). Mutates the model
+    only with ``prune``. O(nodes + edges).
     """
+    proto = e.model
     index = GraphIndex(proto)
     live = closure(index, [vi.name for vi in proto.graph.output])
     live_nodes = set(live.nodes)
     dead = [i for i in range(len(proto.graph.node)) if i not in live_nodes]
     labels = [index.node_label(i) for i in dead]
     if not prune or not dead:
-        if upkeep is not None:
-            upkeep.reread(rewired)
         return labels, []
     g = proto.graph
     read: set[str] = set(live.initializers) | set(index.inputs) | set(index.outputs)
@@ -262,16 +242,10 @@ def dead_nodes(proto: onnx.ModelProto, *, prune: bool, upkeep: Upkeep | None = N
     drop += [st.values.name for st in g.sparse_initializer if st.values.name not in read]
     kept_sparse_changed = len(kept_sparse) != len(g.sparse_initializer)
     gone = {o for i in dead for o in index.graph.node[i].output if o} | set(drop)
-    kept = sorted(live_nodes)
-    keep_only(g.node, kept)
-    if upkeep is not None:  # nodes read again last, as they are now numbered
-        upkeep.kept_only(kept)
-        upkeep.leaves_changed()
-        upkeep.reread(bisect_left(kept, i) for i in rewired if i in live_nodes)
-    keep_only(g.initializer, [k for k, t in enumerate(g.initializer) if t.name in read])
+    e.keep_nodes(sorted(live_nodes))
+    e.keep_initializers([k for k, t in enumerate(g.initializer) if t.name in read])
     if kept_sparse_changed:
-        replace_all(g.sparse_initializer, kept_sparse)
-    if any(vi.name in gone for vi in g.value_info):
-        replace_all(g.value_info, [vi for vi in g.value_info if vi.name not in gone])
+        e.set_sparse_initializers(kept_sparse)
+    e.drop_value_info(gone)
     drop_missing(proto, lambda name: name not in gone)
     return labels, drop
