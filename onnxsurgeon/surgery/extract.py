@@ -52,6 +52,10 @@ class ExtractResult:
     removed_nodes: int
     removed_initializers: list[str]
 
+    def record(self) -> ExtractRecord:
+        """The rewrite record of this extract (the entry the verb adds to the model's log)."""
+        return ExtractRecord(outputs=tuple(self.outputs), inputs=tuple(self.stops))
+
 
 def _unique(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
@@ -313,8 +317,7 @@ def extract(
     upkeep.leaves_changed()  # the stops are graph inputs now: their readers read them again
     upkeep.reread(bisect_left(kept, i) for i in stop_readers)
     hand_on(model, upkeep)
-    add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
-    return ExtractResult(
+    result = ExtractResult(
         outputs=outs,
         inputs=[vi.name for vi in input_copies],
         stops=stops,
@@ -322,3 +325,5 @@ def extract(
         removed_nodes=n_nodes - len(kept),
         removed_initializers=removed_inits,
     )
+    add_rewrite(proto, result.record())
+    return result
