@@ -1,14 +1,29 @@
 """What the CLI prints after a command: the ``--json`` objects (see ``onnxsurgeon/schemas/``) and
-the one-line human summaries. Pure functions of the results; the CLI writes them."""
+the one-line human summaries. Pure functions of the results; the CLI writes them.
+
+A rewriting verb's fields come from its result alone (``<verb>_payload(result)``: the result
+carries every resolved name), so the command's ``--json`` and a recipe step's ``result`` in
+``apply --json`` are the same object."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .schema import stamp
+
+if TYPE_CHECKING:
+    from .surgery import (
+        BypassResult,
+        CopyResult,
+        ExtractResult,
+        InsertResult,
+        MergeResult,
+        RenameResult,
+        RerouteResult,
+    )
 
 
 def dump(command: str, payload: Mapping[str, Any]) -> str:
@@ -21,7 +36,7 @@ def verify_json(report: Any) -> dict[str, Any] | None:
     return None if report is None else stamp("verify", report.to_json())
 
 
-def extract_payload(result: Any) -> dict[str, Any]:
+def extract_payload(result: ExtractResult) -> dict[str, Any]:
     """The ``extract --json`` fields of an ``ExtractResult``."""
     return {"outputs": list(result.outputs), "inputs": list(result.inputs),
             "nodes": result.kept_nodes, "kept_nodes": result.kept_nodes,
@@ -29,26 +44,49 @@ def extract_payload(result: Any) -> dict[str, Any]:
             "removed_initializers": len(result.removed_initializers)}
 
 
-def copy_payload(result: Any, *, weights: str, prefix: str) -> dict[str, Any]:
+def copy_payload(result: CopyResult) -> dict[str, Any]:
     """The ``copy --json`` fields of a ``CopyResult``."""
     return {"outputs": dict(result.outputs), "initializers": dict(result.initializers),
-            "nodes": dict(result.nodes), "weights": weights, "prefix": prefix,
-            "copied_nodes": len(result.nodes), "copied_initializers": len(result.initializers)}
+            "nodes": dict(result.nodes), "weights": result.weights.value,
+            "prefix": result.prefix, "copied_nodes": len(result.nodes),
+            "copied_initializers": len(result.initializers)}
 
 
-def insert_payload(result: Any, *, at: str, block: str, as_output: bool) -> dict[str, Any]:
-    """The ``insert --json`` fields of an ``InsertResult``."""
-    return {"at": at, "block": block, "processed": result.processed, "as_output": as_output,
-            "rerouted": list(result.rerouted), "rerouted_outputs": list(result.rerouted_outputs),
-            "renamed": dict(result.renamed), "block_nodes": list(result.block_nodes)}
+def insert_payload(result: InsertResult, *, block: str | None = None) -> dict[str, Any]:
+    """The ``insert --json`` fields of an ``InsertResult``; ``block`` says how the block was
+    given when the result cannot (``"func"``: a framework function, spliced as a graph)."""
+    return {"at": result.at, "block": block or result.block, "processed": result.processed,
+            "as_output": result.as_output, "rerouted": list(result.rerouted),
+            "rerouted_outputs": list(result.rerouted_outputs), "renamed": dict(result.renamed),
+            "block_nodes": list(result.block_nodes)}
 
 
-def reroute_payload(result: Any, *, source: str, target: str) -> dict[str, Any]:
+def reroute_payload(result: RerouteResult) -> dict[str, Any]:
     """The ``reroute --json`` fields of a ``RerouteResult``."""
-    return {"from": source, "to": target, "rerouted": list(result.rerouted),
+    return {"from": result.source, "to": result.target, "rerouted": list(result.rerouted),
             "rerouted_outputs": list(result.rerouted_outputs),
             "unused_nodes": result.unused_nodes, "pruned_nodes": result.pruned_nodes,
             "pruned_initializers": result.pruned_initializers}
+
+
+def rename_payload(result: RenameResult) -> dict[str, Any]:
+    """The ``rename --json`` fields of a ``RenameResult``."""
+    return {"renamed": dict(result.renamed)}
+
+
+def bypass_payload(result: BypassResult) -> dict[str, Any]:
+    """The ``bypass --json`` fields of a ``BypassResult``."""
+    return {"removed": list(result.removed), "rerouted": list(result.rerouted),
+            "rerouted_outputs": list(result.rerouted_outputs), "modules": dict(result.modules),
+            "pruned": list(result.pruned),
+            "pruned_initializers": list(result.pruned_initializers)}
+
+
+def merge_payload(result: MergeResult, *, second: str) -> dict[str, Any]:
+    """The ``merge --json`` fields of a ``MergeResult``; ``second`` is the second model's path
+    as given."""
+    return {"second": second, "inputs": list(result.inputs), "outputs": list(result.outputs),
+            "renamed": dict(result.renamed), "prefix": result.prefix}
 
 
 def _finite(x: float) -> float | None:

@@ -135,7 +135,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
         result = copy(model, args.outputs, weights=Weights(args.weights), prefix=args.prefix,
                       replace_inputs=dict(args.replace_input) or None, stop_at=args.stop)
         pairs = ", ".join(f"{k} -> {v}" for k, v in result.outputs.items())
-        return (copy_payload(result, weights=args.weights, prefix=args.prefix),
+        return (copy_payload(result),
                 f"copied {len(result.nodes)} nodes, {len(result.initializers)} initializers "
                 f"({args.weights} weights): {pairs} -> {args.output}")
 
@@ -150,7 +150,6 @@ def _cmd_insert(args: argparse.Namespace) -> int:
 
     def apply(model: Any) -> Summary:
         from .cli_output import insert_payload, insert_summary
-        from .record import rewrites
         from .surgery import insert
 
         keep = not args.rename_output
@@ -172,9 +171,7 @@ def _cmd_insert(args: argparse.Namespace) -> int:
             name, params = parse_op(args.op)
             result = insert(model, args.at, op=name, params=params, as_output=args.as_output,
                             keep_output_name=keep)
-        at = str(rewrites(model.proto)[-1]["at"])
-        block = args.op.partition(":")[0].strip() if args.op else ("graph" if args.graph else "func")
-        return (insert_payload(result, at=at, block=block, as_output=args.as_output),
+        return (insert_payload(result, block="func" if args.func else None),
                 insert_summary(args.at, result, as_output=args.as_output, output=args.output))
 
     return _rewrite(args, "insert", apply)
@@ -182,32 +179,32 @@ def _cmd_insert(args: argparse.Namespace) -> int:
 
 def _cmd_reroute(args: argparse.Namespace) -> int:
     from .cli_output import reroute_payload, reroute_summary
-    from .record import rewrites
     from .surgery import reroute
 
     def apply(model: Any) -> Summary:
         result = reroute(model, args.source, args.target, consumers=args.consumers,
                          prune=args.prune)
-        record = rewrites(model.proto)[-1]
-        return (reroute_payload(result, source=str(record["from"]), target=str(record["to"])),
+        return (reroute_payload(result),
                 reroute_summary(args.source, args.target, result, output=args.output))
 
     return _rewrite(args, "reroute", apply)
 
 
 def _cmd_rename(args: argparse.Namespace) -> int:
+    from .cli_output import rename_payload
     from .surgery import rename
 
     def apply(model: Any) -> Summary:
         result = rename(model, dict(args.map), regex=list(args.regex), nodes=args.nodes)
         what = "nodes" if args.nodes else "tensors"
-        return ({"renamed": result.renamed},
+        return (rename_payload(result),
                 f"renamed {len(result.renamed)} {what} -> {args.output}")
 
     return _rewrite(args, "rename", apply)
 
 
 def _cmd_bypass(args: argparse.Namespace) -> int:
+    from .cli_output import bypass_payload
     from .surgery import bypass
 
     def apply(model: Any) -> Summary:
@@ -215,9 +212,7 @@ def _cmd_bypass(args: argparse.Namespace) -> int:
         by_node = {node: path for path, node in result.modules.items()}
         what = ", ".join(f"module {by_node[n]}" if n in by_node else n for n in result.removed)
         extra = len(result.pruned) + len(result.pruned_initializers)
-        return ({"removed": result.removed, "rerouted": result.rerouted,
-                 "rerouted_outputs": result.rerouted_outputs, "modules": result.modules,
-                 "pruned": result.pruned, "pruned_initializers": result.pruned_initializers},
+        return (bypass_payload(result),
                 f"removed {what}"
                 + (f" (+{len(result.pruned)} nodes, {len(result.pruned_initializers)} "
                    "initializers)" if extra else "")
@@ -227,6 +222,7 @@ def _cmd_bypass(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
+    from .cli_output import merge_payload
     from .io import load
     from .surgery import merge
     from .verify import verify_merge
@@ -237,8 +233,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     def apply(model: Any) -> Summary:
         result = merge(model, second, connect=list(args.connect), prefix=args.prefix,
                        outputs=args.outputs)
-        return ({"second": args.second, "inputs": result.inputs, "outputs": result.outputs,
-                 "renamed": result.renamed, "prefix": result.prefix},
+        return (merge_payload(result, second=args.second),
                 f"merged: inputs {result.inputs}, outputs {result.outputs}, "
                 f"{len(result.renamed)} names of SECOND changed (prefix '{result.prefix}') "
                 f"-> {args.output}")

@@ -18,7 +18,8 @@ A new verb adds its record type here::
         op: ClassVar[str] = "rename"      # the JSON "op"; registers the type for from_json
         renames: dict[str, str]           # fields: str, bool, tuple[str, ...], dict[...]
 
-then writes ``add_rewrite(model, RenameRecord(...))``, registers a check for it in
+its result type (``RenameResult`` in ``surgery/rename.py``, :class:`Recorded`) derives it in
+``record()``, the verb writes ``add_rewrite(model, result.record())``, registers a check for it in
 :mod:`onnxsurgeon.verify.rewrite`, and says how to make the rewrite again in ``replay_call``
 (the one record -> verb mapping: verify's replay and ``onnxsurgeon recipe MODEL`` both use it). Field names
 are the JSON keys, except where ``field(metadata={"json": KEY})`` says otherwise (``from``).
@@ -30,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import onnx
 
@@ -332,6 +333,16 @@ class MergeRecord(RewriteRecord):
 
     def replay_call(self) -> VerbCall:
         raise UsageError("the second model of a merge is not stored in the rewrite log")
+
+
+class Recorded(Protocol):
+    """A verb's result (``onnxsurgeon.surgery.<Verb>Result``): it carries every resolved name,
+    and its record, its ``--json`` payload (:mod:`onnxsurgeon.cli_output`) and its recipe step
+    (:func:`onnxsurgeon.recipe.fromlog.step_for_result`) are derived from it."""
+
+    def record(self) -> RewriteRecord:
+        """The rewrite record the verb added to the model's log."""
+        ...
 
 
 def rewrites(model: onnx.ModelProto) -> list[dict[str, Any]]:

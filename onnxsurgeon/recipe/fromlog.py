@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..record import RewriteRecord
+from ..record import Recorded, RewriteRecord
 from .format import Recipe, RecipeError, parse_recipe
 from .steps import ALIASES, STEPS
 
@@ -48,6 +48,17 @@ def step_for_record(record: RewriteRecord, number: int) -> dict[str, Any]:
         raise RecipeError(f"{where}: a recipe {call.verb} step has no key {missing[0]!r}; "
                           "write that step by hand")
     return {call.verb: step}
+
+
+def step_for_result(result: Recorded, number: int = 1) -> dict[str, Any]:
+    """The recipe step that makes a verb's rewrite again, from the verb's result: the step of
+    the record the result derives (``result.record()``, the entry the verb wrote to the log),
+    so the step carries the result's resolved ONNX names. ``number`` names it in errors.
+
+    Raises:
+        RecipeError: as :func:`step_for_record`.
+    """
+    return step_for_record(result.record(), number)
 
 
 def recipe_from_log(records: Sequence[RewriteRecord], *, source: str = "model",

@@ -3,7 +3,8 @@
 This table is the one definition of the recipe format (the README's step table is generated
 from it and a test checks they agree). A new surgery verb becomes a recipe step with one
 :class:`~onnxsurgeon.recipe.spec.Verb` entry here: its keys are the Python API's keywords, and
-``run`` calls the library function and returns the same result the verb's CLI ``--json`` prints.
+``run`` calls the library function and returns the same result the verb's CLI ``--json`` prints
+(the verb's payload in :mod:`onnxsurgeon.cli_output`, derived from its result type).
 """
 
 from __future__ import annotations
@@ -11,6 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..cli_output import (
+    bypass_payload,
+    copy_payload,
+    extract_payload,
+    insert_payload,
+    merge_payload,
+    rename_payload,
+    reroute_payload,
+)
 from ..errors import UsageError
 from .spec import Kind, Param, StepContext, Verb
 
@@ -18,29 +28,28 @@ from .spec import Kind, Param, StepContext, Verb
 def _extract(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import extract
 
-    r = extract(model, p["outputs"], inputs=p["inputs"])
-    return {"outputs": list(r.outputs), "inputs": list(r.inputs), "nodes": r.kept_nodes,
-            "removed_initializers": len(r.removed_initializers)}
+    return extract_payload(extract(model, p["outputs"], inputs=p["inputs"]))
 
 
 def _copy(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import Weights, copy
 
-    r = copy(model, p["outputs"], weights=Weights(p["weights"]), prefix=p["prefix"],
-             replace_inputs=dict(p["replace_inputs"]) or None)
-    return {"outputs": r.outputs, "initializers": r.initializers, "nodes": r.nodes}
+    return copy_payload(copy(model, p["outputs"], weights=Weights(p["weights"]),
+                             prefix=p["prefix"], replace_inputs=dict(p["replace_inputs"]) or None))
 
 
 def _insert(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import insert
 
     keep = p.get("keep_output_name", True)
+    block = None
     if "func" in p:
         if ctx.insert_function is None:
             raise UsageError("an insert step with func: needs the framework converters; pass "
                              "insert_function=onnxsurgeon.converters.insert_function")
         r = ctx.insert_function(model, p["at"], p["func"], p["framework"],
                                 as_output=p["as_output"], keep_output_name=keep)
+        block = "func"
     elif "graph" in p:
         from ..io import load
 
@@ -49,24 +58,20 @@ def _insert(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any
     else:
         r = insert(model, p["at"], op=p["op"], params=p.get("params") or None,
                    as_output=p["as_output"], keep_output_name=keep)
-    return {"processed": r.processed, "rerouted": list(r.rerouted)}
+    return insert_payload(r, block=block)
 
 
 def _rename(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import rename
 
-    r = rename(model, p.get("mapping") or None, regex=[tuple(i) for i in p.get("regex") or []],
-               nodes=p["nodes"])
-    return {"renamed": r.renamed}
+    return rename_payload(rename(model, p.get("mapping") or None,
+                                 regex=[tuple(i) for i in p.get("regex") or []], nodes=p["nodes"]))
 
 
 def _bypass(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import bypass
 
-    r = bypass(model, p["nodes"], input=p["input"], prune=p["prune"])
-    return {"removed": list(r.removed), "rerouted": list(r.rerouted),
-            "rerouted_outputs": list(r.rerouted_outputs), "modules": dict(r.modules),
-            "pruned": list(r.pruned), "pruned_initializers": list(r.pruned_initializers)}
+    return bypass_payload(bypass(model, p["nodes"], input=p["input"], prune=p["prune"]))
 
 
 def _merge(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
@@ -75,7 +80,7 @@ def _merge(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]
 
     r = merge(model, load(p["second"]), connect=list(p["connect"].items()),
               prefix=p.get("prefix"), outputs=p.get("outputs"))
-    return {"inputs": r.inputs, "outputs": r.outputs, "renamed": r.renamed, "prefix": r.prefix}
+    return merge_payload(r, second=str(p["second"]))
 
 
 def _verify_merge(before: Any, after: Any, record: Any, p: Mapping[str, Any],
@@ -89,9 +94,8 @@ def _verify_merge(before: Any, after: Any, record: Any, p: Mapping[str, Any],
 def _reroute(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import reroute
 
-    r = reroute(model, p["from"], p["to"], consumers=p.get("consumers"),
-                prune=p.get("prune", False))
-    return {"rerouted": list(r.rerouted), "rerouted_outputs": list(r.rerouted_outputs)}
+    return reroute_payload(reroute(model, p["from"], p["to"], consumers=p.get("consumers"),
+                                   prune=p.get("prune", False)))
 
 
 STEPS: dict[str, Verb] = {

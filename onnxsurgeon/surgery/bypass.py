@@ -20,7 +20,7 @@ Graph inputs always stay.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import onnx
 
@@ -54,6 +54,10 @@ class BypassResult:
             no remaining node does).
         modules: bypassed module path -> the label (in ``removed``) of the node that made what
             the module handed on.
+        input: the input slot of the removed nodes their readers now read.
+        sources: for a bypassed module, the label of that node -> the tensor its readers read
+            instead (the module's input, not the node's input ``input``).
+        prune: whether every node left dead was removed too.
     """
 
     removed: list[str]
@@ -62,6 +66,20 @@ class BypassResult:
     pruned: list[str] = field(default_factory=list)
     pruned_initializers: list[str] = field(default_factory=list)
     modules: dict[str, str] = field(default_factory=dict)
+    _: KW_ONLY
+    input: int
+    sources: dict[str, str] = field(default_factory=dict)
+    prune: bool = False
+
+    def record(self) -> BypassRecord:
+        """The rewrite record of this bypass; its optional keys are written only when they have
+        something to say (a plain bypass's record is what it always was)."""
+        return BypassRecord(
+            removed=tuple(self.removed), input=self.input, rerouted=tuple(self.rerouted),
+            rerouted_outputs=tuple(self.rerouted_outputs), pruned=tuple(self.pruned) or None,
+            pruned_initializers=tuple(self.pruned_initializers) or None,
+            modules=dict(self.modules) or None, sources=dict(self.sources) or None,
+            prune=True if self.prune else None)
 
 
 @dataclass(frozen=True)
@@ -403,13 +421,11 @@ def bypass(
         gone = {index.initializers[t] for t in pruned_inits}
         e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in gone])
     e.hand_on(m)
-    add_rewrite(proto, BypassRecord(
-        removed=tuple(labels), input=input, rerouted=tuple(rerouted),
-        rerouted_outputs=tuple(rerouted_outputs), pruned=tuple(pruned_labels) or None,
-        pruned_initializers=tuple(pruned_inits) or None, modules=paths or None,
-        sources={paths[f.path]: f.src for f in modules.values()} or None,
-        prune=True if prune else None))
-    return BypassResult(labels, rerouted, rerouted_outputs, pruned_labels, pruned_inits, paths)
+    result = BypassResult(labels, rerouted, rerouted_outputs, pruned_labels, pruned_inits, paths,
+                          input=input, sources={paths[f.path]: f.src for f in modules.values()},
+                          prune=bool(prune))
+    add_rewrite(proto, result.record())
+    return result
 
 
 def _pruned(index: GraphIndex, removed: set[int], final: dict[str, str],

@@ -42,19 +42,41 @@ class Weights(str, Enum):
 
 @dataclass(frozen=True)
 class CopyResult:
-    """Rename maps of :func:`copy` (original name -> copy name).
+    """Rename maps of :func:`copy` (original name -> copy name) and the copy's resolved options.
 
     Attributes:
-        outputs: each requested tensor -> its copy (a new graph output).
+        outputs: each requested tensor (its ONNX name) -> its copy (a new graph output).
         initializers: each copied initializer -> its copy (empty under ``Weights.SHARED``).
         nodes: each copied main-graph node name -> the copy's node name.
         tensors: every renamed main-graph tensor (node outputs and initializers) -> its copy.
+        weights: the weights mode.
+        prefix: the prefix of every new name.
+        replace_inputs: original tensor -> tensor the copy reads instead (ONNX names; a stop
+            tensor ``T`` is ``T -> T``).
+        copied_nodes: main-graph nodes copied (node names need not be unique, so this can
+            exceed ``len(nodes)``).
     """
 
     outputs: dict[str, str]
     initializers: dict[str, str]
     nodes: dict[str, str]
     tensors: dict[str, str]
+    weights: Weights
+    prefix: str
+    replace_inputs: dict[str, str]
+    copied_nodes: int
+
+    def record(self) -> CopyRecord:
+        """The rewrite record of this copy. Every copied name is ``prefix`` + the original, so
+        the record lists only the names the allocator had to change (the copied nodes are the
+        closure of the outputs, which verify recomputes: :func:`copied_names`)."""
+        return CopyRecord(
+            outputs=dict(self.outputs), prefix=self.prefix,
+            initializers=_exceptions(self.initializers, self.prefix),
+            nodes=_exceptions(self.nodes, self.prefix),
+            copied={"nodes": self.copied_nodes, "initializers": len(self.initializers)},
+            weights=self.weights.value, replace_inputs=dict(self.replace_inputs),
+        )
 
 
 def _oracle(index: GraphIndex) -> TypeOracle:
@@ -124,7 +146,6 @@ class _Names:
     tensors: dict[str, str]  # initializers first, then node outputs
     node_names: list[str]  # each copied node's new name, in order
     outputs: _Outputs  # the copied nodes' new outputs
-    prefixed: bool  # every new name is ``prefix`` + its original
 
 
 def _allocate(
@@ -146,7 +167,7 @@ def _allocate(
         new_outs = (_Outputs(out_bases, outputs.counts) if out_names is flat
                     else outputs.renamed(tensor_map))
         return _Names(init_map, dict(zip(node_names, node_bases, strict=True)), tensor_map,
-                      node_bases, new_outs, True)
+                      node_bases, new_outs)
     fresh = names.fresh
     init_map = {name: fresh(base) for name, base in zip(init_names, init_bases, strict=True)}
     node_map: dict[str, str] = {}
@@ -157,7 +178,7 @@ def _allocate(
             if out:
                 tensor_map[out] = fresh(prefix + out)
     return _Names(init_map, node_map, tensor_map, [node_map[name] for name in node_names],
-                  outputs.renamed(tensor_map), False)
+                  outputs.renamed(tensor_map))
 
 
 def _inputs_on_ints(
@@ -413,17 +434,9 @@ def copy(
         initializers=init_map,
         nodes=node_map,
         tensors=tensor_map,
+        weights=mode, prefix=prefix, replace_inputs=repl, copied_nodes=len(copy_nodes),
     )
-    # the record stays small: every copied name is ``prefix`` + its original (the copied nodes
-    # are the closure of the outputs, which verify recomputes), so only the names the
-    # allocator had to change are listed
-    add_rewrite(proto, CopyRecord(
-        outputs=result.outputs, prefix=prefix,
-        initializers={} if new.prefixed else _exceptions(init_map, prefix),
-        nodes={} if new.prefixed else _exceptions(node_map, prefix),
-        copied={"nodes": len(copy_nodes), "initializers": len(init_map)},
-        weights=mode.value, replace_inputs=repl,
-    ))
+    add_rewrite(proto, result.record())
     return result
 
 

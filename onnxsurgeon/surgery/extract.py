@@ -50,6 +50,10 @@ class ExtractResult:
     removed_nodes: int
     removed_initializers: list[str]
 
+    def record(self) -> ExtractRecord:
+        """The rewrite record of this extract (the entry the verb adds to the model's log)."""
+        return ExtractRecord(outputs=tuple(self.outputs), inputs=tuple(self.stops))
+
 
 def _unique(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
@@ -327,8 +331,7 @@ def extract(
     e.set_outputs(new_outputs)
     _drop_stale_names(proto)
     e.hand_on(model)
-    add_rewrite(proto, ExtractRecord(outputs=tuple(outs), inputs=tuple(stops)))
-    return ExtractResult(
+    result = ExtractResult(
         outputs=outs,
         inputs=[vi.name for vi in input_copies],
         stops=stops,
@@ -336,3 +339,5 @@ def extract(
         removed_nodes=n_nodes - len(kept),
         removed_initializers=removed_inits,
     )
+    add_rewrite(proto, result.record())
+    return result

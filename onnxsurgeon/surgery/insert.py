@@ -8,7 +8,7 @@ retyping of what lies downstream in ``_splice``. This module decides and checks,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import onnx
@@ -56,6 +56,10 @@ class InsertResult:
         renamed: tensors renamed by the insert, old name -> new name: the activation itself
             when it was a graph output that kept its name (the unprocessed values moved to a new
             tensor), else empty.
+        at: the ONNX name of the activation the block reads (``at`` resolved).
+        block: the built-in block's name, or ``"graph"`` for a user graph.
+        params: the built-in block's parameters as checked (empty for a graph).
+        as_output: the processed tensor became a new graph output (nothing rerouted).
     """
 
     processed: str
@@ -63,6 +67,20 @@ class InsertResult:
     rerouted_outputs: list[str]
     block_nodes: list[str]
     renamed: dict[str, str] = field(default_factory=dict)
+    _: KW_ONLY
+    at: str
+    block: str
+    params: dict[str, Any]
+    as_output: bool
+
+    def record(self) -> InsertRecord:
+        """The rewrite record of this insert (the entry the verb adds to the model's log)."""
+        return InsertRecord(
+            at=self.at, processed=self.processed, block=self.block, params=dict(self.params),
+            block_nodes=tuple(self.block_nodes), rerouted=tuple(self.rerouted),
+            rerouted_outputs=tuple(self.rerouted_outputs), as_output=self.as_output,
+            renamed=dict(self.renamed) or None,
+        )
 
 
 
@@ -198,11 +216,9 @@ def insert(
     renamed = {at_name: pre} if pre is not None else {}
     follow_renames(host, renamed)
     e.hand_on(m)
-    add_rewrite(host, InsertRecord(
-        at=at_name, processed=processed, block=op if op is not None else "graph",
-        params=record_params, block_nodes=tuple(block_nodes), rerouted=tuple(rerouted),
-        rerouted_outputs=tuple(rerouted_outputs), as_output=bool(as_output),
-        renamed=renamed or None,
-    ))
-    return InsertResult(processed, rerouted, rerouted_outputs, block_nodes, renamed)
+    result = InsertResult(processed, rerouted, rerouted_outputs, block_nodes, renamed,
+                          at=at_name, block=op if op is not None else "graph",
+                          params=record_params, as_output=bool(as_output))
+    add_rewrite(host, result.record())
+    return result
 

@@ -53,12 +53,20 @@ class MergeResult:
         renamed: names of the second model that changed (old -> new): prefixed collisions and
             the connected inputs (-> the first model's tensor they now read).
         prefix: the prefix given to colliding names.
+        connect: each (first-model tensor, second-model input it feeds), ONNX names, in the
+            order given.
     """
 
     inputs: list[str]
     outputs: list[str]
     renamed: dict[str, str]
     prefix: str
+    connect: tuple[tuple[str, str], ...]
+
+    def record(self) -> MergeRecord:
+        """The rewrite record of this merge (the entry the verb adds to the model's log)."""
+        return MergeRecord(connect=self.connect, renamed=dict(self.renamed), prefix=self.prefix,
+                           outputs=tuple(self.outputs))
 
 
 def _second_input(index: GraphIndex, name: str) -> str:
@@ -316,10 +324,7 @@ def merge(
     set_metadata(host, {key: json.dumps(data, sort_keys=True, separators=(",", ":"))
                         for key, data in ((NAME_MAP_KEY, merged_map), (FUSED_KEY, merged_fused))
                         if data is not None})
-    record_renames = dict(renames)
-    add_rewrite(host, MergeRecord(
-        connect=tuple((src, dst) for dst, src in links.items()), renamed=record_renames,
-        prefix=used_prefix, outputs=tuple(chosen),
-    ))
-    return MergeResult([vi.name for vi in real_inputs(host)], list(chosen), record_renames,
-                       used_prefix)
+    result = MergeResult([vi.name for vi in real_inputs(host)], list(chosen), dict(renames),
+                         used_prefix, tuple((src, dst) for dst, src in links.items()))
+    add_rewrite(host, result.record())
+    return result

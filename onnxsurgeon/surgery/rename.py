@@ -37,6 +37,10 @@ class RenameResult:
     renamed: dict[str, str]
     nodes: bool
 
+    def record(self) -> RenameRecord:
+        """The rewrite record of this rename (the entry the verb adds to the model's log)."""
+        return RenameRecord(renamed=dict(self.renamed), nodes=self.nodes)
+
 
 def _compile(regex: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
     items = regex.items() if isinstance(regex, Mapping) else regex
@@ -269,5 +273,6 @@ def rename(
         for g, ren in by_body.values():
             _rename_in_scope(e, g, ren)
     e.hand_on(m)
-    add_rewrite(proto, RenameRecord(renamed=dict(renamed), nodes=bool(nodes)))
-    return RenameResult(dict(renamed), bool(nodes))
+    result = RenameResult(dict(renamed), bool(nodes))
+    add_rewrite(proto, result.record())
+    return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from itertools import compress, count
 
 import onnx
@@ -31,6 +31,11 @@ class RerouteResult:
         rerouted: main-graph nodes that now read the target (nodes whose nested bodies read it
             count), in node order.
         rerouted_outputs: graph outputs that were the source and are now the target.
+        source: the ONNX name of the tensor whose readers moved (``source`` resolved).
+        target: the ONNX name of the tensor they read instead (``target`` resolved).
+        prune: whether unused nodes were removed.
+        pruned: with ``prune``, labels of the nodes removed, in node order.
+        pruned_initializer_names: with ``prune``, the initializers removed.
     """
 
     rerouted: list[str]
@@ -39,6 +44,20 @@ class RerouteResult:
     """Main-graph nodes no graph output depends on after the reroute (0 after ``prune``)."""
     pruned_nodes: int = 0
     pruned_initializers: int = 0
+    _: KW_ONLY
+    source: str
+    target: str
+    prune: bool = False
+    pruned: list[str] = field(default_factory=list)
+    pruned_initializer_names: list[str] = field(default_factory=list)
+
+    def record(self) -> RerouteRecord:
+        """The rewrite record of this reroute (the entry the verb adds to the model's log)."""
+        return RerouteRecord(
+            source=self.source, target=self.target, rerouted=tuple(self.rerouted),
+            rerouted_outputs=tuple(self.rerouted_outputs),
+            pruned_nodes=tuple(self.pruned) if self.prune else None,
+            pruned_initializers=tuple(self.pruned_initializer_names) if self.prune else None)
 
 
 def _selected_nodes(index: GraphIndex, source: str, uses: list[Use],
@@ -176,13 +195,14 @@ def reroute(
     else:
         unused, pruned_inits = dead_nodes(e, prune=prune)
     e.hand_on(m)
-    add_rewrite(proto, RerouteRecord(
-        source=src, target=tgt, rerouted=tuple(rerouted), rerouted_outputs=tuple(rerouted_outputs),
-        pruned_nodes=tuple(unused) if prune else None,
-        pruned_initializers=tuple(pruned_inits) if prune else None))
     if prune:
-        return RerouteResult(rerouted, rerouted_outputs, 0, len(unused), len(pruned_inits))
-    return RerouteResult(rerouted, rerouted_outputs, len(unused))
+        result = RerouteResult(rerouted, rerouted_outputs, 0, len(unused), len(pruned_inits),
+                               source=src, target=tgt, prune=True, pruned=list(unused),
+                               pruned_initializer_names=list(pruned_inits))
+    else:
+        result = RerouteResult(rerouted, rerouted_outputs, len(unused), source=src, target=tgt)
+    add_rewrite(proto, result.record())
+    return result
 
 
 def _dead_by_edges(index: GraphIndex, selected: list[Use], tgt: str,
