@@ -29,6 +29,7 @@ Changing a field's meaning means bumping ``VERSION`` and reading older versions 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Protocol
@@ -153,6 +154,9 @@ def _read(op: object, key: str, kind: str, value: Any) -> Any:
             isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)
             for v in value)
         value = tuple(tuple(v) for v in value) if ok else value
+    elif kind.startswith("tuple[dict"):
+        ok = isinstance(value, list) and all(isinstance(v, dict) for v in value)
+        value = tuple(dict(v) for v in value) if ok else value
     elif kind.startswith("tuple"):
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         value = tuple(value) if ok else value
@@ -223,12 +227,31 @@ class CopyRecord(RewriteRecord):
                          "replace_inputs": dict(self.replace_inputs)})
 
 
+SITE_KEYS = ("at", "processed", "block_nodes", "rerouted", "rerouted_outputs")
+"""The keys of one site of a version-2 :class:`InsertRecord` (+ ``renamed`` when not empty)."""
+
+
+def site_entry(at: str, processed: str, block_nodes: Any, rerouted: Any, rerouted_outputs: Any,
+               renamed: Mapping[str, str]) -> dict[str, Any]:
+    """One site of a multi-site insert record (JSON-ready)."""
+    entry: dict[str, Any] = {"at": at, "processed": processed, "block_nodes": list(block_nodes),
+                             "rerouted": list(rerouted), "rerouted_outputs": list(rerouted_outputs)}
+    if renamed:
+        entry["renamed"] = dict(renamed)
+    return entry
+
+
 @dataclass(frozen=True)
 class InsertRecord(RewriteRecord):
     """insert: the activation, the processed tensor, the block (a built-in name and its
-    parameters, or ``"graph"``), its nodes, and what was rerouted."""
+    parameters, or ``"graph"``), its nodes, and what was rerouted.
+
+    Version 2 (a selector matching several tensors) adds ``sites``: every site, in node order,
+    each ``{at, processed, block_nodes, rerouted, rerouted_outputs[, renamed]}``; the flat
+    fields repeat the first site. A one-site record stays version 1, byte for byte."""
 
     op: ClassVar[str] = "insert"
+    VERSION: ClassVar[int] = 2
     at: str
     processed: str
     block: str
@@ -240,8 +263,50 @@ class InsertRecord(RewriteRecord):
     renamed: dict[str, str] | None = None
     """When ``at`` was a graph output that kept its name: ``{at: <new name of the unprocessed
     tensor>}`` (absent otherwise, so older records read the same)."""
+    sites: tuple[dict[str, Any], ...] | None = None
+
+    def __post_init__(self) -> None:
+        for k, site in enumerate(self.sites or ()):
+            keys = set(site) - {"renamed"}
+            ok = keys == set(SITE_KEYS) and all(isinstance(site[key], str)
+                                                for key in ("at", "processed")) and all(
+                isinstance(site[key], (list, tuple)) and all(isinstance(v, str) for v in site[key])
+                for key in SITE_KEYS[2:]) and isinstance(site.get("renamed", {}), dict)
+            if not ok:
+                raise UsageError(f"rewrite record 'insert' site {k} is {json.dumps(site)[:80]}; "
+                                 f"a site has the keys {list(SITE_KEYS)} (+ renamed); give the "
+                                 "record the verb wrote")
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        if self.sites is None:
+            data.pop("version", None)  # one site: the version-1 shape
+        return data
+
+    def each(self) -> list[InsertRecord]:
+        """One single-site record per site (this record itself when it has one site)."""
+        if not self.sites:
+            return [self]
+        return [InsertRecord(at=s["at"], processed=s["processed"], block=self.block,
+                             params=dict(self.params), block_nodes=tuple(s["block_nodes"]),
+                             rerouted=tuple(s["rerouted"]),
+                             rerouted_outputs=tuple(s["rerouted_outputs"]),
+                             as_output=self.as_output, renamed=dict(s["renamed"]) if
+                             s.get("renamed") else None) for s in self.sites]
+
+    def all_renamed(self) -> dict[str, str]:
+        """Every site's ``renamed``, merged."""
+        return {k: v for site in self.each() for k, v in (site.renamed or {}).items()}
 
     def replay_call(self) -> VerbCall:
+        if self.sites:  # every site, named exactly (an re: selector of the ONNX names)
+            call = self.each()[0].replay_call()
+            names = "|".join(re.escape(s["at"]) for s in self.sites)
+            outs = [s for s in self.each() if s.at in s.rerouted_outputs]
+            every = dict(call.options)
+            if outs:
+                every["keep_output_name"] = bool(outs[0].renamed)
+            return VerbCall("insert", {"at": f"re:(?:{names})"}, every)
         if self.block == "graph":
             raise UsageError("the inserted block was a user graph or function, which the rewrite "
                              "log does not store")

@@ -271,7 +271,10 @@ class Selector:
         return None
 
     def resolve(self, name: str) -> str:
-        """The ONNX tensor name for the user-given ``name`` (see the module docstring)."""
+        """The ONNX tensor name for the user-given ``name`` (see the module docstring); a
+        selector (:func:`is_selector`) must match exactly one main-graph tensor here."""
+        if is_selector(name):
+            return _one(self.find_tensors(name), name, "tensor")
         direct = self._direct(name)
         if direct is not None:
             return direct
@@ -327,6 +330,8 @@ class Selector:
         i = index.node_names.get(name)
         if i is not None:
             return i
+        if is_selector(name):
+            return _one(self.find_nodes(name), name, "node", index.node_label)
         tensor: str | None = None
         try:
             tensor = self.resolve(name)
@@ -490,6 +495,15 @@ class Selector:
         if close:
             return "did you mean " + ", ".join(f"'{c}'" for c in dict.fromkeys(close)) + "?"
         return "run 'onnxsurgeon inspect MODEL' to list tensor names"
+
+
+def _one(found: list[Any], text: str, what: str, label: Callable[[Any], str] = str) -> Any:
+    """The one element of ``found``; several: AmbiguousNameError naming them and the fix."""
+    if len(found) == 1:
+        return found[0]
+    shown = ", ".join(f"'{label(f)}'" for f in found[:6]) + (", ..." if len(found) > 6 else "")
+    raise AmbiguousNameError(f"selector '{text}' matches {len(found)} {what}s ({shown}) where "
+                             f"one {what} is wanted; narrow the selector to one of them")
 
 
 def _main_only(site: Site, text: str) -> Site:

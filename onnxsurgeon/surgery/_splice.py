@@ -4,6 +4,7 @@ mutation itself."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -32,16 +33,38 @@ class Plan:
     block reads ``pre`` and writes ``at`` (== ``processed``); every reader of ``at`` stays."""
 
 
-def splice(e: Edit, plan: Plan) -> tuple[list[str], list[str]]:
+def splice_many(e: Edit, plans: Sequence[Plan]) -> list[tuple[list[str], list[str]]]:
+    """Apply several plans (one block per site, all decided on the same index) through ``e``:
+    every read moves first, while the node numbers are the index's; then each block's nodes go
+    in, the last position first so that the earlier ones hold (a tie keeps the plans' order).
+    The host's opset, functions and imports come from the first plan (each plan computed the
+    same ones). Returns :func:`splice`'s pair per plan. O(sites x nodes after the site)."""
+    index = e.index
+    assert index is not None
+    done = [splice(e, plan, nodes=False, shared=k == 0) for k, plan in enumerate(plans)]
+    where = [_position(index, plan) for plan in plans]
+    for k in sorted(range(len(plans)), key=lambda k: (where[k], k), reverse=True):
+        e.insert_nodes(where[k], plans[k].block.graph.node)
+    return done
+
+
+def _position(index: GraphIndex, plan: Plan) -> int:
+    """Where the block's nodes go: right after the producer of ``at`` (first for a leaf)."""
+    return index.producer[plan.at] + 1 if plan.at in index.producer else 0
+
+
+def splice(e: Edit, plan: Plan, *, nodes: bool = True,
+           shared: bool = True) -> tuple[list[str], list[str]]:
     """Apply ``plan`` through ``e`` (an edit of the host made from the host's index: it records
     every change). The plan's block is only read, so the same plan can be applied to a probe
     copy first. Returns the labels of the rerouted main-graph nodes and the rerouted graph
-    outputs."""
+    outputs. ``nodes=False`` leaves the block's nodes out and ``shared=False`` the host's
+    opset, functions and imports (:func:`splice_many` adds them)."""
     index = e.index
     assert index is not None
     host = e.model
     g = host.graph
-    if plan.new_host_opset is not None:
+    if plan.new_host_opset is not None and shared:
         e.set_default_opset(plan.new_host_opset)
     rerouted: list[str] = []
     rerouted_outputs: list[str] = []
@@ -71,10 +94,11 @@ def splice(e: Edit, plan: Plan) -> tuple[list[str], list[str]]:
         e.add_outputs([plan.processed_vi])
     elif not rerouted_outputs and plan.processed_vi.type.WhichOneof("value") is not None:
         e.add_value_info([plan.processed_vi])
-    pos = index.producer[plan.at] + 1 if plan.at in index.producer else 0
-    e.insert_nodes(pos, bg.node)
-    e.add_functions(plan.functions)
-    e.add_opsets(plan.opsets)
+    if nodes:
+        e.insert_nodes(_position(index, plan), bg.node)
+    if shared:
+        e.add_functions(plan.functions)
+        e.add_opsets(plan.opsets)
     return rerouted, rerouted_outputs
 
 

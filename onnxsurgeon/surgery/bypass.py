@@ -29,7 +29,7 @@ from ..errors import AmbiguousNameError, RewriteError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import BypassRecord, add_rewrite
-from ..select import Selector, drop_missing, node_module
+from ..select import Selector, drop_missing, is_selector, node_module
 from ..types import TypeOracle, dtype_name
 from ._edges import check_types
 from ._proto import _BROADCAST
@@ -108,6 +108,18 @@ def _find_node(index: GraphIndex, name: str) -> int:
     if sum(1 for n in index.graph.node if n.name == name) > 1:
         raise UsageError(f"several nodes are named '{name}'; rename them apart first (rename --nodes)")
     return i
+
+
+def _expand(index: GraphIndex, sel: Selector, names: list[str]) -> list[str]:
+    """``names`` with each selector (``glob:``, ``re:``, ``op:``) replaced by the labels of the
+    main-graph nodes it matches, in node order; a node matched twice is bypassed once."""
+    if not any(is_selector(n) for n in names):
+        return names
+    out: list[str] = []
+    for name in names:
+        out.extend([index.node_label(i) for i in sel.find_nodes(name)] if is_selector(name)
+                   else [name])
+    return list(dict.fromkeys(out))
 
 
 def _find_module(index: GraphIndex, sel: Selector, name: str) -> _Module | None:
@@ -265,6 +277,9 @@ def bypass(
     """Remove ``nodes`` (node names, or torch module paths); readers of each one's output read its
     input ``input``. Mutates model.
 
+    A selector (``op:Dropout``, ``glob:*dropout*``, ``re:...``) names every main-graph node it
+    matches: all of them go in one rewrite, with one record listing each.
+
     Every reader moves: main-graph nodes, nodes inside If/Loop/Scan bodies and graph outputs. A
     graph output keeps its name when the bypassed input is made by a node (that tensor is renamed
     to the output's name); otherwise the output is rerouted to the input's name. For a chain, the
@@ -284,7 +299,7 @@ def bypass(
     O(nodes + edges).
 
     Raises:
-        NotFoundError: a node name does not exist (did-you-mean).
+        NotFoundError: a node name does not exist, or a selector matches nothing (did-you-mean).
         UsageError: no node, a node named twice, ``input`` out of range or empty, ``input`` other
             than 0 with a module.
         RewriteError: dtypes differ, shapes differ in a way the readers would see, another output
@@ -303,6 +318,7 @@ def bypass(
     index = GraphIndex(proto)
     oracle = TypeOracle(index)
     sel = Selector(index)
+    names = _expand(index, sel, names)
     found = [_find_module(index, sel, n) for n in names]
     modules = {n: f for n, f in zip(names, found, strict=True) if f is not None}
     if modules and input != 0:

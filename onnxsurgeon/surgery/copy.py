@@ -22,7 +22,7 @@ from ..index import GraphIndex, NodeEdges, has_subgraphs, subgraphs
 from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..record import CopyRecord, add_rewrite, as_record
-from ..select import CALL_SEP, Selector
+from ..select import CALL_SEP, Selector, is_selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
 from ._edgewalk import closure_edges
 from ._proto import quick_value_info
@@ -256,7 +256,8 @@ def copy(
     Args:
         model: the model (a :class:`Model` or a bare ``ModelProto``).
         outputs: the tensors to copy (user names, resolved with :class:`Selector`; a module
-            path with several outputs means all of them).
+            path with several outputs means all of them, a selector (``glob:``, ``re:``,
+            ``op:``) every tensor it matches; so for ``replace_inputs`` keys and ``stop_at``).
         weights: ``Weights.INDEPENDENT`` (default) or ``Weights.SHARED`` (or their values).
         prefix: prefix of every new name.
         replace_inputs: tensor A -> tensor B read by the copy instead of A.
@@ -285,9 +286,11 @@ def copy(
     selector = Selector(index)
     outs = _resolve_outputs(selector, outputs)
     repl: dict[str, str] = {}
-    for a, b in (replace_inputs or {}).items():
-        repl[selector.resolve(a)] = selector.resolve(b)
-    stops = list(dict.fromkeys(selector.resolve(n) for n in stop_names))
+    for a, b in (replace_inputs or {}).items():  # several tensors may all read one
+        for t in (selector.find_tensors(a) if is_selector(a) else [selector.resolve(a)]):
+            repl[t] = selector.resolve(b)
+    stops = list(dict.fromkeys(t for n in stop_names for t in (
+        selector.find_tensors(n) if is_selector(n) else [selector.resolve(n)])))
     for t in stops:
         if repl.get(t, t) != t:
             raise UsageError(f"tensor '{t}' is both a stop tensor and replaced by "
@@ -447,6 +450,9 @@ def _resolve_outputs(selector: Selector, names: Sequence[str]) -> list[str]:
     index = selector.index
     out: list[str] = []
     for name in names:
+        if is_selector(name):
+            out.extend(selector.find_tensors(name))
+            continue
         try:
             out.append(selector.resolve(name))
         except AmbiguousNameError:

@@ -20,7 +20,7 @@ from ..index import GraphIndex, body_captures, has_subgraphs, subgraphs
 from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..record import ExtractRecord, add_rewrite
-from ..select import Selector, drop_missing, name_map
+from ..select import Selector, drop_missing, is_selector, name_map
 from ..types import TypeOracle, is_complete, known_value_info
 from ._edgewalk import propagate_edges, walk_edges
 from ._proto import (
@@ -195,8 +195,9 @@ def extract(
 
     Args:
         model: the model to cut (a :class:`Model` or a bare ``ModelProto``).
-        outputs: tensors (user names, resolved with :class:`Selector`) the result computes.
-        inputs: stop tensors that become graph inputs.
+        outputs: tensors (user names, resolved with :class:`Selector`) the result computes; a
+            selector (``glob:``, ``re:``, ``op:``) gives every tensor it matches.
+        inputs: stop tensors that become graph inputs (selectors as for ``outputs``).
 
     Returns:
         An :class:`ExtractResult`.
@@ -213,8 +214,8 @@ def extract(
         raise UsageError("extract needs at least one output tensor; pass outputs=[...]")
     index = indexed(model)  # reuses load's validated producer map when provably fresh
     selector = Selector(index)
-    outs = _unique([selector.resolve(n) for n in outputs])
-    stops = _unique([selector.resolve(n) for n in inputs])
+    outs = _unique([t for n in outputs for t in _tensors(selector, n)])
+    stops = _unique([t for n in inputs for t in _tensors(selector, n)])
     both = [s for s in stops if s in set(outs)]
     if both:
         raise UsageError(
@@ -341,3 +342,8 @@ def extract(
     )
     add_rewrite(proto, result.record())
     return result
+
+
+def _tensors(selector: Selector, name: str) -> list[str]:
+    """The tensor a plain name means, or every main-graph tensor a selector matches."""
+    return selector.find_tensors(name) if is_selector(name) else [selector.resolve(name)]

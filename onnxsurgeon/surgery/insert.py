@@ -7,14 +7,15 @@ retyping of what lies downstream in ``_splice``. This module decides and checks,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import KW_ONLY, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 import onnx
 
 from ..edit import Edit
 from ..errors import RewriteError, UsageError
+from ..index import GraphIndex
 from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..processing import (
@@ -25,8 +26,8 @@ from ..processing import (
     opset_for_import,
 )
 from ..protos import default_opset
-from ..record import InsertRecord, add_rewrite
-from ..select import Selector, follow_renames
+from ..record import InsertRecord, add_rewrite, site_entry
+from ..select import Selector, follow_renames, is_selector
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._blocks import (
     block_io,
@@ -39,7 +40,7 @@ from ._blocks import (
 from ._edges import check_types
 from ._opsets import changed_ops, default_nodes, reconcile
 from ._proto import quick_value_info
-from ._splice import Plan, downstream_types, retype, splice
+from ._splice import Plan, downstream_types, retype, splice, splice_many
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class InsertResult:
         block: the built-in block's name, or ``"graph"`` for a user graph.
         params: the built-in block's parameters as checked (empty for a graph).
         as_output: the processed tensor became a new graph output (nothing rerouted).
+        sites: with a selector matching several tensors, one result per site in node order
+            (the fields above are the first site's); empty for one site.
     """
 
     processed: str
@@ -72,6 +75,11 @@ class InsertResult:
     block: str
     params: dict[str, Any]
     as_output: bool
+    sites: tuple[InsertResult, ...] = ()
+
+    def each(self) -> tuple[InsertResult, ...]:
+        """Every site's result, in node order (this result itself for one site)."""
+        return self.sites or (self,)
 
     def record(self) -> InsertRecord:
         """The rewrite record of this insert (the entry the verb adds to the model's log)."""
@@ -80,13 +88,37 @@ class InsertResult:
             block_nodes=tuple(self.block_nodes), rerouted=tuple(self.rerouted),
             rerouted_outputs=tuple(self.rerouted_outputs), as_output=self.as_output,
             renamed=dict(self.renamed) or None,
+            sites=tuple(site_entry(r.at, r.processed, r.block_nodes, r.rerouted,
+                                   r.rerouted_outputs, r.renamed) for r in self.sites) or None,
         )
+
+
+@dataclass
+class _Site:
+    """One site of an insert, planned and checked (nothing changed yet)."""
+
+    at: str
+    plan: Plan
+    block_nodes: list[str]
+    fresh_types: dict[str, onnx.ValueInfoProto] | None
+
+
+def _sites(index: GraphIndex, at: str | Sequence[str]) -> list[str]:
+    """The activations ``at`` names: one per plain name, every match of a selector; in order,
+    each once."""
+    selector = Selector(index)
+    texts = [at] if isinstance(at, str) else list(at)
+    if not texts:
+        raise UsageError("insert needs a tensor to insert at; give at=NAME or a selector")
+    found = [t for text in texts for t in (
+        selector.find_tensors(text) if is_selector(text) else [selector.resolve(text)])]
+    return list(dict.fromkeys(found))
 
 
 
 def insert(
     model: Model | onnx.ModelProto,
-    at: str,
+    at: str | Sequence[str],
     /,
     *,
     op: str | None = None,
@@ -96,6 +128,10 @@ def insert(
     keep_output_name: bool = True,
 ) -> InsertResult:
     """Splice a processing block at tensor ``at``. Mutates model.
+
+    ``at`` may be a selector (``glob:encoder.layer.?.output``, ``re:...``, ``op:LayerNormalization``)
+    or a list of names and selectors: one block goes in at every tensor they match, in one
+    rewrite with one record listing every site (``result.each()``).
 
     A function written in TensorFlow or PyTorch is spliced by
     ``onnxsurgeon.converters.insert_function(model, at, func, framework)``, which exports it to
@@ -126,7 +162,8 @@ def insert(
     Raises:
         UsageError: not exactly one of ``op`` / ``graph``; bad block parameters; nothing reads
             ``at`` and ``as_output`` is off.
-        NotFoundError / AmbiguousNameError: ``at`` does not name one tensor.
+        NotFoundError / AmbiguousNameError: ``at`` does not name one tensor (a selector:
+            matches none).
         RewriteError: block with several inputs or outputs, dtype or shape mismatch, opsets that
             cannot be reconciled, clashing domain versions.
     """
@@ -137,8 +174,44 @@ def insert(
     if params and op is None:
         raise UsageError("params only apply to a built-in block (op=...); a graph block takes none")
     index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
-    at_name = Selector(index).resolve(at)
+    ats = _sites(index, at)
     oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
+    names = NameAllocator.for_index(index)
+    record_params = normalize_params(op, params) if op is not None else {}
+    planned = [_plan(index, oracle, names, a, op=op, params=record_params, graph=graph,
+                     as_output=as_output, keep_output_name=keep_output_name, several=len(ats) > 1)
+               for a in ats]
+
+    # ------------------------------------------------------------------ mutate (all checked)
+    e = Edit(index)
+    if len(planned) == 1:
+        done = [splice(e, planned[0].plan)]
+    else:
+        done = splice_many(e, [site.plan for site in planned])
+    fresh_types = {k: v for site in planned for k, v in (site.fresh_types or {}).items()}
+    if fresh_types:
+        retype(e, fresh_types)
+    every_renamed = {site.at: site.plan.pre for site in planned if site.plan.pre is not None}
+    follow_renames(host, every_renamed)
+    e.hand_on(m)
+    block_name = op if op is not None else "graph"
+    results = [InsertResult(site.plan.processed, rerouted, rerouted_outputs, site.block_nodes,
+                            {site.at: site.plan.pre} if site.plan.pre is not None else {},
+                            at=site.at, block=block_name, params=record_params,
+                            as_output=bool(as_output))
+               for site, (rerouted, rerouted_outputs) in zip(planned, done, strict=True)]
+    first = results[0]
+    result = replace(first, sites=tuple(results)) if len(results) > 1 else first
+    add_rewrite(host, result.record())
+    return result
+
+
+def _plan(index: GraphIndex, oracle: TypeOracle, names: NameAllocator, at_name: str, *,
+          op: str | None, params: dict[str, Any], graph: onnx.ModelProto | Model | None,
+          as_output: bool, keep_output_name: bool, several: bool) -> _Site:
+    """Build, check and place the block for one site (``several``: one of many sites, which
+    the block may not retype: the changes would compound). Changes nothing but ``names``."""
+    host = index.model
     at_vi = oracle.value_info(at_name)
     at_type = oracle.elem_type(at_name)
     at_shape = oracle.shape(at_name)
@@ -150,10 +223,9 @@ def insert(
             "expose the processed tensor as a new graph output"
         )
 
-    record_params: dict[str, Any] = {}
     if op is not None:
         label = op
-        record_params = normalize_params(op, params)
+        record_params = params
         h = default_opset(host)
         new_host_opset: int | None = None
         at_value_type = at_vi.type if at_vi is not None else None
@@ -182,7 +254,6 @@ def insert(
     opsets_to_add = merge_opsets(block, host, label)
     functions_to_add = merge_functions(block, host)
 
-    names = NameAllocator.for_index(index)
     safe_label = label.replace("/", "_")
     pre: str | None = None
     if (keep_output_name and as_graph_output and not as_output and at_name in index.producer
@@ -206,19 +277,11 @@ def insert(
                  functions_to_add, opsets_to_add, pre)
     fresh_types: dict[str, onnx.ValueInfoProto] | None = None
     if not as_output and (at_vi is None or at_vi.type != processed_vi.type):
+        if several and at_vi is not None:
+            raise RewriteError(
+                f"block '{label}' changes the type of '{at_name}', and a selector gives it "
+                "several sites whose changes would compound; insert at each site in turn, or "
+                "use as_output")
         fresh_types = downstream_types(host, plan, label)
-
-    # ------------------------------------------------------------------ mutate (all checked)
-    e = Edit(index)
-    rerouted, rerouted_outputs = splice(e, plan)
-    if fresh_types:
-        retype(e, fresh_types)
-    renamed = {at_name: pre} if pre is not None else {}
-    follow_renames(host, renamed)
-    e.hand_on(m)
-    result = InsertResult(processed, rerouted, rerouted_outputs, block_nodes, renamed,
-                          at=at_name, block=op if op is not None else "graph",
-                          params=record_params, as_output=bool(as_output))
-    add_rewrite(host, result.record())
-    return result
+    return _Site(at_name, plan, block_nodes, fresh_types)
 

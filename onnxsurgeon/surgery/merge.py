@@ -29,7 +29,7 @@ from ..io import Model, as_model
 from ..metadata import set_metadata
 from ..names import NameAllocator, all_names
 from ..record import MergeRecord, add_rewrite
-from ..select import FUSED_KEY, NAME_MAP_KEY, Selector, fused_names, name_map
+from ..select import FUSED_KEY, NAME_MAP_KEY, Selector, fused_names, is_selector, name_map
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
@@ -258,7 +258,8 @@ def merge(
                 chosen.append(name)
             else:
                 try:
-                    chosen.append(f_sel.resolve(name))
+                    chosen.extend(f_sel.find_tensors(name) if is_selector(name)
+                                  else [f_sel.resolve(name)])
                 except NotFoundError:
                     pool = list(s_tensors) + list(f_index.tensor_names())
                     close = difflib.get_close_matches(name, pool, n=3, cutoff=0.5)

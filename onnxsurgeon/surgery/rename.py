@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
 from ..io import Model, as_model, indexed
 from ..record import RenameRecord, add_rewrite
-from ..select import Selector, follow_renames
+from ..select import Selector, follow_renames, is_selector
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,8 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, s
     selector = Selector(index)
     out: dict[str, str] = {}
     for old, new in mapping.items():
+        if is_selector(old):
+            _one_each(old, new, [index.node_label(i) for i in selector.find_nodes(old)], "node")
         node = index.graph.node[selector.resolve_node(old)]
         if not node.name:
             raise UsageError(f"'{old}' is made by a {node.op_type} node without a name; rename "
@@ -173,6 +175,15 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, s
             raise UsageError(f"node '{node.name}' is given two new names; give it one")
         out[node.name] = new
     return out
+
+
+def _one_each(old: str, new: str, found: list[str], what: str) -> None:
+    """Refuse a selector key matching several names: they cannot all take the one new name."""
+    if len(found) > 1:
+        shown = ", ".join(f"'{f}'" for f in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise UsageError(f"selector '{old}' matches {len(found)} {what}s ({shown}); they cannot "
+                         f"all be named '{new}': narrow the selector to one, or rename each with "
+                         "--regex PATTERN=REPLACEMENT")
 
 
 _NAME = attrgetter("name")
@@ -199,7 +210,8 @@ def rename(
     """Rename tensors (or, with ``nodes``, main-graph nodes). Mutates model.
 
     ``mapping`` maps old names to new ones; old tensor names are resolved like every selector
-    (exact ONNX name, converters' name map, TF ``:0`` style, node name, torch module path).
+    (exact ONNX name, converters' name map, TF ``:0`` style, node name, torch module path,
+    or a ``glob:``/``re:``/``op:`` selector matching one name: several cannot share a new name).
     ``regex`` maps patterns to replacements (``re.sub`` syntax, applied in order) over every
     main-graph tensor (or node) name the mapping does not name. A renamed tensor keeps every tie
     (see the module docstring); renaming a graph input or output renames that input or output.
@@ -238,6 +250,8 @@ def rename(
         renamed = {}
         for old, new in given.items():
             inner_only = not index.is_tensor(old) and old in nested
+            if is_selector(old):
+                _one_each(old, new, selector.find_tensors(old), "tensor")
             resolved = old if inner_only else selector.resolve(old)
             if resolved in renamed and renamed[resolved] != new:
                 raise UsageError(f"tensor '{resolved}' is given two new names; give it one")

@@ -15,7 +15,7 @@ from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError, name
 from ..index import GraphIndex, Use
 from ..io import Model, as_model, indexed
 from ..record import RerouteRecord, add_rewrite
-from ..select import Selector, drop_missing
+from ..select import Selector, drop_missing, is_selector
 from ..types import TypeOracle
 from ._edges import check_types
 from ._proto import quick_value_info
@@ -67,6 +67,14 @@ def _selected_nodes(index: GraphIndex, source: str, uses: list[Use],
     labels = [index.node_label(i) for i in sorted(reading)]
     chosen: set[int] = set()
     for name in consumers:
+        if is_selector(name):  # the nodes it matches that read the source
+            matched = Selector(index).find_nodes(name)
+            hits = set(matched) & reading
+            if not hits:
+                raise UsageError(f"selector '{name}' matches {len(matched)} nodes, none of which "
+                                 f"reads '{source}'; its consumers are {labels}")
+            chosen |= hits
+            continue
         i = index.node_names.get(name)
         if i is None:
             by_selector = _nodes_by_selector(index, name, reading)

@@ -264,6 +264,9 @@ def _check_downstream(ctx: Context, check: Check, source: str, rerouted: Sequenc
 
 @rewrite_check(InsertRecord)
 def _check_insert(ctx: Context, record: InsertRecord, check: Check) -> None:
+    if record.sites:
+        _check_insert_sites(ctx, record, check)
+        return
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     at = resolve(orig, record.at)
     renamed = dict(record.renamed or {})
@@ -279,6 +282,21 @@ def _check_insert(ctx: Context, record: InsertRecord, check: Check) -> None:
 
     check.compare("at", at, at_new, orig_vals, new_vals, dtype=dtype_of(orig, at), exact=True,
                   sides=plain, mapping=renamed, display=at)
+    _check_block(ctx, check, record, at, at_new, processed,
+                 [ov[at] for ov in orig_vals], new_vals)
+    as_output = record.as_output
+    rerouted = [] if as_output else list(record.rerouted)
+    rerouted_outputs = [] if as_output else list(record.rerouted_outputs)
+    _check_downstream(ctx, check, at, rerouted, rerouted_outputs,
+                      lambda k: new_vals[k][processed], processed, 1 if as_output else 0,
+                      orig_vals, new_vals, renamed=renamed)
+
+
+def _check_block(ctx: Context, check: Check, record: InsertRecord, at: str, at_new: str,
+                 processed: str, at_values: list[np.ndarray], new_vals: Values) -> None:
+    """The block evaluated alone on ``at_values`` (per sample) equals ``processed`` of the
+    rewritten model: rebuilt from the record when a built-in, else isolated from the model."""
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     elem = orig.elem_type(at)
     at_vi = orig.oracle.value_info(at)
     fresh = _fresh_block(record, elem, default_opset(new.model.proto) or _FALLBACK_OPSET,
@@ -299,7 +317,7 @@ def _check_insert(ctx: Context, record: InsertRecord, check: Check) -> None:
         block = ctx.stage(isolate_nodes(new, [processed], [at_new]), "block")
         b_in, b_out = at_new, processed
         check.notes.append("block isolated from the rewritten model (not a built-in block)")
-    block_feeds = [{**f, b_in: ov[at]} for f, ov in zip(feeds, orig_vals, strict=True)]
+    block_feeds = [{**f, b_in: v} for f, v in zip(feeds, at_values, strict=True)]
     block_vals = run_all(block, block_feeds, [b_out])
     mapping[b_out] = processed
     mapping[b_in] = at_new
@@ -308,12 +326,57 @@ def _check_insert(ctx: Context, record: InsertRecord, check: Check) -> None:
     check.compare("block", b_out, processed, block_vals, new_vals, dtype=dtype_of(new, processed),
                   exact=False, sides=lambda k: (Side(block, block_feeds[k]), Side(new, feeds[k])),
                   mapping=mapping, strict=True, display=what, label=f"{what} evaluated alone")
-    as_output = record.as_output
-    rerouted = [] if as_output else list(record.rerouted)
-    rerouted_outputs = [] if as_output else list(record.rerouted_outputs)
-    _check_downstream(ctx, check, at, rerouted, rerouted_outputs,
-                      lambda k: new_vals[k][processed], processed, 1 if as_output else 0,
-                      orig_vals, new_vals, renamed=renamed)
+
+
+def _check_insert_sites(ctx: Context, record: InsertRecord, check: Check) -> None:
+    """A multi-site insert: the original, cut at every site (the site's readers and outputs
+    read a fed input), fed the rewritten model's processed values, computes the rewritten
+    model's activation at each site ("at") and its outputs ("downstream"); and each block,
+    evaluated alone on the rewritten model's activation, gives its processed tensor ("block").
+    Together, in node order, they prove the rewrite site by site."""
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    sites = record.each()
+    renamed = record.all_renamed()
+    cut, cut_staged = orig.model, orig
+    ats, fed, processed, at_new = [], [], [], []
+    for site in sites:
+        at = resolve(orig, site.at)
+        ats.append(at)
+        at_new.append(renamed[at] if at in renamed else resolve(new, at))
+        processed.append(site.processed if at in renamed else resolve(new, site.processed))
+        rerouted = [] if site.as_output else list(site.rerouted)
+        outs = [] if site.as_output else list(site.rerouted_outputs)
+        cut, name, cut_index = cut_model(cut, cut_staged, at, rerouted, outs)
+        cut_staged = ctx.stage(cut, "cut", cut_index)
+        fed.append(name)
+    new_vals = run_all(new, feeds, [*at_new, *processed, *new.output_names])
+    cut_feeds = [{**f, **{n: nv[p] for n, p in zip(fed, processed, strict=True)}}
+                 for f, nv in zip(feeds, new_vals, strict=True)]
+    cut_outs = list(cut_staged.output_names)
+    cut_vals = run_all(cut_staged, cut_feeds, [*ats, *cut_outs])
+
+    def cut_sides(k: int) -> tuple[Side, Side]:
+        return Side(cut_staged, cut_feeds[k]), Side(new, feeds[k])
+
+    linked = {**renamed, **dict(zip(fed, processed, strict=True))}
+    fed_with = f"{len(sites)} sites fed their processed values"
+    for site, at, a_new, p in zip(sites, ats, at_new, processed, strict=True):
+        check.compare("at", at, a_new, cut_vals, new_vals, dtype=dtype_of(orig, at), exact=True,
+                      sides=cut_sides, mapping=linked, display=at,
+                      label=f"{at} recomputed with {fed_with}")
+        _check_block(ctx, check, site, at, a_new, p, [nv[a_new] for nv in new_vals], new_vals)
+    new_outs = list(new.output_names)
+    extra = len(sites) if record.as_output else 0
+    if len(new_outs) != len(cut_outs) + extra:
+        check.missing("downstream", cut_outs[0] if cut_outs else "-",
+                      f"the rewritten model has {len(new_outs)} outputs, the original "
+                      f"{len(cut_outs)} (+{extra} processed)")
+        return
+    shown = dict(zip(cut_outs, orig.output_names, strict=True))
+    for c, n in zip(cut_outs, new_outs, strict=False):
+        check.compare("downstream", c, n, cut_vals, new_vals, dtype=dtype_of(cut_staged, c),
+                      exact=True, sides=cut_sides, mapping=linked, display=shown.get(c, c),
+                      label=f"{shown.get(c, c)} recomputed with {fed_with}")
 
 
 @rewrite_check(RerouteRecord)
