@@ -18,6 +18,8 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .selectors import PREFIXES as SELECTOR_PREFIXES
+
 EXIT_CODES_HELP = (
     "exit codes: 0 success; 1 --verify (or verify) found a difference; 2 bad input or usage "
     "(one line on stderr naming the problem and the fix; nothing written); 3 internal error (a "
@@ -28,17 +30,23 @@ EXIT_CODES_HELP = (
 LIST_HELP = (
     "lists: every repeatable flag takes a comma list (--map a=b,c=d), the flag repeated or, where "
     "it takes several values, values after it; write '\\,' for a comma inside a name "
-    "(--outputs 'a\\,b')"
+    "(--outputs 'a\\,b'); a selector (glob:, re:, op:) takes the rest of its value "
+    "(--node a,op:Dropout,Identity)"
 )
 
 
 def split_list(value: str) -> list[str]:
-    r"""The items of a comma list: ``'a,b'`` -> ``['a', 'b']``; ``'\,'`` is a literal comma."""
+    r"""The items of a comma list: ``'a,b'`` -> ``['a', 'b']``; ``'\,'`` is a literal comma.
+    An item that starts a selector (``op:Relu,Neg``, ``re:x{1,3}``, ``glob:``) takes the rest of
+    the value: its commas are the selector's."""
     items: list[str] = []
     current: list[str] = []
     i = 0
     while i < len(value):
         char = value[i]
+        if not current and value.startswith(SELECTOR_PREFIXES, i):
+            items.append(value[i:])
+            return items
         if char == "\\" and value[i + 1:i + 2] == ",":
             current.append(",")
             i += 2

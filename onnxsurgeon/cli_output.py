@@ -54,11 +54,15 @@ def copy_payload(result: CopyResult) -> dict[str, Any]:
 
 def insert_payload(result: InsertResult, *, block: str | None = None) -> dict[str, Any]:
     """The ``insert --json`` fields of an ``InsertResult``; ``block`` says how the block was
-    given when the result cannot (``"func"``: a framework function, spliced as a graph)."""
+    given when the result cannot (``"func"``: a framework function, spliced as a graph). The
+    top-level site fields are the first site's; ``sites`` lists every site (a selector)."""
     return {"at": result.at, "block": block or result.block, "processed": result.processed,
             "as_output": result.as_output, "rerouted": list(result.rerouted),
             "rerouted_outputs": list(result.rerouted_outputs), "renamed": dict(result.renamed),
-            "block_nodes": list(result.block_nodes)}
+            "block_nodes": list(result.block_nodes),
+            "sites": [{"at": r.at, "processed": r.processed, "rerouted": list(r.rerouted),
+                       "rerouted_outputs": list(r.rerouted_outputs), "renamed": dict(r.renamed),
+                       "block_nodes": list(r.block_nodes)} for r in result.each()]}
 
 
 def reroute_payload(result: RerouteResult) -> dict[str, Any]:

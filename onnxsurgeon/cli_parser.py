@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
     _add_model_io(p)
     p.add_argument("--outputs", action=ListAction, required=True, metavar="T[,T...]",
-                   help="tensors to extract (ONNX, TF ':0', node name or torch module path)")
+                   help="tensors to extract (ONNX, TF ':0', node name or torch module path; a "
+                        "selector glob:/re:/op: gives every match)")
     p.add_argument("--inputs", "--stop-at", dest="inputs", action=ListAction, default=[],
                    metavar="T[,T...]",
                    help="stop tensors: the cut, they become graph inputs (any selector)")
@@ -268,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_io(p)
     p.add_argument("--outputs", action=ListAction, required=True, metavar="T[,T...]",
                    help="tensors whose closure is copied (ONNX, TF ':0', node name or torch "
-                        "module path); each copy becomes a new graph output")
+                        "module path; a selector glob:/re:/op: gives every match); each copy "
+                        "becomes a new graph output")
     p.add_argument("--weights", choices=["independent", "shared"], default="independent",
                    help="independent: the copy gets its own initializers; shared: it reads the "
                         "original's")
@@ -285,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")
     _add_model_io(p)
     p.add_argument("--at", type=_name, required=True, metavar="T",
-                   help="the activation to process (ONNX, TF ':0', node name or torch module path)")
+                   help="the activation to process (ONNX, TF ':0', node name or torch module "
+                        "path); a selector (glob:encoder.layer.?.output, re:..., op:Relu) puts "
+                        "one block at every match, in one rewrite")
     group = p.add_mutually_exclusive_group(required=True)
     from .processing import blocks_help
 
@@ -325,8 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rename", help="rename tensors (or nodes) keeping every reader and output")
     _add_model_io(p)
     p.add_argument("--map", action=ListAction, item=_pair, nargs="+", default=[], metavar="OLD=NEW",
-                   help="old name (any selector) -> new name (several pairs a=b,c=d, or the flag "
-                        "repeated)")
+                   help="old name (any selector; glob:/re:/op: must match one name) -> new name "
+                        "(several pairs a=b,c=d, or the flag repeated)")
     p.add_argument("--regex", action=ListAction, item=_regex, split=whole, nargs="+", default=[],
                    metavar="PATTERN=REPLACEMENT",
                    help="re.sub over every other name (split at the first '='; \\1 for groups; "
@@ -339,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", action=ListAction, required=True, metavar="NAME[,NAME...]",
                    help="node(s) to remove (a chain may be given at once); a torch module path "
                         "naming several nodes removes the module (one input, one output): its "
-                        "readers read its input, and all its nodes go")
+                        "readers read its input, and all its nodes go; a selector (op:Dropout, "
+                        "glob:*dropout*, re:...) removes every node it matches")
     p.add_argument("--input", type=int, default=0, metavar="K",
                    help="which input the readers read instead (default 0)")
     p.add_argument("--prune", action="store_true",
