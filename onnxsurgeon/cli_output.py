@@ -140,7 +140,14 @@ def convert_summary(report: Any) -> str:
 
 
 def insert_summary(at: str, result: Any, *, as_output: bool, output: str) -> str:
-    """What ``insert`` did, naming every graph output it touched."""
+    """What ``insert`` did, naming every graph output it touched (one line per site when a
+    selector matched several)."""
+    sites = getattr(result, "sites", ())
+    if sites:
+        lines = [f"inserted at {len(sites)} sites matching {at} -> {output}"]
+        lines += ["  " + insert_summary(r.at, r, as_output=as_output, output=output)
+                  .rsplit(" -> ", 1)[0] for r in sites]
+        return "\n".join(lines)
     if as_output:
         return f"inserted at {at}: {result.processed} (as a new graph output) -> {output}"
     parts = [f"rerouted {len(result.rerouted)} consumers"]

@@ -312,11 +312,15 @@ def _check_block(ctx: Context, check: Check, record: InsertRecord, at: str, at_n
                 theirs = new.index.graph.node[int(j or 0)]
                 if mine.op_type == theirs.op_type:
                     mapping.update(zip(mine.output, theirs.output, strict=False))
-        check.notes.append(f"block '{record.block}' rebuilt from the record's parameters")
+        note = f"block '{record.block}' rebuilt from the record's parameters"
+        if note not in check.notes:
+            check.notes.append(note)
     else:
         block = ctx.stage(isolate_nodes(new, [processed], [at_new]), "block")
         b_in, b_out = at_new, processed
-        check.notes.append("block isolated from the rewritten model (not a built-in block)")
+        note = "block isolated from the rewritten model (not a built-in block)"
+        if note not in check.notes:
+            check.notes.append(note)
     block_feeds = [{**f, b_in: v} for f, v in zip(feeds, at_values, strict=True)]
     block_vals = run_all(block, block_feeds, [b_out])
     mapping[b_out] = processed
