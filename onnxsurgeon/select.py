@@ -273,7 +273,7 @@ class Selector:
     def resolve(self, name: str) -> str:
         """The ONNX tensor name for the user-given ``name`` (see the module docstring); a
         selector (:func:`is_selector`) must match exactly one main-graph tensor here."""
-        if is_selector(name):
+        if self._selects(name):
             return _one(self.find_tensors(name), name, "tensor")
         direct = self._direct(name)
         if direct is not None:
@@ -330,7 +330,7 @@ class Selector:
         i = index.node_names.get(name)
         if i is not None:
             return i
-        if is_selector(name):
+        if self._selects(name):
             return _one(self.find_nodes(name), name, "node", index.node_label)
         tensor: str | None = None
         try:
@@ -373,7 +373,7 @@ class Selector:
         if kind not in (TENSOR, NODE):
             raise UsageError(f"find() kind must be 'tensor' or 'node', got {kind!r}")
         index = self.index
-        if not is_selector(text):
+        if not self._selects(text):
             if kind == NODE:
                 i = self.resolve_node(text)
                 return [Site(None, index.node_label(i), "", text)]
@@ -386,6 +386,12 @@ class Selector:
         if not sites:
             raise NotFoundError(self._no_match(pattern, kind))
         return sites
+
+    def _selects(self, text: str) -> bool:
+        """True when ``text`` is a selector and no tensor or node of the model is named so
+        (an exact name keeps its meaning)."""
+        index = self.index
+        return is_selector(text) and not index.is_tensor(text) and text not in index.node_names
 
     def _by_name(self, pattern: Pattern) -> dict[str, str]:
         """Main-graph tensor -> the framework name or module path of it that matches (the first
@@ -470,7 +476,7 @@ class Selector:
         Raises:
             NotFoundError, AmbiguousNameError, UsageError: see :meth:`find_tensors`.
         """
-        if not is_selector(text):
+        if not self._selects(text):
             return [self.resolve_node(text)]
         pattern = Pattern.parse(text)
         hits = self._node_hits(pattern, self._by_name(pattern))

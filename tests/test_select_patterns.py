@@ -158,3 +158,13 @@ def test_one_pass_on_a_long_chain():
     assert len(selector.find("glob:t*7")) == n // 10
     assert len(selector.find_nodes("re:n1[0-9]*")) == 11111
     assert time.perf_counter() - start < 3.0  # quadratic work would take minutes
+
+
+def test_an_exact_name_that_looks_like_a_selector_keeps_its_meaning():
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["op:odd"], name="re:node")], "g",
+                              [helper.make_tensor_value_info("x", F, [1])],
+                              [helper.make_tensor_value_info("op:odd", F, [1])])
+    selector = Selector(GraphIndex(helper.make_model(graph)))
+    assert selector.find("op:odd") == [Site("op:odd", "re:node", "", "op:odd")]
+    assert selector.find_nodes("re:node") == [0]
+    assert selector.find_tensors("op:Relu") == ["op:odd"]

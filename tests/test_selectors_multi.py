@@ -266,3 +266,21 @@ def test_every_dropout_and_relu_of_a_converted_cnn(dropout_cnn, argv, key, kind,
     data = json.loads(stdout)
     assert data["verify"]["verdict"] == "pass"
     assert len(data[key]) == count[kind] > 1
+
+
+def test_a_wrong_site_fails_verify_and_is_named(layered_file, tmp_path, capsys):
+    out = tmp_path / "out.onnx"
+    code, _, stderr = cli_main(capsys, "insert", layered_file, "-o", out, "--at", "op:Relu",
+                               "--op", "scale:factor=2")
+    assert code == 0, stderr
+    model = onnx.load(out)
+    block = next(n for n in model.graph.node if list(n.output) == ["layer.1.output/scale"])
+    factor = next(t for t in model.graph.initializer if t.name in block.input)
+    factor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(factor) * 1.5, factor.name))
+    bad = tmp_path / "bad.onnx"
+    onnx.save(model, bad)
+    code, stdout, _ = cli_main(capsys, "verify", layered_file, bad, "--rewrite-log", "--json")
+    assert code == 1
+    failed = [p for p in json.loads(stdout)["pairs"] if p["verdict"] == "fail"]
+    assert failed and failed[0]["check"] == "block"
+    assert "layer.1.output" in json.dumps(failed[0])
