@@ -134,6 +134,8 @@ CASES = {
                                    "glob:layer.2.d*=x", "--prefix", "2/", "--json"], 0, "inputs", 1),
     "merge --connect several": (["merge", "{m}", "{m}", "-o", "{o}", "--connect", "op:Relu=x",
                                  "--prefix", "2/"], 2, "matches 3 tensors ('layer.0.output'", 0),
+    "rename re: groups": (["rename", "{m}", "-o", "{o}", "--map", r"re:layer\.(\d)\.pre=pre\1",
+                           "--json"], 0, "renamed", LAYERS),
     "zero matches": (["insert", "{m}", "-o", "{o}", "--at", "glob:encoder.*", "--op", "identity"],
                      2, "'glob:encoder.*' matches no tensor", 0),
     "rename several to one": (["rename", "{m}", "-o", "{o}", "--map", "glob:layer.?.pre=p"],

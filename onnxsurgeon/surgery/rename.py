@@ -177,13 +177,36 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, s
     return out
 
 
+_BACKREF = re.compile(r"\\(\d|g<)")
+"""A group reference in a new name (backslash + digit, or ``g<name>``): an ``re:`` key then
+renames each match."""
+
+
+def _expanded(selector: Selector, old: str, new: str) -> dict[str, str]:
+    """Main-graph tensor -> ``new`` with the groups of the ``re:`` selector ``old`` filled in
+    from the name that matched it (its ONNX, framework or module name)."""
+    pattern = re.compile(old[len("re:"):], re.DOTALL)
+    out: dict[str, str] = {}
+    for site in selector.find(old):
+        if site.graph:
+            raise UsageError(f"selector '{old}' matches '{site.matched}' inside the body "
+                             f"'{site.graph}'; --map renames main-graph tensors: narrow it")
+        found = pattern.fullmatch(site.matched)
+        try:
+            out[site.tensor or ""] = found.expand(new) if found else new
+        except (re.error, IndexError) as exc:
+            raise UsageError(f"new name '{new}' for selector '{old}' refers to a group the "
+                             f"pattern does not have ({exc}); fix the reference") from None
+    return out
+
+
 def _one_each(old: str, new: str, found: list[str], what: str) -> None:
     """Refuse a selector key matching several names: they cannot all take the one new name."""
     if len(found) > 1:
         shown = ", ".join(f"'{f}'" for f in found[:5]) + (", ..." if len(found) > 5 else "")
         raise UsageError(f"selector '{old}' matches {len(found)} {what}s ({shown}); they cannot "
-                         f"all be named '{new}': narrow the selector to one, or rename each with "
-                         "--regex PATTERN=REPLACEMENT")
+                         f"all be named '{new}': narrow the selector to one, use an re: selector "
+                         "whose groups the new name uses (re:a(\\d)=b\\1), or --regex")
 
 
 _NAME = attrgetter("name")
@@ -211,7 +234,9 @@ def rename(
 
     ``mapping`` maps old names to new ones; old tensor names are resolved like every selector
     (exact ONNX name, converters' name map, TF ``:0`` style, node name, torch module path,
-    or a ``glob:``/``re:``/``op:`` selector matching one name: several cannot share a new name).
+    or a ``glob:``/``re:``/``op:`` selector matching one name: several cannot share a new name,
+    unless the key is an ``re:`` selector and the new name refers to its groups (``re.expand``
+    syntax), which renames every match: ``re:layer.(d+).out`` -> ``block`` + group 1).
     ``regex`` maps patterns to replacements (``re.sub`` syntax, applied in order) over every
     main-graph tensor (or node) name the mapping does not name. A renamed tensor keeps every tie
     (see the module docstring); renaming a graph input or output renames that input or output.
@@ -250,6 +275,12 @@ def rename(
         renamed = {}
         for old, new in given.items():
             inner_only = not index.is_tensor(old) and old in nested
+            if is_selector(old) and old.startswith("re:") and _BACKREF.search(new):
+                for tensor, name in _expanded(selector, old, new).items():
+                    if tensor in renamed and renamed[tensor] != name:
+                        raise UsageError(f"tensor '{tensor}' is given two new names; give it one")
+                    renamed[tensor] = name
+                continue
             if is_selector(old):
                 _one_each(old, new, selector.find_tensors(old), "tensor")
             resolved = old if inner_only else selector.resolve(old)
