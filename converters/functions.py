@@ -18,7 +18,7 @@ from onnxsurgeon.errors import NotFoundError, RewriteError, SurgeryError, UsageE
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.io import Model, as_model
 from onnxsurgeon.protos import default_opset
-from onnxsurgeon.select import Selector
+from onnxsurgeon.select import Selector, is_selector
 from onnxsurgeon.types import TypeOracle
 
 from .common import (
@@ -110,11 +110,20 @@ def _block_name(func: Any, framework: str) -> str:
 
 
 def activation_type(model: Model | onnx.ModelProto, at: str) -> tuple[str, int, list[int | str | None]]:
-    """(ONNX tensor name, elem_type, shape with symbolic dims named) of the tensor ``at``."""
+    """(ONNX tensor name, elem_type, shape with symbolic dims named) of the tensor ``at``; a
+    selector matching several tensors gives the first, when every match has its type."""
     m = as_model(model)
     index = GraphIndex(m.proto)
-    name = Selector(index).resolve(at)
+    selector = Selector(index)
     oracle = TypeOracle(index)
+    names = selector.find_tensors(at) if is_selector(at) else [selector.resolve(at)]
+    name = names[0]
+    kinds = {(oracle.elem_type(n), tuple(oracle.shape(n) or ())) for n in names}
+    if len(kinds) > 1:
+        raise RewriteError(
+            f"selector '{at}' matches {len(names)} tensors of different dtypes or shapes, and "
+            "the function is exported once for one of them; narrow the selector to tensors of "
+            "one type")
     elem = oracle.elem_type(name)
     shape = oracle.shape(name)
     if elem == 0 or shape is None:

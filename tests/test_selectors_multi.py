@@ -292,3 +292,22 @@ def test_a_wrong_site_fails_verify_and_is_named(layered_file, tmp_path, capsys):
     failed = [p for p in json.loads(stdout)["pairs"] if p["verdict"] == "fail"]
     assert failed and failed[0]["check"] == "block"
     assert "layer.1.output" in json.dumps(failed[0])
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_torch_function_at_every_match(layered_file, tmp_path, capsys):
+    pytest.importorskip("torch")
+    func = tmp_path / "f.py"
+    func.write_text("def double(x):\n    return x * 2.0\n")
+    out = tmp_path / "out.onnx"
+    code, stdout, stderr = cli_main(capsys, "insert", layered_file, "-o", out, "--at", "op:Relu",
+                                    "--func", f"{func}:double", "--framework", "torch", "--verify",
+                                    "--json")
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    assert len(data["sites"]) == LAYERS and data["verify"]["verdict"] == "pass"
+    want = X
+    for k in range(LAYERS):
+        want = np.maximum(want * (k + 1), 0) * 2
+    np.testing.assert_allclose(_run(onnx.load(out), X)[0], want, rtol=1e-6)
