@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxsurgeon.errors import RewriteError, UsageError
 from onnxsurgeon.record import InsertRecord, RewriteRecord, rewrites
+from onnxsurgeon.schema import validate
 from onnxsurgeon.surgery import insert
 from tests.cli_helpers import cli_main
 
@@ -157,6 +158,7 @@ def test_cli_selectors(case, layered_file, tmp_path, capsys):
         assert key in stderr and stderr.count("\n") == 1 and not out.exists()
         return
     data = json.loads(stdout)
+    validate(argv[0], data)  # the --json contract, sites included
     assert len(data[key]) == count
     if "--verify" in argv:
         assert data["verify"]["verdict"] == "pass"
