@@ -313,3 +313,28 @@ def test_a_torch_function_at_every_match(layered_file, tmp_path, capsys):
     for k in range(LAYERS):
         want = np.maximum(want * (k + 1), 0) * 2
     np.testing.assert_allclose(_run(onnx.load(out), X)[0], want, rtol=1e-6)
+
+
+def test_sites_at_one_position_keep_their_order_and_a_long_chain_is_linear():
+    model = layered()
+    result = insert(model, "glob:w?", op="scale", params={"factor": -1.0})  # three initializers
+    assert [n.input[0] for n in model.graph.node[:LAYERS]] == ["w0", "w1", "w2"]
+    assert [r.at for r in result.each()] == ["w0", "w1", "w2"]
+    onnx.checker.check_model(model, full_check=True)
+    want = X
+    for k in range(LAYERS):
+        want = np.maximum(want * -(k + 1), 0)
+    np.testing.assert_array_equal(_run(model, X)[0], want)
+
+    import time
+
+    n = 15_000  # 5,000 sites: one rebuild of the node list, one block built per type
+    nodes = [helper.make_node("Dropout" if i % 3 == 0 else "Relu", [f"t{i}"], [f"t{i + 1}"])
+             for i in range(n)]
+    chain = helper.make_model(helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("t0", F, [1])],
+        [helper.make_tensor_value_info(f"t{n}", F, [1])]), opset_imports=[helper.make_opsetid("", 17)])
+    start = time.perf_counter()
+    assert len(insert(chain, "op:Dropout", op="identity").each()) == n // 3
+    assert time.perf_counter() - start < 12  # quadratic: a minute
+    assert len(chain.graph.node) == n + n // 3

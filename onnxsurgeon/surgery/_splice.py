@@ -35,16 +35,14 @@ class Plan:
 
 def splice_many(e: Edit, plans: Sequence[Plan]) -> list[tuple[list[str], list[str]]]:
     """Apply several plans (one block per site, all decided on the same index) through ``e``:
-    every read moves first, while the node numbers are the index's; then each block's nodes go
-    in, the last position first so that the earlier ones hold (a tie keeps the plans' order).
+    every read moves first, while the node numbers are the index's; then every block's nodes go
+    in, in one rebuild of the node list (a tie keeps the plans' order).
     The host's opset, functions and imports come from the first plan (each plan computed the
-    same ones). Returns :func:`splice`'s pair per plan. O(sites x nodes after the site)."""
+    same ones). Returns :func:`splice`'s pair per plan. O(nodes + sites x block size)."""
     index = e.index
     assert index is not None
     done = [splice(e, plan, nodes=False, shared=k == 0) for k, plan in enumerate(plans)]
-    where = [_position(index, plan) for plan in plans]
-    for k in sorted(range(len(plans)), key=lambda k: (where[k], k), reverse=True):
-        e.insert_nodes(where[k], plans[k].block.graph.node)
+    e.insert_node_groups([(_position(index, plan), plan.block.graph.node) for plan in plans])
     return done
 
 

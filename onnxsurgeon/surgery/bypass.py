@@ -105,9 +105,24 @@ def _find_node(index: GraphIndex, name: str) -> int:
             return int(pos)
     if i is None:
         return Selector(index).resolve_node(name)
-    if sum(1 for n in index.graph.node if n.name == name) > 1:
+    if name in _repeated_names(index):
         raise UsageError(f"several nodes are named '{name}'; rename them apart first (rename --nodes)")
     return i
+
+
+def _repeated_names(index: GraphIndex) -> set[str]:
+    """Node names several main-graph nodes carry; one pass, kept in the index's memo (a
+    selector may name thousands of nodes)."""
+    found = index.memo.get("bypass.repeated_names")
+    if found is None:
+        seen: set[str] = set()
+        found = set()
+        for node in index.graph.node:
+            if node.name in seen:
+                found.add(node.name)
+            seen.add(node.name)
+        index.memo["bypass.repeated_names"] = found
+    return set(found)
 
 
 def _expand(index: GraphIndex, sel: Selector, names: list[str]) -> list[str]:

@@ -175,11 +175,15 @@ def insert(
         raise UsageError("params only apply to a built-in block (op=...); a graph block takes none")
     index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
     ats = _sites(index, at)
+    if len(ats) > 1:
+        index.consumers  # noqa: B018 - every reader at once (O(edges)), not a scan per site
     oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
     names = NameAllocator.for_index(index)
     record_params = normalize_params(op, params) if op is not None else {}
+    built: dict[Any, Any] = {}
     planned = [_plan(index, oracle, names, a, op=op, params=record_params, graph=graph,
-                     as_output=as_output, keep_output_name=keep_output_name, several=len(ats) > 1)
+                     as_output=as_output, keep_output_name=keep_output_name, several=len(ats) > 1,
+                     built=built)
                for a in ats]
 
     # ------------------------------------------------------------------ mutate (all checked)
@@ -208,7 +212,7 @@ def insert(
 
 def _plan(index: GraphIndex, oracle: TypeOracle, names: NameAllocator, at_name: str, *,
           op: str | None, params: dict[str, Any], graph: onnx.ModelProto | Model | None,
-          as_output: bool, keep_output_name: bool, several: bool) -> _Site:
+          as_output: bool, keep_output_name: bool, several: bool, built: dict[Any, Any]) -> _Site:
     """Build, check and place the block for one site (``several``: one of many sites, which
     the block may not retype: the changes would compound). Changes nothing but ``names``."""
     host = index.model
@@ -223,36 +227,43 @@ def _plan(index: GraphIndex, oracle: TypeOracle, names: NameAllocator, at_name: 
             "expose the processed tensor as a new graph output"
         )
 
-    if op is not None:
-        label = op
-        record_params = params
-        h = default_opset(host)
-        new_host_opset: int | None = None
-        at_value_type = at_vi.type if at_vi is not None else None
-        if h is None:  # an ai.onnx.ml-only host: it gets a default-domain import
-            h = new_host_opset = opset_for_import(host, op)
-        need = min_opset_for(op, at_value_type)
-        if h < need and not changed_ops(default_nodes(host, functions=True), h, need):
-            h = new_host_opset = need  # a pure version bump: no host op changes meaning
-        block = make_block(op, record_params, elem_type=at_type, opset=h, shape=at_shape,
-                           value_type=at_value_type)
-    else:
-        assert graph is not None
-        block, label = prepare_graph_block(graph)
-        bx, _ = block_io(block, label)
-        bx_type = bx.type.tensor_type.elem_type if bx.type.HasField("tensor_type") else 0
-        bx_shape = None
-        if bx.type.HasField("tensor_type") and bx.type.tensor_type.HasField("shape"):
-            bx_shape = [d.dim_value if d.HasField("dim_value") else None
-                        for d in bx.type.tensor_type.shape.dim]
-        check_types(f"block '{label}' input '{bx.name}' vs tensor '{at_name}'",
-                    bx.name, at_name, bx_type, at_type, bx_shape, at_shape)
-        block, new_host_opset = reconcile(block, host, label)
-    block_io(block, label)
-    x_type = at_vi.type if at_vi is not None else None
-    processed_vi = infer_output(block, x_type, label)
-    opsets_to_add = merge_opsets(block, host, label)
-    functions_to_add = merge_functions(block, host)
+    key = (at_type, tuple(at_shape) if at_shape is not None else None,
+           at_vi.type.SerializeToString() if at_vi is not None else b"")
+    if key not in built:  # sites of one type share the block built and inferred for it
+        if op is not None:
+            label = op
+            record_params = params
+            h = default_opset(host)
+            new_host_opset: int | None = None
+            at_value_type = at_vi.type if at_vi is not None else None
+            if h is None:  # an ai.onnx.ml-only host: it gets a default-domain import
+                h = new_host_opset = opset_for_import(host, op)
+            need = min_opset_for(op, at_value_type)
+            if h < need and not changed_ops(default_nodes(host, functions=True), h, need):
+                h = new_host_opset = need  # a pure version bump: no host op changes meaning
+            block = make_block(op, record_params, elem_type=at_type, opset=h, shape=at_shape,
+                               value_type=at_value_type)
+        else:
+            assert graph is not None
+            block, label = prepare_graph_block(graph)
+            bx, _ = block_io(block, label)
+            bx_type = bx.type.tensor_type.elem_type if bx.type.HasField("tensor_type") else 0
+            bx_shape = None
+            if bx.type.HasField("tensor_type") and bx.type.tensor_type.HasField("shape"):
+                bx_shape = [d.dim_value if d.HasField("dim_value") else None
+                            for d in bx.type.tensor_type.shape.dim]
+            check_types(f"block '{label}' input '{bx.name}' vs tensor '{at_name}'",
+                        bx.name, at_name, bx_type, at_type, bx_shape, at_shape)
+            block, new_host_opset = reconcile(block, host, label)
+        block_io(block, label)
+        x_type = at_vi.type if at_vi is not None else None
+        processed_vi = infer_output(block, x_type, label)
+        opsets_to_add = merge_opsets(block, host, label)
+        functions_to_add = merge_functions(block, host)
+        built[key] = (block, label, new_host_opset, processed_vi, opsets_to_add, functions_to_add)
+    made, label, new_host_opset, processed_vi, opsets_to_add, functions_to_add = built[key]
+    block = onnx.ModelProto()
+    block.CopyFrom(made)  # renamed into the host below: each site its own copy
 
     safe_label = label.replace("/", "_")
     pre: str | None = None
