@@ -147,7 +147,7 @@ def test_malformed_selectors_are_one_line(selector, text):
 
 
 def test_one_pass_on_a_long_chain():
-    n = 60_000
+    n = 30_000
     nodes = [helper.make_node("Relu" if i % 3 else "Neg", [f"t{i}"], [f"t{i + 1}"], name=f"n{i}")
              for i in range(n)]
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", F, [1])],
