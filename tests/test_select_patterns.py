@@ -168,3 +168,30 @@ def test_an_exact_name_that_looks_like_a_selector_keeps_its_meaning():
     assert selector.find("op:odd") == [Site("op:odd", "re:node", "", "op:odd")]
     assert selector.find_nodes("re:node") == [0]
     assert selector.find_tensors("op:Relu") == ["op:odd"]
+
+
+def test_nested_bodies_are_named_by_their_path():
+    inner = helper.make_graph([helper.make_node("Neg", ["v"], ["deep"], name="deep_neg")], "then",
+                              [], [helper.make_tensor_value_info("deep", F, [1])])
+    other = helper.make_graph([helper.make_node("Identity", ["v"], ["flat"])], "else", [],
+                              [helper.make_tensor_value_info("flat", F, [1])])
+    body = helper.make_graph(
+        [helper.make_node("Neg", ["v_in"], ["v"], name="body_neg"),
+         helper.make_node("If", ["c_in"], ["w"], name="If_1", then_branch=inner, else_branch=other)],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("v_in", F, [1])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("w", F, [1])])
+    body.node.insert(0, helper.make_node("Identity", ["c_in"], ["c_out"]))
+    loop = helper.make_node("Loop", ["n", "c", "x"], ["y"], name="Loop_0", body=body)
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x0"], ["x"], name="top_neg"), loop], "g",
+        [helper.make_tensor_value_info(v, t, s) for v, t, s in
+         (("x0", F, [1]), ("n", TensorProto.INT64, []), ("c", TensorProto.BOOL, []))],
+        [helper.make_tensor_value_info("y", F, [1])])
+    selector = Selector(GraphIndex(helper.make_model(graph)))
+    assert [(s.node, s.graph) for s in selector.find("op:Neg", "node")] == [
+        ("top_neg", ""), ("body_neg", "Loop_0/body"), ("deep_neg", "Loop_0/body/If_1/then_branch")]
+    assert [(s.tensor, s.graph) for s in selector.find("glob:v*")] == [
+        ("v_in", "Loop_0/body"), ("v", "Loop_0/body")]
