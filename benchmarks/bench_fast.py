@@ -15,7 +15,8 @@ is deleted and dirty pages are written back (``sync``). Each accelerator is swit
   reported as not measured); ``/work`` here is ext4, which clones nothing.
 
 An accelerator pays when the median with it off is at least 10% above the median with it on, or
-when it keeps memory (page cache, RSS) the plain path fills. Writes the table to ``--out``.
+when it keeps memory (page cache, RSS) the plain path fills. Writes the table to ``--out``,
+keeping the hand-written ``## Decisions`` section already there.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from run import build_in_child, compile_sources  # noqa: E402
 
 PY = sys.executable
 PAYS = 0.10
+DECISIONS = "## Decisions"
 
 
 @dataclass
@@ -179,7 +181,10 @@ def report(out: Path, pairs: list[Pair], notes: list[str], argv: Sequence[str]) 
     lines += ["", *[f"- {n}" for n in notes], "",
               "Commands timed (the switch is `ONNXSURGEON_FAST`):", ""]
     lines += [f"- {p.accelerator}: `{p.command}`" for p in pairs]
-    out.write_text("\n".join(lines) + "\n")
+    kept = ""  # the hand-written decisions below the table survive a re-run
+    if out.exists() and DECISIONS in out.read_text():
+        kept = "\n" + out.read_text()[out.read_text().index(DECISIONS):]
+    out.write_text("\n".join(lines) + "\n" + kept)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

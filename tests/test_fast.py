@@ -172,3 +172,14 @@ def test_the_writer_takes_only_what_the_switch_allows(tmp_path):
     if quick.direct is None:
         pytest.skip("this filesystem takes no O_DIRECT")
     assert quick.direct.clones and no_clone.direct is not None and not no_clone.direct.clones
+
+
+def test_a_mistyped_switch_is_exit_2_with_one_line_from_the_cli(tmp_path, monkeypatch, capsys):
+    from onnxsurgeon import cli
+
+    src = _saved(tmp_path, builders.chain(5))
+    monkeypatch.setenv(fast.ENV, "-scna")
+    assert cli.main(["extract", str(src), "-o", str(tmp_path / "o.onnx"), "--outputs", "y"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown accelerator '-scna'" in err and err.count("\n") == 1
+    assert not (tmp_path / "o.onnx").exists()
