@@ -11,6 +11,9 @@ is deleted and dirty pages are written back (``sync``). Each accelerator is swit
 * ``direct_io``: insert on a ~1 GB external-data model (every weight byte is copied to an output
   in another folder); besides the time, the output's pages left in the page cache (``fincore``);
 * ``kernel_copy`` and ``writeback``: the same job with ``direct_io`` off (where they act);
+* ``release_cache``: the same job over its earlier output (written through the page cache and
+  cached), ``direct_io`` off; besides the time, how much of the replaced data file stayed in the
+  page cache (``fincore`` on a second name kept for it);
 * ``reflink``: the same job on a loop-mounted XFS with reflinks (needs root and mkfs.xfs; else
   reported as not measured); ``/work`` here is ext4, which clones nothing.
 
@@ -30,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,11 +53,11 @@ class Sample:
     cached_mb: float | None
 
 
-def run_once(argv: Sequence[str], env: dict[str, str], cleanup: Sequence[Path],
+def run_once(argv: Sequence[str], env: dict[str, str], prepare: Callable[[], None],
              cached: Path | None) -> Sample:
-    """One child process: wall time, peak RSS, and the MB of ``cached`` in the page cache."""
-    for p in cleanup:
-        p.unlink(missing_ok=True)
+    """One child process after ``prepare()`` and a ``sync`` (untimed): wall time, peak RSS, and
+    the MB of ``cached`` in the page cache after it."""
+    prepare()
     os.sync()
     start = time.perf_counter()
     proc = subprocess.Popen(list(argv), env=env, stdout=subprocess.DEVNULL,
@@ -90,8 +93,15 @@ class Pair:
     off: list[Sample]
 
 
-def measure(accelerator: str, job: str, argv: list[str], base: str, cleanup: list[Path],
-            cached: Path | None, repeat: int) -> Pair:
+def _deleting(paths: Sequence[Path]) -> Callable[[], None]:
+    def prepare() -> None:
+        for p in paths:
+            p.unlink(missing_ok=True)
+    return prepare
+
+
+def measure(accelerator: str, job: str, argv: list[str], base: str,
+            prepare: Callable[[], None], cached: Path | None, repeat: int) -> Pair:
     """``repeat`` interleaved runs with ``accelerator`` on and off (on top of ``base``)."""
     envs = {}
     for side, word in (("on", accelerator), ("off", f"-{accelerator}")):
@@ -103,7 +113,7 @@ def measure(accelerator: str, job: str, argv: list[str], base: str, cleanup: lis
     pair = Pair(accelerator, job, " ".join(argv), [], [])
     for _ in range(repeat):
         for side in ("on", "off"):
-            got = run_once(argv, envs[side], cleanup, cached)
+            got = run_once(argv, envs[side], prepare, cached)
             (pair.on if side == "on" else pair.off).append(got)
             print(f"[{time.strftime('%H:%M:%S')}] {accelerator} {side}: {got.wall:.2f} s",
                   file=sys.stderr, flush=True)
@@ -145,9 +155,32 @@ def external_pairs(folder: Path, megabytes: int, repeat: int,
     job = f"insert on a {size:.2f} GB external-data model"
     pairs = []
     for name, base in which:
+        if name == "release_cache":
+            pairs.append(measure(name, f"{job}, over its earlier output ({base})", argv, base,
+                                 _earlier_output(argv, data, base), data.with_name("old.data"),
+                                 repeat))
+            continue
         pairs.append(measure(name, job + (f" ({base})" if base else ""), argv, base,
-                             [target, data], data if cached else None, repeat))
+                             _deleting([target, data]), data if cached else None, repeat))
     return pairs
+
+
+def _earlier_output(argv: list[str], data: Path, base: str) -> Callable[[], None]:
+    """Before each run: the output exists (written through the page cache), its data file is
+    cached, and a second name ``old.data`` keeps it after the save replaces it, so that
+    ``fincore old.data`` afterwards tells how much of the replaced file stayed in memory."""
+    env = {**os.environ, "ONNXSURGEON_FAST": base}
+
+    def prepare() -> None:
+        if not data.exists():
+            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+        with open(data, "rb") as f:  # its pages into the cache, as after a fresh write
+            while f.read(1 << 24):
+                pass
+        old = data.with_name("old.data")
+        old.unlink(missing_ok=True)
+        os.link(data, old)
+    return prepare
 
 
 def _fmt(samples: list[Sample]) -> tuple[float, str]:
@@ -162,7 +195,7 @@ def report(out: Path, pairs: list[Pair], notes: list[str], argv: Sequence[str]) 
              f"load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
              "(shared). Whole processes, interleaved on/off, medians (min-max).", "",
              "| accelerator | job | on: s (spread) | off: s (spread) | off/on | peak RSS on/off MB "
-             "| output in page cache on/off MB | pays |",
+             "| data in page cache after, on/off MB | pays |",
              "|---|---|---|---|---|---|---|---|"]
     for p in pairs:
         mon, son = _fmt(p.on)
@@ -193,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chain-nodes", type=int, default=90000)
     parser.add_argument("--external-mb", type=int, default=1024)
-    parser.add_argument("--only", default="scan,direct_io,kernel_copy,writeback,reflink")
+    parser.add_argument("--only",
+                        default="scan,direct_io,kernel_copy,writeback,release_cache,reflink")
     parser.add_argument("--out", type=Path, default=HERE / "results_fast.md")
     args = parser.parse_args(args_in)
     only = set(args.only.split(","))
@@ -210,9 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             argv_ = [PY, "-m", "onnxsurgeon", "extract", str(src), "-o", str(target),
                      "--outputs", f"relu{blocks // 2 - 1}"]
             pairs.append(measure("scan", f"extract half of a {blocks * 3}-node chain", argv_,
-                                 "", [target], None, args.repeat))
+                                 "", _deleting([target]), None, args.repeat))
         which = [(n, b) for n, b in (("direct_io", ""), ("kernel_copy", "-direct_io"),
-                                     ("writeback", "-direct_io")) if n in only]
+                                     ("writeback", "-direct_io"),
+                                     ("release_cache", "-direct_io")) if n in only]
         if which:
             ext = tmp / "ext"
             ext.mkdir()

@@ -409,8 +409,9 @@ def release_cache(path: Path) -> None:
     reuses the pages the old bytes held; an atomic save keeps the old file until the rename, and
     without this the old and the new bytes would both sit in memory during the copy, which then
     evicts other files' cache for its pages (see benchmarks/PROFILE.md, round 3). A hint only:
-    anything unusual (not a regular file, no fadvise) is left alone."""
-    if not hasattr(os, "posix_fadvise"):  # pragma: no cover - macOS, Windows
+    anything unusual (not a regular file, no fadvise) is left alone. The ``release_cache``
+    accelerator of :mod:`onnxsurgeon.fast`; switched off, the pages are left to the kernel."""
+    if not hasattr(os, "posix_fadvise") or not fast.enabled("release_cache"):  # macOS, Windows
         return
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:

@@ -9,6 +9,7 @@ hand-made ranges are ``tests/test_datastream.py``'s. Here: the switch itself, an
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxsurgeon import fast, scan
-from onnxsurgeon.datastream import RangeWriter
+from onnxsurgeon.datastream import RangeWriter, release_cache
 from onnxsurgeon.errors import UsageError
 from onnxsurgeon.io import load, save
 
@@ -139,7 +140,7 @@ def external_model(tmp_path_factory):
 
 SWITCHES = [
     "all", "none", "-direct_io", "-reflink", "-direct_io,-kernel_copy", "-direct_io,-writeback",
-    "none,direct_io",
+    "none,direct_io", "-release_cache",
 ]
 
 
@@ -183,3 +184,24 @@ def test_a_mistyped_switch_is_exit_2_with_one_line_from_the_cli(tmp_path, monkey
     err = capsys.readouterr().err
     assert "unknown accelerator '-scna'" in err and err.count("\n") == 1
     assert not (tmp_path / "o.onnx").exists()
+
+
+def _cached_bytes(path) -> int:
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[0])
+
+
+@pytest.mark.skipif(not shutil.which("fincore") or not fast.available("release_cache"),
+                    reason="needs util-linux fincore and posix_fadvise")
+def test_release_cache_drops_the_replaced_files_pages_only_when_on(tmp_path):
+    path = tmp_path / "old.data"
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20))
+        os.fsync(f.fileno())  # clean pages: only those can be dropped
+    path.read_bytes()  # cached
+    with fast.forced(release_cache=False):
+        release_cache(path)
+    assert _cached_bytes(path) > 0
+    release_cache(path)
+    assert _cached_bytes(path) == 0
