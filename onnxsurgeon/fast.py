@@ -7,23 +7,20 @@ without direct I/O). Both paths give the same answers and the same bytes
 (``tests/test_fast.py``). Each stays only while ``benchmarks/bench_fast.py`` shows it pays on this
 machine (``benchmarks/results_fast.md``).
 
-=============  ==========================================  ==================================
-name           what                                        plain path beside it
-=============  ==========================================  ==================================
-``scan``       load's initializer check and node pass      the Python passes
-               read in C from the model's bytes            (``external.check_tensors``,
-               (``_scan.c``, :mod:`onnxsurgeon.scan`)      ``validate._check_scope``)
-``direct_io``  a saved data file written with ``O_DIRECT`` through the page cache
-               (``datastream._DirectSink``)                (``RangeWriter._copy_range``)
-``reflink``    whole blocks cloned (``FICLONERANGE``) on   the blocks written from a mapping
-               the direct path                             of the source
-``kernel_copy`` ranges copied by ``copy_file_range`` on     ``pread``/``pwrite`` in 4 MiB
-               the page-cache path                         chunks
-``writeback``  finished 32 MiB windows handed to the disk  the final fsync writes it all
-               while copying (``sync_file_range``)
-``release_cache`` the cached pages of a data file a save   left to the kernel (freed at the
-               replaces dropped first (``posix_fadvise``)  rename's unlink)
-=============  ==========================================  ==================================
+- ``scan``: load's initializer check and node pass read in C from the model's bytes
+  (``_scan.c`` through :mod:`onnxsurgeon.scan`); plain: the Python passes
+  (``external.check_tensors``, ``validate._check_scope``).
+- ``direct_io``: a saved data file written with ``O_DIRECT`` (``datastream._DirectSink``);
+  plain: through the page cache (``RangeWriter._copy_range``).
+- ``reflink``: whole blocks cloned with ``FICLONERANGE`` on the direct path; plain: the blocks
+  written from a mapping of the source.
+- ``kernel_copy``: ranges copied by ``copy_file_range`` on the page-cache path; plain:
+  ``pread``/``pwrite`` in 4 MiB chunks.
+- ``writeback``: each finished 32 MiB window handed to the disk while copying
+  (``sync_file_range``); plain: the final fsync writes it all.
+- ``release_cache``: the cached pages of a data file a save replaces dropped first
+  (``posix_fadvise``, ``datastream.release_cache``); plain: left to the kernel (freed at the
+  rename's unlink).
 
 The switch: ``ONNXSURGEON_FAST``, a comma-separated list read left to right: ``all`` (the
 default) or ``none``, then names to turn on, or off with a leading ``-``
