@@ -20,8 +20,10 @@ and tails of ranges, small or unaligned tensors, inline bytes, alignment gaps) i
 staging buffer of whole blocks. Elsewhere the writer copies through the page cache and hands
 every finished 32 MiB window to the disk while it copies the next (Linux
 ``sync_file_range(SYNC_FILE_RANGE_WRITE)``: starts the writeback, waits for nothing), so the
-fsync waits only for the tail. ``ONNXSURGEON_DIRECT_IO=0`` takes that path on any filesystem.
-Both give the same bytes.
+fsync waits only for the tail. Each of these is an accelerator of :mod:`onnxsurgeon.fast`
+(``direct_io``, ``reflink``, ``kernel_copy``, ``writeback``) with its plain path beside it;
+``ONNXSURGEON_FAST=-direct_io`` (or ``ONNXSURGEON_DIRECT_IO=0``) takes the page-cache path on any
+filesystem. All give the same bytes.
 
 Reflinks: on filesystems with shared extents (XFS, btrfs, bcachefs) a range's whole blocks are
 cloned instead of copied (no byte copied, no new disk space: ``FICLONERANGE`` on the direct
@@ -48,6 +50,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from . import fast
 from .errors import InvalidModelError, UnsafeModelError, UsageError
 from .external import (
     ExternalRef,
@@ -88,10 +91,10 @@ class RangeWriter:
         self.fd = fd
         self.window = window  # bytes per kernel copy call and per writeback hand-over
         self.offset = 0
-        # direct I/O where the file takes it (``direct=False`` or ONNXSURGEON_DIRECT_IO=0: never)
+        # direct I/O where the file takes it (``direct=False`` or fast's direct_io off: never)
         self.direct = _DirectSink.start(fd, window) if direct else None
-        self.kernel_copy = hasattr(os, "copy_file_range")
-        self._start_writeback = _writeback_starter()
+        self.kernel_copy = fast.enabled("kernel_copy")  # else pread/pwrite
+        self._start_writeback = _writeback_starter() if fast.enabled("writeback") else None
         self._handed = 0  # bytes [0, _handed) are already on their way to the disk
         self._sources: dict[tuple[int, int], tuple[int, int]] = {}  # identity -> (fd, size)
         self._written: dict[tuple[int, int, int, int], int] = {}  # (dev, ino, off, len) -> start
@@ -204,18 +207,7 @@ class RangeWriter:
             self.direct.close()
 
 
-def _clone_range_request() -> int | None:
-    """Linux's ``FICLONERANGE`` ioctl number where its generic encoding holds (``_IOW(0x94, 13,
-    struct file_clone_range)``), else None (no cloning tried)."""
-    import platform
-
-    if not sys.platform.startswith("linux") or platform.machine() not in {
-            "x86_64", "aarch64", "arm64", "riscv64", "s390x", "i686", "armv7l"}:
-        return None
-    return (1 << 30) | (32 << 16) | (0x94 << 8) | 13
-
-
-_CLONE_RANGE = _clone_range_request()
+_CLONE_RANGE = fast.clone_range_request()
 
 
 class _DirectSink:
@@ -244,13 +236,13 @@ class _DirectSink:
         self.fill = 0  # bytes staged
         self.mapped = 0  # bytes written straight from a mapping of a source
         self.cloned = 0  # bytes shared with a source (reflinked), not written
-        self.clones = _CLONE_RANGE is not None  # until the filesystem says it cannot
+        self.clones = fast.enabled("reflink")  # until the filesystem says it cannot
 
     @classmethod
     def start(cls, fd: int, window: int) -> _DirectSink | None:
         """The sink for ``fd`` with ``O_DIRECT`` set, or None where the platform or the
-        filesystem has no direct I/O (or ``ONNXSURGEON_DIRECT_IO=0``)."""
-        if not hasattr(os, "O_DIRECT") or os.environ.get("ONNXSURGEON_DIRECT_IO") == "0":
+        filesystem has no direct I/O (or ``fast.enabled("direct_io")`` says no)."""
+        if not fast.enabled("direct_io"):
             return None
         try:
             import fcntl
@@ -417,8 +409,9 @@ def release_cache(path: Path) -> None:
     reuses the pages the old bytes held; an atomic save keeps the old file until the rename, and
     without this the old and the new bytes would both sit in memory during the copy, which then
     evicts other files' cache for its pages (see benchmarks/PROFILE.md, round 3). A hint only:
-    anything unusual (not a regular file, no fadvise) is left alone."""
-    if not hasattr(os, "posix_fadvise"):  # pragma: no cover - macOS, Windows
+    anything unusual (not a regular file, no fadvise) is left alone. The ``release_cache``
+    accelerator of :mod:`onnxsurgeon.fast`; switched off, the pages are left to the kernel."""
+    if not hasattr(os, "posix_fadvise") or not fast.enabled("release_cache"):  # macOS, Windows
         return
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:

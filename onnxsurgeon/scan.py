@@ -6,35 +6,33 @@ optional extension ``onnxsurgeon._scan`` (``_scan.c``, built by ``pip install`` 
 is present) reads the same fields from the serialized model: on a 90k-node chain the tensor
 check takes 0.014 s instead of 0.11 s and the structural pass 0.10 s instead of 0.30 s
 (benchmarks/PROFILE.md, round 7). Both functions answer exactly what the Python passes compute,
-or None, and then the caller runs the Python pass: when the extension is not built, when
-``ONNXSURGEON_SCAN=0``, or for bytes the scanner does not read exactly as protobuf does (the
-graph field given twice, a group, a name that is not valid UTF-8). The bytes were parsed by
-protobuf first; the scanner never decides anything protobuf's own objects would decide
-differently (``tests/test_scan.py`` holds both to the same answers).
+or None, and then the caller runs the Python pass: when the extension is not built, when it is
+switched off (:mod:`onnxsurgeon.fast`: ``ONNXSURGEON_FAST=-scan``, or ``ONNXSURGEON_SCAN=0``),
+or for bytes the scanner does not read exactly as protobuf does (the graph field given twice,
+a group, a name that is not valid UTF-8). The bytes were parsed by protobuf first; the scanner
+never decides anything protobuf's own objects would decide differently (``tests/test_scan.py``
+holds both to the same answers).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from . import fast
 from .nodefields import EDGE_FIELD_NUMBERS
 
-_scan: Any
-try:
-    from . import _scan  # type: ignore[attr-defined, no-redef, unused-ignore]  # maybe unbuilt
-except ImportError:  # not built (no C compiler at install): the Python passes run
-    _scan = None
+_scan: Any = fast.scan_module()  # the extension, or None where it is not built
 
 __all__ = ["SCAN_ENV", "available", "initializers", "nodes"]
 
 SCAN_ENV = "ONNXSURGEON_SCAN"
-"""Set to ``0`` to run the Python passes even where the extension is built."""
+"""Set to ``0`` to run the Python passes even where the extension is built (an alias of
+``ONNXSURGEON_FAST=-scan``, see :mod:`onnxsurgeon.fast`)."""
 
 
 def available() -> bool:
-    """The extension is built and not switched off."""
-    return _scan is not None and os.environ.get(SCAN_ENV) != "0"
+    """The extension is built and switched on (``fast.enabled("scan")``)."""
+    return fast.enabled("scan")
 
 
 def initializers(data: bytes) -> tuple[list[str], list[tuple[int, tuple[int, ...]]],
@@ -46,9 +44,10 @@ def initializers(data: bytes) -> tuple[list[str], list[tuple[int, tuple[int, ...
     raw_data, like an earlier listed one in data type, dims and raw_data length. The exact
     check (:func:`onnxsurgeon.external.check_inline_tensor`) reads nothing else, so it gives
     both the same verdict."""
-    if not available():
+    ext = fast.scan_extension()
+    if ext is None:
         return None
-    return _scan.scan_initializers(data)  # type: ignore[no-any-return, unused-ignore]
+    return ext.scan_initializers(data)  # type: ignore[no-any-return, unused-ignore]
 
 
 def nodes(data: bytes, first: dict[str, int]) -> tuple[Any, ...] | None:
@@ -58,7 +57,8 @@ def nodes(data: bytes, first: dict[str, int]) -> tuple[Any, ...] | None:
     that pass updates it; None when not read here (``first`` may then hold keys added on the
     way: the caller removes them). The C code reads the fields
     :data:`~onnxsurgeon.nodefields.EDGE_FIELD_NUMBERS` names, handed to it here."""
-    if not available():
+    ext = fast.scan_extension()
+    if ext is None:
         return None
-    return _scan.scan_nodes(  # type: ignore[no-any-return, unused-ignore]
+    return ext.scan_nodes(  # type: ignore[no-any-return, unused-ignore]
         data, first, EDGE_FIELD_NUMBERS)
