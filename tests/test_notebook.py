@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-import tomllib
 from importlib.metadata import version
 
 import onnx
 import pytest
+import tomllib
 from onnx import TensorProto, helper
 
 import onnxsurgeon as osg
