@@ -227,3 +227,35 @@ def test_version_agrees_with_the_package_metadata_and_pyproject(capsys):
         cli.main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"onnxsurgeon {declared}\n"
+
+
+def test_the_readme_notebook_block_shows_html_for_each_expression(in_ipython, monkeypatch):
+    """README "Notebooks", run as a notebook runs it: each top-level expression's value is
+    displayed (its ``_repr_html_``)."""
+    import ast
+
+    from tests.test_readme import _blocks
+
+    (block,) = [b for b in _blocks("python") if "model.show(" in b]
+    monkeypatch.chdir(ROOT)
+    namespace: dict[str, object] = {}
+    kinds = []
+    for stmt in ast.parse(block).body:
+        if isinstance(stmt, ast.Expr):
+            value = eval(compile(ast.Expression(stmt.value), "README.md", "eval"), namespace)
+            page = _offline(value._repr_html_())
+            kinds.append(re.match(r'<div class="osg" data-osg="(\w+)"', page).group(1))
+        else:
+            exec(compile(ast.Module([stmt], []), "README.md", "exec"), namespace)
+    assert kinds == ["model", "view", "result", "rows"]
+
+
+def test_ci_runs_the_readme_api_command_and_the_wheel_check():
+    import subprocess
+
+    api = subprocess.run(["awk", "/<!-- api-command -->/{getline; getline; print; exit}",
+                          "README.md"], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert api.stdout.strip() == "python docs/make_api.py"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "api-command" in ci and ".ci/wheel_check .venv/bin/python" in ci
+    assert ci.index(".ci/wheel_check") > ci.index('bash -c "$cmd"')    # after the tests
