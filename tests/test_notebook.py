@@ -184,18 +184,29 @@ def test_texts_from_the_model_are_escaped(in_ipython):
 
 
 @pytest.mark.slow
-def test_the_tour_notebook_runs_in_a_real_kernel_and_shows_html():
-    """examples/tour.ipynb, executed by nbclient in an ipykernel of this interpreter."""
+def test_the_tour_notebook_runs_in_a_real_kernel_and_shows_html(tmp_path):
+    """examples/tour.ipynb, executed by nbclient in an ipykernel of this interpreter (its
+    kernelspec ``python3`` written to a private folder, so no other installed kernel runs)."""
+    import json
+
     import nbformat
+    from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
+    spec = tmp_path / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3", "language": "python"}))
+    specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")], ensure_native_kernel=False)
     nb = nbformat.read(ROOT / "examples" / "tour.ipynb", as_version=4)
-    km = KernelManager(kernel_name="python3")
-    km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=specs)
     NotebookClient(nb, km=km, timeout=120, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT)}}).execute()
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert nb.cells[-1].outputs[0]["text"].strip() == sys.executable
+    outputs = [o for c in nb.cells[:-1] if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     pages = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert len(pages) == 7
@@ -259,3 +270,19 @@ def test_ci_runs_the_readme_api_command_and_the_wheel_check():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "api-command" in ci and ".ci/wheel_check .venv/bin/python" in ci
     assert ci.index(".ci/wheel_check") > ci.index('bash -c "$cmd"')    # after the tests
+
+
+def test_the_version_is_read_from_the_metadata_not_written_twice(monkeypatch, capsys):
+    """A release changes pyproject.toml only: ``__version__`` and ``--version`` follow the
+    installed metadata (here a stand-in for it)."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "9.8.7" if name == "onnxsurgeon" else real(name))
+    monkeypatch.setitem(vars(osg), "__version__", None)     # restored (or removed) afterwards
+    del vars(osg)["__version__"]
+    assert osg.__version__ == "9.8.7"
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert capsys.readouterr().out == "onnxsurgeon 9.8.7\n"
