@@ -6,7 +6,9 @@ result, a verification report and an ``inspect`` listing. Offline and self-conta
 The objects' ``_repr_html_`` methods (``Model``, :class:`~onnxsurgeon.io.GraphView` from
 ``Model.show``, every ``<Verb>Result``, ``VerifyReport``, the row lists of ``Model.nodes`` /
 ``Model.tensors``) import this module when a notebook first displays one, so nothing here is
-imported, laid out or drawn before that; plain ``repr`` stays short text.
+imported, laid out or drawn before that; plain ``repr`` stays short text. Jupyter renders
+HTML outputs of a notebook it does not trust (one opened, not run here) sanitized, without
+their SVG: run it, or ``jupyter trust`` it.
 
 A verb's result is drawn on the model it changed as it is when displayed: the nodes it added in
 green, the nodes it rerouted in orange, with ``CONTEXT`` hops around them; what it removed is
