@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from .names import NameAllocator
     from .select import Selector, resolve
 
-__version__ = "0.1.0"
-
 # The public names are imported on first use (PEP 562), so that importing a submodule does not
 # load onnx and numpy first: the command line sets its start-up environment before they load
 # (see ``onnxsurgeon.__main__``).
@@ -51,11 +49,31 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, the one source); a source tree
+    on ``sys.path`` without an install reads its pyproject.toml."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onnxsurgeon")
+    except PackageNotFoundError:
+        from pathlib import Path
+
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+
+
 def _submodule(name: str) -> Any:
-    """A submodule the eager imports used to load (``onnxsurgeon.io``)."""
+    """A submodule the eager imports used to load (``onnxsurgeon.io``); ``__version__``, read
+    from the package metadata on first use."""
     from importlib import import_module
     from importlib.util import find_spec
 
+    if name == "__version__":
+        globals()["__version__"] = found = _version()
+        return found
     if name.startswith("_") or find_spec(f"{__name__}.{name}") is None:
         raise AttributeError(f"module 'onnxsurgeon' has no attribute {name!r}")
     return import_module(f".{name}", __name__)

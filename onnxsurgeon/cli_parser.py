@@ -229,15 +229,28 @@ def _add_rewrite_flags(p: argparse.ArgumentParser, *,
     p.add_argument("--json", action="store_true", help=json_help)
 
 
+class _Version(argparse.Action):
+    """``--version``: the package metadata's version, read only when asked (a metadata lookup
+    costs milliseconds every command would pay)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        import sys
+
+        from . import __version__
+
+        sys.stdout.write(f"onnxsurgeon {__version__}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every command (the public CLI contract)."""
     parser = _Parser(
         prog="onnxsurgeon",
         description="Cut, copy and splice ONNX models; prove the result with onnxruntime.",
     )
-    from . import __version__
-
-    parser.add_argument("--version", action="version", version=f"onnxsurgeon {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show the version (the package metadata's) and exit")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show the log output of TensorFlow, PyTorch, their exporters, "
                              "onnxruntime and Ray (captured and hidden by default)")

@@ -90,7 +90,7 @@ def bundled_dir(kind: str = "models") -> Path:
 
 def bundled_files() -> dict[str, list[Path]]:
     """``{"models": [...], "examples": [...]}``: the bundled files (models, the scripts that
-    regenerate them, example factories, functions and recipes), sorted; caches left out."""
+    regenerate them, example factories, functions, recipes and the tour notebook), sorted; caches left out."""
     return {kind: sorted(p for p in bundled_dir(kind).glob("*")
-                         if p.is_file() and p.suffix in (".onnx", ".py", ".yaml"))
+                         if p.is_file() and p.suffix in (".onnx", ".py", ".yaml", ".ipynb"))
             for kind in BUNDLED}

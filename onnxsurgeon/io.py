@@ -56,7 +56,7 @@ from .upkeep import Upkeep
 from .validate import validate_producers
 
 __all__ = [
-    "Model", "after_verb", "as_model", "current_index", "hand_on", "handed_over", "indexed", "load", "parse_model",
+    "GraphView", "Model", "after_verb", "as_model", "current_index", "hand_on", "handed_over", "indexed", "load", "parse_model",
     "save", "snapshot", "validate_tensors",
 ]
 """External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
@@ -111,6 +111,33 @@ class Model:
     """Set by :func:`load`: the model-level fields it validated (see
     :func:`~onnxsurgeon.checking.check_touched`)."""
 
+    def __repr__(self) -> str:
+        """Short text (the proto's text form could be gigabytes)."""
+        g = self.proto.graph
+        where = f"{str(self.source)!r}, " if self.source else ""
+        return (f"Model({where}{len(g.node)} nodes, {len(g.input)} inputs, {len(g.output)} "
+                f"outputs, {len(g.initializer)} initializers)")
+
+    def _repr_html_(self) -> str:
+        """A notebook's display: inputs, outputs, opsets, op histogram, weights (no network)."""
+        from .notebook import model_html
+
+        return model_html(self)
+
+    def show(self, *, around: str, context: int = 2) -> GraphView:
+        """The graph around tensor ``around`` (any selector), ``context`` node steps each way,
+        drawn when a notebook displays it (the HTML diff's SVG; nothing is drawn before).
+
+        Raises:
+            NotFoundError / AmbiguousNameError: ``around`` names no tensor, or several.
+        """
+        from .errors import UsageError
+        from .select import resolve
+
+        if context < 0:
+            raise UsageError(f"context must be >= 0, got {context}; give 0 or more hops")
+        return GraphView(self, resolve(self, around), context)
+
     # a small read-only view (each call indexes the model as it is now; for many queries keep
     # one onnxsurgeon.listing.Listing)
     def nodes(self, *, grep: str | None = None, around: str | None = None,
@@ -140,6 +167,27 @@ class Model:
         from .listing import Listing
 
         return Listing(self).find(name)
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """What :meth:`Model.show` returns: the graph around ``tensor`` (an ONNX name), drawn with
+    ``context`` hops when a notebook displays it.
+
+    Attributes:
+        model: the model drawn (as it is when displayed).
+        tensor: the ONNX name of the tensor the view is centred on.
+        context: node steps drawn each way.
+    """
+
+    model: Model = field(repr=False)
+    tensor: str
+    context: int = 2
+
+    def _repr_html_(self) -> str:
+        from .notebook import view_html
+
+        return view_html(self)
 
 
 def handed_over(model: Model) -> Model:

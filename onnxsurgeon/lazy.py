@@ -14,12 +14,12 @@ from typing import Any
 
 
 class _Package(types.ModuleType):
-    """A package module whose public attributes never become their submodules."""
-
-    _lazy_homes: Mapping[str, str]
+    """A package module whose public attributes never become their submodules (its
+    ``_lazy_homes``, set by :func:`lazy_package`, is not annotated here: a class annotation
+    would read as one of the package's own, which the API reference could not resolve)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self._lazy_homes and isinstance(value, types.ModuleType):
+        if name in self.__dict__.get("_lazy_homes", ()) and isinstance(value, types.ModuleType):
             return  # the submodule stays in sys.modules; the attribute resolves via __getattr__
         super().__setattr__(name, value)
 

@@ -56,6 +56,16 @@ class TensorRow:
         return asdict(self)
 
 
+class Rows(list):
+    """A list of :class:`NodeRow` or :class:`TensorRow` (what :meth:`Listing.nodes` and
+    :meth:`Listing.tensors` return) that a notebook shows as a table; otherwise a plain list."""
+
+    def _repr_html_(self) -> str:
+        from .notebook import rows_html
+
+        return rows_html(self)
+
+
 def _op(node: onnx.NodeProto) -> str:
     return f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
 
@@ -186,7 +196,7 @@ class Listing:
             rx = _compile(grep)
             rows = [r for r in rows if any(rx.search(s) for s in
                                            (r.name, r.op, r.module or "", *r.inputs, *r.outputs))]
-        return rows
+        return Rows(rows)
 
     def tensors(self, *, grep: str | None = None, around: str | None = None,
                 hops: int = 1) -> list[TensorRow]:
@@ -200,7 +210,7 @@ class Listing:
             rx = _compile(grep)
             fw = self.framework_names()
             names = [n for n in names if rx.search(n) or any(rx.search(f) for f in fw.get(n, []))]
-        return [self.tensor_row(n) for n in names]
+        return Rows(self.tensor_row(n) for n in names)
 
     def find(self, name: str) -> TensorRow:
         """The tensor a user-given name means (exact, name map, TF ``:0``, node, module path).

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Protocol
@@ -436,6 +438,12 @@ def as_record(record: RewriteRecord | Mapping[str, Any]) -> RewriteRecord:
     return record if isinstance(record, RewriteRecord) else RewriteRecord.from_json(record)
 
 
+RECENT: deque[tuple[str, onnx.ModelProto]] = deque(maxlen=8)
+"""In an IPython session only: the last rewrites logged (record JSON, the model written to), so
+that a verb's result shown in a notebook finds the model it changed (``onnxsurgeon.notebook``);
+a bounded queue, empty outside IPython."""
+
+
 def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any]) -> None:
     """Append ``record`` to the model's rewrite log. Mutates model. Deterministic JSON.
 
@@ -443,5 +451,8 @@ def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any
         UsageError: ``record`` is a JSON object that does not read as a record.
     """
     log = rewrites(model)
-    log.append(as_record(record).to_json())
+    entry = as_record(record).to_json()
+    log.append(entry)
+    if "IPython" in sys.modules:
+        RECENT.append((json.dumps(entry, sort_keys=True), model))
     set_metadata(model, {REWRITES_KEY: json.dumps(log, sort_keys=True, separators=(",", ":"))})

@@ -62,7 +62,7 @@ def test_the_wheel_carries_every_schema_model_and_example(wheel):
     want = [f"onnxsurgeon/schemas/{p.name}" for p in (ROOT / "onnxsurgeon" / "schemas").glob("*.json")]
     want += [f"onnxsurgeon/models/{p.name}" for p in (ROOT / "models").glob("*.onnx")]
     want += [f"onnxsurgeon/examples/{p.name}" for p in (ROOT / "examples").iterdir()
-             if p.suffix in (".py", ".yaml")]
+             if p.suffix in (".py", ".yaml", ".ipynb")]
     assert len(want) >= 20 and {"onnxsurgeon/models/seed_cnn.onnx",
                                "onnxsurgeon/examples/mynet.py"} <= set(want)
     assert sorted(set(want) - names) == []
@@ -165,7 +165,7 @@ def test_demo_files_copies_the_bundled_models_and_examples_and_never_overwrites(
     assert proc.returncode == 0, proc.stderr
     for kind in ("models", "examples"):
         for src in (ROOT / kind).iterdir():
-            if src.suffix in (".onnx", ".py", ".yaml"):
+            if src.suffix in (".onnx", ".py", ".yaml", ".ipynb"):
                 assert (tmp_path / kind / src.name).read_bytes() == src.read_bytes(), src
     assert cli("demo", "--files", tmp_path).returncode == 0      # the same files again: fine
     mine = tmp_path / "examples" / "proc.py"

@@ -9,7 +9,7 @@ grandalf's Sugiyama layout), ``page`` (the HTML/SVG text).
 from __future__ import annotations
 
 from .changes import Change, DiffEdge, DiffNode, GraphDiff, Terminal, diff_models, neighbourhood
-from .page import TensorError, render_html
+from .page import TensorError, render_html, render_svg
 
 __all__ = ["Change", "DiffEdge", "DiffNode", "GraphDiff", "Terminal", "TensorError",
-           "diff_models", "neighbourhood", "render_html"]
+           "diff_models", "neighbourhood", "render_html", "render_svg"]

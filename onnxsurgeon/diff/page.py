@@ -100,6 +100,17 @@ def render_html(diff: GraphDiff, *, title: str = "onnxsurgeon diff", summary: st
     name -> :class:`TensorError`) colours the drawn tensors; ``divergent`` names the first node
     whose output differs. Deterministic."""
     errors = errors or {}
+    return _PAGE.format(
+        title=_esc(title), css=_CSS, script=_SCRIPT, header=_header(diff, title, summary, errors,
+                                                                      divergent),
+        svg=render_svg(diff, errors=errors, divergent=divergent))
+
+
+def render_svg(diff: GraphDiff, *, errors: Mapping[str, TensorError] | None = None,
+               divergent: str = "") -> str:
+    """The drawing of ``diff`` alone: the page's ``<svg>`` element (styled by the classes of
+    :data:`SVG_CSS`), for embedding (a notebook's output). Deterministic."""
+    errors = errors or {}
     boxes: list[Box] = []
     sizes: dict[str, Box] = {}
     for n in diff.nodes:
@@ -112,10 +123,7 @@ def render_html(diff: GraphDiff, *, title: str = "onnxsurgeon diff", summary: st
     order += [t.uid for t in diff.terminals if t.kind in ("output", "collapsed-out")]
     boxes = [sizes[u] for u in order]
     geo = layout(boxes, [(e.source, e.target) for e in diff.edges])
-    svg = _svg(diff, geo, sizes, errors, divergent)
-    return _PAGE.format(
-        title=_esc(title), css=_CSS, script=_SCRIPT, header=_header(diff, title, summary, errors,
-                                                                      divergent), svg=svg)
+    return _svg(diff, geo, sizes, errors, divergent)
 
 
 def _svg(diff: GraphDiff, geo: Layout, sizes: dict[str, Box], errors: Mapping[str, TensorError],
@@ -287,6 +295,10 @@ svg text{font-family:"DejaVu Sans Mono",monospace;font-size:12px;text-anchor:mid
 text.elabel{font-size:10px;fill:#555;text-anchor:start}
 .hover rect,.hover path{filter:drop-shadow(0 0 3px #1565c0)}
 """
+
+SVG_CSS = "\n".join(line for line in _CSS.splitlines()
+                    if line.startswith(("svg", ".node", ".terminal", ".edge", "text.")))
+"""The page's style rules that draw :func:`render_svg`'s output (no page layout)."""
 
 _SCRIPT = """
 (function(){

@@ -33,11 +33,12 @@ from ..select import Selector, drop_missing, is_selector, node_module
 from ..types import TypeOracle, dtype_name
 from ._edges import check_types
 from ._proto import _BROADCAST
+from ._shown import Shown
 from .rename import _rename_tensors
 
 
 @dataclass(frozen=True)
-class BypassResult:
+class BypassResult(Shown):
     """What ``bypass`` did.
 
     Attributes:

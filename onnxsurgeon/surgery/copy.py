@@ -26,6 +26,7 @@ from ..select import CALL_SEP, Selector, is_selector
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
 from ._edgewalk import closure_edges
 from ._proto import quick_value_info
+from ._shown import Shown
 
 
 class Weights(str, Enum):
@@ -41,7 +42,7 @@ class Weights(str, Enum):
 
 
 @dataclass(frozen=True)
-class CopyResult:
+class CopyResult(Shown):
     """Rename maps of :func:`copy` (original name -> copy name) and the copy's resolved options.
 
     Attributes:

@@ -28,10 +28,11 @@ from ._proto import (
     infer_subset,
     propagate_types,
 )
+from ._shown import Shown
 
 
 @dataclass(frozen=True)
-class ExtractResult:
+class ExtractResult(Shown):
     """What :func:`extract` did.
 
     Attributes:

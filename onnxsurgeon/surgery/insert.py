@@ -40,11 +40,12 @@ from ._blocks import (
 from ._edges import check_types
 from ._opsets import changed_ops, default_nodes, reconcile
 from ._proto import quick_value_info
+from ._shown import Shown
 from ._splice import Plan, downstream_types, retype, splice, splice_many
 
 
 @dataclass(frozen=True)
-class InsertResult:
+class InsertResult(Shown):
     """What ``insert`` did.
 
     Attributes:

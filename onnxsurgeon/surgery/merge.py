@@ -34,6 +34,7 @@ from ..types import TypeOracle, is_complete, renamed_value_info
 from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
 from ._opsets import reconcile
+from ._shown import Shown
 
 _OWN_METADATA = "onnxsurgeon."
 """Key prefix of this project's metadata entries (rewrite log, name map, source facts): the
@@ -44,7 +45,7 @@ DATA_ALIAS = "onnxsurgeon-merged"
 
 
 @dataclass(frozen=True)
-class MergeResult:
+class MergeResult(Shown):
     """What ``merge`` did.
 
     Attributes:

@@ -22,10 +22,11 @@ from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
 from ..io import Model, as_model, indexed
 from ..record import RenameRecord, add_rewrite
 from ..select import Selector, follow_renames, is_selector
+from ._shown import Shown
 
 
 @dataclass(frozen=True)
-class RenameResult:
+class RenameResult(Shown):
     """What ``rename`` did.
 
     Attributes:

@@ -19,12 +19,13 @@ from ..select import Selector, drop_missing, is_selector
 from ..types import TypeOracle
 from ._edges import check_types
 from ._proto import quick_value_info
+from ._shown import Shown
 
 _NOT_SET = 0
 
 
 @dataclass(frozen=True)
-class RerouteResult:
+class RerouteResult(Shown):
     """What ``reroute`` did.
 
     Attributes:

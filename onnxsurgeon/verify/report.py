@@ -328,6 +328,12 @@ class VerifyReport:
 
         return format_report(self, deep_table=deep_table)
 
+    def _repr_html_(self) -> str:
+        """A notebook's display: the pairs with coloured verdicts, the deep error plot (SVG)."""
+        from ..notebook import report_html
+
+        return report_html(self)
+
     def rich_table(self) -> Any:
         """The pairs as a ``rich.table.Table`` (None when rich is not installed)."""
         from .render import rich_table
