@@ -1,0 +1,717 @@
+"""Structural patterns: a small ONNX graph P found everywhere it occurs in a model.
+
+A pattern is an ONNX graph (an ``.onnx`` file, the ONNX text syntax of a whole model or of a bare
+graph, or bytes), read by :func:`load_pattern`. :func:`find_matches` lists every place of a
+model where it occurs, the main graph first, then each If/Loop/Scan body, by these rules:
+
+* a pattern node matches a node of equal op type and domain whose inputs match its inputs; an
+  attribute the pattern node sets must be equal (a graph node leaving it out has the schema's
+  default), one it leaves out matches any value;
+* commutative ops (Add, Mul, Max, Min, Sum, Mean, And, Or, Xor, Equal) match their inputs in any
+  order (every order up to four inputs, else in order);
+* variadic ops (Concat, Sum, Max, ...): a pattern node matches only nodes with as many inputs
+  (after trailing omitted ones): write one pattern per arity;
+* a pattern graph input matches any tensor, the same one everywhere it is used (two pattern
+  inputs may match the same tensor);
+* a pattern initializer or Constant output matches a constant (an initializer or a Constant
+  node's output) of equal value (dtype, shape, values; NaN equals NaN); named in
+  ``any_constant``, any constant of the same dtype and rank (its *shape class*);
+* a pattern with several graph outputs matches when all of them are found: the output nodes are
+  the anchors, the first found walking backwards from the first, the others among the readers of
+  tensors already bound (the first reader that matches wins);
+* a match whose inner tensors (computed by a matched node and not a pattern output) are read by a
+  node outside it, or are graph outputs, is not a match; nor is one whose inputs are computed
+  from its own outputs;
+* matches never overlap: anchors are tried in node order (topological) and the first match wins.
+
+Cost: O(nodes) C-level passes to bucket the nodes by op type, plus for each anchor candidate a
+walk bounded by the pattern's size (candidates x pattern size); no Python object per node.
+Graph constants are compared only when a candidate reaches them.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from .errors import InvalidModelError, NotFoundError
+from .index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
+
+__all__ = ["COMMUTATIVE", "INLINE_PREFIX", "Match", "Matches", "Pattern", "find_matches",
+           "load_pattern", "pattern_bytes"]
+
+COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal"})
+"""Default-domain ops whose inputs match in any order."""
+INLINE_PREFIX = "onnx-base64:"
+"""A pattern given inline: this prefix and the base64 of a serialized ModelProto (how a rewrite
+record stores a pattern, so that it replays without the file)."""
+_DEFAULT = ("", "ai.onnx")
+_OP = attrgetter("op_type")
+_INPUT = attrgetter("input")
+_MAX_ORDERS = 4
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A pattern (or replacement) graph, checked.
+
+    Attributes:
+        model: the graph as a model (opset imports as given; a bare graph has none, the host's
+            are used).
+        inputs: the graph inputs (initializers listed as inputs excluded), in order.
+        outputs: the graph outputs, in order.
+        constants: tensor name -> value of every initializer and Constant output.
+        nodes: positions in ``model.graph.node`` of the nodes that are matched (every node but
+            the Constant ones).
+        producer: tensor name -> (node position, output slot) of the matched nodes' outputs.
+        any_constant: constants that match any constant of their dtype and rank.
+        label: how messages name it (the file name).
+    """
+
+    model: onnx.ModelProto
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    constants: Mapping[str, np.ndarray]
+    nodes: tuple[int, ...]
+    producer: Mapping[str, tuple[int, int]]
+    any_constant: frozenset[str] = frozenset()
+    label: str = "pattern"
+    has_opsets: bool = True
+
+    @property
+    def graph(self) -> onnx.GraphProto:
+        return self.model.graph
+
+    def node(self, i: int) -> onnx.NodeProto:
+        return self.model.graph.node[i]
+
+
+def pattern_bytes(pattern: Pattern) -> str:
+    """``pattern`` inline (:data:`INLINE_PREFIX` + base64 of its model): what a record stores."""
+    data = pattern.model.SerializeToString(deterministic=True)
+    return INLINE_PREFIX + base64.b64encode(data).decode("ascii")
+
+
+def _parse(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
+           what: str) -> tuple[onnx.ModelProto, str, bool]:
+    """(model, label, whether it carries opset imports) of a pattern source."""
+    if isinstance(source, onnx.ModelProto):
+        return source, source.graph.name or what, True
+    if isinstance(source, onnx.GraphProto):
+        return onnx.helper.make_model(source, opset_imports=[]), source.name or what, False
+    label = what
+    if isinstance(source, str) and source.startswith(INLINE_PREFIX):
+        try:
+            data = base64.b64decode(source[len(INLINE_PREFIX):], validate=True)
+        except ValueError:
+            raise InvalidModelError(f"the inline {what} is not base64; give the record the verb "
+                                    "wrote") from None
+    elif isinstance(source, bytes):
+        data = source
+    else:
+        path = Path(source)
+        label = path.name
+        if not path.is_file():
+            raise NotFoundError(f"{what} file '{source}' not found; give an .onnx file or a file "
+                                "in the ONNX text syntax")
+        data = path.read_bytes()
+    text: str | None = None
+    try:
+        decoded = data.decode("utf-8")
+        if decoded.strip() and not decoded.lstrip().startswith("\x08"):
+            text = decoded
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and ("{" in text and ("=>" in text or "<" in text)):
+        stripped = text.lstrip()
+        try:
+            if stripped.startswith("<"):
+                return onnx.parser.parse_model(text), label, True
+            graph = onnx.parser.parse_graph(text)
+        except Exception as exc:  # noqa: BLE001 - the parser raises its own types
+            first = (str(exc).strip().splitlines() or ["syntax error"])[0][:160]
+            raise InvalidModelError(f"{what} '{label}' is not valid ONNX text ({first}); write a "
+                                    "graph as onnx.parser.parse_graph reads it, or a model with "
+                                    "its <ir_version, opset_import> header") from None
+        return onnx.helper.make_model(graph, opset_imports=[]), label, False
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+        model = onnx.ModelProto()
+    if not model.graph.node:
+        raise InvalidModelError(f"{what} '{label}' is neither an ONNX model with nodes nor ONNX "
+                                "text; give an .onnx file or a graph in the ONNX text syntax")
+    return model, label, True
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value of a Constant node (any of its value attributes), or None."""
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == AttributeProto.TENSOR:
+            return numpy_helper.to_array(attr.t)
+        if attr.name in ("value_float", "value_int", "value_floats", "value_ints"):
+            value = onnx.helper.get_attribute_value(attr)
+            dtype = np.float32 if "float" in attr.name else np.int64
+            return np.array(value, dtype=dtype)
+    return None
+
+
+def load_pattern(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto, *,
+                 any_constant: Iterable[str] = (), what: str = "pattern") -> Pattern:
+    """Read and check a pattern: a path (``.onnx`` or ONNX text), bytes, inline
+    (:data:`INLINE_PREFIX`), a ``ModelProto`` or a ``GraphProto``. O(pattern size).
+
+    Raises:
+        NotFoundError: no such file, or an ``any_constant`` name the pattern lacks.
+        InvalidModelError: not ONNX, no node, a node reading an undefined name, a tensor made
+            twice, a node that computes nothing the outputs need, an output that is an input.
+    """
+    model, label, has_opsets = _parse(source, what)
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    constants: dict[str, np.ndarray] = {}
+    for t in g.initializer:
+        try:
+            constants[t.name] = numpy_helper.to_array(t)
+        except Exception:  # noqa: BLE001 - external or broken data
+            raise InvalidModelError(f"{what} '{label}' initializer '{t.name}' cannot be read; "
+                                    "store its value inline") from None
+    inputs = tuple(vi.name for vi in g.input if vi.name not in inits)
+    defined = set(inputs) | set(constants)
+    producer: dict[str, tuple[int, int]] = {}
+    nodes: list[int] = []
+    for i, node in enumerate(g.node):
+        for name in node.input:
+            if name and name not in defined:
+                raise InvalidModelError(f"{what} '{label}' node '{node.name or node.op_type}' "
+                                        f"reads '{name}', which nothing before it defines; "
+                                        "define it as a graph input or initializer")
+        value = _constant_value(node) if node.op_type == "Constant" and node.domain in _DEFAULT \
+            else None
+        for k, out in enumerate(node.output):
+            if not out:
+                continue
+            if out in defined:
+                raise InvalidModelError(f"{what} '{label}' defines '{out}' twice; rename one")
+            defined.add(out)
+            if value is not None:
+                constants[out] = value
+            else:
+                producer[out] = (i, k)
+        if value is None:
+            nodes.append(i)
+    outputs = tuple(vi.name for vi in g.output)
+    if not outputs:
+        raise InvalidModelError(f"{what} '{label}' has no graph output; declare its outputs")
+    for out in outputs:
+        if out not in producer:
+            raise InvalidModelError(f"{what} '{label}' output '{out}' is not computed by one of "
+                                    "its nodes; a pattern's outputs must be node outputs")
+    _check_reaches(g, nodes, producer, outputs, what, label)
+    wanted = frozenset(any_constant)
+    missing = sorted(wanted - set(constants))
+    if missing:
+        raise NotFoundError(f"--any-constant '{missing[0]}' is not a constant of {what} "
+                            f"'{label}'; its constants are {sorted(constants)[:8]}")
+    return Pattern(model, inputs, outputs, constants, tuple(nodes), producer, wanted, label,
+                   has_opsets)
+
+
+def _check_reaches(g: onnx.GraphProto, nodes: Sequence[int],
+                   producer: Mapping[str, tuple[int, int]], outputs: Sequence[str],
+                   what: str, label: str) -> None:
+    """Refuse a pattern node no output depends on (it would match anything unchecked)."""
+    seen: set[int] = set()
+    todo = [producer[o][0] for o in outputs]
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        todo.extend(producer[n][0] for n in g.node[i].input if n in producer)
+    dead = [i for i in nodes if i not in seen]
+    if dead:
+        node = g.node[dead[0]]
+        raise InvalidModelError(f"{what} '{label}' node '{node.name or node.op_type}' computes "
+                                "nothing its outputs need; remove it or make it an output")
+
+
+# ---------------------------------------------------------------------------- the graph side
+class _Scope:
+    """One graph of the model as the matcher sees it: nodes, op types, producers, constants,
+    reads counted (explicit inputs and the captures of nested bodies) and graph outputs."""
+
+    def __init__(self, graph: onnx.GraphProto, path: str, depth: int,
+                 index: GraphIndex | None = None) -> None:
+        self.graph = graph
+        self.path = path
+        self.depth = depth
+        self.index = index
+        self.nodes = graph.node
+        self._ops: list[str] | None = None
+        if index is not None:
+            self.producer: Mapping[str, int] = index.producer
+            self.initializers: Mapping[str, int] = index.initializers
+            self.outputs: Mapping[str, int] = index.outputs
+        else:
+            prod: dict[str, int] = {}
+            for i, node in enumerate(graph.node):
+                for out in node.output:
+                    if out:
+                        prod[out] = i
+            self.producer = prod
+            self.initializers = {t.name: k for k, t in enumerate(graph.initializer)}
+            self.outputs = {vi.name: k for k, vi in enumerate(graph.output)}
+        self._reads: Counter[str] | None = None
+        self._consts: dict[str, np.ndarray | None] = {}
+
+    @property
+    def ops(self) -> list[str]:
+        if self._ops is None:
+            self._ops = list(map(_OP, self.nodes))
+        return self._ops
+
+    def label(self, i: int) -> str:
+        node = self.nodes[i]
+        return node.name or f"{node.op_type}#{i}"
+
+    @property
+    def reads(self) -> Counter[str]:
+        """Tensor name -> how many reads it has here (inputs, and body captures). O(edges)."""
+        if self._reads is None:
+            reads: Counter[str] = Counter(itertools.chain.from_iterable(map(_INPUT, self.nodes)))
+            for node in self.nodes:
+                if node.attribute and has_subgraphs(node):
+                    reads.update(name for name, _ in body_captures(node))
+            self._reads = reads
+        return self._reads
+
+    def readers(self, name: str) -> list[int]:
+        """Nodes reading ``name`` explicitly, in node order. O(nodes), C-level scans."""
+        if self.index is not None:
+            return sorted({u.node for u in self.index.uses_of(name) if u.inner is None})
+        return [i for i, ins in enumerate(map(_INPUT, self.nodes)) if name in ins]
+
+    def outside_reader(self, name: str, inside: set[int]) -> str:
+        for i, node in enumerate(self.nodes):
+            if i in inside:
+                continue
+            if name in node.input or (node.attribute and has_subgraphs(node) and any(
+                    c == name for c, _ in body_captures(node))):
+                return self.label(i)
+        return "?"
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of ``name`` when it is a constant here (initializer or Constant output)."""
+        if name in self._consts:
+            return self._consts[name]
+        value: np.ndarray | None = None
+        pos = self.initializers.get(name)
+        if pos is not None and pos >= 0:
+            tensor = self.graph.initializer[pos]
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                value = numpy_helper.to_array(tensor)
+        else:
+            j = self.producer.get(name)
+            if j is not None:
+                node = self.nodes[j]
+                if node.op_type == "Constant" and node.domain in _DEFAULT:
+                    value = _constant_value(node)
+        self._consts[name] = value
+        return value
+
+    def is_constant_name(self, name: str) -> bool:
+        if name in self.initializers:
+            return True
+        j = self.producer.get(name)
+        return j is not None and self.nodes[j].op_type == "Constant"
+
+
+# ---------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class Match:
+    """One place where the pattern occurs.
+
+    Attributes:
+        graph: "" for the main graph, else the body's path (``<node>/<attribute>``, nested
+            with ``/``).
+        nodes: positions of the matched nodes in that graph, ascending.
+        labels: their labels (name, else ``OpType#i``), in the same order.
+        inputs: pattern input -> the tensor it matched.
+        outputs: pattern output -> the tensor it matched.
+        constants: pattern constant -> the constant tensor it matched.
+        dead_constants: positions of Constant nodes only the match reads (a replacement
+            removes them too).
+    """
+
+    graph: str
+    nodes: tuple[int, ...]
+    labels: tuple[str, ...]
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    constants: dict[str, str]
+    dead_constants: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The site as ``match --json`` / ``replace --json`` write it."""
+        data: dict[str, Any] = {"nodes": list(self.labels), "inputs": dict(self.inputs),
+                                "outputs": dict(self.outputs)}
+        if self.graph:
+            data["graph"] = self.graph
+        return data
+
+
+@dataclass(frozen=True)
+class Matches:
+    """Every match of a pattern in a model, and the near misses (``explain``).
+
+    Attributes:
+        matches: the matches, main graph first, each graph in anchor order.
+        misses: one line per anchor candidate that did not match: its label and the first
+            reason (only with ``explain``).
+        candidates: how many anchor candidates were tried.
+        graphs: body path -> the GraphProto (for a verb editing bodies); "" is the main graph.
+    """
+
+    matches: list[Match]
+    misses: list[str] = field(default_factory=list)
+    candidates: int = 0
+    graphs: dict[str, onnx.GraphProto] = field(default_factory=dict)
+
+
+class _State:
+    __slots__ = ("p2g", "g2p", "t")
+
+    def __init__(self, p2g: dict[int, int], g2p: dict[int, int], t: dict[str, str]) -> None:
+        self.p2g, self.g2p, self.t = p2g, g2p, t
+
+    def copy(self) -> _State:
+        return _State(dict(self.p2g), dict(self.g2p), dict(self.t))
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, onnx.TensorProto):
+        return value.SerializeToString(deterministic=True)
+    if isinstance(value, list):
+        return [v.SerializeToString(deterministic=True) if hasattr(v, "SerializeToString")
+                else v for v in value]
+    if hasattr(value, "SerializeToString"):
+        return value.SerializeToString(deterministic=True)
+    return value
+
+
+def _default_attr(node: onnx.NodeProto, name: str) -> Any:
+    try:
+        schema = onnx.defs.get_schema(node.op_type, domain=node.domain)
+    except onnx.defs.SchemaError:
+        return None
+    attr = schema.attributes.get(name)
+    if attr is None or not attr.default_value.name:
+        return None
+    return _attr_value(attr.default_value)
+
+
+def _trimmed(slots: Sequence[str]) -> list[str]:
+    out = list(slots)
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+class _Matcher:
+    """Matches one pattern against one scope; :meth:`at` tries one anchor candidate."""
+
+    def __init__(self, pattern: Pattern, scope: _Scope, used: set[int]) -> None:
+        self.p = pattern
+        self.s = scope
+        self.used = used
+        self.reason: str | None = None
+        self.inputs = set(pattern.inputs)
+
+    def fail(self, why: str) -> None:
+        if self.reason is None:
+            self.reason = why
+
+    def _node(self, pn: int, gn: int, st: _State) -> _State | None:
+        p, s = self.p, self.s
+        pnode, gnode = p.node(pn), s.nodes[gn]
+        if pn in st.p2g:
+            if st.p2g[pn] != gn:
+                self.fail(f"pattern node {pnode.op_type} would be two nodes "
+                          f"('{s.label(st.p2g[pn])}' and '{s.label(gn)}')")
+                return None
+            return st
+        if gn in st.g2p or gn in self.used:
+            self.fail(f"node '{s.label(gn)}' is in another match" if gn in self.used
+                      else f"node '{s.label(gn)}' would match two pattern nodes")
+            return None
+        if gnode.op_type != pnode.op_type or (gnode.domain or "") not in (
+                _DEFAULT if pnode.domain in _DEFAULT else (pnode.domain,)):
+            self.fail(f"'{s.label(gn)}' is {gnode.op_type}; the pattern wants {pnode.op_type}")
+            return None
+        have = {a.name: a for a in gnode.attribute}
+        for attr in pnode.attribute:
+            want = _attr_value(attr)
+            got = _attr_value(have[attr.name]) if attr.name in have else _default_attr(
+                gnode, attr.name)
+            if got != want:
+                self.fail(f"{gnode.op_type} '{s.label(gn)}' attribute {attr.name} is "
+                          f"{'unset' if got is None else repr(got)[:40]}; the pattern wants "
+                          f"{repr(want)[:40]}")
+                return None
+        pins, gins = _trimmed(pnode.input), _trimmed(gnode.input)
+        if len(pins) != len(gins):
+            self.fail(f"{gnode.op_type} '{s.label(gn)}' has {len(gins)} inputs; the pattern "
+                      f"wants {len(pins)}")
+            return None
+        for k, out in enumerate(pnode.output):
+            if out and (k >= len(gnode.output) or not gnode.output[k]):
+                self.fail(f"{gnode.op_type} '{s.label(gn)}' has no output {k}")
+                return None
+        st = st.copy()
+        st.p2g[pn] = gn
+        st.g2p[gn] = pn
+        for k, out in enumerate(pnode.output):
+            if out:
+                st.t[out] = gnode.output[k]
+        n = len(pins)
+        orders: Iterable[Sequence[int]] = [range(n)]
+        if pnode.op_type in COMMUTATIVE and pnode.domain in _DEFAULT and 1 < n <= _MAX_ORDERS:
+            orders = itertools.permutations(range(n))
+        for order in orders:
+            cur: _State | None = st
+            for j, pin in enumerate(pins):
+                assert cur is not None
+                cur = self._tensor(pin, gins[order[j]], cur, gnode.op_type, order[j])
+                if cur is None:
+                    break
+            if cur is not None:
+                return cur
+        return None
+
+    def _tensor(self, pin: str, gin: str, st: _State, op: str, slot: int) -> _State | None:
+        p, s = self.p, self.s
+        if not pin or not gin:
+            if pin != gin:
+                self.fail(f"{op} input {slot} is {'omitted' if not gin else repr(gin)}; the "
+                          f"pattern {'omits it' if not pin else 'wants a tensor'}")
+                return None
+            return st
+        if pin in st.t:
+            if st.t[pin] != gin:
+                self.fail(f"{op} input {slot} is '{gin}'; the pattern wants '{st.t[pin]}' there "
+                          "too")
+                return None
+            return st
+        if pin in self.inputs:
+            st = st.copy()
+            st.t[pin] = gin
+            return st
+        if pin in p.constants:
+            value = s.constant(gin)
+            if value is None:
+                what = ("a graph input" if gin in (s.index.inputs if s.index else ())
+                        else "computed by a node" if gin in s.producer else "not a constant")
+                self.fail(f"{op} input {slot} '{gin}' is {what}; the pattern wants a constant")
+                return None
+            want = p.constants[pin]
+            if pin in p.any_constant:
+                ok = value.dtype == want.dtype and value.ndim == want.ndim
+            else:
+                ok = (value.dtype == want.dtype and value.shape == want.shape
+                      and bool(np.array_equal(value, want, equal_nan=value.dtype.kind in "fc")))
+            if not ok:
+                self.fail(f"{op} input {slot} '{gin}' is a constant of another value; the "
+                          f"pattern wants {np.array2string(want, threshold=4)[:40]}")
+                return None
+            st = st.copy()
+            st.t[pin] = gin
+            return st
+        pq, k = p.producer[pin]
+        gq = s.producer.get(gin)
+        outs = s.nodes[gq].output if gq is not None else ()
+        if gq is None or k >= len(outs) or outs[k] != gin:
+            what = "a graph input" if gq is None else "another output of its node"
+            self.fail(f"{op} input {slot} '{gin}' is {what}; the pattern wants the output of a "
+                      f"{p.node(pq).op_type}")
+            return None
+        return self._node(pq, gq, st)
+
+    def at(self, anchor_pn: int, gn: int) -> _State | None:
+        """The bindings when the pattern matches with ``anchor_pn`` at graph node ``gn``."""
+        self.reason = None
+        st = self._node(anchor_pn, gn, _State({}, {}, {}))
+        if st is None:
+            return None
+        st = self._rest(st)
+        if st is None:
+            return None
+        return st if self._valid(st) else None
+
+    def _rest(self, st: _State) -> _State | None:
+        """The pattern nodes not reached backwards from the first anchor (other outputs),
+        found among the readers of tensors already bound."""
+        p = self.p
+        while len(st.p2g) < len(p.nodes):
+            found = False
+            for pn in p.nodes:
+                if pn in st.p2g:
+                    continue
+                node = p.node(pn)
+                bound = next((t for t in node.input if t in st.t), None)
+                if bound is None:
+                    continue
+                for gn in self.s.readers(st.t[bound]):
+                    if gn in st.g2p or gn in self.used or self.s.ops[gn] != node.op_type:
+                        continue
+                    got = self._node(pn, gn, st)
+                    if got is not None:
+                        st = got
+                        found = True
+                        break
+                if found:
+                    break
+            if not found:
+                self.fail("the pattern's other outputs are not found beside it")
+                return None
+        return st
+
+    def _valid(self, st: _State) -> bool:
+        p, s = self.p, self.s
+        inside = set(st.g2p)
+        outs = {st.t[o] for o in p.outputs}
+        reads = s.reads
+        for gn in sorted(inside):
+            for o in s.nodes[gn].output:
+                if not o or o in outs:
+                    continue
+                if o in s.outputs:
+                    self.fail(f"'{o}' is a graph output; the pattern keeps it inside")
+                    return False
+                within = sum(list(s.nodes[i].input).count(o) for i in inside)
+                if reads.get(o, 0) > within:
+                    self.fail(f"'{o}' is also read by node '{s.outside_reader(o, inside)}' "
+                              "outside the match")
+                    return False
+        first = min(inside)
+        for pin in p.inputs:
+            g = st.t.get(pin)
+            if g is None:
+                continue
+            j = s.producer.get(g)
+            if j is not None and j in inside:
+                self.fail(f"input '{g}' is computed inside the match")
+                return False
+            if j is not None and j > first and len(p.outputs) > 1 and self._depends(j, inside,
+                                                                                   first):
+                self.fail(f"input '{g}' is computed from the match's own outputs")
+                return False
+        return True
+
+    def _depends(self, j: int, inside: set[int], first: int) -> bool:
+        """Node ``j`` reads, through nodes after ``first``, an output of the match."""
+        s = self.s
+        todo, seen = [j], {j}
+        while todo:
+            for name in s.nodes[todo.pop()].input:
+                q = s.producer.get(name)
+                if q is None or q <= first or q in seen:
+                    if q in inside:
+                        return True
+                    continue
+                if q in inside:
+                    return True
+                seen.add(q)
+                todo.append(q)
+        return False
+
+
+def _scopes(index: GraphIndex) -> list[_Scope]:
+    """The main graph, then every body, depth first in node order. Iterative."""
+    found = [_Scope(index.graph, "", 0, index)]
+    stack: list[tuple[onnx.GraphProto, str, int]] = [(index.graph, "", 0)]
+    while stack:
+        g, path, depth = stack.pop()
+        nested: list[tuple[onnx.GraphProto, str, int]] = []
+        for i in (index.body_holders if depth == 0 else range(len(g.node))):
+            node = g.node[i]
+            if not (node.attribute and has_subgraphs(node)):
+                continue
+            label = node.name or f"{node.op_type}#{i}"
+            for attr in node.attribute:
+                subs = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+                for k, sub in enumerate(subs):
+                    check_depth(sub, depth + 1)
+                    name = attr.name if attr.type == AttributeProto.GRAPH else f"{attr.name}[{k}]"
+                    nested.append((sub, f"{path}{label}/{name}", depth + 1))
+        for sub, sub_path, d in nested:
+            found.append(_Scope(sub, sub_path, d))
+        stack.extend(reversed([(sub, p + "/", d) for sub, p, d in nested]))
+    for scope in found[1:]:
+        scope.path = scope.path.rstrip("/")
+    return found
+
+
+def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
+                 bodies: bool = True) -> Matches:
+    """Every non-overlapping match of ``pattern`` in the indexed model (see the module
+    docstring for the rules). ``explain``: also one line per near miss, with the first reason.
+    ``bodies``: look inside If/Loop/Scan bodies too. A query: nothing changes.
+
+    O(nodes) to bucket the anchor op type per graph, plus candidates x pattern size.
+    """
+    p = pattern
+    anchor = p.producer[p.outputs[0]][0]
+    op = p.node(anchor).op_type
+    matches: list[Match] = []
+    misses: list[str] = []
+    tried = 0
+    graphs: dict[str, onnx.GraphProto] = {}
+    for scope in (_scopes(index) if bodies else [_Scope(index.graph, "", 0, index)]):
+        graphs[scope.path] = scope.graph
+        used: set[int] = set()
+        matcher = _Matcher(p, scope, used)
+        where = f"{scope.path}: " if scope.path else ""
+        for gn in positions(scope.ops, op):
+            tried += 1
+            if gn in used:
+                if explain:
+                    misses.append(f"{where}{scope.label(gn)}: node '{scope.label(gn)}' is in "
+                                  "another match")
+                continue
+            st = matcher.at(anchor, gn)
+            if st is None:
+                if explain:
+                    misses.append(f"{where}{scope.label(gn)}: {matcher.reason or 'no match'}")
+                continue
+            nodes = tuple(sorted(st.g2p))
+            used.update(nodes)
+            inside = set(nodes)
+            dead = []
+            for c in p.constants:
+                g = st.t.get(c)
+                j = scope.producer.get(g) if g is not None else None
+                if j is None or j in inside or scope.nodes[j].op_type != "Constant":
+                    continue
+                if g not in scope.outputs and scope.reads.get(g, 0) == sum(
+                        list(scope.nodes[i].input).count(g) for i in inside) and j not in used:
+                    dead.append(j)
+                    used.add(j)
+            matches.append(Match(
+                scope.path, nodes, tuple(scope.label(i) for i in nodes),
+                {i: st.t[i] for i in p.inputs if i in st.t},
+                {o: st.t[o] for o in p.outputs},
+                {c: st.t[c] for c in p.constants if c in st.t}, tuple(sorted(dead))))
+    return Matches(matches, misses, tried, graphs)
