@@ -153,6 +153,9 @@ def _read(op: object, key: str, kind: str, value: Any) -> Any:
             isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)
             for v in value)
         value = tuple(tuple(v) for v in value) if ok else value
+    elif kind.startswith("tuple[dict"):
+        ok = isinstance(value, list) and all(isinstance(v, dict) for v in value)
+        value = tuple(dict(v) for v in value) if ok else value
     elif kind.startswith("tuple"):
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         value = tuple(value) if ok else value
@@ -333,6 +336,29 @@ class MergeRecord(RewriteRecord):
 
     def replay_call(self) -> VerbCall:
         raise UsageError("the second model of a merge is not stored in the rewrite log")
+
+
+@dataclass(frozen=True)
+class ReplaceRecord(RewriteRecord):
+    """replace: the pattern and the replacement inline (``onnx-base64:`` + a serialized model,
+    so the record replays without their files), every site (``nodes`` matched, ``inputs`` and
+    ``outputs`` bound, ``replaced``: the new nodes' names, ``graph`` for a body), the pattern
+    constants that matched any value, and the tolerance (``rtol``, ``atol``) of the proof."""
+
+    op: ClassVar[str] = "replace"
+    pattern: str
+    replacement: str
+    sites: tuple[dict[str, Any], ...]
+    any_constant: tuple[str, ...] | None = None
+    tolerance: dict[str, Any] | None = None
+
+    def replay_call(self) -> VerbCall:
+        options: dict[str, Any] = {"pattern": self.pattern, "replacement": self.replacement}
+        if self.any_constant:
+            options["any_constant"] = list(self.any_constant)
+        if self.tolerance:
+            options["tolerance"] = (self.tolerance["rtol"], self.tolerance["atol"])
+        return VerbCall("replace", {}, options)
 
 
 class Recorded(Protocol):
