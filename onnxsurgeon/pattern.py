@@ -48,7 +48,7 @@ from .errors import InvalidModelError, NotFoundError
 from .index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
 
 __all__ = ["COMMUTATIVE", "INLINE_PREFIX", "Match", "Matches", "Pattern", "find_matches",
-           "load_pattern", "pattern_bytes"]
+           "graph_constant", "load_pattern", "pattern_bytes"]
 
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal"})
 """Default-domain ops whose inputs match in any order."""
@@ -164,6 +164,19 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
             value = onnx.helper.get_attribute_value(attr)
             dtype = np.float32 if "float" in attr.name else np.int64
             return np.array(value, dtype=dtype)
+    return None
+
+
+def graph_constant(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    """The value of constant ``name`` of ``graph`` (an inline initializer or a Constant
+    node's output), else None. O(initializers + nodes)."""
+    for t in graph.initializer:
+        if t.name == name:
+            return None if t.data_location == onnx.TensorProto.EXTERNAL else \
+                numpy_helper.to_array(t)
+    for node in graph.node:
+        if node.op_type == "Constant" and name in node.output:
+            return _constant_value(node)
     return None
 
 
@@ -369,6 +382,8 @@ class Match:
                                 "outputs": dict(self.outputs)}
         if self.graph:
             data["graph"] = self.graph
+        if self.constants:
+            data["constants"] = dict(self.constants)
         return data
 
 
