@@ -25,9 +25,12 @@ from typing import Any
 
 import onnx
 
-from .errors import AmbiguousNameError, NotFoundError
-from .index import GraphIndex
+from .errors import AmbiguousNameError, NotFoundError, UsageError
+from .index import GraphIndex, iter_graphs
 from .metadata import get_metadata, set_metadata
+from .selectors import NODE, TENSOR, Pattern, body_sites
+from .selectors import Site as Site  # re-exported: the selector core's public names
+from .selectors import is_selector as is_selector
 
 CALL_SEP = "#"
 """A module called several times is mapped once per call: ``emb#0``, ``emb#1``..."""
@@ -343,6 +346,135 @@ class Selector:
     def resolve_many(self, names: Iterable[str]) -> list[str]:
         return [self.resolve(n) for n in names]
 
+    def find(self, text: str, kind: str = TENSOR) -> list[Site]:
+        """Every place ``text`` names: a selector's matches, or a plain name's one place.
+
+        A selector (:func:`is_selector`) is matched against the ONNX tensor and node names, the
+        converters' framework names and PyTorch module paths (a module means the tensor it hands
+        on, as :meth:`resolve` says), and inside If/Loop/Scan bodies against ONNX names. Sites
+        come in node order, main graph first, then bodies in node order; each once. A plain
+        name keeps its meaning: ``[`` the :meth:`resolve` (or :meth:`resolve_node`) result ``]``.
+        O(tensors + nodes + framework names + module paths), the pattern compiled once.
+
+        Args:
+            text: a plain name or a selector.
+            kind: ``"tensor"`` (``op:`` gives the nodes' outputs) or ``"node"``.
+
+        Raises:
+            NotFoundError: nothing matches (names the selector and the nearest names).
+            AmbiguousNameError: a plain name is ambiguous (see :meth:`resolve`).
+            UsageError: a malformed selector or an unknown ``kind``.
+        """
+        if kind not in (TENSOR, NODE):
+            raise UsageError(f"find() kind must be 'tensor' or 'node', got {kind!r}")
+        index = self.index
+        if not is_selector(text):
+            if kind == NODE:
+                i = self.resolve_node(text)
+                return [Site(None, index.node_label(i), "", text)]
+            tensor = self.resolve(text)
+            made = index.producer.get(tensor)
+            return [Site(tensor, None if made is None else index.node_label(made), "", text)]
+        pattern = Pattern.parse(text)
+        sites = self._main_sites(pattern, kind)
+        sites.extend(body_sites(index.graph, pattern, kind))
+        if not sites:
+            raise NotFoundError(self._no_match(pattern, kind))
+        return sites
+
+    def _by_name(self, pattern: Pattern) -> dict[str, str]:
+        """Main-graph tensor -> the framework name or module path of it that matches (the first
+        framework name in map order, then modules in node order)."""
+        found: dict[str, str] = {}
+        if pattern.regex is None:
+            return found
+        index = self.index
+        for key, tensor in self.framework_map.items():
+            if pattern.names(key) and index.is_tensor(tensor):
+                found.setdefault(tensor, key)
+        for path in self._module_nodes():
+            if pattern.names(path):
+                outs = self.module_outputs(path)
+                if len(outs) == 1:
+                    found.setdefault(outs[0], path)
+        return found
+
+    def _node_hits(self, pattern: Pattern, extra: dict[str, str]) -> list[tuple[int, str]]:
+        """(main-graph node number, what matched) in node order."""
+        names = pattern.names
+        hits: list[tuple[int, str]] = []
+        for i, node in enumerate(self.index.graph.node):
+            hit = pattern.node(node) or next((o for o in node.output if names(o)), None) or next(
+                (extra[o] for o in node.output if o in extra), None)
+            if hit is not None:
+                hits.append((i, hit))
+        return hits
+
+    def _main_sites(self, pattern: Pattern, kind: str) -> list[Site]:
+        index = self.index
+        graph = index.graph
+        extra = self._by_name(pattern)
+        names = pattern.names
+        sites: list[Site] = []
+        if kind == NODE:
+            return [Site(None, index.node_label(i), "", hit)
+                    for i, hit in self._node_hits(pattern, extra)]
+        if pattern.regex is not None:
+            leaves = list(index.inputs)
+            leaves.extend(n for n in index.initializers if n not in index.inputs)
+            for name in leaves:
+                hit = name if names(name) else extra.get(name)
+                if hit is not None:
+                    sites.append(Site(name, None, "", hit))
+        for i, node in enumerate(graph.node):
+            by_node = pattern.node(node)
+            label: str | None = None
+            for out in node.output:
+                if not out:
+                    continue
+                hit = out if names(out) else by_node or extra.get(out)
+                if hit is not None:
+                    label = label or index.node_label(i)
+                    sites.append(Site(out, label, "", hit))
+        return sites
+
+    def _no_match(self, pattern: Pattern, kind: str) -> str:
+        what = "node" if kind == NODE or pattern.regex is None else "tensor or node"
+        if pattern.regex is None:
+            present = sorted({n.op_type for g in iter_graphs(self.index.graph) for n in g.node})
+            close = difflib.get_close_matches(next(iter(sorted(pattern.ops))), present, n=3,
+                                              cutoff=0.5)
+            shown = ", ".join(dict.fromkeys(close + present[:10]))
+            return (f"selector '{pattern.text}' matches no {what}: the model has no such op; "
+                    f"its op types include {shown}")
+        hint = self._suggest(pattern.stem)
+        return f"selector '{pattern.text}' matches no {what} in the model; {hint}"
+
+    def find_tensors(self, text: str) -> list[str]:
+        """The main-graph tensors ``text`` names (:meth:`find`); a site inside a body is refused.
+
+        Raises:
+            NotFoundError, AmbiguousNameError, UsageError: see :meth:`find`; UsageError also
+                when a selector matches inside a nested body (verbs edit the main graph).
+        """
+        return [_main_only(s, text).tensor or "" for s in self.find(text, TENSOR)]
+
+    def find_nodes(self, text: str) -> list[int]:
+        """The main-graph node numbers ``text`` names (:meth:`find` with ``kind="node"``).
+
+        Raises:
+            NotFoundError, AmbiguousNameError, UsageError: see :meth:`find_tensors`.
+        """
+        if not is_selector(text):
+            return [self.resolve_node(text)]
+        pattern = Pattern.parse(text)
+        hits = self._node_hits(pattern, self._by_name(pattern))
+        for site in body_sites(self.index.graph, pattern, NODE)[:1]:
+            _main_only(site, text)
+        if not hits:
+            raise NotFoundError(self._no_match(pattern, NODE))
+        return [i for i, _ in hits]
+
     def _suggest(self, name: str) -> str:
         candidates = list(self.index.tensor_names())
         candidates.extend(k for k, v in self.framework_map.items() if self.index.is_tensor(v))
@@ -358,6 +490,14 @@ class Selector:
         if close:
             return "did you mean " + ", ".join(f"'{c}'" for c in dict.fromkeys(close)) + "?"
         return "run 'onnxsurgeon inspect MODEL' to list tensor names"
+
+
+def _main_only(site: Site, text: str) -> Site:
+    if site.graph:
+        raise UsageError(f"selector '{text}' matches '{site.matched}' inside the body "
+                         f"'{site.graph}'; this command edits the main graph only: narrow the "
+                         "selector to main-graph names")
+    return site
 
 
 def _call_number(key: str) -> int:
