@@ -716,8 +716,8 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
             inside = set(nodes)
             dead = []
             for c in p.constants:
-                g = st.t.get(c)
-                j = scope.producer.get(g) if g is not None else None
+                g = st.t.get(c, "")
+                j = scope.producer.get(g) if g else None
                 if j is None or j in inside or scope.nodes[j].op_type != "Constant":
                     continue
                 if g not in scope.outputs and scope.reads.get(g, 0) == sum(
