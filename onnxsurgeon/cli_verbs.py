@@ -243,3 +243,29 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                             **verify_options(args), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)
+
+
+def framework_names(model: Any) -> dict[str, list[str]]:
+    """ONNX tensor -> the framework names the converters' name map gives it (empty without)."""
+    from .select import name_map
+
+    found: dict[str, list[str]] = {}
+    for fw, onnx_name in sorted(name_map(model.proto).items()):
+        if fw != onnx_name:
+            found.setdefault(onnx_name, []).append(fw)
+    return found
+
+
+def _cmd_replace(args: argparse.Namespace) -> int:
+    from .cli_output import replace_payload
+    from .surgery import replace
+
+    def apply(model: Any) -> Summary:
+        result = replace(model, pattern=args.pattern, replacement=args.replacement,
+                         any_constant=args.any_constant, tolerance=args.tolerance)
+        n = len(result.sites)
+        return (replace_payload(result, framework_names(model)),
+                f"replaced {n} match{'es' if n != 1 else ''} of {args.pattern} by "
+                f"{args.replacement} -> {args.output}")
+
+    return _rewrite(args, "replace", apply)

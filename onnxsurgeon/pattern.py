@@ -139,7 +139,7 @@ def _parse(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
                 return onnx.parser.parse_model(text), label, True
             graph = onnx.parser.parse_graph(text)
         except Exception as exc:  # noqa: BLE001 - the parser raises its own types
-            first = (str(exc).strip().splitlines() or ["syntax error"])[0][:160]
+            first = _parse_error(exc)
             raise InvalidModelError(f"{what} '{label}' is not valid ONNX text ({first}); write a "
                                     "graph as onnx.parser.parse_graph reads it, or a model with "
                                     "its <ir_version, opset_import> header") from None
@@ -153,6 +153,15 @@ def _parse(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
         raise InvalidModelError(f"{what} '{label}' is neither an ONNX model with nodes nor ONNX "
                                 "text; give an .onnx file or a graph in the ONNX text syntax")
     return model, label, True
+
+
+def _parse_error(exc: Exception) -> str:
+    """The parser's message in a few words: where, and what it expected."""
+    raw = exc.args[0] if exc.args else exc
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    kept = [ln for ln in lines if not ln.startswith("Error context")]
+    return " ".join(kept)[:160] or "syntax error"
 
 
 def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
