@@ -357,7 +357,7 @@ class ReplaceRecord(RewriteRecord):
         if self.any_constant:
             options["any_constant"] = list(self.any_constant)
         if self.tolerance:
-            options["tolerance"] = (self.tolerance["rtol"], self.tolerance["atol"])
+            options["tolerance"] = f"{self.tolerance['rtol']},{self.tolerance['atol']}"
         return VerbCall("replace", {}, options)
 
 

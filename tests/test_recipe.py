@@ -34,6 +34,7 @@ from onnxsurgeon.record import (
     ExtractRecord,
     InsertRecord,
     RenameRecord,
+    ReplaceRecord,
     RerouteRecord,
     rewrites,
 )
@@ -532,6 +533,9 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
                                  pruned_nodes=("m",)),
         "rename": RenameRecord(renamed={"a": "b"}, nodes=True),
         "bypass": BypassRecord(removed=("n",), input=1, rerouted=(), rerouted_outputs=()),
+        "replace": ReplaceRecord(pattern="onnx-base64:AA==", replacement="onnx-base64:AA==",
+                                 sites=({"nodes": ["n"], "inputs": {}, "outputs": {}},),
+                                 any_constant=("c",), tolerance={"rtol": 0.1, "atol": 0.2}),
     }
     record = examples[op]
     call = record.replay_call()

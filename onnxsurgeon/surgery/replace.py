@@ -189,6 +189,18 @@ def _copy_for(r: onnx.ModelProto, site: Match, p: Pattern, weights: dict[str, st
     return nodes
 
 
+def _tolerance(value: tuple[float, float] | str | None) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        parts = [float(v) for v in (value.split(",") if isinstance(value, str) else value)]
+    except (TypeError, ValueError):
+        parts = []
+    if len(parts) != 2 or min(parts) < 0:
+        raise UsageError(f"tolerance must be RTOL,ATOL (two numbers >= 0), got {value!r}")
+    return parts[0], parts[1]
+
+
 def replace(
     model: Model | onnx.ModelProto,
     /,
@@ -196,7 +208,7 @@ def replace(
     pattern: PatternSource,
     replacement: PatternSource,
     any_constant: Iterable[str] = (),
-    tolerance: tuple[float, float] | None = None,
+    tolerance: tuple[float, float] | str | None = None,
 ) -> ReplaceResult:
     """Replace every match of ``pattern`` by a copy of ``replacement``. Mutates model.
 
@@ -204,7 +216,7 @@ def replace(
     match any constant of their dtype and rank). R's inputs and outputs bind to P's by
     position; R's outputs take the site's output names. ``tolerance`` (rtol, atol) is how the
     proof (``verify``) compares R with P at each site when R computes the same function
-    differently (a fused op); None: exactly.
+    differently (a fused op); None: exactly; also written ``"RTOL,ATOL"``.
 
     Before:  x -> Add(x, b) -> s -> Relu -> y -> {fc, <output y>}       (P: Relu(Add(p, q)))
     After:   x -> R(x, b) -> y -> {fc, <output y>}                       (every match)
@@ -227,8 +239,7 @@ def replace(
             f"pattern '{p.label}' has {len(p.inputs)} inputs and {len(p.outputs)} outputs but "
             f"replacement '{r.label}' has {len(r.inputs)} and {len(r.outputs)}; they bind by "
             "position, so give them the same numbers")
-    if tolerance is not None and (len(tolerance) != 2 or min(tolerance) < 0):
-        raise UsageError(f"tolerance must be (rtol, atol) >= 0, got {tolerance}")
+    tolerance = _tolerance(tolerance)
     index = GraphIndex(host)
     found = find_matches(index, p, explain=True)
     if not found.matches:
@@ -300,8 +311,6 @@ def replace(
     drop_missing(host, lambda name: name not in dead_names)
     e.hand_on(m)
     result = ReplaceResult(found.matches, replaced, pattern_bytes(p), stored, constants,
-                           None if tolerance is None else (float(tolerance[0]),
-                                                           float(tolerance[1])),
-                           removed_constants)
+                           tolerance, removed_constants)
     add_rewrite(host, result.record())
     return result
