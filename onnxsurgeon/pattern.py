@@ -296,6 +296,7 @@ class _Scope:
             self.initializers = {t.name: k for k, t in enumerate(graph.initializer)}
             self.outputs = {vi.name: k for k, vi in enumerate(graph.output)}
         self._reads: Counter[str] | None = None
+        self._pred_counts: Counter[int] | bool | None = None
         self._consts: dict[str, np.ndarray | None] = {}
 
     @property
@@ -318,6 +319,19 @@ class _Scope:
                     reads.update(name for name, _ in body_captures(node))
             self._reads = reads
         return self._reads
+
+    def read_count(self, name: str) -> int:
+        """How many reads ``name`` has here. From the int dataflow graph when the index has
+        one and ``name``'s producer has one output (a C-level count of producer ids, built
+        once), else from :attr:`reads`."""
+        index = self.index
+        if index is not None and self._pred_counts is None:
+            edges = index.known_int_graph()
+            self._pred_counts = Counter(edges.preds) if edges is not None else False
+        j = self.producer.get(name)
+        if self._pred_counts and j is not None and len(self.nodes[j].output) == 1:
+            return self._pred_counts[j]
+        return self.reads.get(name, 0)
 
     def readers(self, name: str) -> list[int]:
         """Nodes reading ``name`` explicitly, in node order. O(nodes), C-level scans."""
@@ -415,13 +429,26 @@ class Matches:
 
 
 class _State:
-    __slots__ = ("p2g", "g2p", "t")
+    """The bindings of one attempt (pattern node -> graph node, and back; pattern tensor ->
+    graph tensor), with a trail so that a failed branch is undone in place."""
 
-    def __init__(self, p2g: dict[int, int], g2p: dict[int, int], t: dict[str, str]) -> None:
-        self.p2g, self.g2p, self.t = p2g, g2p, t
+    __slots__ = ("p2g", "g2p", "t", "trail")
 
-    def copy(self) -> _State:
-        return _State(dict(self.p2g), dict(self.g2p), dict(self.t))
+    def __init__(self) -> None:
+        self.p2g: dict[int, int] = {}
+        self.g2p: dict[int, int] = {}
+        self.t: dict[str, str] = {}
+        self.trail: list[tuple[dict[Any, Any], Any]] = []
+
+    def bind(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        table[key] = value
+        self.trail.append((table, key))
+
+    def undo(self, mark: int) -> None:
+        trail = self.trail
+        while len(trail) > mark:
+            table, key = trail.pop()
+            del table[key]
 
 
 def _attr_value(attr: onnx.AttributeProto) -> Any:
@@ -463,93 +490,108 @@ class _Matcher:
         self.used = used
         self.reason: str | None = None
         self.inputs = set(pattern.inputs)
+        self.info: dict[int, tuple[str, tuple[str, ...], list[tuple[onnx.AttributeProto, Any]],
+                                   list[str], list[str], list[tuple[int, ...]]]] = {}
+        for pn in pattern.nodes:
+            node = pattern.node(pn)
+            pins = _trimmed(node.input)
+            n = len(pins)
+            orders = [tuple(range(n))]
+            if node.op_type in COMMUTATIVE and node.domain in _DEFAULT and 1 < n <= _MAX_ORDERS:
+                orders = list(itertools.permutations(range(n)))
+            domains = _DEFAULT if node.domain in _DEFAULT else (node.domain,)
+            self.info[pn] = (node.op_type, domains,
+                             [(a, _attr_value(a)) for a in node.attribute], pins,
+                             list(node.output), orders)
 
     def fail(self, why: str) -> None:
         if self.reason is None:
             self.reason = why
 
-    def _node(self, pn: int, gn: int, st: _State) -> _State | None:
-        p, s = self.p, self.s
-        pnode, gnode = p.node(pn), s.nodes[gn]
+    def _node(self, pn: int, gn: int, st: _State) -> bool:
+        """Bind pattern node ``pn`` to graph node ``gn`` and, backwards, what it reads; on
+        failure every binding made here is undone."""
+        s = self.s
         if pn in st.p2g:
             if st.p2g[pn] != gn:
-                self.fail(f"pattern node {pnode.op_type} would be two nodes "
+                self.fail(f"pattern node {self.info[pn][0]} would be two nodes "
                           f"('{s.label(st.p2g[pn])}' and '{s.label(gn)}')")
-                return None
-            return st
+                return False
+            return True
+        op, domains, attrs, pins, pouts, orders = self.info[pn]
         if gn in st.g2p or gn in self.used:
             self.fail(f"node '{s.label(gn)}' is in another match" if gn in self.used
                       else f"node '{s.label(gn)}' would match two pattern nodes")
-            return None
-        if gnode.op_type != pnode.op_type or (gnode.domain or "") not in (
-                _DEFAULT if pnode.domain in _DEFAULT else (pnode.domain,)):
-            self.fail(f"'{s.label(gn)}' is {gnode.op_type}; the pattern wants {pnode.op_type}")
-            return None
-        have = {a.name: a for a in gnode.attribute}
-        for attr in pnode.attribute:
-            want = _attr_value(attr)
-            got = _attr_value(have[attr.name]) if attr.name in have else _default_attr(
-                gnode, attr.name)
-            if got != want:
-                self.fail(f"{gnode.op_type} '{s.label(gn)}' attribute {attr.name} is "
-                          f"{'unset' if got is None else repr(got)[:40]}; the pattern wants "
-                          f"{repr(want)[:40]}")
-                return None
-        pins, gins = _trimmed(pnode.input), _trimmed(gnode.input)
+            return False
+        gnode = s.nodes[gn]
+        if s.ops[gn] != op or (gnode.domain or "") not in domains:
+            self.fail(f"'{s.label(gn)}' is {s.ops[gn]}; the pattern wants {op}")
+            return False
+        if attrs:
+            have = {a.name: a for a in gnode.attribute}
+            for attr, want in attrs:
+                got = _attr_value(have[attr.name]) if attr.name in have else _default_attr(
+                    gnode, attr.name)
+                if got != want:
+                    self.fail(f"{op} '{s.label(gn)}' attribute {attr.name} is "
+                              f"{'unset' if got is None else repr(got)[:40]}; the pattern "
+                              f"wants {repr(want)[:40]}")
+                    return False
+        gins = list(gnode.input)
+        if gins and not gins[-1]:
+            gins = _trimmed(gins)
         if len(pins) != len(gins):
-            self.fail(f"{gnode.op_type} '{s.label(gn)}' has {len(gins)} inputs; the pattern "
-                      f"wants {len(pins)}")
-            return None
-        for k, out in enumerate(pnode.output):
-            if out and (k >= len(gnode.output) or not gnode.output[k]):
-                self.fail(f"{gnode.op_type} '{s.label(gn)}' has no output {k}")
-                return None
-        st = st.copy()
-        st.p2g[pn] = gn
-        st.g2p[gn] = pn
-        for k, out in enumerate(pnode.output):
+            self.fail(f"{op} '{s.label(gn)}' has {len(gins)} inputs; the pattern wants "
+                      f"{len(pins)}")
+            return False
+        gouts = gnode.output
+        for k, out in enumerate(pouts):
+            if out and (k >= len(gouts) or not gouts[k]):
+                self.fail(f"{op} '{s.label(gn)}' has no output {k}")
+                return False
+        mark = len(st.trail)
+        st.bind(st.p2g, pn, gn)
+        st.bind(st.g2p, gn, pn)
+        for k, out in enumerate(pouts):
             if out:
-                st.t[out] = gnode.output[k]
-        n = len(pins)
-        orders: Iterable[Sequence[int]] = [range(n)]
-        if pnode.op_type in COMMUTATIVE and pnode.domain in _DEFAULT and 1 < n <= _MAX_ORDERS:
-            orders = itertools.permutations(range(n))
+                st.bind(st.t, out, gouts[k])
+        inner = len(st.trail)
         for order in orders:
-            cur: _State | None = st
+            ok = True
             for j, pin in enumerate(pins):
-                assert cur is not None
-                cur = self._tensor(pin, gins[order[j]], cur, gnode.op_type, order[j])
-                if cur is None:
+                if not self._tensor(pin, gins[order[j]], st, op, order[j]):
+                    ok = False
                     break
-            if cur is not None:
-                return cur
-        return None
+            if ok:
+                return True
+            st.undo(inner)
+        st.undo(mark)
+        return False
 
-    def _tensor(self, pin: str, gin: str, st: _State, op: str, slot: int) -> _State | None:
+    def _tensor(self, pin: str, gin: str, st: _State, op: str, slot: int) -> bool:
         p, s = self.p, self.s
         if not pin or not gin:
             if pin != gin:
                 self.fail(f"{op} input {slot} is {'omitted' if not gin else repr(gin)}; the "
                           f"pattern {'omits it' if not pin else 'wants a tensor'}")
-                return None
-            return st
-        if pin in st.t:
-            if st.t[pin] != gin:
-                self.fail(f"{op} input {slot} is '{gin}'; the pattern wants '{st.t[pin]}' there "
-                          "too")
-                return None
-            return st
+                return False
+            return True
+        bound = st.t.get(pin)
+        if bound is not None:
+            if bound != gin:
+                self.fail(f"{op} input {slot} is '{gin}'; the pattern wants '{bound}' there too")
+                return False
+            return True
         if pin in self.inputs:
-            st = st.copy()
-            st.t[pin] = gin
-            return st
+            st.bind(st.t, pin, gin)
+            return True
         if pin in p.constants:
             value = s.constant(gin)
             if value is None:
                 what = ("a graph input" if gin in (s.index.inputs if s.index else ())
                         else "computed by a node" if gin in s.producer else "not a constant")
                 self.fail(f"{op} input {slot} '{gin}' is {what}; the pattern wants a constant")
-                return None
+                return False
             want = p.constants[pin]
             if pin in p.any_constant:
                 ok = value.dtype == want.dtype and value.ndim == want.ndim
@@ -559,34 +601,30 @@ class _Matcher:
             if not ok:
                 self.fail(f"{op} input {slot} '{gin}' is a constant of another value; the "
                           f"pattern wants {np.array2string(want, threshold=4)[:40]}")
-                return None
-            st = st.copy()
-            st.t[pin] = gin
-            return st
+                return False
+            st.bind(st.t, pin, gin)
+            return True
         pq, k = p.producer[pin]
         gq = s.producer.get(gin)
         outs = s.nodes[gq].output if gq is not None else ()
         if gq is None or k >= len(outs) or outs[k] != gin:
             what = "a graph input" if gq is None else "another output of its node"
             self.fail(f"{op} input {slot} '{gin}' is {what}; the pattern wants the output of a "
-                      f"{p.node(pq).op_type}")
-            return None
+                      f"{self.info[pq][0]}")
+            return False
         return self._node(pq, gq, st)
 
     def at(self, anchor_pn: int, gn: int) -> _State | None:
         """The bindings when the pattern matches with ``anchor_pn`` at graph node ``gn``."""
         self.reason = None
-        st = self._node(anchor_pn, gn, _State({}, {}, {}))
-        if st is None:
-            return None
-        st = self._rest(st)
-        if st is None:
+        st = _State()
+        if not self._node(anchor_pn, gn, st) or not self._rest(st):
             return None
         return st if self._valid(st) else None
 
-    def _rest(self, st: _State) -> _State | None:
+    def _rest(self, st: _State) -> bool:
         """The pattern nodes not reached backwards from the first anchor (other outputs),
-        found among the readers of tensors already bound."""
+        found among the readers of tensors already bound (the first that matches wins)."""
         p = self.p
         while len(st.p2g) < len(p.nodes):
             found = False
@@ -600,23 +638,21 @@ class _Matcher:
                 for gn in self.s.readers(st.t[bound]):
                     if gn in st.g2p or gn in self.used or self.s.ops[gn] != node.op_type:
                         continue
-                    got = self._node(pn, gn, st)
-                    if got is not None:
-                        st = got
+                    if self._node(pn, gn, st):
                         found = True
                         break
                 if found:
                     break
             if not found:
                 self.fail("the pattern's other outputs are not found beside it")
-                return None
-        return st
+                return False
+        return True
 
     def _valid(self, st: _State) -> bool:
         p, s = self.p, self.s
         inside = set(st.g2p)
         outs = {st.t[o] for o in p.outputs}
-        reads = s.reads
+        within = Counter(itertools.chain.from_iterable(s.nodes[i].input for i in inside))
         for gn in sorted(inside):
             for o in s.nodes[gn].output:
                 if not o or o in outs:
@@ -624,8 +660,7 @@ class _Matcher:
                 if o in s.outputs:
                     self.fail(f"'{o}' is a graph output; the pattern keeps it inside")
                     return False
-                within = sum(list(s.nodes[i].input).count(o) for i in inside)
-                if reads.get(o, 0) > within:
+                if s.read_count(o) > within[o]:
                     self.fail(f"'{o}' is also read by node '{s.outside_reader(o, inside)}' "
                               "outside the match")
                     return False
@@ -729,7 +764,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 j = scope.producer.get(g) if g else None
                 if j is None or j in inside or scope.nodes[j].op_type != "Constant":
                     continue
-                if g not in scope.outputs and scope.reads.get(g, 0) == sum(
+                if g not in scope.outputs and scope.read_count(g) == sum(
                         list(scope.nodes[i].input).count(g) for i in inside) and j not in used:
                     dead.append(j)
                     used.add(j)
