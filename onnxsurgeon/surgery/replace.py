@@ -21,7 +21,7 @@ import onnx
 
 from ..edit import Edit
 from ..errors import RewriteError, UsageError
-from ..index import GraphIndex
+from ..index import GraphIndex, has_subgraphs
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
@@ -88,14 +88,35 @@ def _with_opsets(r: Pattern, host: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _site_types(oracle: TypeOracle | None, names: Sequence[str]) -> list[onnx.TypeProto | None]:
-    if oracle is None:
-        return [None for _ in names]
-    out: list[onnx.TypeProto | None] = []
-    for n in names:
-        vi = oracle.value_info(n)
-        out.append(vi.type if vi is not None and vi.type.WhichOneof("value") else None)
-    return out
+class _SiteTypes:
+    """Types of the model's tensors for the per-site checks, each looked up once: declared
+    (value_info, initializers) first, the type oracle (inference, run once) only for the rest."""
+
+    def __init__(self, index: GraphIndex) -> None:
+        self.index = index
+        self.oracle: TypeOracle | None = None
+        self.memo: dict[str, tuple[bytes, onnx.TypeProto | None]] = {}
+
+    def of(self, name: str) -> tuple[bytes, onnx.TypeProto | None]:
+        found = self.memo.get(name)
+        if found is not None:
+            return found
+        index = self.index
+        vi = index.value_info.get(name)
+        t: onnx.TypeProto | None = None
+        if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            t = vi.type
+        elif index.initializers.get(name, -1) >= 0:
+            init = index.graph.initializer[index.initializers[name]]
+            t = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
+        else:
+            if self.oracle is None:
+                self.oracle = TypeOracle(index)
+            info = self.oracle.value_info(name)
+            t = info.type if info is not None and info.type.WhichOneof("value") else None
+        found = (t.SerializeToString(deterministic=True) if t is not None else b"-", t)
+        self.memo[name] = found
+        return found
 
 
 def _infer(block: onnx.ModelProto, types: Sequence[onnx.TypeProto | None],
@@ -129,64 +150,95 @@ def _elem(t: onnx.TypeProto | None) -> int:
     return int(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else 0
 
 
-def _check_site(site: Match, r: onnx.ModelProto, p: Pattern, oracle: TypeOracle | None,
-                cache: dict[bytes, list[onnx.TypeProto | None]], label: str) -> None:
-    """Refuse the site when R cannot take its inputs or gives other dtypes or shapes."""
-    if oracle is None:
+def _check_site(site: Match, r: onnx.ModelProto, p: Pattern, types: _SiteTypes | None,
+                cache: dict[tuple[bytes, ...], list[onnx.TypeProto | None]], label: str) -> None:
+    """Refuse the site when R cannot take its inputs or gives other dtypes or shapes (once per
+    distinct signature of the site's types)."""
+    if types is None:
         return
     ins = [site.inputs[n] for n in p.inputs]
     outs = [site.outputs[n] for n in p.outputs]
-    in_types = _site_types(oracle, ins)
+    found_in = [types.of(n) for n in ins]
+    found_out = [types.of(n) for n in outs]
+    key = tuple(k for k, _ in (*found_in, *found_out))
+    if key in cache:
+        return
+    in_types = [t for _, t in found_in]
     inits = {t.name for t in r.graph.initializer}
     r_inputs = [vi for vi in r.graph.input if vi.name not in inits]
     for vi, name, t in zip(r_inputs, ins, in_types, strict=True):
         want = vi.type if vi.type.WhichOneof("value") else None
         check_types(f"site {site.labels[-1]}: replacement input '{vi.name}'", vi.name, name,
                     _elem(want), _elem(t), _shape(want), _shape(t))
-    key = b"".join((t.SerializeToString(deterministic=True) if t is not None else b"-") + b"|"
-                   for t in in_types)
-    if key not in cache:
-        cache[key] = _infer(r, in_types, label)
-    for k, (name, got) in enumerate(zip(outs, cache[key], strict=True)):
-        have = oracle.elem_type(name)
+    inferred = _infer(r, in_types, label)
+    for k, (name, got, (_, have_t)) in enumerate(zip(outs, inferred, found_out, strict=True)):
+        have = _elem(have_t)
         if have and _elem(got) and have != _elem(got):
             raise RewriteError(
                 f"site {site.labels[-1]}: replacement output {k} is {dtype_name(_elem(got))} but "
                 f"the pattern's output '{name}' is {dtype_name(have)}; make R keep the dtype")
         check_types(f"site {site.labels[-1]}: replacement output {k}", f"output {k}", name,
-                    _elem(got), have, _shape(got), oracle.shape(name))
+                    _elem(got), have, _shape(got), _shape(have_t))
+    cache[key] = inferred
 
 
-def _copy_for(r: onnx.ModelProto, site: Match, p: Pattern, weights: dict[str, str],
+class _Template:
+    """R prepared once: its nodes' reads and writes by name, which names it defines, which of
+    its outputs it hands on from an input or a weight (an Identity owns those)."""
+
+    def __init__(self, r: onnx.ModelProto) -> None:
+        g = r.graph
+        inits = {t.name for t in g.initializer}
+        self.r = r
+        self.inputs = [vi.name for vi in g.input if vi.name not in inits]
+        self.outputs = [vi.name for vi in g.output]
+        self.made = [o for node in g.node for o in node.output if o]
+        self.nested = any(node.attribute and has_subgraphs(node) for node in g.node)
+        self.nodes = list(g.node)
+
+
+def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
               names: NameAllocator, prefix: str) -> list[onnx.NodeProto]:
     """R's nodes renamed into the site: inputs -> the site's inputs, outputs -> the site's
-    outputs, weights -> the shared names, the rest fresh under ``prefix``."""
-    block = onnx.ModelProto()
-    block.CopyFrom(r)
-    g = block.graph
-    inits = {t.name for t in g.initializer}
-    r_inputs = [vi.name for vi in g.input if vi.name not in inits]
-    fixed = dict(zip(r_inputs, (site.inputs[n] for n in p.inputs), strict=True))
-    out_names = [vi.name for vi in g.output]
+    outputs, weights -> the shared names, the rest fresh under ``prefix``. O(|R|)."""
+    fixed = dict(zip(tpl.inputs, (site.inputs[n] for n in p.inputs), strict=True))
     targets = [site.outputs[n] for n in p.outputs]
-    made = {o for node in g.node for o in node.output if o}
-    e = Edit.of(block)
+    made = set(tpl.made)
     passthrough: list[tuple[str, str]] = []
-    for name, target in zip(out_names, targets, strict=True):
+    for name, target in zip(tpl.outputs, targets, strict=True):
         if name in made and name not in fixed:
             fixed[name] = target
         else:  # R hands an input or a weight straight on: an Identity owns the output
             passthrough.append((name, target))
     fixed.update(weights)
-    e.rename_scoped([g], {}, depth=0,
-                    define=lambda name: fixed[name] if name in fixed else names.fresh(prefix + name))
-    e.name_every_node([g], lambda node: names.fresh(prefix + (node.name or node.op_type)))
-    nodes = list(g.node)
+    if tpl.nested:
+        block = onnx.ModelProto()
+        block.CopyFrom(tpl.r)
+        g = block.graph
+        e = Edit.of(block)
+        e.rename_scoped([g], {}, depth=0, define=lambda name: fixed[name] if name in fixed
+                        else names.fresh(prefix + name))
+        e.name_every_node([g], lambda node: names.fresh(prefix + (node.name or node.op_type)))
+        nodes = list(g.node)
+    else:
+        inner = [n for n in tpl.made if n not in fixed]
+        fixed.update(zip(inner, names.fresh_many([prefix + n for n in inner]), strict=True))
+        labels = names.fresh_many([prefix + (n.name or n.op_type) for n in tpl.nodes])
+        nodes = []
+        for t, label in zip(tpl.nodes, labels, strict=True):
+            node = onnx.helper.make_node(t.op_type, [fixed.get(x, x) for x in t.input],
+                                         [fixed.get(x, x) for x in t.output], name=label,
+                                         domain=t.domain or None)
+            node.attribute.extend(t.attribute)
+            nodes.append(node)
     for name, target in passthrough:
         src = fixed.get(name, name)
         nodes.append(onnx.helper.make_node("Identity", [src], [target],
                                            name=names.fresh(prefix + "Identity")))
     return nodes
+
+
+
 
 
 def _tolerance(value: tuple[float, float] | str | None) -> tuple[float, float] | None:
@@ -258,10 +310,10 @@ def replace(
     block, new_opset = reconcile(r_model, host, r.label)
     opsets = merge_opsets(block, host, r.label)
     functions = merge_functions(block, host)
-    oracle = TypeOracle(index)
-    cache: dict[bytes, list[onnx.TypeProto | None]] = {}
+    types = _SiteTypes(index)
+    cache: dict[tuple[bytes, ...], list[onnx.TypeProto | None]] = {}
     for site in found.matches:
-        _check_site(site, block, p, oracle if not site.graph else None, cache, r.label)
+        _check_site(site, block, p, types if not site.graph else None, cache, r.label)
     plans: dict[str, tuple[set[int], dict[int, list[onnx.NodeProto]]]] = {}
     for site in found.matches:
         g = found.graphs[site.graph]
@@ -275,6 +327,7 @@ def replace(
                     "reads one of its outputs before its last node; sort the graph or split "
                     "the pattern")
     names = NameAllocator.for_index(index)
+    template = _Template(block)
     inits = list(block.graph.initializer)
     weights = {t.name: names.fresh(f"{r.label}/{t.name}") for t in inits}
     replaced: list[list[str]] = []
@@ -284,7 +337,7 @@ def replace(
         g = found.graphs[site.graph]
         removed, inserted = plans.setdefault(site.graph, (set(), {}))
         anchor = site.labels[site.nodes.index(max(site.nodes))]
-        nodes = _copy_for(block, site, p, weights, names, f"{anchor}/{r.label}/")
+        nodes = _copy_for(template, site, p, weights, names, f"{anchor}/{r.label}/")
         removed.update(site.nodes)
         removed.update(site.dead_constants)
         inserted[max(site.nodes)] = nodes
