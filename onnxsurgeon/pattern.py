@@ -652,7 +652,7 @@ class _Matcher:
         p, s = self.p, self.s
         inside = set(st.g2p)
         outs = {st.t[o] for o in p.outputs}
-        within = Counter(itertools.chain.from_iterable(s.nodes[i].input for i in inside))
+        reads = [list(s.nodes[i].input) for i in inside]
         for gn in sorted(inside):
             for o in s.nodes[gn].output:
                 if not o or o in outs:
@@ -660,7 +660,7 @@ class _Matcher:
                 if o in s.outputs:
                     self.fail(f"'{o}' is a graph output; the pattern keeps it inside")
                     return False
-                if s.read_count(o) > within[o]:
+                if s.read_count(o) > sum(r.count(o) for r in reads):
                     self.fail(f"'{o}' is also read by node '{s.outside_reader(o, inside)}' "
                               "outside the match")
                     return False

@@ -22,7 +22,7 @@ import onnx
 from ..edit import Edit
 from ..errors import RewriteError, UsageError
 from ..index import GraphIndex, has_subgraphs
-from ..io import Model, as_model
+from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
 from ..record import ReplaceRecord, add_rewrite
@@ -292,7 +292,7 @@ def replace(
             f"replacement '{r.label}' has {len(r.inputs)} and {len(r.outputs)}; they bind by "
             "position, so give them the same numbers")
     tolerance = _tolerance(tolerance)
-    index = GraphIndex(host)
+    index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
     found = find_matches(index, p, explain=True)
     if not found.matches:
         first = found.misses[0] if found.misses else "no node of the anchor's op type"
