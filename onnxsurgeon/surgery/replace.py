@@ -329,7 +329,8 @@ def replace(
     names = NameAllocator.for_index(index)
     template = _Template(block)
     inits = list(block.graph.initializer)
-    weights = {t.name: names.fresh(f"{r.label}/{t.name}") for t in inits}
+    stem = Path(r.label).stem or "replacement"
+    weights = {t.name: names.fresh(f"{stem}/{t.name}") for t in inits}
     replaced: list[list[str]] = []
     removed_constants: list[str] = []
     dead_names: set[str] = set()
@@ -337,7 +338,7 @@ def replace(
         g = found.graphs[site.graph]
         removed, inserted = plans.setdefault(site.graph, (set(), {}))
         anchor = site.labels[site.nodes.index(max(site.nodes))]
-        nodes = _copy_for(template, site, p, weights, names, f"{anchor}/{r.label}/")
+        nodes = _copy_for(template, site, p, weights, names, f"{anchor}/{stem}/")
         removed.update(site.nodes)
         removed.update(site.dead_constants)
         inserted[max(site.nodes)] = nodes
