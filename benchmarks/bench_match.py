@@ -50,7 +50,6 @@ def _timed(cmd: list[str]) -> tuple[float, float, int]:
 
 def main() -> None:
     import onnx
-
     from run import build_chain
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
