@@ -236,9 +236,11 @@ def _cmd_match(args: argparse.Namespace) -> int:
                   **({"graph": s.graph} if s.graph else {})} for s in found]
         what = args.select
     else:
+        from .cli_verbs import framework_pattern
         from .pattern import find_matches, load_pattern
 
-        pattern = load_pattern(args.pattern, any_constant=args.any_constant)
+        pattern = load_pattern(framework_pattern(args, model, args.pattern),
+                               any_constant=args.any_constant)
         result = find_matches(index, pattern, explain=True)
         sites = [m.to_json() for m in result.matches]
         misses = result.misses

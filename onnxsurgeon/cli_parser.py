@@ -56,6 +56,17 @@ def _regex(value: str) -> tuple[str, str]:
     return pattern, replacement
 
 
+def _add_pattern_framework_flags(p: argparse.ArgumentParser) -> None:
+    """Match and replace: a pattern (and replacement) written as a framework function."""
+    p.add_argument("--framework", choices=["tf", "torch"], default=None,
+                   help="--pattern (and --replacement) FILE.py:NAME is a TensorFlow or PyTorch "
+                        "function, converted as insert --func converts one (imports and runs "
+                        "FILE.py: your own code)")
+    p.add_argument("--pattern-input", action=ListAction, default=[], metavar="NAME:SHAPE[:DTYPE]",
+                   help="with --framework: the function's input, e.g. x:1x8x8x3 or "
+                        "x:Nx16:float16 (default dtype float32)")
+
+
 def _tolerance(value: str) -> tuple[float, float]:
     """``RTOL,ATOL`` -> (rtol, atol), both >= 0."""
     try:
@@ -386,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(a model with its <ir_version, opset_import> header, or a bare graph)")
     p.add_argument("--any-constant", action=ListAction, default=[], metavar="NAME[,NAME...]",
                    help="pattern constants that match any constant of their dtype and rank")
+    _add_pattern_framework_flags(p)
     p.add_argument("--explain", action="store_true",
                    help="also list the near misses, each with the first reason")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
@@ -399,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "bind to P's by position")
     p.add_argument("--any-constant", action=ListAction, default=[], metavar="NAME[,NAME...]",
                    help="pattern constants that match any constant of their dtype and rank")
+    _add_pattern_framework_flags(p)
     p.add_argument("--tolerance", type=_tolerance, default=None, metavar="RTOL,ATOL",
                    help="with --verify: R is compared with P at each site (and the outputs) "
                         "under these tolerances, for an R that computes the same function "

@@ -247,7 +247,7 @@ SILU_EXP = """g (float[N,C,H,W] p) => (float[N,C,H,W] r) <float one = {1.0}> {
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_a_cnn_silu_replaced_everywhere_under_tolerance(tmp_path):
+def test_a_cnn_silu_replaced_everywhere_under_tolerance(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     from onnxsurgeon.io import Model
 
@@ -267,3 +267,13 @@ def test_a_cnn_silu_replaced_everywhere_under_tolerance(tmp_path):
     assert len(result.sites) == expected == 2  # Mul(x, sigmoid) matches Mul(s, p): commutative
     report = verify_log(Model(orig), Model(m))
     assert report.verdict == "pass", report.to_text()
+    # the same pattern written as a torch function (converted as insert --func converts one)
+    (tmp_path / "pat.py").write_text("import torch\n\ndef silu(x):\n    return x * torch.sigmoid(x)\n")
+    code, out, err = cli_main(capsys, "match", path, "--pattern", f"{tmp_path / 'pat.py'}:silu",
+                              "--framework", "torch", "--pattern-input", "x:1x4x8x8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["matches"] == expected
+    code, out, err = cli_main(capsys, "match", path, "--pattern", f"{tmp_path / 'pat.py'}:silu",
+                              "--framework", "torch", "--pattern-input", "x:1x4", "--pattern-input",
+                              "y:1x4")
+    assert code == 2 and "takes one input" in err
