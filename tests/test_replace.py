@@ -71,6 +71,28 @@ def test_every_site_replaced_in_one_rewrite_outputs_equal_and_record_lists_sites
     assert verify_log(orig, m).verdict == "pass"
 
 
+def test_multi_output_sites_replaced_and_the_same_command_gives_the_same_bytes():
+    text = """g (float[2] x, float[2] y) => (float[2] z) {
+        a = Add(x, y)
+        b = Relu(a)
+        c = Sigmoid(a)
+        z = Mul(b, c)
+    }"""
+    pat = (b"g (float[N] p, float[N] q) => (float[N] r1, float[N] r2) { s = Add(p, q)\n"
+           b" r1 = Relu(s)\n r2 = Sigmoid(s) }")
+    rep = (b"g (float[N] p, float[N] q) => (float[N] r1, float[N] r2) { s = Sum(p, q)\n"
+           b" r1 = Relu(s)\n r2 = Sigmoid(s) }")
+    m, again, orig = model(text), model(text), model(text)
+    result = replace(m, pattern=pat, replacement=rep)
+    replace(again, pattern=pat, replacement=rep)
+    assert m.SerializeToString(deterministic=True) == again.SerializeToString(deterministic=True)
+    assert result.sites[0].outputs == {"r1": "b", "r2": "c"}
+    assert [n.op_type for n in m.graph.node] == ["Sum", "Relu", "Sigmoid", "Mul"]
+    onnx.checker.check_model(m, full_check=True)
+    feeds = {"x": np.array([1.0, -2.0], np.float32), "y": np.array([0.5, 3.0], np.float32)}
+    assert np.array_equal(run(orig, feeds)[0], run(m, feeds)[0])
+
+
 def test_the_record_replays_without_the_files():
     from onnxsurgeon.io import Model
     from onnxsurgeon.verify.log import replay
