@@ -84,11 +84,14 @@ def bypass_payload(result: BypassResult) -> dict[str, Any]:
 
 
 def sites_payload(sites: list[dict[str, Any]], framework: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """Pattern sites as ``match`` / ``replace --json`` list them: each site's bound tensors'
-    framework names (converters' name map) under ``framework`` when it has any."""
+    """Pattern sites as ``match`` / ``replace --json`` list them: the framework names of each
+    site's bound tensors (converters' name map) and nodes (torch module paths) under
+    ``framework`` when it has any."""
     out = []
     for site in sites:
         bound = [*site.get("inputs", {}).values(), *site.get("outputs", {}).values()]
+        if not site.get("graph"):
+            bound += site.get("nodes", [])
         names = {t: framework[t] for t in bound if t in framework}
         out.append({**site, "framework": names} if names else dict(site))
     return out

@@ -246,13 +246,20 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def framework_names(model: Any) -> dict[str, list[str]]:
-    """ONNX tensor -> the framework names the converters' name map gives it (empty without)."""
-    from .select import name_map
+    """ONNX tensor -> the framework names the converters' name map gives it, and main-graph
+    node label -> ``[module path]`` where the torch exporter recorded one (empty without)."""
+    from .index import node_label
+    from .select import name_map, node_module
 
     found: dict[str, list[str]] = {}
     for fw, onnx_name in sorted(name_map(model.proto).items()):
         if fw != onnx_name:
             found.setdefault(onnx_name, []).append(fw)
+    for i, node in enumerate(model.proto.graph.node):
+        if node.metadata_props:
+            module = node_module(node)
+            if module is not None:
+                found.setdefault(node_label(node, i), []).append(module)
     return found
 
 

@@ -248,3 +248,11 @@ def test_match_cli_lists_sites_json_explains_and_exits_2_on_none(tmp_path, capsy
     assert code == 2 and err.count("\n") == 1 and "neither an ONNX model" in err
     code, out, err = cli_main(capsys, "match", path, "--pattern", tmp_path / "missing.txt")
     assert code == 2 and "not found" in err
+
+
+def test_match_sites_carry_framework_names(capsys):
+    """A dynamo-exported torch model: the matched node's module path and its output's."""
+    code, out, err = cli_main(capsys, "match", "models/torch_cnn.onnx", "--select", "op:Conv",
+                              "--json")
+    site = json.loads(out)["sites"][0]
+    assert code == 0 and site["framework"]["node_conv2d"] == ["conv5"]
