@@ -4,6 +4,7 @@ counts against an independent count, near misses explained, and ``match`` throug
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -252,7 +253,7 @@ def test_match_cli_lists_sites_json_explains_and_exits_2_on_none(tmp_path, capsy
 
 def test_match_sites_carry_framework_names(capsys):
     """A dynamo-exported torch model: the matched node's module path and its output's."""
-    code, out, err = cli_main(capsys, "match", "models/torch_cnn.onnx", "--select", "op:Conv",
-                              "--json")
+    path = Path(__file__).resolve().parent.parent / "models" / "torch_cnn.onnx"
+    code, out, err = cli_main(capsys, "match", path, "--select", "op:Conv", "--json")
     site = json.loads(out)["sites"][0]
     assert code == 0 and site["framework"]["node_conv2d"] == ["conv5"]
