@@ -241,7 +241,10 @@ def _cmd_match(args: argparse.Namespace) -> int:
 
         pattern = load_pattern(framework_pattern(args, model, args.pattern),
                                any_constant=args.any_constant)
-        result = find_matches(index, pattern, explain=True)
+        result = find_matches(index, pattern, explain=True) if args.explain else \
+            find_matches(index, pattern)
+        if not result.matches and not args.explain:
+            result = find_matches(index, pattern, explain=True)  # the misses for the message
         sites = [m.to_json() for m in result.matches]
         misses = result.misses
         what = args.pattern

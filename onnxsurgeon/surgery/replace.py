@@ -293,8 +293,9 @@ def replace(
             "position, so give them the same numbers")
     tolerance = _tolerance(tolerance)
     index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
-    found = find_matches(index, p, explain=True)
+    found = find_matches(index, p)
     if not found.matches:
+        found = find_matches(index, p, explain=True)  # the first near miss for the message
         first = found.misses[0] if found.misses else "no node of the anchor's op type"
         raise RewriteError(f"pattern '{p.label}' matches nothing ({found.candidates} candidates; "
                            f"first: {first}); run 'onnxsurgeon match --explain' for every miss")
