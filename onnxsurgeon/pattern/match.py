@@ -274,6 +274,10 @@ class _Matcher:
         self.used = used
         self.reason: str | None = None
         self.inputs = set(pattern.inputs)
+        self.ops = scope.ops
+        edges = scope.index.known_int_graph() if scope.index is not None else None
+        self.single: list[str] | None = edges.ops if edges is not None else None
+        """Per node, its op when it is in the default domain with one output, else ""."""
         self.info: dict[int, tuple[str, tuple[str, ...], list[tuple[onnx.AttributeProto, Any]],
                                    list[str], list[str], list[tuple[int, ...]]]] = {}
         for pn in pattern.nodes:
@@ -307,9 +311,13 @@ class _Matcher:
             self.fail(f"node '{s.label(gn)}' is in another match" if gn in self.used
                       else f"node '{s.label(gn)}' would match two pattern nodes")
             return False
+        if self.ops[gn] != op:
+            self.fail(f"'{s.label(gn)}' is {self.ops[gn]}; the pattern wants {op}")
+            return False
         gnode = s.nodes[gn]
-        if s.ops[gn] != op or (gnode.domain or "") not in domains:
-            self.fail(f"'{s.label(gn)}' is {s.ops[gn]}; the pattern wants {op}")
+        if (gnode.domain or "") not in domains:
+            self.fail(f"'{s.label(gn)}' is {op} of domain '{gnode.domain}'; the pattern wants "
+                      f"domain '{domains[0]}'")
             return False
         if attrs:
             have = {a.name: a for a in gnode.attribute}
@@ -333,12 +341,16 @@ class _Matcher:
             if out and (k >= len(gouts) or not gouts[k]):
                 self.fail(f"{op} '{s.label(gn)}' has no output {k}")
                 return False
-        mark = len(st.trail)
-        st.bind(st.p2g, pn, gn)
-        st.bind(st.g2p, gn, pn)
+        trail, t = st.trail, st.t
+        mark = len(trail)
+        st.p2g[pn] = gn
+        st.g2p[gn] = pn
+        trail.append((st.p2g, pn))
+        trail.append((st.g2p, gn))
         for k, out in enumerate(pouts):
             if out:
-                st.bind(st.t, out, gouts[k])
+                t[out] = gouts[k]
+                trail.append((t, out))
         inner = len(st.trail)
         for order in orders:
             ok = True
@@ -390,6 +402,9 @@ class _Matcher:
             return True
         pq, k = p.producer[pin]
         gq = s.producer.get(gin)
+        single = self.single
+        if gq is not None and k == 0 and single is not None and single[gq]:
+            return self._node(pq, gq, st)  # one output (the int graph says): gin is output 0
         outs = s.nodes[gq].output if gq is not None else ()
         if gq is None or k >= len(outs) or outs[k] != gin:
             what = "a graph input" if gq is None else "another output of its node"
