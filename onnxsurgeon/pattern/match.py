@@ -315,7 +315,9 @@ class _Matcher:
             self.fail(f"'{s.label(gn)}' is {self.ops[gn]}; the pattern wants {op}")
             return False
         gnode = s.nodes[gn]
-        if (gnode.domain or "") not in domains:
+        single = self.single
+        if not (single is not None and single[gn] and domains is _DEFAULT) and (
+                gnode.domain or "") not in domains:
             self.fail(f"'{s.label(gn)}' is {op} of domain '{gnode.domain}'; the pattern wants "
                       f"domain '{domains[0]}'")
             return False
