@@ -115,6 +115,22 @@ def test_a_wrong_replacement_fails_its_site_by_name():
     assert patterns and all(p.agree for p in patterns)  # P alone still equals the original
 
 
+def test_any_constant_sites_are_proved_with_their_own_constant():
+    """Mul(p, c) with c any constant, replaced by Add(p, p): right where c is 2, and the proof
+    (P fed the site's own constant) fails the site where c is 3, by name."""
+    text = """g (float[2] x) => (float[2] a, float[2] b) <float two = {2.0}, float three = {3.0}> {
+        a = Mul(x, two)
+        b = Mul(x, three)
+    }"""
+    m, orig = model(text), model(text)
+    pat = b"g (float[N] p) => (float[N] r) <float c = {2.0}> { r = Mul(p, c) }"
+    replace(m, pattern=pat, replacement=b"g (float[N] p) => (float[N] r) { r = Add(p, p) }",
+            any_constant=["c"])
+    report = verify_log(orig, m)
+    bad = sorted({p.reference_text.split(":")[0] for p in report.pairs if not p.agree})
+    assert report.verdict == "fail" and bad == ["b", "site Mul#1"]
+
+
 def test_refusals_leave_the_model_unchanged():
     m = chain()
     before = m.SerializeToString()

@@ -95,8 +95,10 @@ def _check_site(check: Check, site: Mapping[str, Any], p: Pattern, r: Pattern, p
     label = "+".join(site["nodes"])
     consts = {c: graph_constant(host.graph, t) for c, t in (site.get("constants") or {}).items()
               if c in p.any_constant}
+    fed = set(p_staged.input_names)
     p_feeds = [{**{n: v[inputs[n]] for n in p.inputs}, **{c: np.asarray(x) for c, x in
-                                                          consts.items() if x is not None}}
+                                                          consts.items()
+                                                          if x is not None and c in fed}}
                for v in orig_vals]
     r_feeds = [{rn: v[inputs[pn]] for rn, pn in zip(r.inputs, p.inputs, strict=True)}
                for v in orig_vals]
