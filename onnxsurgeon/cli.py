@@ -32,6 +32,7 @@ from .cli_commands import (
     _cmd_demo,
     _cmd_diff,
     _cmd_inspect,
+    _cmd_match,
     _cmd_recipe,
     _cmd_verify,
 )
@@ -53,6 +54,7 @@ from .cli_verbs import (
     _cmd_insert,
     _cmd_merge,
     _cmd_rename,
+    _cmd_replace,
     _cmd_reroute,
 )
 from .errors import SurgeryError, UsageError
@@ -63,6 +65,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
     "apply": _cmd_apply, "recipe": _cmd_recipe,
     "diff": _cmd_diff,
+    "match": _cmd_match, "replace": _cmd_replace,
 }
 
 

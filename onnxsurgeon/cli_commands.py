@@ -213,3 +213,63 @@ def _cmd_recipe(args: argparse.Namespace) -> int:
     from .recipe.command import cmd_recipe
 
     return cmd_recipe(args)
+
+
+def _cmd_match(args: argparse.Namespace) -> int:
+    """``match``: every site of a selector, or every match of a pattern (``--explain``: the
+    near misses too); none is exit 2 with one line."""
+    from .cli_output import dump, sites_payload
+    from .cli_verbs import framework_names
+    from .errors import NotFoundError
+    from .io import indexed
+
+    model = _load(args.model)
+    index = indexed(model)
+    framework = framework_names(model)
+    misses: list[str] = []
+    if args.select is not None:
+        from .select import Selector
+
+        found = Selector(index).find(args.select, "tensor")
+        sites = [{"nodes": [s.node] if s.node else [], "inputs": {},
+                  "outputs": {"tensor": s.tensor} if s.tensor else {}, "matched": s.matched,
+                  **({"graph": s.graph} if s.graph else {})} for s in found]
+        what = args.select
+    else:
+        from .cli_verbs import framework_pattern
+        from .pattern import find_matches, load_pattern
+
+        pattern = load_pattern(framework_pattern(args, model, args.pattern),
+                               any_constant=args.any_constant)
+        result = find_matches(index, pattern, explain=True) if args.explain else \
+            find_matches(index, pattern)
+        if not result.matches and not args.explain:
+            result = find_matches(index, pattern, explain=True)  # the misses for the message
+        sites = [m.to_json() for m in result.matches]
+        misses = result.misses
+        what = args.pattern
+        if not sites:
+            if args.explain:
+                _out("\n".join(f"miss {line}" for line in misses) or "no candidate")
+            first = f"; first: {misses[0]}" if misses else ""
+            raise NotFoundError(
+                f"pattern '{what}' matches nothing in {args.model} ({len(misses)} near misses"
+                f"{first}); --explain lists every miss")
+    listed = sites_payload(sites, framework)
+    if args.json:
+        payload: dict[str, Any] = {"model": args.model, "matches": len(listed), "sites": listed}
+        if args.explain:
+            payload["misses"] = list(misses)
+        _out(dump("match", payload))
+        return EXIT_OK
+    lines = [f"{len(listed)} match{'es' if len(listed) != 1 else ''} of {what}"]
+    for k, site in enumerate(listed, 1):
+        where = f" [{site['graph']}]" if site.get("graph") else ""
+        ins = " ".join(f"{a}={b}" for a, b in site["inputs"].items())
+        outs = " ".join(f"{a}={b}" for a, b in site["outputs"].items())
+        lines.append(f"  {k}.{where} {', '.join(site['nodes'])}"
+                     + (f"  inputs {ins}" if ins else "") + (f"  outputs {outs}" if outs else ""))
+    if args.explain:
+        lines += [f"  miss {line}" for line in misses]
+    _out("\n".join(lines))
+    return EXIT_OK

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         InsertResult,
         MergeResult,
         RenameResult,
+        ReplaceResult,
         RerouteResult,
     )
 
@@ -84,6 +85,29 @@ def bypass_payload(result: BypassResult) -> dict[str, Any]:
             "rerouted_outputs": list(result.rerouted_outputs), "modules": dict(result.modules),
             "pruned": list(result.pruned),
             "pruned_initializers": list(result.pruned_initializers)}
+
+
+def sites_payload(sites: list[dict[str, Any]], framework: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Pattern sites as ``match`` / ``replace --json`` list them: the framework names of each
+    site's bound tensors (converters' name map) and nodes (torch module paths) under
+    ``framework`` when it has any."""
+    out = []
+    for site in sites:
+        bound = [*site.get("inputs", {}).values(), *site.get("outputs", {}).values()]
+        if not site.get("graph"):
+            bound += site.get("nodes", [])
+        names = {t: framework[t] for t in bound if t in framework}
+        out.append({**site, "framework": names} if names else dict(site))
+    return out
+
+
+def replace_payload(result: ReplaceResult,
+                    framework: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The ``replace --json`` fields of a ``ReplaceResult``."""
+    return {"matches": len(result.sites),
+            "sites": sites_payload(result.site_json(), framework or {}),
+            "removed_constants": list(result.removed_constants),
+            "tolerance": None if result.tolerance is None else list(result.tolerance)}
 
 
 def merge_payload(result: MergeResult, *, second: str) -> dict[str, Any]:

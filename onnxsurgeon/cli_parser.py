@@ -56,6 +56,28 @@ def _regex(value: str) -> tuple[str, str]:
     return pattern, replacement
 
 
+def _add_pattern_framework_flags(p: argparse.ArgumentParser) -> None:
+    """Match and replace: a pattern (and replacement) written as a framework function."""
+    p.add_argument("--framework", choices=["tf", "torch"], default=None,
+                   help="--pattern (and --replacement) FILE.py:NAME is a TensorFlow or PyTorch "
+                        "function, converted as insert --func converts one (imports and runs "
+                        "FILE.py: your own code)")
+    p.add_argument("--pattern-input", action=ListAction, default=[], metavar="NAME:SHAPE[:DTYPE]",
+                   help="with --framework: the function's input, e.g. x:1x8x8x3 or "
+                        "x:Nx16:float16 (default dtype float32)")
+
+
+def _tolerance(value: str) -> tuple[float, float]:
+    """``RTOL,ATOL`` -> (rtol, atol), both >= 0."""
+    try:
+        rtol, atol = (float(v) for v in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected RTOL,ATOL (two numbers), got {value!r}") from None
+    if rtol < 0 or atol < 0:
+        raise argparse.ArgumentTypeError(f"tolerances must be >= 0, got {value!r}")
+    return rtol, atol
+
+
 def _dim(value: str) -> tuple[str, int]:
     name, right = _pair(value)
     if not right.isdigit() or int(right) < 1:
@@ -381,6 +403,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", action=ListAction, default=None, metavar="T[,T...]",
                    help="outputs of the merged model (default: SECOND's outputs, then FIRST's "
                         "outputs no connection consumed)")
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("match", help="list every match of a selector or a structural pattern")
+    p.add_argument("model", metavar="MODEL", help="the .onnx model (never modified)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--select", metavar="SEL",
+                     help="a selector (glob:..., re:..., op:TYPE[,TYPE...] or a name)")
+    how.add_argument("--pattern", metavar="P",
+                     help="the pattern graph: an .onnx file or a file in the ONNX text syntax "
+                          "(a model with its <ir_version, opset_import> header, or a bare graph)")
+    p.add_argument("--any-constant", action=ListAction, default=[], metavar="NAME[,NAME...]",
+                   help="pattern constants that match any constant of their dtype and rank")
+    _add_pattern_framework_flags(p)
+    p.add_argument("--explain", action="store_true",
+                   help="also list the near misses, each with the first reason")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    p = sub.add_parser("replace", help="replace every match of pattern P by replacement R")
+    _add_model_io(p)
+    p.add_argument("--pattern", required=True, metavar="P",
+                   help="the pattern graph (.onnx, or ONNX text: a model or a bare graph)")
+    p.add_argument("--replacement", required=True, metavar="R",
+                   help="what each match becomes (.onnx or ONNX text); its inputs and outputs "
+                        "bind to P's by position")
+    p.add_argument("--any-constant", action=ListAction, default=[], metavar="NAME[,NAME...]",
+                   help="pattern constants that match any constant of their dtype and rank")
+    _add_pattern_framework_flags(p)
+    p.add_argument("--tolerance", type=_tolerance, default=None, metavar="RTOL,ATOL",
+                   help="with --verify: R is compared with P at each site (and the outputs) "
+                        "under these tolerances, for an R that computes the same function "
+                        "differently (a fused op); default: exactly")
     _add_rewrite_flags(p)
 
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")

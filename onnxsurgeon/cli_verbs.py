@@ -243,3 +243,56 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                             **verify_options(args), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)
+
+
+def framework_names(model: Any) -> dict[str, list[str]]:
+    """ONNX tensor -> the framework names the converters' name map gives it, and main-graph
+    node label -> ``[module path]`` where the torch exporter recorded one (empty without)."""
+    from .index import node_label
+    from .select import name_map, node_module
+
+    found: dict[str, list[str]] = {}
+    for fw, onnx_name in sorted(name_map(model.proto).items()):
+        if fw != onnx_name:
+            found.setdefault(onnx_name, []).append(fw)
+    for i, node in enumerate(model.proto.graph.node):
+        if node.metadata_props:
+            module = node_module(node)
+            if module is not None:
+                found.setdefault(node_label(node, i), []).append(module)
+    return found
+
+
+def framework_pattern(args: argparse.Namespace, model: Any, source: str) -> Any:
+    """``source`` as match/replace take it: with ``--framework``, a ``FILE.py:NAME`` function
+    converted (``converters.export_pattern``) at the model's opset; else the path itself."""
+    framework = getattr(args, "framework", None)
+    if args.pattern_input and not framework:
+        raise UsageError("--pattern-input goes with --framework tf|torch")
+    if not framework or ".py:" not in source:
+        if framework and source == args.pattern:
+            raise UsageError("--framework needs --pattern FILE.py:NAME (a function)")
+        return source
+    from .converters.patterns import export_pattern
+    from .protos import default_opset
+
+    opset = default_opset(model.proto) or 17
+    with _framework_step(args, f"exporting {source} with {framework}"):
+        return export_pattern(source, framework, list(args.pattern_input), opset=opset)
+
+
+def _cmd_replace(args: argparse.Namespace) -> int:
+    from .cli_output import replace_payload
+    from .surgery import replace
+
+    def apply(model: Any) -> Summary:
+        pattern, replacement = framework_pattern(args, model, args.pattern), \
+            framework_pattern(args, model, args.replacement)
+        result = replace(model, pattern=pattern, replacement=replacement,
+                         any_constant=args.any_constant, tolerance=args.tolerance)
+        n = len(result.sites)
+        return (replace_payload(result, framework_names(model)),
+                f"replaced {n} match{'es' if n != 1 else ''} of {args.pattern} by "
+                f"{args.replacement} -> {args.output}")
+
+    return _rewrite(args, "replace", apply)

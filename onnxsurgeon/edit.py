@@ -30,7 +30,7 @@ handful of calls. No Python object per node.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -270,6 +270,27 @@ class Edit:
         gone = set(removed)
         if gone:
             self.keep_nodes([i for i in range(len(self.graph.node)) if i not in gone])
+
+    def replace_nodes(self, removed: Collection[int],
+                      inserted: Mapping[int, Sequence[onnx.NodeProto]], *,
+                      graph: onnx.GraphProto | None = None) -> None:
+        """Remove the nodes ``removed`` and put ``inserted[i]`` (copied) just before node ``i``
+        (ids as now; ``i`` = the node count: appended), in one rebuild of the node list of the
+        main graph or of ``graph`` (a body of it). Many sites cost one pass (``replace``). The
+        upkeep gives up (ids move everywhere). O(nodes + inserted)."""
+        self._nodes_moved()
+        self.give_up()
+        field = (self.graph if graph is None else graph).node
+        rebuilt: list[onnx.NodeProto] = []
+        for i in range(len(field)):
+            add = inserted.get(i)
+            if add:
+                rebuilt.extend(add)
+            if i not in removed:
+                rebuilt.append(field[i])
+        rebuilt.extend(inserted.get(len(field), ()))
+        del field[:]
+        field.extend(rebuilt)
 
     def move_nodes(self, movers: Sequence[int], before: int) -> None:
         """Move nodes ``movers`` (ascending ids, all > ``before``) to just before node

@@ -402,6 +402,29 @@ class MergeRecord(RewriteRecord):
         raise UsageError("the second model of a merge is not stored in the rewrite log")
 
 
+@dataclass(frozen=True)
+class ReplaceRecord(RewriteRecord):
+    """replace: the pattern and the replacement inline (``onnx-base64:`` + a serialized model,
+    so the record replays without their files), every site (``nodes`` matched, ``inputs`` and
+    ``outputs`` bound, ``replaced``: the new nodes' names, ``graph`` for a body), the pattern
+    constants that matched any value, and the tolerance (``rtol``, ``atol``) of the proof."""
+
+    op: ClassVar[str] = "replace"
+    pattern: str
+    replacement: str
+    sites: tuple[dict[str, Any], ...]
+    any_constant: tuple[str, ...] | None = None
+    tolerance: dict[str, Any] | None = None
+
+    def replay_call(self) -> VerbCall:
+        options: dict[str, Any] = {"pattern": self.pattern, "replacement": self.replacement}
+        if self.any_constant:
+            options["any_constant"] = list(self.any_constant)
+        if self.tolerance:
+            options["tolerance"] = f"{self.tolerance['rtol']},{self.tolerance['atol']}"
+        return VerbCall("replace", {}, options)
+
+
 class Recorded(Protocol):
     """A verb's result (``onnxsurgeon.surgery.<Verb>Result``): it carries every resolved name,
     and its record, its ``--json`` payload (:mod:`onnxsurgeon.cli_output`) and its recipe step

@@ -17,6 +17,7 @@ import yaml
 from onnx import TensorProto, helper
 
 import onnxsurgeon as osg
+from onnxsurgeon.pattern import load_pattern, pattern_bytes
 from onnxsurgeon.recipe import (
     RECIPE_KEY,
     RECIPE_SHA_KEY,
@@ -34,10 +35,21 @@ from onnxsurgeon.record import (
     ExtractRecord,
     InsertRecord,
     RenameRecord,
+    ReplaceRecord,
     RerouteRecord,
     rewrites,
 )
-from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, merge, rename, reroute
+from onnxsurgeon.surgery import (
+    Weights,
+    bypass,
+    copy,
+    extract,
+    insert,
+    merge,
+    rename,
+    replace,
+    reroute,
+)
 from tests import builders
 from tests.cli_helpers import cli
 
@@ -80,6 +92,11 @@ def block_model(dims: tuple[str, ...] = ("n", "c", "h", "w")) -> onnx.ModelProto
 
 X = {"input:0": np.random.default_rng(0).standard_normal((1, 8, 8, 3)).astype(np.float32)}
 
+RELU_P = pattern_bytes(load_pattern(b"g (float[N,C,H,W] x) => (float[N,C,H,W] y) { y = Relu(x) }"))
+MAX0_R = pattern_bytes(load_pattern(
+    b"g (float[N,C,H,W] x) => (float[N,C,H,W] y) <float zero = {0.0}> { y = Max(x, zero) }"))
+"""A pattern and its replacement inline (a recipe's ``replace`` keys may be paths or inline)."""
+
 # verb -> (step keys, the same rewrite through the Python API). A verb added to STEPS without a
 # case here fails test_every_registered_verb_has_a_case.
 CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
@@ -100,6 +117,8 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
     "merge": ({"second": "blocks/head.onnx", "connect": {"logits:0": "x"}, "prefix": "head/"},
               lambda m, d: merge(m, osg.load(d / "blocks/head.onnx"), connect=[("logits:0", "x")],
                                  prefix="head/")),
+    "replace": ({"pattern": RELU_P, "replacement": MAX0_R},
+                lambda m, d: replace(m, pattern=RELU_P, replacement=MAX0_R)),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -532,6 +551,9 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
                                  pruned_nodes=("m",)),
         "rename": RenameRecord(renamed={"a": "b"}, nodes=True),
         "bypass": BypassRecord(removed=("n",), input=1, rerouted=(), rerouted_outputs=()),
+        "replace": ReplaceRecord(pattern="onnx-base64:AA==", replacement="onnx-base64:AA==",
+                                 sites=({"nodes": ["n"], "inputs": {}, "outputs": {}},),
+                                 any_constant=("c",), tolerance={"rtol": 0.1, "atol": 0.2}),
     }
     record = examples[op]
     call = record.replay_call()

@@ -19,6 +19,7 @@ from ..cli_output import (
     insert_payload,
     merge_payload,
     rename_payload,
+    replace_payload,
     reroute_payload,
 )
 from ..errors import UsageError
@@ -98,6 +99,14 @@ def _reroute(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, An
                                    prune=p.get("prune", False)))
 
 
+def _replace(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import replace
+
+    return replace_payload(replace(model, pattern=p["pattern"], replacement=p["replacement"],
+                                   any_constant=p.get("any_constant") or (),
+                                   tolerance=p.get("tolerance")))
+
+
 STEPS: dict[str, Verb] = {
     v.name: v
     for v in (
@@ -154,6 +163,15 @@ STEPS: dict[str, Verb] = {
             Param("prefix", Kind.TEXT, help="prefix of the second's colliding names"),
             Param("outputs", Kind.NAMES, help="graph outputs of the merged model"),
         ), _merge, check=_verify_merge, help="append a second model behind this one"),
+        Verb("replace", (
+            Param("pattern", Kind.TEXT, required=True,
+                  help="the pattern graph P: an .onnx or ONNX text file, or inline "
+                       "(onnx-base64:...)"),
+            Param("replacement", Kind.TEXT, required=True,
+                  help="what each match becomes (R, bound to P by position)"),
+            Param("any_constant", Kind.NAMES, help="pattern constants that match any value"),
+            Param("tolerance", Kind.TEXT, help="RTOL,ATOL the proof compares R with P under"),
+        ), _replace, help="replace every match of a structural pattern"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
             Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),

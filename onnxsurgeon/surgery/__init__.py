@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from .merge import merge as merge
     from .rename import RenameResult as RenameResult
     from .rename import rename as rename
+    from .replace import ReplaceResult as ReplaceResult
+    from .replace import replace as replace
     from .reroute import RerouteResult as RerouteResult
     from .reroute import reroute as reroute
 
@@ -33,6 +35,7 @@ _HOME_OF = {
     "insert": "insert", "InsertResult": "insert",
     "merge": "merge", "MergeResult": "merge",
     "rename": "rename", "RenameResult": "rename",
+    "replace": "replace", "ReplaceResult": "replace",
     "reroute": "reroute", "RerouteResult": "reroute",
 }
 

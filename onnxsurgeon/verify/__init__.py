@@ -48,6 +48,7 @@ from .report import (
 )
 from .rewrite import verify_rewrite  # with .verbs: registers every check in invariant.CHECKS
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
+from .sites import _check_replace as _check_replace  # registers the replace check
 from .verbs import verify_merge
 
 

@@ -1,0 +1,259 @@
+"""Structural patterns (onnxsurgeon.pattern): each matching rule on a hand-built graph, match
+counts against an independent count, near misses explained, and ``match`` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+from onnx import helper
+
+from onnxsurgeon.errors import InvalidModelError, NotFoundError
+from onnxsurgeon.index import GraphIndex
+from onnxsurgeon.pattern import find_matches, load_pattern
+from tests.cli_helpers import cli_main
+
+ADD_RELU = b"g (float[A,B] p, float[A,B] q) => (float[A,B] r) { s = Add(p, q)\n r = Relu(s) }"
+
+
+def model(text: str, opset: int = 17) -> onnx.ModelProto:
+    return onnx.parser.parse_model(f'<ir_version: 8, opset_import: ["" : {opset}]>\n{text}')
+
+
+def found(m: onnx.ModelProto, pattern: bytes | str, **kw):
+    return find_matches(GraphIndex(m), load_pattern(
+        pattern.encode() if isinstance(pattern, str) else pattern, **kw), explain=True)
+
+
+def test_commutative_inputs_match_in_either_order_and_one_input_binds_one_tensor():
+    m = model("""g (float[2] x, float[2] y) => (float[2] a, float[2] b, float[2] c) {
+        s1 = Add(x, y)
+        a = Relu(s1)
+        s2 = Add(y, x)
+        b = Relu(s2)
+        s3 = Sub(x, y)
+        c = Relu(s3)
+    }""")
+    res = found(m, ADD_RELU)
+    assert [s.labels for s in res.matches] == [("Add#0", "Relu#1"), ("Add#2", "Relu#3")]
+    assert res.matches[1].inputs == {"p": "y", "q": "x"}
+    assert any("Sub; the pattern wants Add" in line for line in res.misses)
+    same = found(m, "g (float[2] p) => (float[2] r) { s = Add(p, p)\n r = Relu(s) }")
+    assert not same.matches  # p is one tensor: Add(x, y) is not Add(p, p)
+    twice = model("""g (float[2] x) => (float[2] a) { s = Add(x, x)
+        a = Relu(s) }""")
+    assert len(found(twice, "g (float[2] p) => (float[2] r) { s = Add(p, p)\n r = Relu(s) }")
+               .matches) == 1
+
+
+def test_overlapping_candidates_first_wins_in_node_order():
+    m = model("""g (float[2] x) => (float[2] y) {
+        a = Relu(x)
+        b = Relu(a)
+        c = Relu(b)
+        y = Relu(c)
+    }""")
+    res = found(m, "g (float[2] p) => (float[2] r) { s = Relu(p)\n r = Relu(s) }")
+    assert [s.nodes for s in res.matches] == [(0, 1), (2, 3)]  # not (1, 2): no overlap
+    three = model("""g (float[2] x) => (float[2] y) { a = Relu(x)
+        b = Relu(a)
+        y = Relu(b) }""")
+    res = found(three, "g (float[2] p) => (float[2] r) { s = Relu(p)\n r = Relu(s) }")
+    assert [s.nodes for s in res.matches] == [(0, 1)]
+    assert any("in another match" in line for line in res.misses)
+
+
+def test_inner_tensor_read_outside_or_a_graph_output_is_no_match_and_is_explained():
+    m = model("""g (float[2] x, float[2] y) => (float[2] a, float[2] w) {
+        s = Add(x, y)
+        a = Relu(s)
+        w = Mul(s, x)
+    }""")
+    res = found(m, ADD_RELU)
+    assert not res.matches
+    assert res.misses == ["Relu#1: 's' is also read by node 'Mul#2' outside the match"]
+    out = model("""g (float[2] x, float[2] y) => (float[2] a, float[2] s) {
+        s = Add(x, y)
+        a = Relu(s)
+    }""")
+    res = found(out, ADD_RELU)
+    assert not res.matches and "'s' is a graph output" in res.misses[0]
+
+
+def test_constants_match_by_value_and_any_constant_by_shape_class():
+    m = model("""g (float[2] x) => (float[2] a, float[2] b, float[2] c, float[2] d) <float two = {2.0},
+                 float three = {3.0}> {
+        a = Mul(x, two)
+        k = Constant <value = float {2.0}> ()
+        b = Mul(k, x)
+        c = Mul(x, three)
+        d = Mul(x, x)
+    }""")
+    pat = "g (float[2] p) => (float[2] r) <float c = {2.0}> { r = Mul(p, c) }"
+    res = found(m, pat)
+    assert [s.labels for s in res.matches] == [("Mul#0",), ("Mul#2",)]
+    assert res.matches[1].dead_constants == (1,)  # the Constant only this match reads
+    assert any("constant of another value" in line for line in res.misses)
+    assert any("is a graph input; the pattern wants a constant" in line for line in res.misses)
+    res = found(m, pat, any_constant=["c"])
+    assert [s.labels for s in res.matches] == [("Mul#0",), ("Mul#2",), ("Mul#3",)]
+    with pytest.raises(NotFoundError, match="not a constant"):
+        load_pattern(pat.encode(), any_constant=["nope"])
+
+
+def test_attributes_set_must_be_equal_left_out_match_anything_defaults_count():
+    m = model("""g (float[2,3] x) => (float[2,3] a, float[2,3] b, float[2,3] c) {
+        a = Softmax <axis = 0> (x)
+        b = Softmax <axis = -1> (x)
+        c = Softmax (x)
+    }""")
+    res = found(m, "g (float[A,B] p) => (float[A,B] r) { r = Softmax <axis = -1> (p) }")
+    assert [s.labels for s in res.matches] == [("Softmax#1",), ("Softmax#2",)]
+    assert "attribute axis is 0" in res.misses[0]
+    assert len(found(m, "g (float[A,B] p) => (float[A,B] r) { r = Softmax (p) }").matches) == 3
+
+
+def test_variadic_ops_match_only_their_arity():
+    m = model("""g (float[2] x, float[2] y, float[2] z) => (float[6] a, float[4] b) {
+        a = Concat <axis = 0> (x, y, z)
+        b = Concat <axis = 0> (y, z)
+    }""")
+    two = found(m, "g (float[N] p, float[N] q) => (float[M] r) { r = Concat <axis = 0> (p, q) }")
+    assert [s.labels for s in two.matches] == [("Concat#1",)]
+    assert "has 3 inputs; the pattern wants 2" in two.misses[0]
+    three = found(m, "g (float[N] p, float[N] q, float[N] t) => (float[M] r) "
+                     "{ r = Concat <axis = 0> (p, q, t) }")
+    assert [s.inputs for s in three.matches] == [{"p": "x", "q": "y", "t": "z"}]
+    summed = model("""g (float[2] x, float[2] y, float[2] z) => (float[2] a) {
+        a = Sum(z, x, y) }""")
+    sum3 = found(summed, "g (float[N] p, float[N] q, float[N] t) => (float[N] r) "
+                         "{ r = Sum(p, q, t) }")
+    assert len(sum3.matches) == 1  # Sum is commutative too: any order of its three inputs
+
+
+def test_multi_output_pattern_finds_every_output():
+    text = """g (float[2] x, float[2] y) => (float[2] a, float[2] b, float[2] c, float[2] d) {
+        s = Add(x, y)
+        a = Relu(s)
+        b = Sigmoid(s)
+        t = Add(y, x)
+        c = Relu(t)
+        u = Add(x, x)
+        d = Relu(u)
+    }"""
+    pat = """g (float[N] p, float[N] q) => (float[N] r1, float[N] r2) {
+        s = Add(p, q)
+        r1 = Relu(s)
+        r2 = Sigmoid(s)
+    }"""
+    res = found(model(text), pat)
+    assert len(res.matches) == 1
+    site = res.matches[0]
+    assert site.nodes == (0, 1, 2) and site.outputs == {"r1": "a", "r2": "b"}
+    assert any("other outputs are not found" in line for line in res.misses)
+
+
+def test_matches_inside_if_and_loop_bodies():
+    body = """g (float[2] x, float[2] y) => (float[2] a) {
+        c = Constant <value = bool {1}> ()
+        a = If (c) <then_branch = then_g () => (float[2] t) { s = Add(x, y)
+                                                            t = Relu(s) },
+                     else_branch = else_g () => (float[2] e) { e = Relu(x) }>
+    }"""
+    res = found(model(body), ADD_RELU)
+    assert [(s.graph, s.labels) for s in res.matches] == [("If#1/then_branch", ("Add#0", "Relu#1"))]
+    assert res.matches[0].inputs == {"p": "x", "q": "y"}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_match_count_equals_an_independent_count(seed):
+    """Random Add/Relu/Mul graphs with random extra readers: the matches of Relu(Add(p, q))
+    are exactly the Add nodes read only by one Relu (and not graph outputs), counted by hand."""
+    rng = np.random.default_rng(seed)
+    names = ["x0", "x1"]
+    nodes = []
+    for i in range(60):
+        op = ["Add", "Relu", "Mul"][rng.integers(3)]
+        ins = [names[rng.integers(len(names))] for _ in range(1 if op == "Relu" else 2)]
+        nodes.append(helper.make_node(op, ins, [f"t{i}"]))
+        names.append(f"t{i}")
+    outs = [names[-1], names[-7]]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, 1, [2])
+                                           for n in ("x0", "x1")],
+                              [helper.make_tensor_value_info(n, 1, [2]) for n in outs])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in nodes:
+        for t in n.input:
+            readers.setdefault(t, []).append(n)
+    expected = sum(1 for n in nodes if n.op_type == "Add" and n.output[0] not in outs
+                   and len(readers.get(n.output[0], [])) == 1
+                   and readers[n.output[0]][0].op_type == "Relu"
+                   and list(readers[n.output[0]][0].input).count(n.output[0]) == 1)
+    assert len(found(m, ADD_RELU).matches) == expected
+
+
+@pytest.mark.parametrize("text, error", [
+    ("g (float p) => (float r) { r = Relu(p \n", "not valid ONNX text"),
+    ("g (float p) => (float r) { r = Relu(missing) }", "reads 'missing'"),
+    ("g (float p) => (float p) { r = Relu(p) }", "not computed by one of its nodes"),
+    ("g (float p) => (float r) { r = Relu(p)\n z = Neg(p) }", "computes nothing"),
+])
+def test_bad_pattern_files_are_one_line_errors(tmp_path, text, error):
+    path = tmp_path / "p.txt"
+    path.write_text(text)
+    with pytest.raises(InvalidModelError, match=error):
+        load_pattern(path)
+
+
+def test_a_pattern_may_be_an_onnx_file_or_a_whole_model_in_text(tmp_path):
+    m = model("""g (float[2] x, float[2] y) => (float[2] a) { s = Add(x, y)
+        a = Relu(s) }""")
+    as_model = tmp_path / "p.onnx"
+    onnx.save(onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]>\n' + ADD_RELU.decode()), as_model)
+    assert len(find_matches(GraphIndex(m), load_pattern(as_model)).matches) == 1
+    text = tmp_path / "p.txt"
+    text.write_text('<ir_version: 8, opset_import: ["" : 17]>\n' + ADD_RELU.decode())
+    assert load_pattern(text).has_opsets and not load_pattern(ADD_RELU).has_opsets
+
+
+def test_match_cli_lists_sites_json_explains_and_exits_2_on_none(tmp_path, capsys):
+    m = model("""g (float[2] x, float[2] y) => (float[2] a, float[2] w) {
+        s = Add(x, y)
+        a = Relu(s)
+        s2 = Add(a, y)
+        w = Relu(s2)
+    }""")
+    path, pat = tmp_path / "m.onnx", tmp_path / "p.txt"
+    onnx.save(m, path)
+    pat.write_bytes(ADD_RELU)
+    code, out, err = cli_main(capsys, "match", path, "--pattern", pat, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["matches"] == 2
+    assert data["sites"][1] == {"nodes": ["Add#2", "Relu#3"], "inputs": {"p": "a", "q": "y"},
+                                "outputs": {"r": "w"}}
+    code, out, err = cli_main(capsys, "match", path, "--select", "op:Relu")
+    assert code == 0 and out.startswith("2 matches of op:Relu")
+    none = tmp_path / "none.txt"
+    none.write_text("g (float[N] p) => (float[N] r) { r = Sigmoid(p) }")
+    code, out, err = cli_main(capsys, "match", path, "--pattern", none)
+    assert code == 2 and err.count("\n") == 1 and "matches nothing" in err
+    bad = tmp_path / "bad.txt"
+    bad.write_text("not onnx at all")
+    code, out, err = cli_main(capsys, "match", path, "--pattern", bad)
+    assert code == 2 and err.count("\n") == 1 and "neither an ONNX model" in err
+    code, out, err = cli_main(capsys, "match", path, "--pattern", tmp_path / "missing.txt")
+    assert code == 2 and "not found" in err
+
+
+def test_match_sites_carry_framework_names(capsys):
+    """A dynamo-exported torch model: the matched node's module path and its output's."""
+    path = Path(__file__).resolve().parent.parent / "models" / "torch_cnn.onnx"
+    code, out, err = cli_main(capsys, "match", path, "--select", "op:Conv", "--json")
+    site = json.loads(out)["sites"][0]
+    assert code == 0 and site["framework"]["node_conv2d"] == ["conv5"]

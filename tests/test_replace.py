@@ -1,0 +1,317 @@
+"""``replace``: every match of P replaced by R in one rewrite, each site proved (P alone equals
+the original there, R alone equals P), the record replaying; structural, numeric, CLI, and on
+converted models (a transformers encoder's decomposed LayerNorm fused into one op, a CNN's
+SiLU computed another way)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+import pytest
+
+from onnxsurgeon.errors import RewriteError, UsageError
+from onnxsurgeon.record import ReplaceRecord, records
+from onnxsurgeon.surgery import replace
+from onnxsurgeon.verify import verify_log
+from tests.cli_helpers import cli, cli_main
+
+ADD_RELU = b"g (float[A,B] p, float[A,B] q) => (float[A,B] r) { s = Add(p, q)\n r = Relu(s) }"
+SUM_RELU = b"g (float[A,B] p, float[A,B] q) => (float[A,B] r) { s = Sum(q, p)\n r = Relu(s) }"
+SUB_RELU = b"g (float[A,B] p, float[A,B] q) => (float[A,B] r) { s = Sub(q, p)\n r = Relu(s) }"
+
+
+def model(text: str, opset: int = 17) -> onnx.ModelProto:
+    return onnx.parser.parse_model(f'<ir_version: 8, opset_import: ["" : {opset}]>\n{text}')
+
+
+def chain() -> onnx.ModelProto:
+    return model("""g (float[2,3] x, float[2,3] y) => (float[2,3] z, float[2,3] w) {
+        a = Add(x, y)
+        b = Relu(a)
+        c = Add(y, b)
+        d = Relu(c)
+        e = Add(d, x)
+        z = Relu(e)
+        w = Mul(a, x)
+    }""")
+
+
+def run(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(m.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def copy_of(m: onnx.ModelProto) -> onnx.ModelProto:
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    return c
+
+
+def test_every_site_replaced_in_one_rewrite_outputs_equal_and_record_lists_sites():
+    m, orig = chain(), chain()
+    result = replace(m, pattern=ADD_RELU, replacement=SUM_RELU)
+    onnx.checker.check_model(m, full_check=True)
+    ops = [n.op_type for n in m.graph.node]
+    assert ops == ["Add", "Relu", "Sum", "Relu", "Sum", "Relu", "Mul"]  # Add#0 is read by Mul
+    assert [list(s.labels) for s in result.sites] == [["Add#2", "Relu#3"], ["Add#4", "Relu#5"]]
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3), dtype=np.float32),
+             "y": np.random.default_rng(1).standard_normal((2, 3), dtype=np.float32)}
+    for a, b in zip(run(orig, feeds), run(m, feeds), strict=True):
+        assert np.array_equal(a, b)
+    (record,) = records(m)
+    assert isinstance(record, ReplaceRecord) and len(record.sites) == 2
+    assert record.sites[0]["outputs"] == {"r": "d"} and record.sites[0]["replaced"]
+    assert verify_log(orig, m).verdict == "pass"
+
+
+def test_multi_output_sites_replaced_and_the_same_command_gives_the_same_bytes():
+    text = """g (float[2] x, float[2] y) => (float[2] z) {
+        a = Add(x, y)
+        b = Relu(a)
+        c = Sigmoid(a)
+        z = Mul(b, c)
+    }"""
+    pat = (b"g (float[N] p, float[N] q) => (float[N] r1, float[N] r2) { s = Add(p, q)\n"
+           b" r1 = Relu(s)\n r2 = Sigmoid(s) }")
+    rep = (b"g (float[N] p, float[N] q) => (float[N] r1, float[N] r2) { s = Sum(p, q)\n"
+           b" r1 = Relu(s)\n r2 = Sigmoid(s) }")
+    m, again, orig = model(text), model(text), model(text)
+    result = replace(m, pattern=pat, replacement=rep)
+    replace(again, pattern=pat, replacement=rep)
+    assert m.SerializeToString(deterministic=True) == again.SerializeToString(deterministic=True)
+    assert result.sites[0].outputs == {"r1": "b", "r2": "c"}
+    assert [n.op_type for n in m.graph.node] == ["Sum", "Relu", "Sigmoid", "Mul"]
+    onnx.checker.check_model(m, full_check=True)
+    feeds = {"x": np.array([1.0, -2.0], np.float32), "y": np.array([0.5, 3.0], np.float32)}
+    assert np.array_equal(run(orig, feeds)[0], run(m, feeds)[0])
+
+
+def test_the_record_replays_without_the_files():
+    from onnxsurgeon.io import Model
+    from onnxsurgeon.verify.log import replay
+
+    m = chain()
+    replace(m, pattern=ADD_RELU, replacement=SUM_RELU)
+    again = Model(chain())
+    replay(again, records(m)[0])
+    assert again.proto.graph == m.graph
+
+
+def test_a_wrong_replacement_fails_its_site_by_name():
+    m, orig = chain(), chain()
+    replace(m, pattern=ADD_RELU, replacement=SUB_RELU)
+    report = verify_log(orig, m)
+    assert report.verdict == "fail"
+    failed = [p for p in report.pairs if not p.agree]
+    assert any(p.reference_text.startswith("site Add#2+Relu#3") for p in failed)
+    patterns = [p for p in report.pairs if p.check.endswith("replace:pattern")]
+    assert patterns and all(p.agree for p in patterns)  # P alone still equals the original
+
+
+def test_any_constant_sites_are_proved_with_their_own_constant():
+    """Mul(p, c) with c any constant, replaced by Add(p, p): right where c is 2, and the proof
+    (P fed the site's own constant) fails the site where c is 3, by name."""
+    text = """g (float[2] x) => (float[2] a, float[2] b) <float two = {2.0}, float three = {3.0}> {
+        a = Mul(x, two)
+        b = Mul(x, three)
+    }"""
+    m, orig = model(text), model(text)
+    pat = b"g (float[N] p) => (float[N] r) <float c = {2.0}> { r = Mul(p, c) }"
+    replace(m, pattern=pat, replacement=b"g (float[N] p) => (float[N] r) { r = Add(p, p) }",
+            any_constant=["c"])
+    report = verify_log(orig, m)
+    bad = sorted({p.reference_text.split(":")[0] for p in report.pairs if not p.agree})
+    assert report.verdict == "fail" and bad == ["b", "site Mul#1"]
+
+
+def test_refusals_leave_the_model_unchanged():
+    m = chain()
+    before = m.SerializeToString()
+    one_input = b"g (float[A,B] p) => (float[A,B] r) { r = Relu(p) }"
+    with pytest.raises(UsageError, match="bind by"):
+        replace(m, pattern=ADD_RELU, replacement=one_input)
+    as_double = (b"g (float[A,B] p, float[A,B] q) => (double[A,B] r) { s = Add(p, q)\n"
+                 b" r = Cast <to = 11> (s) }")
+    with pytest.raises(RewriteError, match="double"):
+        replace(m, pattern=ADD_RELU, replacement=as_double)
+    with pytest.raises(RewriteError, match="matches nothing"):
+        replace(m, pattern=b"g (float[N] p) => (float[N] r) { r = Tanh(p) }",
+                replacement=b"g (float[N] p) => (float[N] r) { r = Tanh(p) }")
+    assert m.SerializeToString() == before
+
+
+def test_sites_in_bodies_replaced_with_weights_shared_and_dead_constants_removed():
+    m = model("""g (float[2] x, float[2] y) => (float[2] a, float[2] m) {
+        c = Constant <value = bool {1}> ()
+        a = If (c) <then_branch = then_g () => (float[2] t) { s = Add(x, y)
+                                                            t = Relu(s) },
+                     else_branch = else_g () => (float[2] e) { e = Relu(x) }>
+        k = Constant <value = float {2.0}> ()
+        m = Mul(x, k)
+    }""")
+    orig = copy_of(m)
+    two = b"g (float[N] p) => (float[N] r) <float c = {2.0}> { r = Mul(p, c) }"
+    doubled = b"g (float[N] p) => (float[N] r) { r = Add(p, p) }"
+    result = replace(m, pattern=two, replacement=doubled)
+    assert result.removed_constants == ["Constant#2"]
+    assert [n.op_type for n in m.graph.node] == ["Constant", "If", "Add"]
+    scaled = b"g (float[N] p, float[N] q) => (float[N] r) <float[1] h = {0.5}> {\n" \
+             b" s = Sum(p, q)\n t = Relu(s)\n r = Div(t, h) }"
+    nested = copy_of(m)
+    assert [s.graph for s in replace(nested, pattern=ADD_RELU, replacement=scaled).sites] == [
+        "If#1/then_branch"]
+    onnx.checker.check_model(nested, full_check=True)
+    feeds = {"x": np.array([1.0, -2.0], np.float32), "y": np.array([0.5, 3.0], np.float32)}
+    want = run(orig, feeds)
+    got = run(nested, feeds)
+    assert np.array_equal(got[0], want[0] / 0.5) and np.array_equal(got[1], want[1])
+
+
+def test_replace_cli_end_to_end_with_verify_and_json(tmp_path):
+    path, pat, rep, out = tmp_path / "m.onnx", tmp_path / "p.txt", tmp_path / "r.txt", \
+        tmp_path / "out.onnx"
+    onnx.save(chain(), path)
+    pat.write_bytes(ADD_RELU)
+    rep.write_bytes(SUM_RELU)
+    proc = cli("replace", path, "-o", out, "--pattern", pat, "--replacement", rep, "--verify",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["matches"] == 2 and data["verify"]["verdict"] == "pass"
+    assert data["sites"][0]["nodes"] == ["Add#2", "Relu#3"] and out.exists()
+
+
+def test_replace_cli_failing_site_is_exit_1_and_nothing_written(tmp_path, capsys):
+    path, pat, rep, out = tmp_path / "m.onnx", tmp_path / "p.txt", tmp_path / "r.txt", \
+        tmp_path / "out.onnx"
+    onnx.save(chain(), path)
+    pat.write_bytes(ADD_RELU)
+    rep.write_bytes(SUB_RELU)
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify")
+    assert code == 1 and not out.exists()
+    assert "site Add#2+Relu#3: the pattern alone" in stdout and "nothing written" in err
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", tmp_path / "missing.txt")
+    assert code == 2 and err.count("\n") == 1 and "not found" in err
+
+
+# ------------------------------------------------------------------ converted models
+LN_PATTERN = """<ir_version: 8, opset_import: ["" : 16]>
+ln (float[N,S,H] x, float[H] w, float[H] b) => (float[N,S,H] y) {
+  mean = ReduceMean <axes = [-1]> (x)
+  d = Sub(x, mean)
+  two = Constant <value = float {2.0}> ()
+  p = Pow(d, two)
+  var = ReduceMean <axes = [-1]> (p)
+  eps = Constant <value = float {1e-12}> ()
+  ve = Add(var, eps)
+  s = Sqrt(ve)
+  n = Div(d, s)
+  m = Mul(n, w)
+  y = Add(m, b)
+}"""
+LN_FUSED = """<ir_version: 8, opset_import: ["" : 17]>
+ln (float[N,S,H] x, float[H] w, float[H] b) => (float[N,S,H] y) {
+  y = LayerNormalization <axis = -1, epsilon = 1e-12> (x, w, b)
+}"""
+
+
+@pytest.fixture(scope="session")
+def bert_opset16(tmp_path_factory) -> onnx.ModelProto:
+    """A transformers BERT encoder from a config (random weights), exported with
+    torch.onnx (dynamo=False) at opset 16, where LayerNorm is decomposed."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=32,
+                                  max_position_embeddings=16)
+    torch.manual_seed(0)
+    bert = transformers.BertModel(cfg).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids):  # noqa: ANN001
+            return self.bert(input_ids=ids).last_hidden_state
+
+    path = tmp_path_factory.mktemp("bert") / "bert.onnx"
+    torch.onnx.export(Encoder().eval(), (torch.randint(0, 50, (1, 8)),), str(path),
+                      opset_version=16, dynamo=False, input_names=["input_ids"],
+                      output_names=["hidden"])
+    return onnx.load(str(path))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_decomposed_layernorm_of_a_transformer_fused_into_one_op_proved_per_site(
+        bert_opset16, tmp_path):
+    from onnxsurgeon.io import Model
+
+    m, orig = copy_of(bert_opset16), copy_of(bert_opset16)
+    pattern, fused = tmp_path / "ln.txt", tmp_path / "fused.txt"
+    pattern.write_text(LN_PATTERN)
+    fused.write_text(LN_FUSED)
+    expected = Counter(n.op_type for n in orig.graph.node)["Pow"]  # one Pow per LayerNorm
+    result = replace(m, pattern=pattern, replacement=fused, tolerance=(1e-4, 1e-5))
+    assert len(result.sites) == expected == 5
+    ops = Counter(n.op_type for n in m.graph.node)
+    assert ops["LayerNormalization"] == 5 and ops["Pow"] == 0 and ops["Sqrt"] == 0
+    assert {o.version for o in m.opset_import if o.domain in ("", "ai.onnx")} == {17}
+    onnx.checker.check_model(m)
+    report = verify_log(Model(orig), Model(m))
+    assert report.verdict == "pass", report.to_text()
+    sites = [p for p in report.pairs if p.check.endswith("replace:site")]
+    assert len(sites) == 5 and all(p.agree for p in sites)
+
+
+SILU = "g (float[N,C,H,W] p) => (float[N,C,H,W] r) { s = Sigmoid(p)\n r = Mul(s, p) }"
+SILU_EXP = """g (float[N,C,H,W] p) => (float[N,C,H,W] r) <float one = {1.0}> {
+  n = Neg(p)
+  e = Exp(n)
+  d = Add(one, e)
+  r = Div(p, d)
+}"""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_cnn_silu_replaced_everywhere_under_tolerance(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    from onnxsurgeon.io import Model
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.SiLU(),
+        torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.SiLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2)).eval()
+    path = tmp_path / "cnn.onnx"
+    torch.onnx.export(net, (torch.randn(1, 3, 8, 8),), str(path), opset_version=16,
+                      dynamo=False, input_names=["x"], output_names=["y"])
+    orig = onnx.load(str(path))
+    m = copy_of(orig)
+    expected = Counter(n.op_type for n in orig.graph.node)["Sigmoid"]
+    result = replace(m, pattern=SILU.encode(), replacement=SILU_EXP.encode(),
+                     tolerance="1e-5,1e-6")
+    assert len(result.sites) == expected == 2  # Mul(x, sigmoid) matches Mul(s, p): commutative
+    report = verify_log(Model(orig), Model(m))
+    assert report.verdict == "pass", report.to_text()
+    # the same pattern written as a torch function (converted as insert --func converts one)
+    (tmp_path / "pat.py").write_text("import torch\n\ndef silu(x):\n    return x * torch.sigmoid(x)\n")
+    code, out, err = cli_main(capsys, "match", path, "--pattern", f"{tmp_path / 'pat.py'}:silu",
+                              "--framework", "torch", "--pattern-input", "x:1x4x8x8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["matches"] == expected
+    code, out, err = cli_main(capsys, "match", path, "--pattern", f"{tmp_path / 'pat.py'}:silu",
+                              "--framework", "torch", "--pattern-input", "x:1x4", "--pattern-input",
+                              "y:1x4")
+    assert code == 2 and "takes one input" in err
