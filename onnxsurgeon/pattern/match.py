@@ -43,6 +43,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from ..index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
+from .intmatch import IntMatcher, Unsure, plan_ok
 from .load import _DEFAULT, Pattern, _constant_value
 
 _OP = attrgetter("op_type")
@@ -256,6 +257,14 @@ def _default_attr(node: onnx.NodeProto, name: str) -> Any:
     if attr is None or not attr.default_value.name:
         return None
     return _attr_value(attr.default_value)
+
+
+def _attrs_equal(gnode: onnx.NodeProto, attrs: list[tuple[onnx.AttributeProto, Any]]) -> bool:
+    """Every attribute the pattern node sets (``attrs``: proto, value) is equal on ``gnode``
+    (unset there: the schema's default)."""
+    have = {a.name: a for a in gnode.attribute}
+    return all((_attr_value(have[a.name]) if a.name in have else _default_attr(gnode, a.name))
+               == want for a, want in attrs)
 
 
 def _trimmed(slots: Sequence[str]) -> list[str]:
@@ -524,6 +533,42 @@ def _scopes(index: GraphIndex) -> list[_Scope]:
     return found
 
 
+def _int_matcher(matcher: _Matcher, scope: _Scope) -> IntMatcher | None:
+    """The int-graph matcher of a scope that has an int dataflow graph (the main graph)."""
+    edges = scope.index.int_graph() if scope.index is not None else None
+    if edges is None:
+        return None
+    producer = scope.producer
+    out_nodes = {producer[name] for name in scope.outputs if name in producer}
+    attrs = {pn: info[2] for pn, info in matcher.info.items() if info[2]}
+    return IntMatcher(matcher.p, edges, scope.nodes, scope.constant, out_nodes, COMMUTATIVE,
+                      _attrs_equal, attrs)
+
+
+def _int_match(fast: IntMatcher, scope: _Scope, found: tuple[dict[int, int], dict[str, int]],
+               used: set[int]) -> Match:
+    """The :class:`Match` of the int matcher's bindings (the same as the name-based one's);
+    its nodes, and the Constant nodes only it reads, join ``used``."""
+    p = fast.p
+    p2g, t = found
+    nodes = tuple(sorted(p2g.values()))
+    used.update(nodes)
+    inside = set(nodes)
+    dead = []
+    for c in p.constants:
+        g = t.get(c, -1)
+        if g < 0 or g in inside or fast.eops[g] != "Constant" or g in fast.out_nodes:
+            continue
+        if fast.counts[g] == fast.reads_inside(g, inside) and g not in used:
+            dead.append(g)
+            used.add(g)
+    name = fast.name_of
+    return Match(scope.path, nodes, tuple(map(fast.label, nodes)),
+                 {i: name(t[i]) for i in p.inputs if i in t},
+                 {o: name(p2g[fast.anchor]) for o in p.outputs},
+                 {c: name(t[c]) for c in p.constants if c in t}, tuple(sorted(dead)))
+
+
 def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                  bodies: bool = True) -> Matches:
     """Every non-overlapping match of ``pattern`` in the indexed model (see the module
@@ -539,11 +584,13 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
     misses: list[str] = []
     tried = 0
     graphs: dict[str, onnx.GraphProto] = {}
+    fits = not explain and plan_ok(p)
     for scope in (_scopes(index) if bodies else [_Scope(index.graph, "", 0, index)]):
         graphs[scope.path] = scope.graph
         used: set[int] = set()
         matcher = _Matcher(p, scope, used)
         where = f"{scope.path}: " if scope.path else ""
+        fast = _int_matcher(matcher, scope) if fits else None
         for gn in positions(scope.ops, op):
             tried += 1
             if gn in used:
@@ -551,6 +598,15 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                     misses.append(f"{where}{scope.label(gn)}: node '{scope.label(gn)}' is in "
                                   "another match")
                 continue
+            if fast is not None:
+                try:
+                    found = fast.at(gn, used)
+                except Unsure:  # the names decide this anchor
+                    pass
+                else:
+                    if found is not None:
+                        matches.append(_int_match(fast, scope, found, used))
+                    continue
             st = matcher.at(anchor, gn)
             if st is None:
                 if explain:
