@@ -128,12 +128,16 @@ class NameAllocator:
     def claim(self, bases: list[str]) -> bool:
         """Reserve every name of ``bases`` when none is empty, taken or repeated (then
         ``fresh_many(bases) == bases``) and return True; else reserve nothing and return False.
-        In C. O(len(bases) + names not merged yet)."""
+        In C. O(len(bases) + names not merged yet); after :data:`_PROBES` claims the names
+        are merged into one set, once."""
         wanted = set(bases)
         if len(wanted) != len(bases) or "" in wanted or not all(
                 map(wanted.isdisjoint, [self._names, *self._pending])):
             return False
-        self._pending.append(wanted)
+        if self._pending and len(self._pending) < _PROBES:
+            self._pending.append(wanted)
+        else:  # merged already, or many claims: one set (each claim stays O(len(bases)))
+            self._taken.update(wanted)
         return True
 
     def fresh(self, base: str) -> str:

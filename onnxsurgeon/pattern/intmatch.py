@@ -203,20 +203,17 @@ class IntMatcher:
         return sum(preds[starts[i]:starts[i + 1]].count(g) for i in inside)
 
     def _valid(self) -> bool:
-        g2p = self.g2p
-        inside = set(g2p)
+        inside = set(self.g2p)
         out = self.p2g[self.anchor]
-        counts = self.counts
+        preds, starts, counts, out_nodes = self.preds, self.starts, self.counts, self.out_nodes
+        reads: list[int] = []
+        for i in inside:
+            reads += preds[starts[i]:starts[i + 1]]
         for gn in inside:
-            if gn == out:
-                continue
-            if gn in self.out_nodes or counts[gn] > self.reads_inside(gn, inside):
+            if gn != out and (gn in out_nodes or counts[gn] > reads.count(gn)):
                 return False
-        for pin in self.p.inputs:
-            g = self.t.get(pin)
-            if g is not None and g in inside:
-                return False
-        return True
+        t = self.t
+        return not any(t.get(pin, -1) in inside for pin in self.p.inputs)
 
     # ------------------------------------------------------------------ names
     def name_of(self, g: int) -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
 from ._opsets import reconcile
 
+_OUTPUT = attrgetter("output")
 PatternSource = str | Path | bytes | onnx.ModelProto | onnx.GraphProto | Pattern
 
 
@@ -195,6 +198,16 @@ class _Template:
         self.made = [o for node in g.node for o in node.output if o]
         self.nested = any(node.attribute and has_subgraphs(node) for node in g.node)
         self.nodes = list(g.node)
+        labels = [n.name or n.op_type for n in self.nodes]
+        seen: dict[str, int] = {}
+        self.labels: list[str] = []
+        """The node labels as :meth:`NameAllocator.fresh` gives them when no name is taken
+        (a repeated base gets ``__1``, ``__2``...)."""
+        for label in labels:
+            k = seen.get(label, 0)
+            seen[label] = k + 1
+            self.labels.append(label if k == 0 else f"{label}__{k}")
+        self.label_bases = labels
 
 
 def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
@@ -222,14 +235,23 @@ def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
         nodes = list(g.node)
     else:
         inner = [n for n in tpl.made if n not in fixed]
-        fixed.update(zip(inner, names.fresh_many([prefix + n for n in inner]), strict=True))
-        labels = names.fresh_many([prefix + (n.name or n.op_type) for n in tpl.nodes])
+        wanted = [prefix + n for n in inner] + [prefix + n for n in tpl.labels]
+        if names.claim(wanted):  # no name taken: every base is its own answer
+            fresh, labels = wanted[:len(inner)], wanted[len(inner):]
+        else:
+            fresh = names.fresh_many([prefix + n for n in inner])
+            labels = names.fresh_many([prefix + n for n in tpl.label_bases])
+        fixed.update(zip(inner, fresh, strict=True))
+        get = fixed.get
         nodes = []
         for t, label in zip(tpl.nodes, labels, strict=True):
-            node = onnx.helper.make_node(t.op_type, [fixed.get(x, x) for x in t.input],
-                                         [fixed.get(x, x) for x in t.output], name=label,
-                                         domain=t.domain or None)
-            node.attribute.extend(t.attribute)
+            node = onnx.NodeProto(input=[get(x, x) for x in t.input],
+                                  output=[get(x, x) for x in t.output], name=label,
+                                  op_type=t.op_type)
+            if t.domain:
+                node.domain = t.domain
+            if t.attribute:
+                node.attribute.extend(t.attribute)
             nodes.append(node)
     for name, target in passthrough:
         src = fixed.get(name, name)
@@ -345,9 +367,10 @@ def replace(
         inserted[max(site.nodes)] = nodes
         replaced.append([n.name for n in nodes])
         removed_constants.extend(g.node[j].name or f"Constant#{j}" for j in site.dead_constants)
-        outs = set(site.outputs.values())
-        dead_names.update(o for j in (*site.nodes, *site.dead_constants) for o in g.node[j].output
-                          if o and o not in outs)
+        dead_names.update(chain.from_iterable(map(_OUTPUT, map(
+            g.node.__getitem__, (*site.nodes, *site.dead_constants)))))
+        dead_names.difference_update(site.outputs.values())
+    dead_names.discard("")
 
     # ------------------------------------------------------------------ mutate (all checked)
     e = Edit(index, follow=False)  # ids move in every touched graph: the next verb indexes
