@@ -27,8 +27,17 @@ if TYPE_CHECKING:
     )
 
 
+_COMPACT_SITES = 1000
+"""A document listing more sites than this is written compact, one line: ``json`` indents in
+Python (~1.3 s for 15,000 sites), writes compact in C. Same keys, same values."""
+
+
 def dump(command: str, payload: Mapping[str, Any]) -> str:
-    """The ``--json`` text of ``command``: ``payload`` stamped with its schema, indented."""
+    """The ``--json`` text of ``command``: ``payload`` stamped with its schema, indented (compact
+    when it lists more than :data:`_COMPACT_SITES` sites)."""
+    sites = payload.get("sites")
+    if isinstance(sites, list) and len(sites) > _COMPACT_SITES:
+        return json.dumps(stamp(command, payload), separators=(",", ":"))
     return json.dumps(stamp(command, payload), indent=2)
 
 

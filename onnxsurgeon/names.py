@@ -128,11 +128,12 @@ class NameAllocator:
     def claim(self, bases: list[str]) -> bool:
         """Reserve every name of ``bases`` when none is empty, taken or repeated (then
         ``fresh_many(bases) == bases``) and return True; else reserve nothing and return False.
-        In C. O(len(bases) + names not merged yet); after :data:`_PROBES` claims the names
-        are merged into one set, once."""
+        In C: O(len(bases) x collections not merged yet) probes (``set.isdisjoint`` of a dict
+        would walk the dict); after :data:`_PROBES` claims the names are merged into one set,
+        once."""
         wanted = set(bases)
-        if len(wanted) != len(bases) or "" in wanted or not all(
-                map(wanted.isdisjoint, [self._names, *self._pending])):
+        if len(wanted) != len(bases) or "" in wanted or any(
+                any(map(names.__contains__, bases)) for names in [self._names, *self._pending]):
             return False
         if self._pending and len(self._pending) < _PROBES:
             self._pending.append(wanted)

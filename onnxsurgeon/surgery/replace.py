@@ -208,6 +208,10 @@ class _Template:
             seen[label] = k + 1
             self.labels.append(label if k == 0 else f"{label}__{k}")
         self.label_bases = labels
+        self.made_set = set(self.made)
+        self.specs = [(list(n.input), list(n.output), n.op_type, n.domain, list(n.attribute))
+                      for n in self.nodes]
+        """Per node: its inputs, outputs, op type, domain and attributes, read once."""
 
 
 def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
@@ -216,7 +220,7 @@ def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
     outputs, weights -> the shared names, the rest fresh under ``prefix``. O(|R|)."""
     fixed = dict(zip(tpl.inputs, (site.inputs[n] for n in p.inputs), strict=True))
     targets = [site.outputs[n] for n in p.outputs]
-    made = set(tpl.made)
+    made = tpl.made_set
     passthrough: list[tuple[str, str]] = []
     for name, target in zip(tpl.outputs, targets, strict=True):
         if name in made and name not in fixed:
@@ -244,14 +248,13 @@ def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
         fixed.update(zip(inner, fresh, strict=True))
         get = fixed.get
         nodes = []
-        for t, label in zip(tpl.nodes, labels, strict=True):
-            node = onnx.NodeProto(input=[get(x, x) for x in t.input],
-                                  output=[get(x, x) for x in t.output], name=label,
-                                  op_type=t.op_type)
-            if t.domain:
-                node.domain = t.domain
-            if t.attribute:
-                node.attribute.extend(t.attribute)
+        for (ins, outs, op, domain, attrs), label in zip(tpl.specs, labels, strict=True):
+            node = onnx.NodeProto(input=[get(x, x) for x in ins],
+                                  output=[get(x, x) for x in outs], name=label, op_type=op)
+            if domain:
+                node.domain = domain
+            if attrs:
+                node.attribute.extend(attrs)
             nodes.append(node)
     for name, target in passthrough:
         src = fixed.get(name, name)
