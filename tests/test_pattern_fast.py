@@ -1,0 +1,111 @@
+"""The matcher's int-graph fast path (pattern/intmatch.py) finds exactly what the name-based
+matcher finds, and is the one that runs on a loaded model; the name allocator's claims stay
+cheap (issue 28's speed targets)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxsurgeon.pattern.match as match_mod
+from onnxsurgeon.index import GraphIndex
+from onnxsurgeon.names import _PROBES, NameAllocator
+from onnxsurgeon.pattern import find_matches, load_pattern
+from onnxsurgeon.pattern.intmatch import IntMatcher
+
+PATTERNS = {
+    "add_relu_const": b"""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[4] p) => (float[4] r) <float[4] c = {1.0, 1.0, 1.0, 1.0}> {
+            s = Add(p, c)
+            r = Relu(s)
+        }""",
+    "mul_add_same": b"""g (float[4] p, float[4] q) => (float[4] r) {
+            m = Mul(p, q)
+            r = Add(m, p)
+        }""",
+    "softmax_attr": b"""g (float[4] p) => (float[4] r) {
+            s = Softmax<axis = 0>(p)
+            r = Relu(s)
+        }""",
+}
+
+
+def _graph(seed: int) -> onnx.ModelProto:
+    """A random chain of Add/Mul/Relu/Softmax/Split-Concat nodes over [4] tensors: constants
+    (initializers, Constant nodes, one shared), commutative order both ways, outside readers,
+    graph outputs in the middle, multi-output nodes on the way."""
+    rng = random.Random(seed)
+    one = numpy_helper.from_array(np.ones(4, np.float32), "one")
+    two = numpy_helper.from_array(np.full(4, 2.0, np.float32), "two")
+    nodes: list[onnx.NodeProto] = []
+    live = ["x"]
+    outputs: list[str] = []
+    for k in range(120):
+        a = rng.choice(live[-3:])
+        b = rng.choice(live[-4:])
+        t = f"t{k}"
+        kind = rng.randrange(9)
+        if kind == 0:
+            nodes.append(helper.make_node("Add", [a, "one"] if rng.random() < .5 else ["one", a],
+                                          [t]))
+        elif kind == 1:
+            c = f"c{k}"
+            nodes.append(helper.make_node("Constant", [], [c], value=one if rng.random() < .7
+                                          else two))
+            nodes.append(helper.make_node("Add", [a, c], [t]))
+        elif kind == 2:
+            nodes.append(helper.make_node("Mul", [a, b], [t]))
+        elif kind == 3:
+            nodes.append(helper.make_node("Add", [b, a], [t]))
+        elif kind == 4:
+            nodes.append(helper.make_node("Softmax", [a], [t], axis=rng.choice([0, -1])))
+        elif kind == 5:
+            nodes.append(helper.make_node("Split", [a], [f"{t}a", f"{t}b"], axis=0,
+                                          num_outputs=2))
+            nodes.append(helper.make_node("Concat", [f"{t}b", f"{t}a"], [t], axis=0))
+        else:
+            nodes.append(helper.make_node("Relu", [a], [t]))
+        live.append(t)
+        if rng.random() < .05:
+            outputs.append(t)
+    outputs.append(live[-1])
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4]) for o in dict.fromkeys(outputs)],
+        [one])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_int_graph_matches_equal_the_name_based_ones(seed, monkeypatch):
+    m = _graph(seed)
+    onnx.checker.check_model(m)
+    calls = []
+    at = IntMatcher.at
+    monkeypatch.setattr(IntMatcher, "at", lambda self, *a: calls.append(1) or at(self, *a))
+    total = 0
+    for name, text in PATTERNS.items():
+        pattern = load_pattern(text)
+        fast = find_matches(GraphIndex(m), pattern)
+        with monkeypatch.context() as names_only:
+            names_only.setattr(match_mod, "plan_ok", lambda p: False)
+            slow = find_matches(GraphIndex(m), pattern)
+        assert fast.matches == slow.matches, name
+        assert fast.candidates == slow.candidates
+        total += len(fast.matches)
+    assert calls, "the int-graph matcher never ran"
+    assert total > 0
+
+
+def test_many_claims_merge_into_one_set():
+    names = NameAllocator({"a", "b"})
+    names._pending.append({"c"})
+    for k in range(3 * _PROBES):
+        assert names.claim([f"n{k}", f"m{k}"])
+    assert len(names._pending) <= _PROBES
+    assert not names.claim(["n5"]) and not names.claim(["c"]) and names.claim(["z"])
+    assert names.fresh("n5") == "n5__1"
