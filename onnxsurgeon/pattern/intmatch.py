@@ -135,7 +135,10 @@ class IntMatcher:
             return False
         if attrs and not self.attrs_ok(self.nodes[gn], attrs):
             return False
-        gins = _trim(self.preds[self.starts[gn]:self.starts[gn + 1]])
+        starts = self.starts
+        gins = self.preds[starts[gn]:starts[gn + 1]]
+        if gins and gins[-1] == -1:
+            gins = _trim(gins)
         if len(gins) != len(spec):
             return False
         trail = self.trail

@@ -29,7 +29,7 @@ from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
 from ..record import ReplaceRecord, add_rewrite
 from ..select import drop_missing
-from ..types import TypeOracle, dtype_name
+from ..types import TypeOracle, dtype_name, infer_value_infos, is_complete
 from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
 from ._opsets import reconcile
@@ -93,11 +93,13 @@ def _with_opsets(r: Pattern, host: onnx.ModelProto) -> onnx.ModelProto:
 
 class _SiteTypes:
     """Types of the model's tensors for the per-site checks, each looked up once: declared
-    (value_info, initializers) first, the type oracle (inference, run once) only for the rest."""
+    (value_info, initializers) first, then onnx shape inference (run once; its complete types
+    are what the oracle would answer), the type oracle only for the rest."""
 
     def __init__(self, index: GraphIndex) -> None:
         self.index = index
         self.oracle: TypeOracle | None = None
+        self.inferred: dict[str, onnx.ValueInfoProto] | None = None
         self.memo: dict[str, tuple[bytes, onnx.TypeProto | None]] = {}
 
     def of(self, name: str) -> tuple[bytes, onnx.TypeProto | None]:
@@ -113,9 +115,15 @@ class _SiteTypes:
             init = index.graph.initializer[index.initializers[name]]
             t = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
         else:
-            if self.oracle is None:
-                self.oracle = TypeOracle(index)
-            info = self.oracle.value_info(name)
+            info = None
+            if name not in index.inputs and name not in index.outputs:
+                if self.inferred is None:  # inference once, as the oracle runs it
+                    self.inferred = infer_value_infos(index.model)
+                info = self.inferred.get(name)
+            if not is_complete(info):
+                if self.oracle is None:
+                    self.oracle = TypeOracle(index)
+                info = self.oracle.value_info(name)
             t = info.type if info is not None and info.type.WhichOneof("value") else None
         found = (t.SerializeToString(deterministic=True) if t is not None else b"-", t)
         self.memo[name] = found
