@@ -28,7 +28,7 @@ from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
 from ..record import ReplaceRecord, add_rewrite
-from ..select import drop_missing
+from ..select import drop_missing, name_map
 from ..types import TypeOracle, dtype_name, infer_value_infos, is_complete
 from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
@@ -368,6 +368,9 @@ def replace(
     replaced: list[list[str]] = []
     removed_constants: list[str] = []
     dead_names: set[str] = set()
+    # the names the sites' removed tensors leave behind matter only to value_info entries and
+    # the name map: read the removed nodes' outputs only when there are some
+    named = bool(host.graph.value_info) or bool(name_map(host))
     for site in found.matches:
         g = found.graphs[site.graph]
         removed, inserted = plans.setdefault(site.graph, (set(), {}))
@@ -378,9 +381,10 @@ def replace(
         inserted[max(site.nodes)] = nodes
         replaced.append([n.name for n in nodes])
         removed_constants.extend(g.node[j].name or f"Constant#{j}" for j in site.dead_constants)
-        dead_names.update(chain.from_iterable(map(_OUTPUT, map(
-            g.node.__getitem__, (*site.nodes, *site.dead_constants)))))
-        dead_names.difference_update(site.outputs.values())
+        if named:
+            dead_names.update(chain.from_iterable(map(_OUTPUT, map(
+                g.node.__getitem__, (*site.nodes, *site.dead_constants)))))
+            dead_names.difference_update(site.outputs.values())
     dead_names.discard("")
 
     # ------------------------------------------------------------------ mutate (all checked)
