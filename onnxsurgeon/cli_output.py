@@ -100,6 +100,8 @@ def sites_payload(sites: list[dict[str, Any]], framework: dict[str, list[str]]) 
     """Pattern sites as ``match`` / ``replace --json`` list them: the framework names of each
     site's bound tensors (converters' name map) and nodes (torch module paths) under
     ``framework`` when it has any."""
+    if not framework:
+        return [dict(site) for site in sites]
     out = []
     for site in sites:
         bound = [*site.get("inputs", {}).values(), *site.get("outputs", {}).values()]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from .cli_flags import advised, verify_options
@@ -255,11 +257,12 @@ def framework_names(model: Any) -> dict[str, list[str]]:
     for fw, onnx_name in sorted(name_map(model.proto).items()):
         if fw != onnx_name:
             found.setdefault(onnx_name, []).append(fw)
-    for i, node in enumerate(model.proto.graph.node):
-        if node.metadata_props:
-            module = node_module(node)
-            if module is not None:
-                found.setdefault(node_label(node, i), []).append(module)
+    nodes = model.proto.graph.node
+    # only the nodes with metadata, found by a C-level pass
+    for i in compress(range(len(nodes)), map(attrgetter("metadata_props"), nodes)):
+        module = node_module(nodes[i])
+        if module is not None:
+            found.setdefault(node_label(nodes[i], i), []).append(module)
     return found
 
 
