@@ -12,10 +12,10 @@ rebuilds each touched graph's node list once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +220,68 @@ class _Template:
         self.specs = [(list(n.input), list(n.output), n.op_type, n.domain, list(n.attribute))
                       for n in self.nodes]
         """Per node: its inputs, outputs, op type, domain and attributes, read once."""
+        self.plan: list[tuple[Callable[[list[str]], Sequence[str]],
+                              Callable[[list[str]], Sequence[str]], str, str,
+                              list[onnx.AttributeProto]]] | None = None
+        self.inner: list[str] = []
+        self.literals: list[str] = []
+
+    def prepare(self, weights: dict[str, str]) -> None:
+        """:attr:`plan`: each node's inputs and outputs as positions in a site's list of names
+        (R's inputs, its outputs, its inner tensors fresh, the weights' shared names), when no
+        output is handed straight on and R holds no body; else None (:func:`_copy_for` maps
+        names one by one)."""
+        inputs, made = set(self.inputs), self.made_set
+        if self.nested or any(o not in made or o in inputs for o in self.outputs) or len(
+                self.made) != len(made) or len(set(self.outputs)) != len(self.outputs):
+            return
+        slots = {name: k for k, name in enumerate([*self.inputs, *self.outputs])}
+        fixed = {*slots, *weights}
+        self.inner = [n for n in self.made if n not in fixed]
+        for n in self.inner:
+            slots[n] = len(slots)
+        literal: dict[str, int] = {}
+        for ins, outs, *_ in self.specs:
+            for x in (*ins, *outs):
+                if x not in slots and x not in literal:
+                    literal[x] = len(slots) + len(literal)
+        self.literals = [weights.get(x, x) for x in literal]
+        slots.update(literal)
+
+        def getter(names: list[str]) -> Callable[[list[str]], Sequence[str]]:
+            at = [slots[x] for x in names]
+            if len(at) > 1:
+                return itemgetter(*at)
+            if at:
+                return lambda vals, k=at[0]: (vals[k],)
+            return lambda vals: ()
+
+        self.plan = [(getter(ins), getter(outs), op, domain, attrs)
+                     for ins, outs, op, domain, attrs in self.specs]
+
+
+def _quick_copy(tpl: _Template, site: Match, p: Pattern, names: NameAllocator,
+                prefix: str) -> list[onnx.NodeProto]:
+    """:func:`_copy_for` by :attr:`_Template.plan` (C-level slot lookups). O(|R|)."""
+    assert tpl.plan is not None
+    inner = tpl.inner
+    wanted = [prefix + n for n in inner] + [prefix + n for n in tpl.labels]
+    if names.claim(wanted):  # no name taken: every base is its own answer
+        fresh, labels = wanted[:len(inner)], wanted[len(inner):]
+    else:
+        fresh = names.fresh_many([prefix + n for n in inner])
+        labels = names.fresh_many([prefix + n for n in tpl.label_bases])
+    vals = [*map(site.inputs.__getitem__, p.inputs), *map(site.outputs.__getitem__, p.outputs),
+            *fresh, *tpl.literals]
+    nodes = []
+    for (ins, outs, op, domain, attrs), label in zip(tpl.plan, labels, strict=True):
+        node = onnx.NodeProto(input=ins(vals), output=outs(vals), name=label, op_type=op)
+        if domain:
+            node.domain = domain
+        if attrs:
+            node.attribute.extend(attrs)
+        nodes.append(node)
+    return nodes
 
 
 def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
@@ -365,6 +427,7 @@ def replace(
     inits = list(block.graph.initializer)
     stem = Path(r.label).stem or "replacement"
     weights = {t.name: names.fresh(f"{stem}/{t.name}") for t in inits}
+    template.prepare(weights)
     replaced: list[list[str]] = []
     removed_constants: list[str] = []
     dead_names: set[str] = set()
@@ -375,7 +438,9 @@ def replace(
         g = found.graphs[site.graph]
         removed, inserted = plans.setdefault(site.graph, (set(), {}))
         anchor = site.labels[site.nodes.index(max(site.nodes))]
-        nodes = _copy_for(template, site, p, weights, names, f"{anchor}/{stem}/")
+        nodes = (_quick_copy(template, site, p, names, f"{anchor}/{stem}/")
+                 if template.plan is not None
+                 else _copy_for(template, site, p, weights, names, f"{anchor}/{stem}/"))
         removed.update(site.nodes)
         removed.update(site.dead_constants)
         inserted[max(site.nodes)] = nodes
