@@ -253,7 +253,12 @@ class _Template:
             if len(at) > 1:
                 return itemgetter(*at)
             if at:
-                return lambda vals, k=at[0]: (vals[k],)
+                k = at[0]
+
+                def one(vals: list[str]) -> Sequence[str]:
+                    return (vals[k],)
+
+                return one
             return lambda vals: ()
 
         self.plan = [(getter(ins), getter(outs), op, domain, attrs)
