@@ -487,8 +487,9 @@ class Edit:
         """Drop the value_info entries of ``names`` (when there is one). O(value_info)."""
         gone = set(names)
         field = self.graph.value_info
-        if any(vi.name in gone for vi in field):
-            _replace_all(field, [vi for vi in field if vi.name not in gone])
+        have = list(map(_NAME, field))
+        if not gone.isdisjoint(have):
+            keep_only(field, [i for i, name in enumerate(have) if name not in gone])
 
     # ------------------------------------------------------------------ model level
     def add_functions(self, functions: Iterable[onnx.FunctionProto]) -> None:
