@@ -148,13 +148,26 @@ class IntMatcher:
         trail.append((p2g, pn))
         trail.append((g2p, gn))
         inner = len(trail)
+        eops = self.eops
         for order in orders:
             for j, (kind, ref) in enumerate(spec):
-                if not self._tensor(kind, ref, gins[order[j]]):
+                g = gins[order[j]]
+                if kind == _NODE and g >= 0:  # the common step, inline: a producer node
+                    bound = p2g.get(ref)
+                    if bound is not None:
+                        if bound != g:
+                            break
+                        continue
+                    if not eops[g]:
+                        raise Unsure  # which output of a multi-output node: the names decide
+                    if not self._node(ref, g):
+                        break
+                elif not self._tensor(kind, ref, g):
                     break
             else:
                 return True
-            self._undo(inner)
+            if len(trail) > inner:
+                self._undo(inner)
         self._undo(mark)
         return False
 
