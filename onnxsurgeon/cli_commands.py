@@ -16,6 +16,7 @@ from .cli_io import (
     _isolation,
     _load,
     _out,
+    _paused_gc,
     _print_report,
     _Progress,
     _ranges,
@@ -217,7 +218,13 @@ def _cmd_recipe(args: argparse.Namespace) -> int:
 
 def _cmd_match(args: argparse.Namespace) -> int:
     """``match``: every site of a selector, or every match of a pattern (``--explain``: the
-    near misses too); none is exit 2 with one line."""
+    near misses too); none is exit 2 with one line. Cyclic GC paused as for a rewrite (a
+    framework export makes real garbage: not then)."""
+    with _paused_gc(not getattr(args, "framework", None)):
+        return _match(args)
+
+
+def _match(args: argparse.Namespace) -> int:
     from .cli_output import dump, sites_payload
     from .cli_verbs import framework_names
     from .errors import NotFoundError
