@@ -34,7 +34,6 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
@@ -45,6 +44,7 @@ from onnx import AttributeProto, numpy_helper
 from ..index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
 from .intmatch import IntMatcher, Unsure, plan_ok
 from .load import _DEFAULT, Pattern, _constant_value
+from .results import Match, Matches
 
 _OP = attrgetter("op_type")
 _INPUT = attrgetter("input")
@@ -157,60 +157,6 @@ class _Scope:
             return True
         j = self.producer.get(name)
         return j is not None and self.nodes[j].op_type == "Constant"
-
-
-# ---------------------------------------------------------------------------- results
-@dataclass(frozen=True)
-class Match:
-    """One place where the pattern occurs.
-
-    Attributes:
-        graph: "" for the main graph, else the body's path (``<node>/<attribute>``, nested
-            with ``/``).
-        nodes: positions of the matched nodes in that graph, ascending.
-        labels: their labels (name, else ``OpType#i``), in the same order.
-        inputs: pattern input -> the tensor it matched.
-        outputs: pattern output -> the tensor it matched.
-        constants: pattern constant -> the constant tensor it matched.
-        dead_constants: positions of Constant nodes only the match reads (a replacement
-            removes them too).
-    """
-
-    graph: str
-    nodes: tuple[int, ...]
-    labels: tuple[str, ...]
-    inputs: dict[str, str]
-    outputs: dict[str, str]
-    constants: dict[str, str]
-    dead_constants: tuple[int, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """The site as ``match --json`` / ``replace --json`` write it."""
-        data: dict[str, Any] = {"nodes": list(self.labels), "inputs": dict(self.inputs),
-                                "outputs": dict(self.outputs)}
-        if self.graph:
-            data["graph"] = self.graph
-        if self.constants:
-            data["constants"] = dict(self.constants)
-        return data
-
-
-@dataclass(frozen=True)
-class Matches:
-    """Every match of a pattern in a model, and the near misses (``explain``).
-
-    Attributes:
-        matches: the matches, main graph first, each graph in anchor order.
-        misses: one line per anchor candidate that did not match: its label and the first
-            reason (only with ``explain``).
-        candidates: how many anchor candidates were tried.
-        graphs: body path -> the GraphProto (for a verb editing bodies); "" is the main graph.
-    """
-
-    matches: list[Match]
-    misses: list[str] = field(default_factory=list)
-    candidates: int = 0
-    graphs: dict[str, onnx.GraphProto] = field(default_factory=dict)
 
 
 class _State:
