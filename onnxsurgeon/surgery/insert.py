@@ -19,7 +19,7 @@ from ..io import Model, as_model, indexed
 from ..names import NameAllocator
 from ..processing import (
     ParamValue,
-    make_block,
+    make_typed_block,
     min_opset_for,
     normalize_params,
     opset_for_import,
@@ -162,10 +162,11 @@ def insert(
         need = min_opset_for(op, at_value_type)
         if h < need and not changed_ops(default_nodes(host, functions=True), h, need):
             h = new_host_opset = need  # a pure version bump: no host op changes meaning
-        block = make_block(op, record_params, elem_type=at_type, opset=h, shape=at_shape,
-                           value_type=at_value_type)
+        block, built_vi = make_typed_block(op, record_params, elem_type=at_type, opset=h,
+                                           shape=at_shape, value_type=at_value_type)
     else:
         assert graph is not None
+        built_vi = None
         block, label = prepare_graph_block(graph)
         bx, _ = block_io(block, label)
         bx_type = bx.type.tensor_type.elem_type if bx.type.HasField("tensor_type") else 0
@@ -178,7 +179,10 @@ def insert(
         block, new_host_opset = reconcile(block, host, label)
     block_io(block, label)
     x_type = at_vi.type if at_vi is not None else None
-    processed_vi = infer_output(block, x_type, label)
+    if built_vi is not None and x_type is not None and x_type == block.graph.input[0].type:
+        processed_vi = built_vi  # inferred while building, for this very input type
+    else:
+        processed_vi = infer_output(block, x_type, label)
     opsets_to_add = merge_opsets(block, host, label)
     functions_to_add = merge_functions(block, host)
 
