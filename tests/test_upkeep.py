@@ -16,10 +16,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxsurgeon.index import GraphIndex, _build_edges
+from onnxsurgeon import io
 from onnxsurgeon.io import Model, as_model, load
 from onnxsurgeon.recipe import STEPS, apply_recipe, load_recipe, parse_recipe
 from onnxsurgeon.recipe.apply import stamp
 from onnxsurgeon.recipe.spec import StepContext
+from onnxsurgeon.session import Session, active
 from onnxsurgeon.surgery import copy, insert
 from onnxsurgeon.surgery._edgewalk import type_by_edges
 from tests import builders
@@ -223,29 +225,36 @@ def _recipe(steps: list[dict[str, Any]], tmp_path: Path) -> Any:
     return parse_recipe({"onnxsurgeon": 1, "steps": steps}, base_dir=tmp_path)
 
 
-def _apply_checking_each_step(model: Model, recipe: Any,
-                              typed: list[int] | None = None) -> list[bool]:
-    """Run ``recipe``; after each step compare what it handed on with a fresh build (``typed``
-    gets the number of node types carried on, each checked too)."""
+def _apply_checking_each_step(model: Model, recipe: Any, typed: list[int] | None = None, *,
+                              loaded: bool = False) -> list[bool]:
+    """Run ``recipe`` (``loaded``: in a session opened on the model as loaded, as the CLI
+    does; else in the one apply_recipe opens); after each step compare what it handed on with
+    a fresh build (``typed`` gets the number of node types carried on, each checked too)."""
     kept: list[bool] = []
     typed = [] if typed is None else typed
 
     def after_step(done: int, total: int) -> None:
-        assert model._fresh is None  # load's index went to the first step
-        state = model._kept.result() if model._kept is not None else None
+        session = active(model)
+        assert session is not None, "the steps share one session"
+        assert io.take_loaded_index(model) is None  # load's index went to the first step
+        index = session.kept_index()
         edges = _build_edges(model.proto.graph)
-        if state is None:
+        if index is None:
             kept.append(False)
             return
-        producer, handed = state
-        assert model._untouched, "a kept index goes only to the very next step"
-        assert list(producer.items()) == list(GraphIndex(model.proto).producer.items())
-        assert handed == edges, f"step {done}: the kept int graph is not the model's"
-        typed.append(_check_kept_types(model, model._kept.carried_types()))
+        assert index.edges is not None
+        assert list(index.producer.items()) == list(GraphIndex(model.proto).producer.items())
+        assert index.edges == edges, f"step {done}: the kept int graph is not the model's"
+        typed.append(_check_kept_types(model, index.memo.get("edge_types", {})))
         kept.append(True)
 
-    apply_recipe(model, recipe, progress=after_step)
-    assert not model._untouched  # the caller owns the proto again
+    if loaded:
+        with Session(model, loaded=True) as session:
+            apply_recipe(model, recipe, progress=after_step, session=session)
+            assert active(model) is session  # the caller's session stays open
+    else:
+        apply_recipe(model, recipe, progress=after_step)
+    assert active(model) is None  # the caller owns the proto again
     return kept
 
 
@@ -277,7 +286,7 @@ def test_the_kept_index_equals_a_fresh_build_after_every_step(case, tmp_path):
     recipe = _recipe(steps, tmp_path)
     model = load(path)
     typed: list[int] = []
-    kept = _apply_checking_each_step(model, recipe, typed)
+    kept = _apply_checking_each_step(model, recipe, typed, loaded=True)
     assert kept == expected  # the fast path is taken where it can be, and only there
     if case == "chain":  # insert typed relu5's closure (nodes 0-17, before its block at 18);
         # copy appends; reroute typed relu8's closure (0-27) and rewired MatMul_9 (28)
@@ -312,7 +321,7 @@ def test_a_kept_index_is_not_used_once_the_caller_touches_the_proto(tmp_path):
     onnx.save(builders.chain(6), str(path))
     model = load(path)
     insert(model, "relu1", op="scale", params={"factor": 2.0})
-    assert model._kept is not None  # handed on, but nobody declared the proto untouched
+    assert active(model) is None  # no session: the journal went nowhere
     _read_x(model.proto)
     result = copy(model, ["relu3"], prefix="c/")
     assert sorted(result.nodes) == ["Add_3", "MatMul_3", "Relu_3"]  # not the stale closure
@@ -347,13 +356,13 @@ def test_apply_from_the_cli_writes_the_model_each_verb_alone_gives(case, rename,
 def test_appended_initializers_take_the_next_ids_or_the_upkeep_gives_up(tmp_path, name, kept):
     """leaves_appended: a new name takes the next leaf id (as a fresh build numbers it); a name
     some leaf or node output already has, or none, is not a valid graph: rebuild."""
-    from onnxsurgeon.io import handed_over, indexed
     from onnxsurgeon.upkeep import Upkeep
 
     path = tmp_path / "m.onnx"
     onnx.save(builders.chain(4), str(path))
-    model = handed_over(load(path))
-    upkeep = Upkeep(indexed(model))
+    with Session(load(path), loaded=True) as session:
+        model = session.model
+        upkeep = Upkeep(session.index())
     model.proto.graph.initializer.append(
         onnx.numpy_helper.from_array(np.ones(4, np.float32), name))
     upkeep.leaves_appended([name])

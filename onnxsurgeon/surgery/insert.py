@@ -15,7 +15,7 @@ import onnx
 
 from ..edit import Edit
 from ..errors import RewriteError, UsageError
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..processing import (
     ParamValue,
@@ -27,6 +27,7 @@ from ..processing import (
 from ..protos import default_opset
 from ..record import InsertRecord, add_rewrite
 from ..select import Selector, follow_renames
+from ..session import indexed
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._blocks import (
     block_io,
