@@ -15,8 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxsurgeon.index import GraphIndex, _build_edges
 from onnxsurgeon import io
+from onnxsurgeon.index import GraphIndex, _build_edges
 from onnxsurgeon.io import Model, as_model, load
 from onnxsurgeon.recipe import STEPS, apply_recipe, load_recipe, parse_recipe
 from onnxsurgeon.recipe.apply import stamp
@@ -370,3 +370,67 @@ def test_appended_initializers_take_the_next_ids_or_the_upkeep_gives_up(tmp_path
     assert (state is not None) == kept
     if state is not None:
         assert state[1] == _build_edges(model.proto.graph)
+
+
+_LONG_STEPS = [
+    {"insert": {"at": "relu3500", "op": "scale", "params": {"factor": 2.0}}},
+    {"rename": {"mapping": {"relu5000": "five"}}},
+    {"copy": {"outputs": ["relu12"], "prefix": "c/"}},
+    {"insert": {"at": "five", "op": "scale", "params": {"factor": 0.5}}},
+]
+_LONG_CLI = [
+    ["insert", "--at", "relu3500", "--op", "scale:factor=2.0"],
+    ["rename", "--map", "relu5000=five"],
+    ["copy", "--outputs", "relu12", "--prefix", "c/"],
+    ["insert", "--at", "five", "--op", "scale:factor=0.5"],
+]
+
+
+def test_a_recipe_on_a_long_chain_builds_its_index_once_and_equals_the_cli_steps(
+        tmp_path, capsys, monkeypatch):
+    """21,000 nodes, 4 steps in one session: the only full index build is the first step's
+    (none at all when load's index is handed to it, as ``apply`` does); every later step starts
+    from the index the one before kept. The file equals the four commands run one by one."""
+    path = tmp_path / "m.onnx"
+    onnx.save(builders.chain(7000), str(path))
+    recipe_path = tmp_path / "r.json"
+    recipe_path.write_text(json.dumps({"onnxsurgeon": 1, "steps": _LONG_STEPS}))
+    builds: list[int] = []
+    real = GraphIndex.__init__
+
+    def counted(self, model, *, _producer=None, _edges=None):
+        if _producer is None:
+            builds.append(len(model.graph.node))
+        real(self, model, _producer=_producer, _edges=_edges)
+
+    monkeypatch.setattr(GraphIndex, "__init__", counted)
+    bare = as_model(load(path).proto)  # no load map: the first step builds
+    result = apply_recipe(bare, load_recipe(recipe_path))
+    assert len(result.steps) == 4
+    assert builds == [21_000]
+    builds.clear()
+    out = tmp_path / "out.onnx"
+    code, _, err = cli_main(capsys, "apply", recipe_path, path, "-o", out)
+    assert code == 0, err
+    assert builds == []  # load's index went to the first step, each step's to the next
+    monkeypatch.setattr(GraphIndex, "__init__", real)
+    step_in = path
+    for k, argv in enumerate(_LONG_CLI):
+        step_out = tmp_path / f"step{k}.onnx"
+        code, _, err = cli_main(capsys, argv[0], step_in, "-o", step_out, *argv[1:])
+        assert code == 0, err
+        step_in = step_out
+    by_cli = load(step_in).proto.SerializeToString()
+    assert _without_recipe(load(out).proto) == by_cli
+    assert _without_recipe(bare.proto) == by_cli
+
+
+def _without_recipe(proto: onnx.ModelProto) -> bytes:
+    """``proto``'s bytes without the recipe's provenance (the steps run alone have none)."""
+    copied = onnx.ModelProto()
+    copied.CopyFrom(proto)
+    kept = [p for p in copied.metadata_props
+            if p.key not in ("onnxsurgeon.recipe", "onnxsurgeon.recipe.sha256")]
+    del copied.metadata_props[:]
+    copied.metadata_props.extend(kept)
+    return copied.SerializeToString()
