@@ -65,6 +65,10 @@ class Session:
     def __init__(self, model: Model | onnx.ModelProto, *, loaded: bool = False,
                  index: GraphIndex | None = None) -> None:
         self.model = as_model(model)
+        key = id(self.model.proto)
+        if _OPEN.get(key) is not None:
+            raise UsageError("a session is already open on this model; close it first (or "
+                             "use it: onnxsurgeon.session.active(model))")
         self.journal: Upkeep | None = None
         self.handed = 0
         self._next: GraphIndex | None = index
@@ -75,10 +79,6 @@ class Session:
         self._returned = 0
         if loaded and index is None:
             self._next = io.take_loaded_index(self.model)
-        key = id(self.model.proto)
-        if _OPEN.get(key) is not None:
-            raise UsageError("a session is already open on this model; close it first (or "
-                             "use it: onnxsurgeon.session.active(model))")
         _OPEN[key] = self
 
     def __enter__(self) -> Session:

@@ -434,3 +434,24 @@ def _without_recipe(proto: onnx.ModelProto) -> bytes:
     del copied.metadata_props[:]
     copied.metadata_props.extend(kept)
     return copied.SerializeToString()
+
+
+def test_a_session_has_one_owner_and_a_verb_that_hands_nothing_on_ends_what_was_kept(tmp_path):
+    """One session per model at a time; a verb that hands no journal on (or the end of the
+    session) leaves nothing kept: the next verb rebuilds, the save checks everything."""
+    from onnxsurgeon.errors import UsageError
+
+    path = tmp_path / "m.onnx"
+    onnx.save(builders.chain(6), str(path))
+    with Session(load(path), loaded=True) as session:
+        model = session.model
+        with pytest.raises(UsageError, match="already open"):
+            Session(model)
+        insert(model, "relu1", op="scale", params={"factor": 2.0})
+        session.verb_returned()
+        assert session.journal is not None and session.kept_index() is not None
+        session.verb_returned()  # as after a verb that handed nothing on
+        assert session.journal is None and session.kept_index() is None
+    assert active(model) is None
+    copy(model, ["relu3"], prefix="c/")  # no session: its journal goes nowhere
+    assert active(model) is None
