@@ -38,30 +38,35 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
     save atomically with the checker guarantee, print the summary (JSON with ``--json``), then
     ``--html`` (coloured by the verification when both are given)."""
     from .cli_noise import phase
-    from .io import after_verb, handed_over, snapshot
+    from .session import Session
 
     _check_paths(args.model, args.output, args.force)
     verify = bool(getattr(args, "verify", False))
     with _paused_gc(not getattr(args, "func", None)):  # framework exports make real garbage
-        model = handed_over(_load(args.model))  # nothing touches the proto before the verb
-        original = snapshot(model) if verify else None  # what --verify compares against
+        # one session from load to save: nothing but the verb and --verify touches the proto
+        # (a verb that raises leaves it to the garbage collector: the registry is weak)
+        session = Session(_load(args.model), loaded=True)
+        model = session.model
+        twin = session.snapshot() if verify else None  # what --verify compares against
         with phase(f"{command}: rewriting"):
             payload, text = apply(model)
-    report = None
-    if original is not None:
-        after_verb(model)  # verify reads the verb's index; nothing touches the proto between
-        with phase(f"{command}: verifying the rewrite"):
-            report = _verify_in_memory(args, model, check, original)
-    code = EXIT_OK if report is None else _exit_code(report, args)
-    if code != EXIT_OK:
-        _print_result(command, args, payload, text, report, written=False)
-        sys.stderr.write(f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
-        _html_of(args, model, text, report)
-        return code
-    with _paused_gc(), phase(f"saving {args.output}"):
-        _write(model, args.output, args.model,
-               share_data=bool(getattr(args, "share_data", False)),
-               check=getattr(args, "check", "touched"))
+        session.verb_returned()
+    with session:
+        report = None
+        if twin is not None:
+            with twin, phase(f"{command}: verifying the rewrite"):  # reads the verb's index
+                report = _verify_in_memory(args, model, check, twin.model)
+        code = EXIT_OK if report is None else _exit_code(report, args)
+        if code != EXIT_OK:
+            _print_result(command, args, payload, text, report, written=False)
+            sys.stderr.write(
+                f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
+            _html_of(args, model, text, report)
+            return code
+        with _paused_gc(), phase(f"saving {args.output}"):
+            _write(model, args.output, args.model,
+                   share_data=bool(getattr(args, "share_data", False)),
+                   check=getattr(args, "check", "touched"), journal=session.journal)
     _print_result(command, args, payload, text, report, written=True)
     _html_of(args, model, text, report)
     return EXIT_OK

@@ -8,7 +8,7 @@ index it worked on::
     e.rewire(uses, processed)                 # slots rewired: their nodes are read again
     e.add_initializers(block.initializer, made=True)
     e.insert_nodes(pos, block.node)           # nodes inserted: later ids move, rewires follow
-    e.hand_on(model)                          # the journal goes to the next verb (and the save)
+    e.hand_on(model)                          # the journal goes to the session (next verb, save)
 
 Each method feeds the :class:`~onnxsurgeon.upkeep.Upkeep` of that index itself, in the order
 the upkeep needs (leaf changes before the nodes that read them; rewired nodes said last, as
@@ -37,8 +37,9 @@ from typing import Any
 import onnx
 
 from .index import GraphIndex, Use, positions
-from .io import Model, hand_on
+from .io import Model
 from .protos import rename_scoped, rename_tensors, set_default_opset
+from .session import hand_on
 from .upkeep import Upkeep, Written
 
 __all__ = ["Edit", "keep_only"]
@@ -161,7 +162,9 @@ class Edit:
         return upkeep if self._follow else None
 
     def hand_on(self, model: Model | onnx.ModelProto) -> None:
-        """:meth:`finish` and hand the journal to the next verb (:func:`onnxsurgeon.io.hand_on`)."""
+        """:meth:`finish` and hand the journal to the open session of ``model``
+        (:meth:`onnxsurgeon.session.Session.hand_on`: the next verb's index and the save's
+        touched check come from it; without a session it goes nowhere)."""
         hand_on(model, self.finish())
 
     # ------------------------------------------------------------------ nodes

@@ -19,6 +19,7 @@ LAYERS: dict[str, float] = {
     "index": 1, "metadata": 1, "scan": 1, "selectors": 1.5,
     "protos": 2, "names": 2, "closure": 2, "select": 2, "pattern": 2, "validate": 2, "external": 2,
     "checking": 2, "record": 2, "schema": 2, "outfile": 2, "atomic": 2, "upkeep": 2,
+    "session": 5.25,  # a model and the index its verbs keep: above io, below the edit API
     "edit": 5.5,  # the one editing API: above io (hands the journal on), below surgery
     "ortinfer": 3, "datastream": 3,
     "types": 4,

@@ -3,7 +3,7 @@
 Rules kept here:
 
 * A model is staged once per verification (:class:`Staged`): its index is built (or reused from
-  the verb that made it, :func:`onnxsurgeon.io.current_index`) once, and it is serialized once.
+  the verb that made it, :func:`onnxsurgeon.session.current_index`) once, and it is serialized once.
   A model without external data is handed to onnxruntime as bytes (nothing written); one with
   external data runs from its unchanged source file, else from a copy saved into a private
   temporary folder without fsync (:func:`onnxsurgeon.io.save` ``durable=False``: external data
@@ -39,8 +39,9 @@ from ..checking import Check
 from ..errors import InvalidModelError
 from ..external import is_external, iter_tensors
 from ..index import GraphIndex
-from ..io import EXTERNAL_THRESHOLD, Model, as_model, current_index, load, save
+from ..io import EXTERNAL_THRESHOLD, Model, as_model, load, save
 from ..names import NameAllocator
+from ..session import current_index
 from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
 
