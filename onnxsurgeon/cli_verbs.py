@@ -43,7 +43,8 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
     _check_paths(args.model, args.output, args.force)
     verify = bool(getattr(args, "verify", False))
     with _paused_gc(not getattr(args, "func", None)):  # framework exports make real garbage
-        model = handed_over(_load(args.model))  # nothing touches the proto before the verb
+        model = handed_over(_load(args.model,  # toposort sorts what load would refuse
+                                  unsorted_functions=command == "toposort"))
         original = snapshot(model) if verify else None  # what --verify compares against
         with phase(f"{command}: rewriting"):
             payload, text = apply(model)
@@ -243,3 +244,59 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                             **verify_options(args), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)
+
+
+# ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from .cli_output import cleanup_payload
+    from .surgery import cleanup
+
+    def apply(model: Any) -> Summary:
+        result = cleanup(model)
+        counts = result.counts()
+        what = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "nothing"
+        return cleanup_payload(result), f"cleanup removed {what} -> {args.output}"
+
+    return _rewrite(args, "cleanup", apply)
+
+
+def _cmd_toposort(args: argparse.Namespace) -> int:
+    from .cli_output import toposort_payload
+    from .surgery import toposort
+
+    def apply(model: Any) -> Summary:
+        result = toposort(model)
+        moved = ", ".join(f"{k}: {v}" for k, v in result.moved.items())
+        return (toposort_payload(result),
+                (f"sorted ({moved} nodes moved)" if moved else
+                 "every graph was in order (nothing moved)") + f" -> {args.output}")
+
+    return _rewrite(args, "toposort", apply)
+
+
+def _cmd_outputs(args: argparse.Namespace) -> int:
+    from .cli_output import outputs_payload
+    from .surgery import outputs
+
+    def apply(model: Any) -> Summary:
+        result = outputs(model, add=args.add, remove=args.remove)
+        return (outputs_payload(result),
+                f"outputs: added {len(result.added)}, removed {len(result.removed)} (+"
+                f"{len(result.pruned_nodes)} nodes, {len(result.pruned_initializers)} "
+                f"initializers) -> {args.output}")
+
+    return _rewrite(args, "outputs", apply)
+
+
+def _cmd_set(args: argparse.Namespace) -> int:
+    from .cli_output import set_payload
+    from .surgery import set_values
+
+    def apply(model: Any) -> Summary:
+        result = set_values(model, attrs=dict(args.attr), weights=dict(args.weight),
+                            reshape=args.reshape)
+        return (set_payload(result),
+                f"set {len(result.attrs)} attributes, {len(result.weights)} weights -> "
+                f"{args.output}")
+
+    return _rewrite(args, "set", apply)
