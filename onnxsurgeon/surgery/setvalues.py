@@ -96,7 +96,7 @@ def _attr_type(model: onnx.ModelProto, node: onnx.NodeProto, key: str, label: st
         schema = None
     if schema is not None:
         if key in schema.attributes:
-            return int(schema.attributes[key].type.value)
+            return int(schema.attributes[key].type)  # type: ignore[call-overload]
         names = sorted(schema.attributes)
     elif key in have:
         return int(have[key].type)
@@ -184,8 +184,8 @@ def set_values(model: Model | onnx.ModelProto, /, *, attrs: Mapping[str, str] | 
     proto = m.proto
     index = indexed(m)
     attrs = dict(attrs or {})
-    weights = {k: os.fspath(v) for k, v in (weights or {}).items()}
-    if not attrs and not weights:
+    files_given = {k: os.fspath(v) for k, v in (weights or {}).items()}
+    if not attrs and not files_given:
         raise UsageError("nothing to set; give --attr NODE.KEY=VALUE or --weight NAME=FILE.npy")
     selector = Selector(index)
     new_attrs: list[tuple[int, AttributeProto]] = []
@@ -202,7 +202,7 @@ def set_values(model: Model | onnx.ModelProto, /, *, attrs: Mapping[str, str] | 
     new_weights: list[tuple[int, onnx.TensorProto]] = []
     files: dict[str, str] = {}
     digests: dict[str, str] = {}
-    for name, path in weights.items():
+    for name, path in files_given.items():
         pos, tensor = _new_weight(index, selector, name, path, reshape)
         if tensor.name in files:
             raise UsageError(f"initializer '{tensor.name}' is set twice; set it once")

@@ -43,7 +43,8 @@ class ToposortResult:
         return ToposortRecord(moved=dict(self.moved))
 
 
-def _order(label: str, nodes: Sequence[onnx.NodeProto]) -> list[int] | None:
+def _order(label: str, nodes: Sequence[onnx.NodeProto],
+           producer: dict[str, int] | None = None) -> list[int] | None:
     """The stable topological order of ``nodes`` (one scope: names defined by these nodes;
     reads of anything else come from outside), or None when they are in order already.
     O(nodes + edges); O((nodes + edges) log nodes) when a sort is needed.
@@ -51,11 +52,12 @@ def _order(label: str, nodes: Sequence[onnx.NodeProto]) -> list[int] | None:
     Raises:
         InvalidModelError: a cycle (named).
     """
-    producer: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for out in node.output:
-            if out:
-                producer.setdefault(out, i)
+    if producer is None:  # ``producer``: the scope's map when the caller has it (the index's)
+        producer = {}
+        for i, node in enumerate(nodes):
+            for out in node.output:
+                if out:
+                    producer.setdefault(out, i)
     captures: dict[int, list[str]] = {}
     late = False
     get = producer.get
@@ -91,8 +93,9 @@ def toposort(model: Model | onnx.ModelProto, /) -> ToposortResult:
     proto = m.proto
     index = indexed(m)
     plans: list[tuple[onnx.GraphProto | onnx.FunctionProto, list[int], str]] = []
-    main_sorted = index.int_graph() is not None  # load's int graph exists only for sorted reads
-    main_order = None if main_sorted else _order("main graph", proto.graph.node)
+    # load's int graph exists only for reads in order (and no body)
+    main_sorted = index.known_int_graph() is not None
+    main_order = None if main_sorted else _order("main graph", proto.graph.node, index.producer)
     if main_order is not None:
         plans.append((proto.graph, main_order, "main"))
     stack: list[tuple[onnx.GraphProto, str]] = []
