@@ -98,7 +98,7 @@ def main() -> int:
     parser.add_argument("--reversed", type=int, default=1_000_000)
     args = parser.parse_args()
     compile_sources()
-    lines = [f"# hygiene verbs (helper C): cleanup, toposort, outputs, set vs the floor",
+    lines = ["# hygiene verbs (helper C): cleanup, toposort, outputs, set vs the floor",
              "", f"Command: `python benchmarks/bench_hygiene_c.py --blocks {args.blocks} "
              f"--repeat {args.repeat} --external-mb {args.external_mb} --reversed "
              f"{args.reversed}`", "", f"Load average at start: {load_average()}", ""]

@@ -382,11 +382,11 @@ class OutputsRecord(RewriteRecord):
 
 @dataclass(frozen=True)
 class SetRecord(RewriteRecord):
-    """set: attributes given new values (``NODE.KEY`` -> the value as text), initializers given
+    """set_values (the CLI's `set`): attributes given new values (``NODE.KEY`` -> the value as text), initializers given
     new values (name -> the ``.npy`` file read, and name -> the sha256 of the new raw bytes),
     and whether shapes could change (``reshape``)."""
 
-    op: ClassVar[str] = "set"
+    op: ClassVar[str] = "set_values"
     attrs: dict[str, str]
     weights: dict[str, str]
     digests: dict[str, str]

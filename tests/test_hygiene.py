@@ -185,7 +185,7 @@ def dirty_file(tmp_path_factory):
     (["toposort"], "toposort"),
     (["outputs", "--add", "y", "--remove", "z"], "outputs"),
     (["set", "--attr", "if.then_branch=1", "--weight", "W=w.npy"], None),
-    (["set", "--weight", "W=w.npy"], "set"),
+    (["set", "--weight", "W=w.npy"], "set_values"),
 ])
 def test_each_verb_is_proved_by_verify_and_replays(dirty_file, tmp_path, capsys, argv, kind,
                                                    monkeypatch):

@@ -100,6 +100,13 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
     "merge": ({"second": "blocks/head.onnx", "connect": {"logits:0": "x"}, "prefix": "head/"},
               lambda m, d: merge(m, osg.load(d / "blocks/head.onnx"), connect=[("logits:0", "x")],
                                  prefix="head/")),
+    "cleanup": ({}, lambda m, d: osg.surgery.cleanup(m)),
+    "toposort": ({}, lambda m, d: osg.surgery.toposort(m)),
+    "outputs": ({"add": [RELU], "remove": ["aux:0"]},
+                lambda m, d: osg.surgery.outputs(m, add=[RELU], remove=["aux:0"])),
+    "set_values": ({"attrs": {"network/aux/dense.alpha": "0.5"}},
+                   lambda m, d: osg.surgery.set_values(
+                       m, attrs={"network/aux/dense.alpha": "0.5"})),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -520,6 +527,7 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
 
     from onnxsurgeon import surgery
     from onnxsurgeon.recipe.steps import ALIASES
+    from onnxsurgeon.record import CleanupRecord, OutputsRecord, SetRecord, ToposortRecord
 
     examples = {
         "extract": ExtractRecord(outputs=("y",), inputs=("x",)),
@@ -532,6 +540,13 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
                                  pruned_nodes=("m",)),
         "rename": RenameRecord(renamed={"a": "b"}, nodes=True),
         "bypass": BypassRecord(removed=("n",), input=1, rerouted=(), rerouted_outputs=()),
+        "cleanup": CleanupRecord(nodes=("n",), body_nodes=(), initializers=(), value_info=(),
+                                 functions=(), opsets=()),
+        "toposort": ToposortRecord(moved={"main": 2}),
+        "outputs": OutputsRecord(added=("a",), removed=("y",), pruned_nodes=(),
+                                 pruned_initializers=()),
+        "set_values": SetRecord(attrs={"n.alpha": "0.5"}, weights={"W": "w.npy"},
+                                digests={"W": "0" * 64}, reshape=True),
     }
     record = examples[op]
     call = record.replay_call()
