@@ -348,7 +348,8 @@ def cleanup(model: Model | onnx.ModelProto, /) -> CleanupResult:
         e.keep_graph_leaves(plan.graph, initializers=plan.initializers, sparse=plan.sparse,
                             value_info=plan.value_info)
         e.keep_graph_nodes(plan.graph, plan.kept)
-    e.keep_nodes(kept)
+    if len(kept) != n:
+        e.keep_nodes(kept)
     if len(fn_kept) != len(proto.functions):
         e.keep_functions(fn_kept)
     if len(op_kept) != len(proto.opset_import):

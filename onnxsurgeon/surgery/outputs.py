@@ -21,6 +21,7 @@ from ..io import Model, as_model, indexed
 from ..record import OutputsRecord, add_rewrite
 from ..select import Selector, drop_missing
 from ..types import TypeOracle, renamed_value_info
+from ._proto import quick_value_info
 from .cleanup import liveness
 
 __all__ = ["OutputsResult", "outputs"]
@@ -94,7 +95,7 @@ def outputs(model: Model | onnx.ModelProto, /, *, add: Sequence[str] = (),
     remaining = [o for o in outs if o not in dropped]
     if not remaining and not added:
         raise UsageError("every graph output would be dropped; keep at least one (or --add one)")
-    oracle = TypeOracle(index)
+    oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
     infos: list[onnx.ValueInfoProto] = []
     for name in added:
         vi = oracle.value_info(name)
