@@ -93,6 +93,10 @@ def test_outputs_add_remove_and_prune_only_what_only_they_needed():
         surgery.outputs(m, add=["y"])
     with pytest.raises(NotFoundError, match="did you mean"):
         surgery.outputs(m, add=["hh"])
+    r = surgery.cleanup(m)  # on the int graph: D was dead before; K and J go with it
+    assert r.nodes == ("D",) and set(r.initializers) == {"K", "J"}
+    assert not any(surgery.cleanup(m).counts().values())  # every node live: the fast path
+    assert [n.name for n in m.graph.node] == ["A", "B"] and not m.graph.initializer
 
 
 def test_outputs_refuses_an_untyped_tensor():

@@ -125,6 +125,14 @@ def liveness(index: GraphIndex, outputs: Iterable[str], *, bodies: bool = True) 
     edges = index.int_graph()
     if edges is not None:
         preds, starts, leaves = edges.preds, edges.starts, edges.leaves
+        read = set(preds)
+        # no node is dead when every node is read or makes an output: the last dead node
+        # (in order) would be read by no one (C-level set operations, no pass in Python)
+        sinks = set(range(n)).difference(read).difference(
+            producer.get(out, -1) for out in wanted)
+        if not sinks:
+            reads.update(leaves[p] for p in read if p < -1)
+            return Liveness(bytearray(b"\x01") * n, reads, plans)
         for out in wanted:
             j = producer.get(out)
             if j is not None:
@@ -295,7 +303,8 @@ def cleanup(model: Model | onnx.ModelProto, /) -> CleanupResult:
     live = liveness(index, index.outputs)
     nodes = graph.node
     n = len(nodes)
-    kept = [i for i in range(n) if live.live[i]] if live.live.count(0) else list(range(n))
+    all_live = not live.live.count(0)
+    kept = list(range(n)) if all_live else [i for i in range(n) if live.live[i]]
     body_plans = _all_body_plans(p for ps in live.bodies.values() for p in ps)
     reads = live.reads
     inputs = index.inputs
@@ -305,7 +314,8 @@ def cleanup(model: Model | onnx.ModelProto, /) -> CleanupResult:
               if s.values.name in reads or s.values.name in inputs]
     fn_kept, op_kept = plan_model_level(proto, _kept_nodes(index, live.live, body_plans))
 
-    dropped_nodes = [index.node_label(i) for i in range(n) if not live.live[i]]
+    dropped_nodes = [] if all_live else [index.node_label(i) for i in range(n)
+                                         if not live.live[i]]
     kept_init = set(inits)
     names = index.initializer_names()
     dropped_inits = [names[k] for k in range(len(names)) if k not in kept_init]
@@ -313,7 +323,7 @@ def cleanup(model: Model | onnx.ModelProto, /) -> CleanupResult:
     dropped_inits += [s.values.name for k, s in enumerate(graph.sparse_initializer)
                       if k not in kept_sparse]
     gone: set[str] = set(dropped_inits)
-    for i in range(n):
+    for i in () if all_live else range(n):
         if not live.live[i]:
             gone.update(nodes[i].output)
     producer = index.producer
