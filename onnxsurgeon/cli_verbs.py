@@ -267,9 +267,13 @@ def _cmd_toposort(args: argparse.Namespace) -> int:
     def apply(model: Any) -> Summary:
         result = toposort(model)
         moved = ", ".join(f"{k}: {v}" for k, v in result.moved.items())
-        return (toposort_payload(result),
-                (f"sorted ({moved} nodes moved)" if moved else
-                 "every graph was in order (nothing moved)") + f" -> {args.output}")
+        at_load = any("topological order" in w for w in model.warnings)
+        text = (f"sorted ({moved} nodes moved)" if moved else
+                "nothing else out of order" if at_load else
+                "every graph was in order (nothing moved)")
+        if at_load:  # load sorts main graphs and bodies itself (its warning says how many)
+            text = f"sorted at load (see the warning); {text}"
+        return toposort_payload(result), f"{text} -> {args.output}"
 
     return _rewrite(args, "toposort", apply)
 
