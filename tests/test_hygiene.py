@@ -73,6 +73,40 @@ def test_cleanup_drops_dead_parts_in_bodies_too_keeps_outer_reads():
     assert not any(again.counts().values())
 
 
+def test_cleanup_nested_bodies_keep_what_an_inner_body_reads_from_the_main_graph(tmp_path,
+                                                                                  capsys):
+    """Main -> If -> If: the innermost branch reads main-graph tensor y (its producer stays) and
+    holds a dead node (it goes); a main-graph node only a dead inner node read goes too."""
+    inner_then = helper.make_graph(
+        [helper.make_node("Mul", ["y", "y"], ["it"], name="imul"),
+         helper.make_node("Neg", ["w"], ["idead"], name="idead")],
+        "inner_then", [], [_vi("it")])
+    inner_else = helper.make_graph([helper.make_node("Identity", ["y"], ["ie"], name="iid")],
+                                   "inner_else", [], [_vi("ie")])
+    outer_then = helper.make_graph(
+        [helper.make_node("If", ["c"], ["ot"], name="inner_if", then_branch=inner_then,
+                          else_branch=inner_else)], "outer_then", [], [_vi("ot")])
+    outer_else = helper.make_graph([helper.make_node("Identity", ["y"], ["oe"], name="oid")],
+                                   "outer_else", [], [_vi("oe")])
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r"),
+         helper.make_node("Neg", ["x"], ["w"], name="only_for_dead"),
+         helper.make_node("If", ["c"], ["z"], name="outer_if", then_branch=outer_then,
+                          else_branch=outer_else)],
+        "g", [_vi("x"), helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [_vi("z")])
+    src = tmp_path / "nested.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    out = tmp_path / "clean.onnx"
+    code, stdout, err = cli_main(capsys, "cleanup", src, "-o", out, "--verify", "--json")
+    assert code == 0, err
+    data = json.loads(stdout)
+    assert data["verify"]["ok"] is True
+    assert data["removed"]["nodes"] == ["only_for_dead"]
+    assert data["removed"]["body_nodes"] == ["inner_then/idead"]
+    kept = load(out).proto.graph
+    assert [n.name for n in kept.node] == ["r", "outer_if"]
+
+
 def test_outputs_add_remove_and_prune_only_what_only_they_needed():
     g = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["h"], name="A"),
