@@ -49,13 +49,17 @@ from .cli_noise import native_logs
 from .cli_parser import build_parser as build_parser
 from .cli_verbs import (
     _cmd_bypass,
+    _cmd_cleanup,
     _cmd_copy,
     _cmd_extract,
     _cmd_insert,
     _cmd_merge,
+    _cmd_outputs,
     _cmd_rename,
     _cmd_replace,
     _cmd_reroute,
+    _cmd_set,
+    _cmd_toposort,
 )
 from .errors import SurgeryError, UsageError
 
@@ -66,6 +70,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "apply": _cmd_apply, "recipe": _cmd_recipe,
     "diff": _cmd_diff,
     "match": _cmd_match, "replace": _cmd_replace,
+    "cleanup": _cmd_cleanup, "toposort": _cmd_toposort, "outputs": _cmd_outputs,
+    "set": _cmd_set,
 }
 
 

@@ -111,12 +111,12 @@ def _paused_gc(pause: bool = True) -> Iterator[None]:
             gc.enable()
 
 
-def _load(path: str) -> Any:
+def _load(path: str, *, unsorted_functions: bool = False) -> Any:
     from .cli_noise import phase
     from .io import load
 
     with phase(f"loading {path}"):
-        model = load(path)
+        model = load(path, unsorted_functions=unsorted_functions)
     for w in model.warnings:
         _warn(w)
     return model

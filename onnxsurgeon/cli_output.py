@@ -17,13 +17,17 @@ from .schema import stamp
 if TYPE_CHECKING:
     from .surgery import (
         BypassResult,
+        CleanupResult,
         CopyResult,
         ExtractResult,
         InsertResult,
         MergeResult,
+        OutputsResult,
         RenameResult,
         ReplaceResult,
         RerouteResult,
+        SetResult,
+        ToposortResult,
     )
 
 
@@ -195,3 +199,31 @@ def reroute_summary(source: str, target: str, result: Any, *, output: str) -> st
         text += (f"; {result.unused_nodes} nodes are now unused (no output depends on them; "
                  "--prune removes them)")
     return f"{text} -> {output}"
+
+
+# ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
+def cleanup_payload(result: CleanupResult) -> dict[str, Any]:
+    """The ``cleanup --json`` fields of a ``CleanupResult``: counts and names, by kind."""
+    return {"removed": {"nodes": list(result.nodes), "body_nodes": list(result.body_nodes),
+                        "initializers": list(result.initializers),
+                        "value_info": list(result.value_info),
+                        "functions": list(result.functions), "opsets": list(result.opsets)},
+            "counts": result.counts()}
+
+
+def toposort_payload(result: ToposortResult) -> dict[str, Any]:
+    """The ``toposort --json`` fields of a ``ToposortResult``."""
+    return {"moved": dict(result.moved)}
+
+
+def outputs_payload(result: OutputsResult) -> dict[str, Any]:
+    """The ``outputs --json`` fields of an ``OutputsResult``."""
+    return {"added": list(result.added), "removed": list(result.removed),
+            "pruned_nodes": list(result.pruned_nodes),
+            "pruned_initializers": list(result.pruned_initializers)}
+
+
+def set_payload(result: SetResult) -> dict[str, Any]:
+    """The ``set --json`` fields of a ``SetResult``."""
+    return {"attrs": dict(result.attrs), "weights": dict(result.weights),
+            "digests": dict(result.digests), "reshape": result.reshape}

@@ -434,6 +434,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --verify: R is compared with P at each site (and the outputs) "
                         "under these tolerances, for an R that computes the same function "
                         "differently (a fused op); default: exactly")
+
+    # ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
+    p = sub.add_parser("cleanup", help="drop nodes, initializers, value_info, functions and "
+                                       "opsets no graph output needs (bodies too)")
+    _add_model_io(p)
+    _add_rewrite_flags(p, json_help="print what was removed, by kind")
+
+    p = sub.add_parser("toposort", help="sort every graph's nodes topologically (stable; bodies "
+                                        "and local functions too)")
+    _add_model_io(p)
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("outputs", help="expose tensors as graph outputs, or drop outputs (and "
+                                       "what only they needed)")
+    _add_model_io(p)
+    p.add_argument("--add", action=ListAction, default=[], metavar="T[,T...]",
+                   help="tensors to make graph outputs, typed (any selector)")
+    p.add_argument("--remove", action=ListAction, default=[], metavar="T[,T...]",
+                   help="graph outputs to drop; the nodes and initializers only they needed go too")
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("set", help="change node attributes or initializer values (type-checked)")
+    _add_model_io(p)
+    p.add_argument("--attr", action=ListAction, item=_pair, split=whole, nargs="+", default=[],
+                   metavar="NODE.KEY=VALUE",
+                   help="attribute KEY of node NODE (split at the last '.') takes VALUE, parsed "
+                        "per the op schema's type: 3, 0.5, text, ints 1,2,3, floats 0.5,1 "
+                        "(one pair per value, the flag repeated)")
+    p.add_argument("--weight", action=ListAction, item=_pair, nargs="+", default=[],
+                   metavar="NAME=FILE.npy",
+                   help="initializer NAME takes the values of FILE.npy (same dtype and shape)")
+    p.add_argument("--reshape", action="store_true",
+                   help="with --weight: allow a different shape (the dtype must still match)")
     _add_rewrite_flags(p)
 
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")

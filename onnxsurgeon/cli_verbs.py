@@ -45,7 +45,8 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
     with _paused_gc(not getattr(args, "func", None)):  # framework exports make real garbage
         # one session from load to save: nothing but the verb and --verify touches the proto
         # (a verb that raises leaves it to the garbage collector: the registry is weak)
-        session = Session(_load(args.model), loaded=True)
+        session = Session(_load(args.model,  # toposort sorts what load would refuse
+                                unsorted_functions=command == "toposort"), loaded=True)
         model = session.model
         twin = session.snapshot() if verify else None  # what --verify compares against
         with phase(f"{command}: rewriting"):
@@ -301,3 +302,63 @@ def _cmd_replace(args: argparse.Namespace) -> int:
                 f"{args.replacement} -> {args.output}")
 
     return _rewrite(args, "replace", apply)
+
+
+# ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from .cli_output import cleanup_payload
+    from .surgery import cleanup
+
+    def apply(model: Any) -> Summary:
+        result = cleanup(model)
+        counts = result.counts()
+        what = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "nothing"
+        return cleanup_payload(result), f"cleanup removed {what} -> {args.output}"
+
+    return _rewrite(args, "cleanup", apply)
+
+
+def _cmd_toposort(args: argparse.Namespace) -> int:
+    from .cli_output import toposort_payload
+    from .surgery import toposort
+
+    def apply(model: Any) -> Summary:
+        result = toposort(model)
+        moved = ", ".join(f"{k}: {v}" for k, v in result.moved.items())
+        at_load = any("topological order" in w for w in model.warnings)
+        text = (f"sorted ({moved} nodes moved)" if moved else
+                "nothing else out of order" if at_load else
+                "every graph was in order (nothing moved)")
+        if at_load:  # load sorts main graphs and bodies itself (its warning says how many)
+            text = f"sorted at load (see the warning); {text}"
+        return toposort_payload(result), f"{text} -> {args.output}"
+
+    return _rewrite(args, "toposort", apply)
+
+
+def _cmd_outputs(args: argparse.Namespace) -> int:
+    from .cli_output import outputs_payload
+    from .surgery import outputs
+
+    def apply(model: Any) -> Summary:
+        result = outputs(model, add=args.add, remove=args.remove)
+        return (outputs_payload(result),
+                f"outputs: added {len(result.added)}, removed {len(result.removed)} (+"
+                f"{len(result.pruned_nodes)} nodes, {len(result.pruned_initializers)} "
+                f"initializers) -> {args.output}")
+
+    return _rewrite(args, "outputs", apply)
+
+
+def _cmd_set(args: argparse.Namespace) -> int:
+    from .cli_output import set_payload
+    from .surgery import set_values
+
+    def apply(model: Any) -> Summary:
+        result = set_values(model, attrs=dict(args.attr), weights=dict(args.weight),
+                            reshape=args.reshape)
+        return (set_payload(result),
+                f"set {len(result.attrs)} attributes, {len(result.weights)} weights -> "
+                f"{args.output}")
+
+    return _rewrite(args, "set", apply)

@@ -559,6 +559,70 @@ class Edit:
                 node.name = name(node)
 
 
+    # ------------------------------------------------------------------ hygiene verbs
+    def keep_graph_nodes(self, graph: onnx.GraphProto | onnx.FunctionProto,
+                         kept: Sequence[int]) -> None:
+        """Keep only the nodes ``kept`` (ascending positions) of ``graph``, a nested body (or a
+        local function): the main graph's nodes go through :meth:`keep_nodes`. The upkeep does
+        not follow edits inside bodies: the next verb rebuilds. O(nodes of ``graph``)."""
+        if len(kept) != len(graph.node):
+            self.give_up()
+            keep_only(graph.node, kept)
+
+    def keep_graph_leaves(self, graph: onnx.GraphProto, *, initializers: Sequence[int],
+                          sparse: Sequence[int], value_info: Sequence[int]) -> None:
+        """Keep only the initializers, sparse initializers and value_info entries at these
+        ascending positions of ``graph`` (a nested body: the upkeep gives up when one goes)."""
+        if (len(initializers) != len(graph.initializer)
+                or len(sparse) != len(graph.sparse_initializer)):
+            self.give_up()
+        keep_only(graph.initializer, initializers)
+        keep_only(graph.sparse_initializer, sparse)
+        keep_only(graph.value_info, value_info)
+
+    def keep_opsets(self, keep: Sequence[int]) -> None:
+        """Keep only the model's opset imports at the ascending positions ``keep``."""
+        keep_only(self.model.opset_import, keep)
+
+    def order_nodes(self, graph: onnx.GraphProto | onnx.FunctionProto,
+                    order: Sequence[int]) -> None:
+        """The nodes of ``graph`` (the main graph, a body or a local function) are in the order
+        ``order`` (a permutation of their positions) now. The upkeep gives up when the main
+        graph's order changes (ids move). O(nodes of ``graph``) C-level copies."""
+        if list(order) == list(range(len(graph.node))):
+            return
+        if graph is self.graph:
+            self._nodes_moved()
+        self.give_up()
+        moved = [graph.node[j] for j in order]
+        copies = [onnx.NodeProto() for _ in moved]
+        for dst, src in zip(copies, moved, strict=True):
+            dst.CopyFrom(src)
+        del graph.node[:]
+        graph.node.extend(copies)
+
+    def set_attribute(self, node: int, attribute: onnx.AttributeProto) -> None:
+        """Main-graph node ``node`` has ``attribute`` (copied; replacing the one of that name,
+        else appended) now; the node is read again (the save checks it)."""
+        attrs = self.graph.node[node].attribute
+        for k, a in enumerate(attrs):
+            if a.name == attribute.name:
+                attrs[k].CopyFrom(attribute)
+                break
+        else:
+            attrs.add().CopyFrom(attribute)
+        self._rewired.add(node)
+
+    def set_initializer(self, position: int, tensor: onnx.TensorProto) -> None:
+        """Main-graph initializer ``position`` is a copy of ``tensor`` now (the verb's own
+        content: the save's output check looks at it)."""
+        field = self.graph.initializer
+        field[position].CopyFrom(tensor)
+        self._leaf_edit()
+        if self.upkeep is not None:
+            self.upkeep.created_tensors([field[position]])
+
+
 def _rename_by_edges(index: GraphIndex, renamed: Mapping[str, str]) -> bool:
     """:func:`~onnxsurgeon.protos.rename_tensors` of main-graph tensors (every key defined in
     the main graph) where the int graph exists (then no node holds a body): the reads are found

@@ -303,7 +303,7 @@ def parse_model(data: bytes, label: str) -> onnx.ModelProto:
     return proto
 
 
-def load(path: str | os.PathLike[str]) -> Model:
+def load(path: str | os.PathLike[str], *, unsorted_functions: bool = False) -> Model:
     """Load an ONNX file without reading external weights; validate it fully.
 
     Checks every external reference (paths, links, offsets, lengths), every inline tensor against
@@ -311,6 +311,8 @@ def load(path: str | os.PathLike[str]) -> Model:
     nesting, recursive functions). Nodes out of topological order are sorted stably and a line
     is added to ``Model.warnings``. O(file size + nodes + edges). External data is looked up in
     the folder of ``path`` as given (a symlinked model file does not move that folder).
+    ``unsorted_functions``: a local function body out of topological order is accepted as it
+    is (for :func:`onnxsurgeon.surgery.toposort`, which sorts it; load refuses it otherwise).
 
     Raises:
         NotFoundError / InvalidModelError / UnsafeModelError: one line naming the problem and fix.
@@ -356,7 +358,8 @@ def load(path: str | os.PathLike[str]) -> Model:
     else:
         externals += check_tensors(inits, model.base_dir, types=init_types, names=init_names)
     try:
-        found = validate_producers(proto, initializer_names=init_names, data=data)
+        found = validate_producers(proto, initializer_names=init_names, data=data,
+                                   unsorted_functions=unsorted_functions)
     except InvalidModelError:
         _check_later_tensors(model, None)  # a bad tensor is reported first, as it always was
         raise

@@ -425,6 +425,69 @@ class ReplaceRecord(RewriteRecord):
         return VerbCall("replace", {}, options)
 
 
+@dataclass(frozen=True)
+class CleanupRecord(RewriteRecord):
+    """cleanup: what was removed, by kind (main-graph node labels, ``<body>/<label>`` for nodes
+    of nested bodies, initializer and value_info names, ``domain.name`` of local functions,
+    opset domains)."""
+
+    op: ClassVar[str] = "cleanup"
+    nodes: tuple[str, ...]
+    body_nodes: tuple[str, ...]
+    initializers: tuple[str, ...]
+    value_info: tuple[str, ...]
+    functions: tuple[str, ...]
+    opsets: tuple[str, ...]
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("cleanup", {}, {})
+
+
+@dataclass(frozen=True)
+class ToposortRecord(RewriteRecord):
+    """toposort: how many nodes moved in each graph the verb reordered (``main``, a body's
+    ``<holder label>/<body name>``, ``function <domain.name>``)."""
+
+    op: ClassVar[str] = "toposort"
+    moved: dict[str, int]
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("toposort", {}, {})
+
+
+@dataclass(frozen=True)
+class OutputsRecord(RewriteRecord):
+    """outputs: the tensors made graph outputs, the graph outputs dropped, and what only the
+    dropped ones needed (nodes, initializers) that went with them."""
+
+    op: ClassVar[str] = "outputs"
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    pruned_nodes: tuple[str, ...]
+    pruned_initializers: tuple[str, ...]
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("outputs", {}, {"add": list(self.added), "remove": list(self.removed)})
+
+
+@dataclass(frozen=True)
+class SetRecord(RewriteRecord):
+    """set_values (the CLI's `set`): attributes given new values (``NODE.KEY`` -> the value as text), initializers given
+    new values (name -> the ``.npy`` file read, and name -> the sha256 of the new raw bytes),
+    and whether shapes could change (``reshape``)."""
+
+    op: ClassVar[str] = "set_values"
+    attrs: dict[str, str]
+    weights: dict[str, str]
+    digests: dict[str, str]
+    reshape: bool
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("set_values", {}, {"attrs": dict(self.attrs),
+                                           "weights": dict(self.weights),
+                                           "reshape": self.reshape})
+
+
 class Recorded(Protocol):
     """A verb's result (``onnxsurgeon.surgery.<Verb>Result``): it carries every resolved name,
     and its record, its ``--json`` payload (:mod:`onnxsurgeon.cli_output`) and its recipe step

@@ -119,6 +119,13 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
                                  prefix="head/")),
     "replace": ({"pattern": RELU_P, "replacement": MAX0_R},
                 lambda m, d: replace(m, pattern=RELU_P, replacement=MAX0_R)),
+    "cleanup": ({}, lambda m, d: osg.surgery.cleanup(m)),
+    "toposort": ({}, lambda m, d: osg.surgery.toposort(m)),
+    "outputs": ({"add": [RELU], "remove": ["aux:0"]},
+                lambda m, d: osg.surgery.outputs(m, add=[RELU], remove=["aux:0"])),
+    "set_values": ({"attrs": {"network/aux/dense.alpha": "0.5"}},
+                   lambda m, d: osg.surgery.set_values(
+                       m, attrs={"network/aux/dense.alpha": "0.5"})),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -539,6 +546,7 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
 
     from onnxsurgeon import surgery
     from onnxsurgeon.recipe.steps import ALIASES
+    from onnxsurgeon.record import CleanupRecord, OutputsRecord, SetRecord, ToposortRecord
 
     examples = {
         "extract": ExtractRecord(outputs=("y",), inputs=("x",)),
@@ -554,6 +562,13 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
         "replace": ReplaceRecord(pattern="onnx-base64:AA==", replacement="onnx-base64:AA==",
                                  sites=({"nodes": ["n"], "inputs": {}, "outputs": {}},),
                                  any_constant=("c",), tolerance={"rtol": 0.1, "atol": 0.2}),
+        "cleanup": CleanupRecord(nodes=("n",), body_nodes=(), initializers=(), value_info=(),
+                                 functions=(), opsets=()),
+        "toposort": ToposortRecord(moved={"main": 2}),
+        "outputs": OutputsRecord(added=("a",), removed=("y",), pruned_nodes=(),
+                                 pruned_initializers=()),
+        "set_values": SetRecord(attrs={"n.alpha": "0.5"}, weights={"W": "w.npy"},
+                                digests={"W": "0" * 64}, reshape=True),
     }
     record = examples[op]
     call = record.replay_call()

@@ -14,13 +14,17 @@ from typing import Any
 
 from ..cli_output import (
     bypass_payload,
+    cleanup_payload,
     copy_payload,
     extract_payload,
     insert_payload,
     merge_payload,
+    outputs_payload,
     rename_payload,
     replace_payload,
     reroute_payload,
+    set_payload,
+    toposort_payload,
 )
 from ..errors import UsageError
 from .spec import Kind, Param, StepContext, Verb
@@ -107,6 +111,33 @@ def _replace(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, An
                                    tolerance=p.get("tolerance")))
 
 
+# ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set_values
+def _cleanup(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import cleanup
+
+    return cleanup_payload(cleanup(model))
+
+
+def _toposort(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import toposort
+
+    return toposort_payload(toposort(model))
+
+
+def _outputs(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import outputs
+
+    return outputs_payload(outputs(model, add=p.get("add") or [], remove=p.get("remove") or []))
+
+
+def _set_values(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import set_values
+
+    return set_payload(set_values(model, attrs=dict(p.get("attrs") or {}),
+                                  weights=dict(p.get("weights") or {}),
+                                  reshape=p.get("reshape", False)))
+
+
 STEPS: dict[str, Verb] = {
     v.name: v
     for v in (
@@ -172,6 +203,21 @@ STEPS: dict[str, Verb] = {
             Param("any_constant", Kind.NAMES, help="pattern constants that match any value"),
             Param("tolerance", Kind.TEXT, help="RTOL,ATOL the proof compares R with P under"),
         ), _replace, help="replace every match of a structural pattern"),
+        Verb("cleanup", (), _cleanup,
+             help="drop what no graph output needs (nodes, initializers, value_info, local "
+                  "functions, opsets; bodies too)"),
+        Verb("toposort", (), _toposort,
+             help="sort every graph's nodes topologically, stably (bodies, local functions)"),
+        Verb("outputs", (
+            Param("add", Kind.NAMES, help="tensors to make graph outputs (typed)"),
+            Param("remove", Kind.NAMES, help="graph outputs to drop, with what only they needed"),
+        ), _outputs, help="expose tensors as graph outputs, or drop outputs"),
+        Verb("set_values", (
+            Param("attrs", Kind.RENAMES, help="NODE.KEY -> value text, typed by the op schema"),
+            Param("weights", Kind.RENAMES, help="initializer -> .npy file with its new values"),
+            Param("reshape", Kind.BOOL, default=False,
+                  help="allow a weight of another shape (same dtype)"),
+        ), _set_values, help="change node attributes or initializer values (CLI: `set`)"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
             Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),

@@ -12,6 +12,8 @@ from ..lazy import lazy_package
 if TYPE_CHECKING:
     from .bypass import BypassResult as BypassResult
     from .bypass import bypass as bypass
+    from .cleanup import CleanupResult as CleanupResult
+    from .cleanup import cleanup as cleanup
     from .copy import CopyResult as CopyResult
     from .copy import Weights as Weights
     from .copy import copy as copy
@@ -21,12 +23,18 @@ if TYPE_CHECKING:
     from .insert import insert as insert
     from .merge import MergeResult as MergeResult
     from .merge import merge as merge
+    from .outputs import OutputsResult as OutputsResult
+    from .outputs import outputs as outputs
     from .rename import RenameResult as RenameResult
     from .rename import rename as rename
     from .replace import ReplaceResult as ReplaceResult
     from .replace import replace as replace
     from .reroute import RerouteResult as RerouteResult
     from .reroute import reroute as reroute
+    from .setvalues import SetResult as SetResult
+    from .setvalues import set_values as set_values
+    from .toposort import ToposortResult as ToposortResult
+    from .toposort import toposort as toposort
 
 _HOME_OF = {
     "bypass": "bypass", "BypassResult": "bypass",
@@ -37,6 +45,10 @@ _HOME_OF = {
     "rename": "rename", "RenameResult": "rename",
     "replace": "replace", "ReplaceResult": "replace",
     "reroute": "reroute", "RerouteResult": "reroute",
+    "cleanup": "cleanup", "CleanupResult": "cleanup",
+    "toposort": "toposort", "ToposortResult": "toposort",
+    "outputs": "outputs", "OutputsResult": "outputs",
+    "set_values": "setvalues", "SetResult": "setvalues",
 }
 
 __all__ = sorted(_HOME_OF)
