@@ -22,9 +22,10 @@ import onnx
 
 from ..edit import Edit
 from ..index import GraphIndex, node_label, subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..record import CleanupRecord, add_rewrite
 from ..select import drop_missing
+from ..session import indexed
 
 __all__ = ["CleanupResult", "Liveness", "cleanup", "liveness"]
 

@@ -17,9 +17,10 @@ import onnx
 from ..edit import Edit
 from ..errors import UsageError
 from ..index import GraphIndex
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..record import OutputsRecord, add_rewrite
 from ..select import Selector, drop_missing
+from ..session import indexed
 from ..types import TypeOracle, renamed_value_info
 from ._proto import quick_value_info
 from .cleanup import liveness

@@ -25,9 +25,10 @@ from onnx import AttributeProto, helper, numpy_helper
 from ..edit import Edit
 from ..errors import UsageError
 from ..index import GraphIndex
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..record import SetRecord, add_rewrite
 from ..select import Selector
+from ..session import indexed
 
 __all__ = ["SetResult", "parse_attribute", "set_values", "split_attr_key"]
 

@@ -20,8 +20,9 @@ import onnx
 
 from ..edit import Edit
 from ..index import body_captures, has_subgraphs, subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..record import ToposortRecord, add_rewrite
+from ..session import indexed
 from ..validate import _stable_toposort
 
 __all__ = ["ToposortResult", "toposort"]
