@@ -25,7 +25,7 @@ a probe copy) and records nothing.
 Inside IPython only, making an ``Edit`` first keeps a weightless copy of the model as it is
 (:func:`onnxsurgeon.record.remember_before`), which the verb's ``add_rewrite`` files with its
 record, so a notebook draws the diff of each rewrite; outside IPython that costs one lookup in
-``sys.modules``. A verb makes one ``Edit`` per model it changes.
+``sys.modules`` (:func:`onnxsurgeon.record.in_ipython`). A verb makes one ``Edit`` per model it changes.
 
 Cost: each call is O(what it changes) of protobuf work plus the upkeep's int bookkeeping; bulk
 methods (a block of nodes, kept ids, many (node, slot) pairs, a rename map) keep a verb to a
@@ -34,7 +34,6 @@ handful of calls. No Python object per node.
 
 from __future__ import annotations
 
-import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import attrgetter
@@ -45,7 +44,7 @@ import onnx
 from .index import GraphIndex, Use, positions
 from .io import Model, hand_on
 from .protos import rename_scoped, rename_tensors, set_default_opset, weightless_copy
-from .record import remember_before
+from .record import in_ipython, remember_before
 from .upkeep import Upkeep, Written
 
 __all__ = ["Edit", "keep_only"]
@@ -107,7 +106,7 @@ class Edit:
     def __init__(self, index: GraphIndex, *, follow: bool = True) -> None:
         self.index: GraphIndex | None = index
         self.model = index.model
-        if "IPython" in sys.modules:  # a notebook draws the diff of the rewrite (RECENT)
+        if in_ipython():  # a notebook draws the diff of the rewrite (record.RECENT)
             remember_before(self.model, weightless_copy(self.model))
         self.graph = index.graph
         self.upkeep: Upkeep | None = Upkeep(index)

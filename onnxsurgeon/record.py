@@ -461,8 +461,15 @@ def as_record(record: RewriteRecord | Mapping[str, Any]) -> RewriteRecord:
     return record if isinstance(record, RewriteRecord) else RewriteRecord.from_json(record)
 
 
+def in_ipython() -> bool:
+    """True inside a running IPython session (a notebook's kernel, the IPython shell), not
+    merely once IPython is imported (TensorFlow imports it). O(1)."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return get is not None and get() is not None
+
+
 RECENT: deque[tuple[str, onnx.ModelProto, onnx.ModelProto | None]] = deque(maxlen=8)
-"""In an IPython session only: the last rewrites logged (record JSON, the model written to, a
+"""In an IPython session only (:func:`in_ipython`): the last rewrites logged (record JSON, the model written to, a
 weightless copy of that model as it was before the rewrite, or None when no verb's edit took
 one), so that a verb's result shown in a notebook draws the diff of its rewrite
 (``onnxsurgeon.notebook``); a bounded queue, empty outside IPython."""
@@ -492,7 +499,7 @@ def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any
     log = rewrites(model)
     entry = as_record(record).to_json()
     log.append(entry)
-    if "IPython" in sys.modules:
+    if in_ipython():
         held = _BEFORE.pop(id(model), None)
         before = held[1] if held is not None and held[0] is model else None
         RECENT.append((json.dumps(entry, sort_keys=True), model, before))

@@ -30,7 +30,9 @@ NETWORK = re.compile(r"(?:https?:)?//|<script|<link|@import|url\((?!#)")
 @pytest.fixture
 def in_ipython(monkeypatch):
     """The process looks like an IPython session (a verb logs the model its rewrite went to)."""
-    monkeypatch.setitem(sys.modules, "IPython", sys.modules.get("IPython") or type(sys)("IPython"))
+    shell = type(sys)("IPython")             # a running shell, as a kernel has one
+    shell.get_ipython = object
+    monkeypatch.setitem(sys.modules, "IPython", shell)
     RECENT.clear()
     yield
     RECENT.clear()
@@ -155,14 +157,22 @@ def test_a_result_shows_its_own_rewrite_after_later_ones(in_ipython):
     assert second["rerouted"] == set(bypassed.rerouted) == set(inserted.block_nodes)
 
 
-def test_outside_ipython_no_model_is_kept_and_no_copy_taken(monkeypatch):
+@pytest.mark.parametrize("ipython", ["absent", "imported"])
+def test_outside_ipython_no_model_is_kept_and_no_copy_taken(monkeypatch, ipython):
+    """Not in a notebook -- IPython absent, or imported without a shell running (TensorFlow
+    imports it): no verb copies its model or keeps it."""
     import onnxsurgeon.edit
     from onnxsurgeon import record
 
     def no_copy(model):
         raise AssertionError("a weightless copy was taken outside IPython")
 
-    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    if ipython == "absent":
+        monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    else:
+        import IPython
+
+        assert IPython.get_ipython() is None
     monkeypatch.setattr(onnxsurgeon.edit, "weightless_copy", no_copy)
     RECENT.clear()
     model = osg.load(SEED)
