@@ -22,6 +22,11 @@ builds its index from the proto.
 An ``Edit`` without an index (``Edit.of(proto)``) edits a private proto (a block being prepared,
 a probe copy) and records nothing.
 
+Inside IPython only, making an ``Edit`` first keeps a weightless copy of the model as it is
+(:func:`onnxsurgeon.record.remember_before`), which the verb's ``add_rewrite`` files with its
+record, so a notebook draws the diff of each rewrite; outside IPython that costs one lookup in
+``sys.modules`` (:func:`onnxsurgeon.record.in_ipython`). A verb makes one ``Edit`` per model it changes.
+
 Cost: each call is O(what it changes) of protobuf work plus the upkeep's int bookkeeping; bulk
 methods (a block of nodes, kept ids, many (node, slot) pairs, a rename map) keep a verb to a
 handful of calls. No Python object per node.
@@ -38,7 +43,8 @@ import onnx
 
 from .index import GraphIndex, Use, positions
 from .io import Model
-from .protos import rename_scoped, rename_tensors, set_default_opset
+from .protos import rename_scoped, rename_tensors, set_default_opset, weightless_copy
+from .record import in_ipython, remember_before
 from .session import hand_on
 from .upkeep import Upkeep, Written
 
@@ -101,6 +107,8 @@ class Edit:
     def __init__(self, index: GraphIndex, *, follow: bool = True) -> None:
         self.index: GraphIndex | None = index
         self.model = index.model
+        if in_ipython():  # a notebook draws the diff of the rewrite (record.RECENT)
+            remember_before(self.model, weightless_copy(self.model))
         self.graph = index.graph
         self.upkeep: Upkeep | None = Upkeep(index)
         self._follow = follow

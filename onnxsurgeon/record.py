@@ -524,10 +524,33 @@ def as_record(record: RewriteRecord | Mapping[str, Any]) -> RewriteRecord:
     return record if isinstance(record, RewriteRecord) else RewriteRecord.from_json(record)
 
 
-RECENT: deque[tuple[str, onnx.ModelProto]] = deque(maxlen=8)
-"""In an IPython session only: the last rewrites logged (record JSON, the model written to), so
-that a verb's result shown in a notebook finds the model it changed (``onnxsurgeon.notebook``);
-a bounded queue, empty outside IPython."""
+def in_ipython() -> bool:
+    """True inside a running IPython session (a notebook's kernel, the IPython shell), not
+    merely once IPython is imported (TensorFlow imports it). O(1)."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return get is not None and get() is not None
+
+
+RECENT: deque[tuple[str, onnx.ModelProto, onnx.ModelProto | None]] = deque(maxlen=8)
+"""In an IPython session only (:func:`in_ipython`): the last rewrites logged (record JSON, the model written to, a
+weightless copy of that model as it was before the rewrite, or None when no verb's edit took
+one), so that a verb's result shown in a notebook draws the diff of its rewrite
+(``onnxsurgeon.notebook``); a bounded queue, empty outside IPython."""
+
+_BEFORE: dict[int, tuple[onnx.ModelProto, onnx.ModelProto]] = {}
+"""In an IPython session only: ``id(model)`` -> (model, its copy before the verb now editing it
+began); :func:`add_rewrite` moves the copy into :data:`RECENT`. Edits that log nothing (a probe
+on a private copy) leave theirs here: at most :data:`_PENDING` are kept."""
+_PENDING = 2
+
+
+def remember_before(model: onnx.ModelProto, before: onnx.ModelProto) -> None:
+    """Keep ``before`` (a weightless copy of ``model`` as it is now) for the rewrite a verb is
+    about to make on ``model``. Called by ``edit.Edit`` inside IPython only."""
+    _BEFORE.pop(id(model), None)
+    _BEFORE[id(model)] = (model, before)
+    while len(_BEFORE) > _PENDING:
+        del _BEFORE[next(iter(_BEFORE))]
 
 
 def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any]) -> None:
@@ -539,6 +562,8 @@ def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any
     log = rewrites(model)
     entry = as_record(record).to_json()
     log.append(entry)
-    if "IPython" in sys.modules:
-        RECENT.append((json.dumps(entry, sort_keys=True), model))
+    if in_ipython():
+        held = _BEFORE.pop(id(model), None)
+        before = held[1] if held is not None and held[0] is model else None
+        RECENT.append((json.dumps(entry, sort_keys=True), model, before))
     set_metadata(model, {REWRITES_KEY: json.dumps(log, sort_keys=True, separators=(",", ":"))})
