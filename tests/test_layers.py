@@ -22,7 +22,7 @@ LAYERS: dict[str, float] = {
     "ortinfer": 3, "datastream": 3,
     "types": 4,
     "io": 5, "processing": 5,
-    "surgery": 6, "inspect": 6, "interop": 6, "diff": 6,
+    "surgery": 6, "inspect": 6, "interop": 6, "diff": 6, "profile": 6,
     "listing": 4.5,  # queries over types, below io (Model.nodes/tensors/find use it)
     "verify": 7,
     "recipe": 8, "cluster": 8, "demo": 8, "demo_models": 8, "cli": 8, "__main__": 8,
