@@ -46,6 +46,7 @@ from .cli_io import _node_count as _node_count
 from .cli_io import _write as _write
 from .cli_noise import native_logs
 from .cli_parser import build_parser as build_parser
+from .cli_split import _cmd_split
 from .cli_verbs import (
     _cmd_bypass,
     _cmd_copy,
@@ -63,6 +64,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
     "apply": _cmd_apply, "recipe": _cmd_recipe,
     "diff": _cmd_diff,
+    "split": _cmd_split,
 }
 
 

@@ -462,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_isolation_flags(p)
     _add_verify_options(p)
 
+    from .cli_split import add_split_parser
+
+    add_split_parser(sub, _dim)
+
     p = sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
     p.add_argument("--files", metavar="DIR",
                    help="instead, copy the bundled models and examples into DIR/models and "

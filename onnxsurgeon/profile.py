@@ -212,7 +212,7 @@ def _check_inputs(index: GraphIndex, dims: Mapping[str, int]) -> None:
                                  "a size for it in the model (the profile needs input shapes)")
 
 
-class _Shapes:
+class Shapes:
     """Concrete shapes and dtypes of main-graph tensors at the given dims."""
 
     def __init__(self, index: GraphIndex, dims: Mapping[str, int]) -> None:
@@ -264,7 +264,7 @@ def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
     return default
 
 
-def _cost(node: onnx.NodeProto, shapes: _Shapes) -> tuple[int, int] | None:
+def _cost(node: onnx.NodeProto, shapes: Shapes) -> tuple[int, int] | None:
     """(MACs, FLOPs) of ``node``; None when the op has no rule or a shape it needs is unknown."""
     op = node.op_type
     if op in _FREE:
@@ -318,13 +318,14 @@ def _cost(node: onnx.NodeProto, shapes: _Shapes) -> tuple[int, int] | None:
 
 
 def node_costs(model: Model | onnx.ModelProto, *, dims: Mapping[str, int] | None = None,
-               index: GraphIndex | None = None) -> list[NodeCost]:
+               index: GraphIndex | None = None, shapes: Shapes | None = None) -> list[NodeCost]:
     """The cost of every main-graph node, in node order. O(nodes) after one shape inference.
 
     Args:
         model: the model (never modified; no weight bytes are read).
         dims: sizes of symbolic dims (``{"batch": 1, "seq": 128}``).
         index: an index of ``model`` already built.
+        shapes: the :class:`Shapes` of ``index`` at ``dims``, when the caller has them.
 
     Raises:
         UsageError: a symbolic dim a cost needs has no size in ``dims``.
@@ -333,7 +334,7 @@ def node_costs(model: Model | onnx.ModelProto, *, dims: Mapping[str, int] | None
     m = as_model(model)
     index = index if index is not None else GraphIndex(m.proto)
     _check_inputs(index, dims)
-    shapes = _Shapes(index, dims)
+    shapes = shapes if shapes is not None else Shapes(index, dims)
     inits, graph = index.initializers, index.graph
     out: list[NodeCost] = []
     for i, node in enumerate(graph.node):

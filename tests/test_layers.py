@@ -19,14 +19,15 @@ LAYERS: dict[str, float] = {
     "protos": 2, "names": 2, "closure": 2, "select": 2, "validate": 2, "external": 2,
     "checking": 2, "record": 2, "schema": 2, "outfile": 2, "atomic": 2, "upkeep": 2,
     "edit": 5.5,  # the one editing API: above io (hands the journal on), below surgery
+    "profile": 5.75,  # the cost model: inspect --profile and split (surgery) use it
     "ortinfer": 3, "datastream": 3,
     "types": 4,
     "io": 5, "processing": 5,
-    "surgery": 6, "inspect": 6, "interop": 6, "diff": 6, "profile": 6,
+    "surgery": 6, "inspect": 6, "interop": 6, "diff": 6,
     "listing": 4.5,  # queries over types, below io (Model.nodes/tensors/find use it)
     "verify": 7,
     "recipe": 8, "cluster": 8, "demo": 8, "demo_models": 8, "cli": 8, "__main__": 8,
-    "cli_flags": 8, "cli_inspect": 8, "cli_noise": 8, "cli_output": 8,
+    "cli_flags": 8, "cli_inspect": 8, "cli_noise": 8, "cli_output": 8, "cli_split": 8,
     "cli_parser": 8, "cli_io": 8, "cli_html": 8, "cli_verbs": 8, "cli_commands": 8,
 }
 """Top-level module or subpackage of ``onnxsurgeon`` -> layer (ARCHITECTURE.md). An import must

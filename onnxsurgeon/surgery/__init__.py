@@ -34,6 +34,7 @@ _HOME_OF = {
     "merge": "merge", "MergeResult": "merge",
     "rename": "rename", "RenameResult": "rename",
     "reroute": "reroute", "RerouteResult": "reroute",
+    "split": "split", "SplitResult": "split", "SplitBy": "split", "Stage": "split",
 }
 
 __all__ = sorted(_HOME_OF)
