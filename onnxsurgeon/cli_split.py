@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ def add_split_parser(sub: Any, dim: Any) -> None:
     p.add_argument("--dim", dest="dims", action=ListAction, item=dim, nargs="+", default=[],
                    metavar="NAME=SIZE", help="the size of a symbolic dimension for the costs")
     p.add_argument("--json", action="store_true", help="the manifest on stdout")
+    from .cli_parser import _add_verify_flag
+
+    _add_verify_flag(p)
 
 
 def _check_folder(folder: Path) -> None:
@@ -50,6 +54,7 @@ def _check_folder(folder: Path) -> None:
 
 def _cmd_split(args: argparse.Namespace) -> int:
     from .cli_io import EXIT_OK, _load, _out, _write
+    from .cli_output import verify_json
     from .schema import stamp
     from .surgery.split import SplitBy, split
 
@@ -60,6 +65,24 @@ def _cmd_split(args: argparse.Namespace) -> int:
     model = _load(args.model)
     result = split(model, stages=args.stages, by=SplitBy(args.by), at=args.at,
                    dims=dict(args.dims))
+    code, report = EXIT_OK, None
+    if args.verify:
+        from .cli_flags import advised, verify_options
+        from .cli_io import _exit_code, _isolation
+        from .verify.split import verify_split
+
+        report = advised(verify_split(model, [s.model for s in result.stages],
+                                      deep=bool(args.verify_deep), **verify_options(args),
+                                      **_isolation(args)), args)
+        if not args.json:
+            _out(report.to_text(deep_table=False))
+        code = _exit_code(report, args)
+        if code != EXIT_OK:
+            if args.json:
+                _out(json.dumps(stamp("split", {"model": args.model, **result.manifest([]),
+                                                "verify": verify_json(report)}), indent=2))
+            sys.stderr.write(f"onnxsurgeon: nothing written to {folder} (--verify did not pass)\n")
+            return code
     folder.mkdir(parents=True, exist_ok=True)
     files = [f"stage_{k}.onnx" for k in range(len(result.stages))]
     for name, stage in zip(files, result.stages, strict=True):
@@ -71,7 +94,8 @@ def _cmd_split(args: argparse.Namespace) -> int:
         f.write("\n")
     os.replace(tmp, folder / MANIFEST)
     if args.json:
-        _out(json.dumps(manifest, indent=2))
+        shown = manifest if report is None else {**manifest, "verify": verify_json(report)}
+        _out(json.dumps(shown, indent=2))
     else:
         costs = ", ".join(str(s.cost) for s in result.stages)
         _out(f"split into {len(files)} stages ({args.by}: {costs}; crossing "

@@ -30,11 +30,14 @@ def _chain(stages: list[onnx.ModelProto], feeds: dict[str, np.ndarray]) -> dict[
 @pytest.mark.torch
 def test_gpt2_in_three_stages_chains_to_the_whole_bit_for_bit(gpt2, tmp_path, capsys):
     out = tmp_path / "stages"
-    code, text, err = cli_main(capsys, "split", gpt2, "-o", out, "--stages", 3, "--json")
+    code, text, err = cli_main(capsys, "split", gpt2, "-o", out, "--stages", 3, "--json",
+                               "--verify")
     assert code == 0, err
-    manifest = json.loads(text)
-    validate("split", manifest)
-    assert json.loads((out / "manifest.json").read_text()) == manifest
+    shown = json.loads(text)
+    validate("split", shown)
+    assert shown.pop("verify")["verdict"] == "pass"     # the joined stages equal the whole
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest == shown
     stages = [onnx.load(str(out / s["file"])) for s in manifest["stages"]]
     assert len(stages) == 3
     costs = [s["cost"] for s in manifest["stages"]]

@@ -85,8 +85,9 @@ class SplitResult:
     crossing_bytes: list[int]
     producers: dict[str, int]
 
-    def manifest(self, files: Sequence[str]) -> dict[str, Any]:
-        """The manifest (``DIR/manifest.json``) naming each stage's file ``files[k]``."""
+    def manifest(self, files: Sequence[str | None]) -> dict[str, Any]:
+        """The manifest (``DIR/manifest.json``) naming each stage's file ``files[k]`` (none
+        written: ``files`` empty, each ``file`` null)."""
         return {
             "by": str(self.by),
             "stages": [
@@ -95,7 +96,7 @@ class SplitResult:
                  "outputs": s.outputs, "nodes": [s.first_node, s.last_node],
                  "cost": s.cost, "flops": s.flops, "macs": s.macs, "param_bytes": s.param_bytes,
                  "activation_bytes": s.activation_bytes}
-                for f, s in zip(files, self.stages, strict=True)],
+                for f, s in zip(files or [None] * len(self.stages), self.stages, strict=True)],
             "cuts": [{"after_node": c - 1, "tensors": t, "bytes": b}
                      for c, t, b in zip(self.cuts, self.crossing, self.crossing_bytes, strict=True)],
         }
