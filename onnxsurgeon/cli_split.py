@@ -89,6 +89,9 @@ def _cmd_split(args: argparse.Namespace) -> int:
         _write(stage.model, str(folder / name), args.model, check="full")
     manifest = stamp("split", {"model": args.model, **result.manifest(files)})
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest.", suffix=".tmp")
+    from .atomic import file_mode
+
+    os.fchmod(fd, file_mode())
     with os.fdopen(fd, "w") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")

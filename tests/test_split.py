@@ -90,7 +90,7 @@ def test_split_at_a_tensor_passes_what_crosses_and_keeps_graph_outputs():
     assert result.producers == {"t1": 0, "t2": 0}
     feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 2}
     whole = run(model, feeds)
-    chained = _chain([s.model for s in result.stages], feeds)
+    chained = _chain([s.model.proto for s in result.stages], feeds)
     assert all(np.array_equal(chained[k], v) for k, v in whole.items())
 
 
@@ -109,3 +109,33 @@ def test_bad_cuts_are_one_line_exit_2(tmp_path, capsys, argv, needle):
     code, out, err = cli_main(capsys, "split", path, "-o", tmp_path / "out", *argv)
     assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_external_data_model_splits_into_stages_with_their_own_weights(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    inits, nodes, prev = [], [], "x"
+    for i in range(4):
+        w = rng.standard_normal((64, 64)).astype(np.float32)
+        inits.append(onnx.numpy_helper.from_array(w, f"w{i}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name=f"mm{i}"),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev = f"r{i}"
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 64]) for n in ("x", prev)]
+    model = helper.make_model(helper.make_graph(nodes, "g", vi[:1], vi[1:], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    src = tmp_path / "m.onnx"
+    onnx.save(model, str(src), save_as_external_data=True, location="m.onnx.data",
+              size_threshold=0)
+    out = tmp_path / "out"
+    code, _, err = cli_main(capsys, "split", src, "-o", out, "--stages", 2, "--verify")
+    assert code == 0, err
+    for k, weights in enumerate([["w0", "w1"], ["w2", "w3"]]):
+        stage = onnx.load(str(out / f"stage_{k}.onnx"), load_external_data=False)
+        assert [t.name for t in stage.graph.initializer] == weights
+        assert {e.value for t in stage.graph.initializer for e in t.external_data
+                if e.key == "location"} == {f"stage_{k}.onnx.data"}
+    feeds = {"x": rng.standard_normal((2, 64)).astype(np.float32)}
+    pool = dict(feeds)
+    for k in range(2):
+        pool.update(run(out / f"stage_{k}.onnx", {n: pool[n] for n in (["x"], ["r1"])[k]}))
+    assert np.array_equal(pool[prev], run(src, feeds)[prev])

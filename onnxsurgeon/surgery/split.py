@@ -50,7 +50,8 @@ class SplitBy(str, Enum):
 class Stage:
     """One stage: its model, the tensors it reads and writes, its nodes and cost."""
 
-    model: onnx.ModelProto
+    model: Model
+    """The stage (external weights still read from the input's data files until saved)."""
     inputs: list[str]
     outputs: list[str]
     first_node: int
@@ -267,7 +268,7 @@ def split(
         ks = {SplitBy.FLOPS: sum(c.flops for c in kept), SplitBy.PARAMS: sum(param_bytes[lo:hi]),
               SplitBy.ACTIVATIONS: sum(c.activation_bytes for c in kept)}
         made.append(Stage(
-            model=copy.proto, inputs=_model_inputs(copy.proto), outputs=outs,
+            model=copy, inputs=_model_inputs(copy.proto), outputs=outs,
             first_node=lo, last_node=hi - 1, flops=ks[SplitBy.FLOPS],
             macs=sum(c.macs for c in kept), param_bytes=sum(param_bytes[lo:hi]),
             activation_bytes=ks[SplitBy.ACTIVATIONS], cost=ks[by]))
