@@ -45,6 +45,12 @@ def test_gpt2_in_three_stages_chains_to_the_whole_bit_for_bit(gpt2, tmp_path, ca
     d = GPT2_DIMS
     hidden = d["batch"] * d["seq"] * d["embd"] * 4        # one float hidden state per cut
     assert [c["bytes"] for c in manifest["cuts"]] == [hidden, hidden]
+    # the manifest's record: --at its cut tensors makes byte-identical stages again
+    again_dir = tmp_path / "again"
+    at = ",".join(c["at"] for c in manifest["cuts"])
+    assert cli_main(capsys, "split", gpt2, "-o", again_dir, "--at", at)[0] == 0
+    for s in manifest["stages"]:
+        assert (again_dir / s["file"]).read_bytes() == (out / s["file"]).read_bytes()
     whole_model = onnx.load(str(gpt2))
     ids = np.random.default_rng(0).integers(0, d["vocab"], (d["batch"], d["seq"]))
     feeds = {"input_ids": ids.astype(np.int64)}

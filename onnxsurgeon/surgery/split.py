@@ -77,6 +77,8 @@ class SplitResult:
         crossing: per cut, the tensors computed before it and read after it.
         crossing_bytes: per cut, their bytes at the profile's shapes.
         producers: tensor passed between stages -> the stage that computes it.
+        at: per cut, an output of the node before it: ``split(model, at=result.at)`` makes the
+            same stages again (the split's record, kept in the manifest).
     """
 
     stages: list[Stage]
@@ -85,6 +87,7 @@ class SplitResult:
     crossing: list[list[str]]
     crossing_bytes: list[int]
     producers: dict[str, int]
+    at: list[str]
 
     def manifest(self, files: Sequence[str | None]) -> dict[str, Any]:
         """The manifest (``DIR/manifest.json``) naming each stage's file ``files[k]`` (none
@@ -98,8 +101,9 @@ class SplitResult:
                  "cost": s.cost, "flops": s.flops, "macs": s.macs, "param_bytes": s.param_bytes,
                  "activation_bytes": s.activation_bytes}
                 for f, s in zip(files or [None] * len(self.stages), self.stages, strict=True)],
-            "cuts": [{"after_node": c - 1, "tensors": t, "bytes": b}
-                     for c, t, b in zip(self.cuts, self.crossing, self.crossing_bytes, strict=True)],
+            "cuts": [{"after_node": c - 1, "at": a, "tensors": t, "bytes": b}
+                     for c, a, t, b in zip(self.cuts, self.at, self.crossing,
+                                           self.crossing_bytes, strict=True)],
         }
 
 
@@ -273,7 +277,8 @@ def split(
             macs=sum(c.macs for c in kept), param_bytes=sum(param_bytes[lo:hi]),
             activation_bytes=ks[SplitBy.ACTIVATIONS], cost=ks[by]))
     return SplitResult(stages=made, by=by, cuts=cuts, crossing=crossing,
-                       crossing_bytes=[cross[c] for c in cuts], producers=producers)
+                       crossing_bytes=[cross[c] for c in cuts], producers=producers,
+                       at=[next(o for o in graph.node[c - 1].output if o) for c in cuts])
 
 
 def _model_inputs(proto: onnx.ModelProto) -> list[str]:
