@@ -110,3 +110,18 @@ def test_gpt2_profile_matches_its_matmul_hand_count_per_module(gpt2):
     assert prof.total.macs == d["layers"] * layer
     ops = {r.name: r for r in profile(onnx.load(str(gpt2)), by=ProfileBy.OP).rows}
     assert ops["Softmax"].flops == 5 * d["layers"] * b * d["heads"] * t * t
+
+
+def test_tf_scopes_group_by_node_name_prefix_with_their_hand_count():
+    from tests.cli_helpers import ROOT
+
+    model = onnx.load(str(ROOT / "models" / "seed_cnn.onnx"))   # TF names: network/<layer>/<op>
+    rows = {r.name: r for r in profile(model, by=ProfileBy.MODULE, dims={"batch": 2}).rows}
+    conv = 2 * 6 * 8 * 8 * (3 * 3 * 3)     # 'same' 3x3 conv, 3 -> 6 channels on 8x8, batch 2
+    fc = 2 * 10 * (6 * 8 * 8)              # 384 features -> 10
+    dense = 2 * 2 * 6                      # pooled 6 -> 2
+    assert rows["network/layer_conv5"].macs == conv
+    assert rows["network/fc1"].macs == fc and rows["network/fc1"].params == 384 * 10 + 10
+    assert rows["network/aux"].macs == dense
+    assert rows["network"].macs == conv + fc + dense
+    assert rows["network/flatten"].flops == 0
