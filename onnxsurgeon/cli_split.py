@@ -79,7 +79,8 @@ def _cmd_split(args: argparse.Namespace) -> int:
         code = _exit_code(report, args)
         if code != EXIT_OK:
             if args.json:
-                _out(json.dumps(stamp("split", {"model": args.model, **result.manifest([]),
+                _out(json.dumps(stamp("split", {"model": args.model, "output": None,
+                                                **result.manifest([]),
                                                 "verify": verify_json(report)}), indent=2))
             sys.stderr.write(f"onnxsurgeon: nothing written to {folder} (--verify did not pass)\n")
             return code
@@ -87,7 +88,8 @@ def _cmd_split(args: argparse.Namespace) -> int:
     files = [f"stage_{k}.onnx" for k in range(len(result.stages))]
     for name, stage in zip(files, result.stages, strict=True):
         _write(stage.model, str(folder / name), args.model, check="full")
-    manifest = stamp("split", {"model": args.model, **result.manifest(files)})
+    manifest = stamp("split", {"model": args.model, "output": args.output,
+                               **result.manifest(files)})
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest.", suffix=".tmp")
     from .atomic import file_mode
 

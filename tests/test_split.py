@@ -94,6 +94,11 @@ def test_split_at_a_tensor_passes_what_crosses_and_keeps_graph_outputs():
     assert first.outputs == ["t1", "t2"] and sorted(second.inputs) == ["t1", "t2", "x"]
     assert result.crossing == [["t1", "t2"]]                # t1 is read by 'side' after the cut
     assert result.producers == {"t1": 0, "t2": 0}
+    from onnxsurgeon.schema import stamp  # nothing written (--verify failed): files are null
+
+    unwritten = stamp("split", {"model": "m.onnx", "output": None, **result.manifest([])})
+    validate("split", unwritten)
+    assert [s["file"] for s in unwritten["stages"]] == [None, None]
     feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 2}
     whole = run(model, feeds)
     chained = _chain([s.model.proto for s in result.stages], feeds)
