@@ -47,6 +47,7 @@ from .cli_io import _node_count as _node_count
 from .cli_io import _write as _write
 from .cli_noise import native_logs
 from .cli_parser import build_parser as build_parser
+from .cli_split import _cmd_split
 from .cli_verbs import (
     _cmd_bypass,
     _cmd_cleanup,
@@ -72,6 +73,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "match": _cmd_match, "replace": _cmd_replace,
     "cleanup": _cmd_cleanup, "toposort": _cmd_toposort, "outputs": _cmd_outputs,
     "set": _cmd_set,
+    "split": _cmd_split,
 }
 
 

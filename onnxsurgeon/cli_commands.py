@@ -25,7 +25,7 @@ from .errors import UsageError
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from .cli_inspect import listing_json, listing_text, wants_listing
+    from .cli_inspect import listing_json, listing_text, profile_of, wants_listing
     from .cli_output import dump
     from .inspect import inspect_model
 
@@ -35,8 +35,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError("--html on inspect draws a neighbourhood: add --around TENSOR")
     model = _load(args.model)
     result = inspect_model(model)
+    prof = profile_of(model, args)
     if args.json:
-        _out(dump("inspect", {"model": args.model, **result.to_json(), **listing_json(model, args)}))
+        extra = {} if prof is None else {"profile": prof.to_json()}
+        _out(dump("inspect", {"model": args.model, **result.to_json(), **listing_json(model, args),
+                              **extra}))
+    elif prof is not None:
+        _out(prof.to_text())
     else:
         _out(listing_text(model, args) if wants_listing(args) else result.to_text())
     if args.html:   # --around with --json or a listing: the page too

@@ -286,9 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "any selector); narrows --nodes/--tensors too")
     p.add_argument("--html", metavar="FILE.html", help="with --around: draw it as an HTML page")
     _add_context_flag(p)
-    from .cli_inspect import add_listing_flags
+    from .cli_inspect import add_listing_flags, add_profile_flags
 
     add_listing_flags(p)
+    add_profile_flags(p, _dim)
 
     p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
     _add_model_io(p)
@@ -559,6 +560,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "their error (exit 1 if they differ)")
     _add_isolation_flags(p)
     _add_verify_options(p)
+
+    from .cli_split import add_split_parser
+
+    add_split_parser(sub, _dim)
 
     p = sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
     p.add_argument("--files", metavar="DIR",

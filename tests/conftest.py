@@ -102,3 +102,46 @@ def run(model: ModelSource, feeds: Mapping[str, np.ndarray], extra: Sequence[str
         wanted = {i.name for i in sess.get_inputs()}
         feeds = {k: v for k, v in feeds.items() if k in wanted}
     return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+
+
+GPT2_DIMS = {"layers": 3, "embd": 32, "heads": 2, "vocab": 64, "batch": 1, "seq": 8}
+"""The configuration of the ``gpt2`` fixture (its hand counts in tests/test_profile.py)."""
+
+
+@pytest.fixture(scope="session")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A transformers GPT2Model (GPT2_DIMS, random seeded weights) exported by torch.onnx
+    (dynamo) at input_ids [batch, seq]: built once per session (~25 s)."""
+    import warnings
+
+    import torch
+    import transformers
+
+    d = GPT2_DIMS
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=d["layers"], n_embd=d["embd"], n_head=d["heads"],
+                                  vocab_size=d["vocab"], n_positions=16, use_cache=False,
+                                  return_dict=False)
+    inner = transformers.GPT2Model(cfg).eval()
+    with torch.no_grad():  # non-zero biases: the exporter drops zero ones
+        for name, param in inner.named_parameters():
+            if name.endswith("bias"):
+                param.uniform_(-0.1, 0.1)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            # an explicit mask skips the packed-sequence check
+            return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))[0]
+
+    ids = torch.randint(0, d["vocab"], (d["batch"], d["seq"]),
+                        generator=torch.Generator().manual_seed(0))
+    path = tmp_path_factory.mktemp("gpt2") / "gpt2.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(Wrap().eval(), (ids,), dynamo=True, verbose=False)
+    prog.save(str(path))
+    return path

@@ -49,6 +49,7 @@ _HOME_OF = {
     "toposort": "toposort", "ToposortResult": "toposort",
     "outputs": "outputs", "OutputsResult": "outputs",
     "set_values": "setvalues", "SetResult": "setvalues",
+    "split": "split", "SplitResult": "split", "SplitBy": "split", "Stage": "split",
 }
 
 __all__ = sorted(_HOME_OF)
