@@ -47,6 +47,17 @@ def _pair(value: str) -> tuple[str, str]:
     return left, right
 
 
+def _attr(value: str) -> tuple[str, str]:
+    """``NODE.KEY=VALUE`` of ``set --attr``: commas belong to the value (ints ``1,2,3``), so a
+    value that also holds ``=`` is two assignments run together, refused."""
+    key, value_text = _pair(value)
+    if "," in value_text and "=" in value_text:
+        raise argparse.ArgumentTypeError(
+            f"the value in {value!r} holds ',' and '=': give each NODE.KEY=VALUE its own --attr "
+            "(commas belong to the value here: ints 1,2,3)")
+    return key, value_text
+
+
 def _regex(value: str) -> tuple[str, str]:
     pattern, replacement = _pair(value)
     if "," in replacement and "=" in replacement:
@@ -435,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --verify: R is compared with P at each site (and the outputs) "
                         "under these tolerances, for an R that computes the same function "
                         "differently (a fused op); default: exactly")
+    _add_rewrite_flags(p)
 
     # ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
     p = sub.add_parser("cleanup", help="drop nodes, initializers, value_info, functions and "
@@ -458,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("set", help="change node attributes or initializer values (type-checked)")
     _add_model_io(p)
-    p.add_argument("--attr", action=ListAction, item=_pair, split=whole, nargs="+", default=[],
+    p.add_argument("--attr", action=ListAction, item=_attr, split=whole, nargs="+", default=[],
                    metavar="NODE.KEY=VALUE",
                    help="attribute KEY of node NODE (split at the last '.') takes VALUE, parsed "
                         "per the op schema's type: 3, 0.5, text, ints 1,2,3, floats 0.5,1 "
