@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from .insert import insert as insert
     from .merge import MergeResult as MergeResult
     from .merge import merge as merge
+    from .precision import PrecisionResult as PrecisionResult
+    from .precision import Target as Target
+    from .precision import precision as precision
     from .rename import RenameResult as RenameResult
     from .rename import rename as rename
     from .reroute import RerouteResult as RerouteResult
@@ -32,6 +35,7 @@ _HOME_OF = {
     "extract": "extract", "ExtractResult": "extract",
     "insert": "insert", "InsertResult": "insert",
     "merge": "merge", "MergeResult": "merge",
+    "precision": "precision", "PrecisionResult": "precision", "Target": "precision",
     "rename": "rename", "RenameResult": "rename",
     "reroute": "reroute", "RerouteResult": "reroute",
 }
