@@ -52,6 +52,7 @@ from .cli_verbs import (
     _cmd_extract,
     _cmd_insert,
     _cmd_merge,
+    _cmd_precision,
     _cmd_rename,
     _cmd_reroute,
 )
@@ -61,6 +62,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "inspect": _cmd_inspect, "extract": _cmd_extract, "copy": _cmd_copy, "insert": _cmd_insert,
     "reroute": _cmd_reroute, "verify": _cmd_verify, "convert": _cmd_convert, "demo": _cmd_demo,
     "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
+    "precision": _cmd_precision,
     "apply": _cmd_apply, "recipe": _cmd_recipe,
     "diff": _cmd_diff,
 }

@@ -171,3 +171,13 @@ def reroute_summary(source: str, target: str, result: Any, *, output: str) -> st
         text += (f"; {result.unused_nodes} nodes are now unused (no output depends on them; "
                  "--prune removes them)")
     return f"{text} -> {output}"
+
+
+def precision_payload(result: Any) -> dict[str, Any]:
+    """The ``precision --json`` fields of a ``PrecisionResult``."""
+    return {"to": result.to, "keep_io_types": result.keep_io_types,
+            "blocked": list(result.blocked),
+            "kept": [{"node": n, "why": why, "framework": result.framework.get(n)}
+                     for n, why in result.kept.items()],
+            "converted": result.converted, "initializers": result.initializers,
+            "clipped": list(result.clipped), "casts": list(result.casts)}

@@ -338,6 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
     _add_rewrite_flags(p)
 
+    p = sub.add_parser("precision", help="convert to float16/bfloat16, Casts only where fp32 stays")
+    _add_model_io(p)
+    p.add_argument("--to", choices=["fp16", "bf16"], required=True, help="the low-precision type")
+    p.add_argument("--keep-io-types", action="store_true",
+                   help="graph inputs and outputs stay float32 (Casts at the boundary)")
+    p.add_argument("--block", action=ListAction, default=[], metavar="OP|NODE|SELECTOR",
+                   help="what stays float32: op types (Softmax), node names, selectors "
+                        "(glob:, re:, op:, framework names, module paths)")
+    _add_rewrite_flags(p)
+
     p = sub.add_parser("bypass", help="remove a node; its readers read its input")
     _add_model_io(p)
     p.add_argument("--node", action=ListAction, required=True, metavar="NAME[,NAME...]",

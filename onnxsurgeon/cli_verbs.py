@@ -243,3 +243,17 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                             **verify_options(args), **_isolation(args))
 
     return _rewrite(args, "merge", apply, check)
+
+
+def _cmd_precision(args: argparse.Namespace) -> int:
+    from .cli_output import precision_payload
+    from .surgery import precision
+
+    def apply(model: Any) -> Summary:
+        result = precision(model, to=args.to, keep_io_types=args.keep_io_types,
+                           block=list(args.block))
+        return (precision_payload(result),
+                f"{result.converted} nodes in {result.to}, {len(result.kept)} kept in float32, "
+                f"{len(result.casts)} Casts added -> {args.output}")
+
+    return _rewrite(args, "precision", apply)

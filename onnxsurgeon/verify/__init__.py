@@ -49,6 +49,7 @@ from .report import (
 from .rewrite import verify_rewrite  # with .verbs: registers every check in invariant.CHECKS
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
 from .verbs import verify_merge
+from . import precision as _precision  # noqa: F401 - registers the precision check
 
 
 def run_model(model: ModelLike, feeds: Mapping[str, np.ndarray], *,
