@@ -1,0 +1,140 @@
+"""precision: float16/bfloat16 conversion with Casts only at the float32 boundaries (issue 31)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from onnxsurgeon.surgery import precision
+
+from .cli_helpers import cli_main
+
+
+def _model() -> onnx.ModelProto:
+    """x * w -> + ConstantOfShape(Shape) -> Resize(scales) -> r; Cast(Shape) to float -> sum;
+    an If whose branches scale by a float Constant."""
+    then = helper.make_graph([helper.make_node("Constant", [], ["k1"], value_float=2.0),
+                              helper.make_node("Mul", ["a", "k1"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", T.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", T.FLOAT, None)])
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["a"], name="mul"),
+        helper.make_node("Shape", ["a"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["sf"], to=T.FLOAT, name="castf"),
+        helper.make_node("ConstantOfShape", ["s"], ["z"], name="cos",
+                         value=helper.make_tensor("v", T.FLOAT, [1], [1.5])),
+        helper.make_node("Add", ["a", "z"], ["b"], name="add"),
+        helper.make_node("Resize", ["b", "", "scales"], ["r"], mode="nearest", name="resize"),
+        helper.make_node("ReduceSum", ["sf"], ["y2"], keepdims=0, name="rs"),
+        helper.make_node("If", ["c"], ["y3"], then_branch=then, else_branch=other, name="if"),
+    ]
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 1, 2, 2]),
+         helper.make_tensor_value_info("c", T.BOOL, [])],
+        [helper.make_tensor_value_info("r", T.FLOAT, [1, 1, 4, 4]),
+         helper.make_tensor_value_info("y2", T.FLOAT, []),
+         helper.make_tensor_value_info("y3", T.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor("w", T.FLOAT, [1], [3.0]),
+         helper.make_tensor("scales", T.FLOAT, [4], [1, 1, 2, 2])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _attr(node: onnx.NodeProto, name: str) -> onnx.AttributeProto:
+    return next(a for a in node.attribute if a.name == name)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_fp16_converts_attributes_and_bodies_and_keeps_scales(cond):
+    model = _model()
+    before = model.SerializeToString()
+    ref = onnx.ModelProto.FromString(before)
+    result = precision(model, to="fp16", keep_io_types=True)
+    onnx.checker.check_model(model, full_check=True)
+    by_name = {n.name: n for n in model.graph.node}
+    inits = {t.name: t for t in model.graph.initializer}
+    assert inits["w"].data_type == T.FLOAT16
+    assert inits["scales"].data_type == T.FLOAT  # Resize scales untouched
+    assert by_name["resize"].input[2] == "scales"
+    assert _attr(by_name["castf"], "to").i == T.FLOAT16
+    assert _attr(by_name["cos"], "value").t.data_type == T.FLOAT16
+    then = _attr(by_name["if"], "then_branch").g
+    assert _attr(then.node[0], "value").t.data_type == T.FLOAT16
+    assert then.output[0].type.tensor_type.elem_type == T.FLOAT16
+    # Casts only at the boundary: x in, three outputs out
+    casts = [n for n in model.graph.node if n.op_type == "Cast" and n.name not in ("castf",)]
+    assert len(casts) == 4 and result.kept == {}
+    assert [o.type.tensor_type.elem_type for o in model.graph.output] == [T.FLOAT] * 3
+    feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 1, 2, 2)).astype(np.float32),
+             "c": np.array(cond)}
+    for a, b in zip(_run(ref, feeds), _run(model, feeds), strict=True):
+        assert b.dtype == np.float32
+        np.testing.assert_allclose(b, a, rtol=1e-2, atol=1e-3)
+
+
+def test_fp16_without_keep_io_types_changes_the_graph_io():
+    model = _model()
+    precision(model, to="fp16")
+    assert model.graph.input[0].type.tensor_type.elem_type == T.FLOAT16
+    assert all(o.type.tensor_type.elem_type == T.FLOAT16 for o in model.graph.output)
+    assert not any(n.op_type == "Cast" and n.name != "castf" for n in model.graph.node)
+    out = _run(model, {"x": np.ones((1, 1, 2, 2), np.float16), "c": np.array(True)})
+    assert out[0].dtype == np.float16 and float(out[0].max()) == pytest.approx(4.5)
+
+
+def test_bf16_ops_without_a_cpu_kernel_stay_fp32_and_are_listed():
+    """onnxruntime's CPU provider has no bfloat16 Mul/Add: they stay float32, with the reason."""
+    model = _model()
+    ref = onnx.ModelProto.FromString(model.SerializeToString())
+    result = precision(model, to="bf16", keep_io_types=True)
+    assert "kernel" in result.kept["mul"] and "kernel" in result.kept["add"]
+    by_name = {n.name: n for n in model.graph.node}
+    assert by_name["mul"].input == ["x", "w"]  # no Cast pair around a kept node on fp32 data
+    feeds = {"x": np.full((1, 1, 2, 2), 0.5, np.float32), "c": np.array(True)}
+    for a, b in zip(_run(ref, feeds), _run(model, feeds), strict=True):
+        np.testing.assert_allclose(b, a, rtol=5e-2, atol=1e-2)
+
+
+def test_block_by_op_and_node_name_keeps_fp32_with_casts_at_the_edges():
+    model = _model()
+    result = precision(model, to="fp16", keep_io_types=True, block=["Resize", "mul"])
+    assert result.kept == {"mul": "blocked", "resize": "blocked"}
+    by_name = {n.name: n for n in model.graph.node}
+    assert by_name["mul"].input[0] == "x"
+    assert {t.name: t.data_type for t in model.graph.initializer}["w"] == T.FLOAT
+    cast_in = by_name["resize"].input[0]
+    assert cast_in != "b" and cast_in.endswith("/fp32")
+
+
+def test_cli_precision_json_and_verify(tmp_path, capsys):
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    model = _model()
+    onnx.save(model, src)
+    before = src.read_bytes()
+    code, stdout, _ = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16",
+                               "--keep-io-types", "--block", "Resize", "--json")
+    assert code == 0, stdout
+    payload = json.loads(stdout)
+    assert payload["kept"] == [{"node": "resize", "why": "blocked", "framework": None}]
+    assert src.read_bytes() == before
+    again = tmp_path / "o2.onnx"
+    assert cli_main(capsys, "precision", src, "-o", again, "--to", "fp16", "--keep-io-types",
+                    "--block", "Resize")[0] == 0
+    assert again.read_bytes() == out.read_bytes()  # deterministic
+    code, _, err = cli_main(capsys, "precision", src, "-o", tmp_path / "x.onnx", "--to", "fp16",
+                            "--block", "no_such_node")
+    assert code == 2 and "no_such_node" in err
