@@ -14,6 +14,7 @@ float32 (one Cast per tensor and direction in each graph).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -289,20 +290,21 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
         converted = why is None
         if why:
             plan.kept[label] = why
-        new = onnx.NodeProto()
-        new.CopyFrom(node)
+        new_in = list(node.input)
         for k, n in enumerate(node.input):
             if not n:
                 continue
             if _dtype(plan, n) != FLOAT:
-                new.input[k] = reads.get(n, n)
+                new_in[k] = reads.get(n, n)
             elif converted:
-                new.input[k] = read(n, low if ins[k] == "low" else FLOAT)
+                new_in[k] = read(n, low if ins[k] == "low" else FLOAT)
             else:
-                new.input[k] = read(n, FLOAT)
+                new_in[k] = read(n, FLOAT)
+        attrs = list(node.attribute)
         if converted:
             plan.converted += 1
-            _convert_attributes(plan, node, new, home, reads, label)
+            attrs = _convert_attributes(plan, node, home, reads, label)
+        new_out = list(node.output)
         for k, o in enumerate(node.output):
             if not o:
                 continue
@@ -313,9 +315,17 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
             want = outputs_want.get(o)
             if want is not None and want != home[o]:
                 inner = plan.names.fresh(f"{o}/{'fp32' if home[o] == FLOAT else plan.target.value}")
-                new.output[k] = inner
+                new_out[k] = inner
                 reads[o] = inner
                 final[o] = want
+        new = onnx.NodeProto()
+        new.CopyFrom(node)
+        del new.attribute[:]
+        new.attribute.extend(attrs)
+        del new.input[:]
+        new.input.extend(new_in)
+        del new.output[:]
+        new.output.extend(new_out)
         nodes.append(new)
     for o, want in final.items():
         nodes.append(helper.make_node("Cast", [reads[o]], [o], to=want,
@@ -331,9 +341,10 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
     return _Graph(nodes, initializers, inputs, outputs, value_info)
 
 
-def _convert_attributes(plan: _Plan, node: onnx.NodeProto, new: onnx.NodeProto,
-                        home: Mapping[str, int], reads: Mapping[str, str], label: str) -> None:
-    """The dtype-carrying attributes and the bodies of a converted node ``new``."""
+def _convert_attributes(plan: _Plan, node: onnx.NodeProto, home: Mapping[str, int],
+                        reads: Mapping[str, str], label: str) -> list[onnx.AttributeProto]:
+    """The attributes of ``node`` converted: dtype-carrying ones in the low type, bodies
+    converted."""
     low = plan.target.elem_type
     attrs: list[onnx.AttributeProto] = []
     for a in node.attribute:
@@ -363,8 +374,7 @@ def _convert_attributes(plan: _Plan, node: onnx.NodeProto, new: onnx.NodeProto,
             _dtype(plan, node.output[0]) == FLOAT:
         attrs.append(helper.make_attribute("value", _low_tensor(
             plan, helper.make_tensor("", FLOAT, [1], [0.0]), label)))
-    del new.attribute[:]
-    new.attribute.extend(attrs)
+    return attrs
 
 
 def _body(plan: _Plan, g: onnx.GraphProto, home: Mapping[str, int], reads: Mapping[str, str],
@@ -383,10 +393,8 @@ def _float_types(model: onnx.ModelProto) -> dict[str, int]:
     """Name -> elem type of every typed tensor in the model and its bodies (declared, then onnx
     inference on a weight-free copy)."""
     light = weightless_copy(model)
-    try:
+    with contextlib.suppress(Exception):  # inference is best effort; declared types remain
         light = onnx.shape_inference.infer_shapes(light)
-    except Exception:  # noqa: BLE001 - inference is best effort; declared types remain
-        pass
     types: dict[str, int] = {}
     stack = [light.graph]
     while stack:

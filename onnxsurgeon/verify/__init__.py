@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from . import precision as _precision  # noqa: F401 - registers the precision check
 from .accumulate import TOLERANCES, PairAccumulator, compare_arrays, default_tolerance
 from .against import verify_against
 from .compare import compare, default_samples
@@ -49,7 +50,6 @@ from .report import (
 from .rewrite import verify_rewrite  # with .verbs: registers every check in invariant.CHECKS
 from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
 from .verbs import verify_merge
-from . import precision as _precision  # noqa: F401 - registers the precision check
 
 
 def run_model(model: ModelLike, feeds: Mapping[str, np.ndarray], *,
