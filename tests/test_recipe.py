@@ -33,11 +33,22 @@ from onnxsurgeon.record import (
     CopyRecord,
     ExtractRecord,
     InsertRecord,
+    PrecisionRecord,
     RenameRecord,
     RerouteRecord,
     rewrites,
 )
-from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, merge, rename, reroute
+from onnxsurgeon.surgery import (
+    Weights,
+    bypass,
+    copy,
+    extract,
+    insert,
+    merge,
+    precision,
+    rename,
+    reroute,
+)
 from tests import builders
 from tests.cli_helpers import cli
 
@@ -93,6 +104,8 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
                lambda m, d: insert(m, RELU, op="l2_normalize", params={"axis": 1})),
     "reroute": ({"from": RELU, "to": CONV, "consumers": ["network/aux/pool"]},
                 lambda m, d: reroute(m, RELU, CONV, consumers=["network/aux/pool"])),
+    "precision": ({"to": "fp16", "keep_io_types": True, "block": ["Softmax"]},
+                  lambda m, d: precision(m, to="fp16", keep_io_types=True, block=["Softmax"])),
     "rename": ({"mapping": {"logits:0": "scores"}, "regex": [["^network/aux/", "side/"]]},
                lambda m, d: rename(m, {"logits:0": "scores"}, regex=[("^network/aux/", "side/")])),
     "bypass": ({"nodes": ["network/layer_conv5/Relu"]},
@@ -532,6 +545,8 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
                                  pruned_nodes=("m",)),
         "rename": RenameRecord(renamed={"a": "b"}, nodes=True),
         "bypass": BypassRecord(removed=("n",), input=1, rerouted=(), rerouted_outputs=()),
+        "precision": PrecisionRecord(to="bf16", keep_io_types=True, blocked=("Softmax",),
+                                     kept={"n": "auto-block: local error 0.5 > budget"}),
     }
     record = examples[op]
     call = record.replay_call()

@@ -417,8 +417,8 @@ def _float_types(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _resolve_blocks(index: GraphIndex, block: Sequence[str]) -> tuple[set[str], set[int]]:
-    """Op types and main-graph node numbers named by ``block`` (an op type of the model, a node
-    name or a selector)."""
+    """Op types and main-graph node numbers named by ``block`` (a node name, a selector, an op
+    type of the model or of the ONNX standard, else any name ``resolve_node`` knows)."""
     ops_in_model: set[str] = set()
     stack = [index.graph]
     while stack:
@@ -436,7 +436,7 @@ def _resolve_blocks(index: GraphIndex, block: Sequence[str]) -> tuple[set[str], 
             nodes.add(names[item])
         elif is_selector(item):
             nodes.update(selector.find_nodes(item))
-        elif item in ops_in_model:
+        elif item in ops_in_model or defs.has(item):  # an ONNX op type, present or not
             ops.add(item)
         else:
             nodes.add(selector.resolve_node(item))
