@@ -69,7 +69,8 @@ class PrecisionResult:
     Attributes:
         to: "fp16" or "bf16".
         keep_io_types: graph inputs and outputs stayed float32.
-        blocked: the ``block`` arguments as given (op types, node names, selectors).
+        blocked: what ``block`` named, resolved: op types (sorted), then main-graph node labels
+            in node order (selectors, framework names and module paths resolved).
         kept: node label (``holder/attr/label`` inside bodies) -> why it stays float32, in graph
             order; ``framework`` names their framework name when the converters recorded one.
         framework: kept node label -> its framework name (only those that have one).
@@ -489,6 +490,8 @@ def precision(
         if name in plan.kept:
             plan.kept[name] = why
     framework = _framework_names(index, plan.kept)
+    resolved = (*sorted(ops), *(index.node_label(i) for i in sorted(nodes)
+                                if index.node_label(i) not in (keep or {})))
     e = Edit(index)
     e.give_up()  # every node and leaf is rewritten: the next verb rebuilds its index
     e.keep_nodes([])
@@ -499,7 +502,7 @@ def precision(
     e.set_outputs(pieces.outputs)
     e.set_value_info(pieces.value_info, copy=False)
     e.hand_on(m)
-    result = PrecisionResult(to=target.value, keep_io_types=keep_io_types, blocked=tuple(block),
+    result = PrecisionResult(to=target.value, keep_io_types=keep_io_types, blocked=resolved,
                              kept=dict(plan.kept), framework=framework,
                              converted=plan.converted, initializers=plan.initializers,
                              clipped=tuple(plan.clipped), casts=tuple(plan.casts))
