@@ -173,11 +173,15 @@ def reroute_summary(source: str, target: str, result: Any, *, output: str) -> st
     return f"{text} -> {output}"
 
 
-def precision_payload(result: Any) -> dict[str, Any]:
-    """The ``precision --json`` fields of a ``PrecisionResult``."""
+def precision_payload(result: Any, auto: Any = None) -> dict[str, Any]:
+    """The ``precision --json`` fields of a ``PrecisionResult`` (and of ``--auto-block``'s
+    ``AutoBlock``, null without it)."""
     return {"to": result.to, "keep_io_types": result.keep_io_types,
             "blocked": list(result.blocked),
             "kept": [{"node": n, "why": why, "framework": result.framework.get(n)}
                      for n, why in result.kept.items()],
             "converted": result.converted, "initializers": result.initializers,
-            "clipped": list(result.clipped), "casts": list(result.casts)}
+            "clipped": list(result.clipped), "casts": list(result.casts),
+            "auto_block": None if auto is None else {
+                "rounds": auto.rounds, "met": auto.met, "budget": [auto.rtol, auto.atol],
+                "worst": {k: (v if v != float("inf") else None) for k, v in auto.worst.items()}}}

@@ -120,7 +120,7 @@ def test_block_by_op_and_node_name_keeps_fp32_with_casts_at_the_edges():
     assert cast_in != "b" and cast_in.endswith("/fp32")
 
 
-def test_cli_precision_json_and_verify(tmp_path, capsys):
+def test_cli_precision_json_is_deterministic_and_refuses_unknown_names(tmp_path, capsys):
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     model = _model()
     onnx.save(model, src)
@@ -138,3 +138,53 @@ def test_cli_precision_json_and_verify(tmp_path, capsys):
     code, _, err = cli_main(capsys, "precision", src, "-o", tmp_path / "x.onnx", "--to", "fp16",
                             "--block", "no_such_node")
     assert code == 2 and "no_such_node" in err
+
+
+def _overflow_model() -> onnx.ModelProto:
+    """A planted overflow: x in [-100, 100) times 1000 (beyond float16's 65504), then / 1000."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Mul", ["a", "big"], ["b"], name="scale_up"),
+             helper.make_node("Div", ["b", "big"], ["c"], name="scale_down"),
+             helper.make_node("Add", ["c", "x"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4, 8])],
+                          [helper.make_tensor("big", T.FLOAT, [], [1000.0])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_auto_block_finds_the_planted_overflow_and_the_outputs_meet_the_budget():
+    from onnxsurgeon.io import Model
+    from onnxsurgeon.verify.precision import auto_block
+
+    plain = _overflow_model()
+    precision(plain, to="fp16", keep_io_types=True)
+    exposed = onnx.ModelProto.FromString(plain.SerializeToString())
+    exposed.graph.output.append(helper.make_tensor_value_info("b", T.FLOAT16, [4, 8]))
+    x = np.random.default_rng(1).uniform(-100, 100, (4, 8)).astype(np.float32)
+    assert np.isinf(_run(exposed, {"x": x})[1]).any()  # the plain conversion overflows
+
+    model = Model(_overflow_model())
+    auto = auto_block(model, to="fp16", keep_io_types=True, ranges={"*": (-100.0, 100.0)})
+    kept = auto.result.kept
+    assert set(kept) == {"scale_up", "scale_down"} and all("overflow" in w for w in kept.values())
+    assert auto.met
+    by_name = {n.name: n for n in model.proto.graph.node}
+    assert by_name["relu"].input == ["x/fp16"] and by_name["scale_down"].input[0] == "b"
+    ref = _run(_overflow_model(), {"x": x})[0]
+    np.testing.assert_allclose(_run(model.proto, {"x": x})[0], ref, rtol=1e-2, atol=1e-3)
+
+
+def test_cli_auto_block_json_names_kept_nodes_and_verifies(tmp_path, capsys):
+    from onnxsurgeon.schema import validate
+
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_overflow_model(), src)
+    code, stdout, err = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16",
+                                 "--keep-io-types", "--auto-block", "--range=-100,100",
+                                 "--budget", "1e-2,1e-3", "--verify", "--json")
+    assert code == 0, err
+    payload = json.loads(stdout)
+    validate("precision", payload)
+    assert [k["node"] for k in payload["kept"]] == ["scale_up", "scale_down"]
+    assert payload["auto_block"]["met"] and payload["auto_block"]["budget"] == [1e-2, 1e-3]
+    assert payload["verify"]["verdict"] == "pass"
