@@ -188,3 +188,69 @@ def test_cli_auto_block_json_names_kept_nodes_and_verifies(tmp_path, capsys):
     assert [k["node"] for k in payload["kept"]] == ["scale_up", "scale_down"]
     assert payload["auto_block"]["met"] and payload["auto_block"]["budget"] == [1e-2, 1e-3]
     assert payload["verify"]["verdict"] == "pass"
+
+
+# --------------------------------------------------------------------- converted models (slow)
+
+@pytest.fixture(scope="session")
+def torch_cnn_onnx(tmp_path_factory):
+    """The seed scenario's PyTorch CNN, exported once (TorchScript exporter: /conv5/Conv names)."""
+    torch = pytest.importorskip("torch")
+    from onnxsurgeon.converters import from_torch
+    from onnxsurgeon.converters.seed_models import torch_cnn
+
+    path = tmp_path_factory.mktemp("cnn16") / "cnn.onnx"
+    from_torch(torch_cnn(seed=0), (torch.zeros(1, 3, 16, 16),), path, input_names=["x"])
+    return path
+
+
+@pytest.fixture(scope="session")
+def bert_onnx(tmp_path_factory):
+    """A transformers BertModel from a tiny config (random weights), dynamo-exported once."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from onnxsurgeon.converters import from_torch
+
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=100, max_position_embeddings=32)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("bert16") / "bert.onnx"
+    from_torch(transformers.BertModel(cfg).eval(), (torch.randint(0, 100, (1, 8)),), path,
+               exporter="dynamo", input_names=["input_ids"])
+    return path
+
+
+def _agree(path, feeds, to: str, **options):
+    from onnxsurgeon import load
+    from onnxsurgeon.verify.accumulate import precision_budget
+
+    model = load(path)
+    result = precision(model, to=to, keep_io_types=True, **options)
+    ref, new = _run(load(path).proto, feeds), _run(model.proto, feeds)
+    rtol, atol = precision_budget(to)
+    for a, b in zip(ref, new, strict=True):
+        assert b.dtype == a.dtype
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
+    return model, result
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_torch_cnn_in_fp16_with_kept_io_types_agrees_and_names_blocked_modules(torch_cnn_onnx):
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    model, result = _agree(torch_cnn_onnx, {"x": x}, "fp16", block=["glob:*fc*"])
+    assert result.converted > 0 and result.initializers > 0
+    assert result.kept and all(w == "blocked" for w in result.kept.values())
+    assert any(t.data_type == T.FLOAT16 for t in model.proto.graph.initializer)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("to", ["fp16", "bf16"])
+def test_bert_with_kept_io_types_agrees_within_budget(bert_onnx, to):
+    ids = np.random.default_rng(0).integers(0, 100, (1, 8)).astype(np.int64)
+    model, result = _agree(bert_onnx, {"input_ids": ids}, to)
+    assert result.converted > 0
+    if to == "bf16":  # onnxruntime's CPU runs few ops in bfloat16: the rest stay and are listed
+        assert any("kernel" in why for why in result.kept.values())
+    onnx.checker.check_model(model.proto)
