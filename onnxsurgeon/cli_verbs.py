@@ -275,6 +275,9 @@ def _cmd_precision(args: argparse.Namespace) -> int:
             line += (f"; auto-block: {auto.rounds} round(s), outputs "
                      f"{'meet' if auto.met else 'do NOT meet'} the budget "
                      f"(rtol={auto.rtol:g}, atol={auto.atol:g})")
+        for node, why in result.kept.items():
+            fw = result.framework.get(node)
+            line += f"\n  kept float32: {node}{f' ({fw})' if fw else ''}: {why}"
         return precision_payload(result, auto), line
 
     return _rewrite(args, "precision", apply)

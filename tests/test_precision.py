@@ -190,6 +190,25 @@ def test_cli_auto_block_json_names_kept_nodes_and_verifies(tmp_path, capsys):
     assert payload["verify"]["verdict"] == "pass"
 
 
+def test_auto_block_keeps_where_the_error_is_born_until_the_outputs_meet_the_budget():
+    """The committed TF CNN on inputs in [-10, 10): plain fp16 misses the budget at logits; the
+    rounds keep the nodes with local error (and the producers whose rounding they inherit)."""
+    from pathlib import Path
+
+    from onnxsurgeon import load
+    from onnxsurgeon.verify.precision import auto_block
+
+    seed = Path(__file__).resolve().parent.parent / "models" / "seed_cnn.onnx"
+    auto = auto_block(load(seed), to="fp16", keep_io_types=True, ranges={"*": (-10.0, 10.0)})
+    assert auto.met and auto.rounds > 1
+    whys = auto.result.kept
+    assert whys["network/layer_conv5/Conv2D"].startswith("auto-block: local error")
+    assert any("rounding" in w for w in whys.values())
+    first = auto_block(load(seed), to="fp16", keep_io_types=True, ranges={"*": (-10.0, 10.0)},
+                       rounds=1)
+    assert not first.met and first.worst["logits:0"] > 1.0  # one conversion does not meet it
+
+
 # --------------------------------------------------------------------- converted models (slow)
 
 @pytest.fixture(scope="session")

@@ -127,6 +127,7 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
     b_rtol, b_atol = precision_budget(to, rtol, atol)
     original = snapshot(model)
     keep: dict[str, str] = {}
+    tried: dict[str, str] = {}
     met, worst, done = False, {}, 0
     with Workspace() as ws:
         ref = Staged(original, ws, "float32")
@@ -141,7 +142,8 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
             keep.update(_out_of_range(index, ref_vals, floats))
         for done in range(1, rounds + 1):  # noqa: B007 - the count is reported
             trial = snapshot(original)
-            res = precision(trial, to=to, keep_io_types=True, block=block, keep=keep)
+            tried = dict(keep)  # what the model gets: the conversion measured last
+            res = precision(trial, to=to, keep_io_types=True, block=block, keep=tried)
             cand = Staged(trial, ws, f"round{done}")
             names = [n for n in dict.fromkeys([*floats, *outputs]) if cand.is_tensor(n)]
             cand_vals = run_all(cand, feeds, names)
@@ -154,7 +156,7 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
             if not found:
                 break
             keep.update(found)
-    result = precision(model, to=to, keep_io_types=keep_io_types, block=block, keep=keep)
+    result = precision(model, to=to, keep_io_types=keep_io_types, block=block, keep=tried)
     return AutoBlock(result, done, met, worst, b_rtol, b_atol)
 
 
@@ -166,6 +168,8 @@ def _local_errors(index: GraphIndex, excess: Mapping[str, float], kept: Mapping[
     found: dict[str, str] = {}
     for i, node in enumerate(index.graph.node):
         label = index.node_label(i)
+        if label in keep and not overflow_only:
+            found.update(_rounding_sources(index, node, excess, kept, keep))
         if label in kept or label in keep or not node.name:
             continue
         outs = [excess[o] for o in node.output if o in excess]
@@ -183,6 +187,27 @@ def _local_errors(index: GraphIndex, excess: Mapping[str, float], kept: Mapping[
             continue
         found[node.name] = ("auto-block: overflow (inf/NaN in the low type)" if worst == float("inf")
                             else f"auto-block: local error {worst:.3g}x the budget")
+    return found
+
+
+def _rounding_sources(index: GraphIndex, node: onnx.NodeProto, excess: Mapping[str, float],
+                      kept: Mapping[str, str], keep: Mapping[str, str]) -> dict[str, str]:
+    """A node kept in float32 whose output still exceeds the budget while its inputs are
+    within it suffers from the rounding of its low-type inputs: their converted producers stay
+    float32 too."""
+    outs = [excess[o] for o in node.output if o in excess]
+    ins = [excess[n] for n in node.input if n in excess]
+    if not outs or max(outs) <= 1.0 or (ins and max(ins) > 1.0):
+        return {}
+    found: dict[str, str] = {}
+    for n in node.input:
+        j = index.producer.get(n)
+        if j is None:
+            continue
+        src = index.graph.node[j]
+        if src.name and src.name not in keep and index.node_label(j) not in kept:
+            found[src.name] = (f"auto-block: its float16 rounding of '{n}' makes '{node.name}' "
+                               f"(kept) err {max(outs):.3g}x the budget")
     return found
 
 
