@@ -457,7 +457,8 @@ def precision(
 
     ``block`` names what stays float32: op types (``Softmax``), node names, or selectors
     (``glob:``/``re:``/``op:``, framework names and module paths resolve to their nodes);
-    ``keep`` adds main-graph node names with the reason they stay float32 (``--auto-block``).
+    ``keep`` adds main-graph node labels (name, else ``OpType#i``) with the reason they stay
+    float32 (``--auto-block``).
 
     Before:  x(f32) -> Conv(W f32) -> Relu -> Resize(scales f32) -> y(f32)
     After (keep_io_types):  x -> Cast(f16) -> Conv(W f16) -> Relu -> Resize(scales f32)
@@ -476,8 +477,8 @@ def precision(
     index = indexed(m)
     proto = index.model
     ops, nodes = _resolve_blocks(index, block)
-    for name in keep or {}:
-        nodes.update(i for i, n in enumerate(index.graph.node) if n.name == name)
+    if keep:
+        nodes.update(i for i in range(len(index.graph.node)) if index.node_label(i) in keep)
     versions = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in proto.opset_import}
     plan = _Plan(target=target, types=_float_types(proto), opsets=list(proto.opset_import),
                  versions=versions, block_ops=ops, block_nodes=nodes,

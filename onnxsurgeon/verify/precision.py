@@ -162,15 +162,15 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
 
 def _local_errors(index: GraphIndex, excess: Mapping[str, float], kept: Mapping[str, str],
                   keep: Mapping[str, str], *, overflow_only: bool) -> dict[str, str]:
-    """Main-graph node name -> why it should stay float32: its output's error exceeds the
+    """Main-graph node label -> why it should stay float32: its output's error exceeds the
     budget (``overflow_only``: is inf/NaN) while its computed inputs are within it.
     O(nodes + edges)."""
     found: dict[str, str] = {}
     for i, node in enumerate(index.graph.node):
         label = index.node_label(i)
         if label in keep and not overflow_only:
-            found.update(_rounding_sources(index, node, excess, kept, keep))
-        if label in kept or label in keep or not node.name:
+            found.update(_rounding_sources(index, i, excess, kept, keep))
+        if label in kept or label in keep:
             continue
         outs = [excess[o] for o in node.output if o in excess]
         if not outs:
@@ -185,16 +185,17 @@ def _local_errors(index: GraphIndex, excess: Mapping[str, float], kept: Mapping[
             inherited = any(v > 1.0 for v in ins)
         if inherited:
             continue
-        found[node.name] = ("auto-block: overflow (inf/NaN in the low type)" if worst == float("inf")
+        found[label] = ("auto-block: overflow (inf/NaN in the low type)" if worst == float("inf")
                             else f"auto-block: local error {worst:.3g}x the budget")
     return found
 
 
-def _rounding_sources(index: GraphIndex, node: onnx.NodeProto, excess: Mapping[str, float],
+def _rounding_sources(index: GraphIndex, i: int, excess: Mapping[str, float],
                       kept: Mapping[str, str], keep: Mapping[str, str]) -> dict[str, str]:
     """A node kept in float32 whose output still exceeds the budget while its inputs are
     within it suffers from the rounding of its low-type inputs: their converted producers stay
     float32 too."""
+    node, label = index.graph.node[i], index.node_label(i)
     outs = [excess[o] for o in node.output if o in excess]
     ins = [excess[n] for n in node.input if n in excess]
     if not outs or max(outs) <= 1.0 or (ins and max(ins) > 1.0):
@@ -204,16 +205,16 @@ def _rounding_sources(index: GraphIndex, node: onnx.NodeProto, excess: Mapping[s
         j = index.producer.get(n)
         if j is None:
             continue
-        src = index.graph.node[j]
-        if src.name and src.name not in keep and index.node_label(j) not in kept:
-            found[src.name] = (f"auto-block: its float16 rounding of '{n}' makes '{node.name}' "
-                               f"(kept) err {max(outs):.3g}x the budget")
+        src = index.node_label(j)
+        if src not in keep and src not in kept:
+            found[src] = (f"auto-block: its float16 rounding of '{n}' makes '{label}' "
+                          f"(kept) err {max(outs):.3g}x the budget")
     return found
 
 
 def _out_of_range(index: GraphIndex, values: Sequence[Mapping[str, np.ndarray]],
                   floats: Sequence[str]) -> dict[str, str]:
-    """Main-graph node name -> why it stays float32: a float tensor it makes or reads reaches
+    """Main-graph node label -> why it stays float32: a float tensor it makes or reads reaches
     beyond float16's range (65504) in the float32 model, so it would overflow whichever runtime
     computes it in float16. O(nodes + elements of the float tensors)."""
     peak: dict[str, float] = {}
@@ -222,15 +223,14 @@ def _out_of_range(index: GraphIndex, values: Sequence[Mapping[str, np.ndarray]],
         peak[n] = max((float(f.max()) for f in finite if f.size), default=0.0)
     over = {n for n, p in peak.items() if p > FP16_MAX}
     found: dict[str, str] = {}
-    for node in index.graph.node:
-        if not node.name:
-            continue
+    for i, node in enumerate(index.graph.node):
+        label = index.node_label(i)
         made = [o for o in node.output if o in over]
         read = [n for n in node.input if n in over]
         if made:
-            found[node.name] = (f"auto-block: overflow: '{made[0]}' reaches {peak[made[0]]:.3g}, "
+            found[label] = (f"auto-block: overflow: '{made[0]}' reaches {peak[made[0]]:.3g}, "
                                 f"beyond float16's {FP16_MAX:g}")
         elif read:
-            found[node.name] = (f"auto-block: overflow: it reads '{read[0]}', which reaches "
+            found[label] = (f"auto-block: overflow: it reads '{read[0]}', which reaches "
                                 f"{peak[read[0]]:.3g}, beyond float16's {FP16_MAX:g}")
     return found
