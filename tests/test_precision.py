@@ -109,6 +109,23 @@ def test_bf16_ops_without_a_cpu_kernel_stay_fp32_and_are_listed():
         np.testing.assert_allclose(b, a, rtol=5e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("cond", [True, False])
+def test_a_blocked_if_keeps_fp32_bodies_that_read_converted_outer_tensors(cond):
+    model = _model()
+    ref = onnx.ModelProto.FromString(model.SerializeToString())
+    result = precision(model, to="fp16", keep_io_types=True, block=["If"])
+    assert result.kept == {"if": "blocked"}
+    onnx.checker.check_model(model, full_check=True)
+    node = next(n for n in model.graph.node if n.name == "if")
+    then = _attr(node, "then_branch").g
+    assert [n.op_type for n in then.node] == ["Constant", "Cast", "Mul"]
+    assert then.node[1].input == ["a"]  # a is fp16 outside, the body reads it through a Cast
+    assert _attr(then.node[0], "value_float").f == 2.0  # the body stays float32
+    feeds = {"x": np.full((1, 1, 2, 2), 0.25, np.float32), "c": np.array(cond)}
+    for a, b in zip(_run(ref, feeds), _run(model, feeds), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-2, atol=1e-3)
+
+
 def test_block_by_op_and_node_name_keeps_fp32_with_casts_at_the_edges():
     model = _model()
     result = precision(model, to="fp16", keep_io_types=True, block=["Resize", "mul"])

@@ -56,6 +56,7 @@ class Target(enum.Enum):
 
 
 FP16_MAX = 65504.0
+_BODY_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 _DTYPE_ATTRS = ("to", "dtype")
 """INT attributes that name an output dtype (Cast, EyeLike, RandomX, Bernoulli)."""
 _DEFAULT_FLOAT_DTYPE = {"RandomNormal", "RandomUniform"}
@@ -155,8 +156,7 @@ def _decide(plan: _Plan, node: onnx.NodeProto, blocked: bool) -> tuple[str | Non
     """(why the node stays float32 or None, input slot kinds, output slot kinds)."""
     floats_in = [bool(n) and _dtype(plan, n) == FLOAT for n in node.input]
     floats_out = [bool(n) and _dtype(plan, n) == FLOAT for n in node.output]
-    has_body = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                   for a in node.attribute)
+    has_body = any(a.type in _BODY_TYPES for a in node.attribute)
     if not any(floats_in) and not any(floats_out) and not has_body:
         return "", [], []  # nothing float: untouched, not listed
     if blocked:
@@ -289,7 +289,7 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
         if why is None and is_const and node.output[0] not in wants_low:
             why = ""  # a float32 constant nothing converted reads (Resize scales): untouched
         converted = why is None
-        if why:
+        if why and not keep_all:  # a float32 node's body nodes: the node is listed
             plan.kept[label] = why
         new_in = list(node.input)
         for k, n in enumerate(node.input):
@@ -305,6 +305,8 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
         if converted:
             plan.converted += 1
             attrs = _convert_attributes(plan, node, home, reads, label)
+        elif any(a.type in _BODY_TYPES for a in node.attribute):
+            attrs = _float32_bodies(plan, node, home, reads, label)
         new_out = list(node.output)
         for k, o in enumerate(node.output):
             if not o:
@@ -378,11 +380,29 @@ def _convert_attributes(plan: _Plan, node: onnx.NodeProto, home: Mapping[str, in
     return attrs
 
 
+def _float32_bodies(plan: _Plan, node: onnx.NodeProto, home: Mapping[str, int],
+                    reads: Mapping[str, str], label: str) -> list[onnx.AttributeProto]:
+    """The attributes of a node kept in float32: its bodies stay float32, reading the outer
+    tensors that are now in the low type through Casts inside the body."""
+    attrs: list[onnx.AttributeProto] = []
+    for a in node.attribute:
+        b = onnx.AttributeProto()
+        b.CopyFrom(a)
+        if a.type == onnx.AttributeProto.GRAPH:
+            b.g.CopyFrom(_body(plan, a.g, home, reads, f"{label}/{a.name}/", keep_all=True))
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            b = helper.make_attribute(a.name, [
+                _body(plan, body, home, reads, f"{label}/{a.name}{j}/", keep_all=True)
+                for j, body in enumerate(a.graphs)])
+        attrs.append(b)
+    return attrs
+
+
 def _body(plan: _Plan, g: onnx.GraphProto, home: Mapping[str, int], reads: Mapping[str, str],
-          path: str) -> onnx.GraphProto:
-    low = plan.target.elem_type
-    pieces = _convert_graph(plan, g, home, reads, path=path, keep_all=False, input_want=low,
-                            output_want=low)
+          path: str, *, keep_all: bool = False) -> onnx.GraphProto:
+    want = FLOAT if keep_all else plan.target.elem_type
+    pieces = _convert_graph(plan, g, home, reads, path=path, keep_all=keep_all, input_want=want,
+                            output_want=want)
     body = helper.make_graph(pieces.nodes, g.name, pieces.inputs, pieces.outputs,
                              pieces.initializers, doc_string=g.doc_string or None,
                              value_info=pieces.value_info)
