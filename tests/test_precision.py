@@ -290,3 +290,31 @@ def test_bert_with_kept_io_types_agrees_within_budget(bert_onnx, to):
     if to == "bf16":  # onnxruntime's CPU runs few ops in bfloat16: the rest stay and are listed
         assert any("kernel" in why for why in result.kept.values())
     onnx.checker.check_model(model.proto)
+
+
+def test_loop_carried_float_and_its_body_are_converted():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Mul", ["acc_in", "w"], ["acc_out"])], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []),
+         helper.make_tensor_value_info("cond_in", T.BOOL, []),
+         helper.make_tensor_value_info("acc_in", T.FLOAT, [2])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []),
+         helper.make_tensor_value_info("acc_out", T.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="loop")], "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2])],
+        [helper.make_tensor("n", T.INT64, [], [3]), helper.make_tensor("w", T.FLOAT, [2], [1.5, 2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    ref = onnx.ModelProto.FromString(model.SerializeToString())
+    result = precision(model, to="fp16", keep_io_types=True)
+    onnx.checker.check_model(model, full_check=True)
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    inner = _attr(loop, "body").g
+    assert inner.input[2].type.tensor_type.elem_type == T.FLOAT16
+    assert inner.output[1].type.tensor_type.elem_type == T.FLOAT16
+    assert {t.name: t.data_type for t in model.graph.initializer} == {"n": T.INT64, "w": T.FLOAT16}
+    assert result.kept == {}
+    x = np.array([0.5, -1.25], np.float32)
+    np.testing.assert_allclose(_run(model, {"x": x})[0], _run(ref, {"x": x})[0], rtol=1e-3)

@@ -243,6 +243,7 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
             for k, n in enumerate(node.input):
                 if n and d[1][k] == "low" and _dtype(plan, n) == FLOAT:
                     wants_low.add(n)
+            wants_low.update(n for n in _captured(node) if _dtype(plan, n) == FLOAT)
     inputs = []
     for vi in g.input:
         if _dtype(plan, vi.name) == FLOAT or vi.type.tensor_type.elem_type == FLOAT:
@@ -408,6 +409,25 @@ def _body(plan: _Plan, g: onnx.GraphProto, home: Mapping[str, int], reads: Mappi
                              value_info=pieces.value_info)
     body.sparse_initializer.extend(g.sparse_initializer)
     return body
+
+
+def _captured(node: onnx.NodeProto) -> set[str]:
+    """Names the bodies of ``node`` read from enclosing scopes (defined in none of them).
+    Iterative; O(size of the bodies)."""
+    reads: set[str] = set()
+    defined: set[str] = set()
+    stack = [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH
+                                                 else a.graphs)]
+    while stack:
+        g = stack.pop()
+        defined.update(vi.name for vi in g.input)
+        defined.update(t.name for t in g.initializer)
+        for inner in g.node:
+            reads.update(n for n in inner.input if n)
+            defined.update(inner.output)
+            for a in inner.attribute:
+                stack.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
+    return reads - defined
 
 
 def _float_types(model: onnx.ModelProto) -> dict[str, int]:
