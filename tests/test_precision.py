@@ -226,19 +226,7 @@ def test_auto_block_keeps_where_the_error_is_born_until_the_outputs_meet_the_bud
     assert not first.met and first.worst["logits:0"] > 1.0  # one conversion does not meet it
 
 
-# --------------------------------------------------------------------- converted models (slow)
-
-@pytest.fixture(scope="session")
-def torch_cnn_onnx(tmp_path_factory):
-    """The seed scenario's PyTorch CNN, exported once (TorchScript exporter: /conv5/Conv names)."""
-    torch = pytest.importorskip("torch")
-    from onnxsurgeon.converters import from_torch
-    from onnxsurgeon.converters.seed_models import torch_cnn
-
-    path = tmp_path_factory.mktemp("cnn16") / "cnn.onnx"
-    from_torch(torch_cnn(seed=0), (torch.zeros(1, 3, 16, 16),), path, input_names=["x"])
-    return path
-
+# --------------------------------------------------------------------- converted models
 
 @pytest.fixture(scope="session")
 def bert_onnx(tmp_path_factory):
@@ -270,13 +258,22 @@ def _agree(path, feeds, to: str, **options):
     return model, result
 
 
-@pytest.mark.slow
-@pytest.mark.torch
-def test_torch_cnn_in_fp16_with_kept_io_types_agrees_and_names_blocked_modules(torch_cnn_onnx):
-    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
-    model, result = _agree(torch_cnn_onnx, {"x": x}, "fp16", block=["glob:*fc*"])
+@pytest.mark.parametrize("name, shape, block, framework", [
+    ("torch_cnn.onnx", (2, 3, 8, 8), "Gemm", {"node_linear": "fc"}),
+    ("keras_cnn.onnx", (2, 8, 8, 3), "MatMul", {}),
+], ids=["torch", "keras"])
+def test_converted_cnn_in_fp16_with_kept_io_types_agrees_and_names_what_it_kept(
+        name, shape, block, framework):
+    """The committed CNNs the converters made (PyTorch, Keras): fp16 with the classifier's op
+    blocked agrees within the budget; a kept node is named by its framework name."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "models" / name
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    feed = onnx.load(path).graph.input[0].name
+    model, result = _agree(path, {feed: x}, "fp16", block=[block])
     assert result.converted > 0 and result.initializers > 0
-    assert result.kept and all(w == "blocked" for w in result.kept.values())
+    assert set(result.kept.values()) == {"blocked"} and result.framework == framework
     assert any(t.data_type == T.FLOAT16 for t in model.proto.graph.initializer)
 
 
