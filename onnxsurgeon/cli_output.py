@@ -227,3 +227,17 @@ def set_payload(result: SetResult) -> dict[str, Any]:
     """The ``set --json`` fields of a ``SetResult``."""
     return {"attrs": dict(result.attrs), "weights": dict(result.weights),
             "digests": dict(result.digests), "reshape": result.reshape}
+
+
+def precision_payload(result: Any, auto: Any = None) -> dict[str, Any]:
+    """The ``precision --json`` fields of a ``PrecisionResult`` (and of ``--auto-block``'s
+    ``AutoBlock``, null without it)."""
+    return {"to": result.to, "keep_io_types": result.keep_io_types,
+            "blocked": list(result.blocked),
+            "kept": [{"node": n, "why": why, "framework": result.framework.get(n)}
+                     for n, why in result.kept.items()],
+            "converted": result.converted, "initializers": result.initializers,
+            "clipped": list(result.clipped), "casts": list(result.casts),
+            "auto_block": None if auto is None else {
+                "rounds": auto.rounds, "met": auto.met, "budget": [auto.rtol, auto.atol],
+                "worst": {k: (v if v != float("inf") else None) for k, v in auto.worst.items()}}}

@@ -110,6 +110,17 @@ def _range(value: str) -> tuple[str, tuple[float, float]]:
     return (name if sep else "*"), (low, high)
 
 
+def _budget(value: str) -> tuple[float, float]:
+    lo, comma, hi = value.partition(",")
+    try:
+        rtol, atol = float(lo), float(hi)
+    except ValueError:
+        comma = ""
+    if not comma or not (rtol >= 0 and atol >= 0):
+        raise argparse.ArgumentTypeError(f"expected RTOL,ATOL (two numbers >= 0), got {value!r}")
+    return rtol, atol
+
+
 def _add_input_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--range", dest="ranges", action=ListAction, item=_range, split=split_ranges,
                    default=[],
@@ -383,6 +394,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re.sub over every other name (split at the first '='; \\1 for groups; "
                         "commas are regex syntax: one pair per value)")
     p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("precision", help="convert to float16/bfloat16, Casts only where fp32 stays")
+    _add_model_io(p)
+    p.add_argument("--to", choices=["fp16", "bf16"], required=True, help="the low-precision type")
+    p.add_argument("--keep-io-types", action="store_true",
+                   help="graph inputs and outputs stay float32 (Casts at the boundary)")
+    p.add_argument("--block", action=ListAction, default=[], metavar="OP|NODE|SELECTOR",
+                   help="what stays float32: op types (Softmax), node names, selectors "
+                        "(glob:, re:, op:, framework names, module paths)")
+    p.add_argument("--auto-block", action="store_true",
+                   help="compare with float32 layer by layer on the inputs and keep float32 the "
+                        "nodes whose local error exceeds the budget or that overflow")
+    p.add_argument("--inputs", dest="auto_inputs", metavar="DATA.npz|DIR", default=None,
+                   help="real inputs for --auto-block (default: random, --range LO,HI)")
+    p.add_argument("--budget", type=_budget, default=None, metavar="RTOL,ATOL",
+                   help="the error the outputs may have against float32 (default 1e-2,1e-3 for "
+                        "fp16, 5e-2,1e-2 for bf16); --auto-block and --verify use it")
     _add_rewrite_flags(p)
 
     p = sub.add_parser("bypass", help="remove a node; its readers read its input")

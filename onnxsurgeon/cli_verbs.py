@@ -362,3 +362,41 @@ def _cmd_set(args: argparse.Namespace) -> int:
                 f"{args.output}")
 
     return _rewrite(args, "set", apply)
+
+
+def _cmd_precision(args: argparse.Namespace) -> int:
+    from .cli_output import precision_payload
+    from .surgery import precision
+
+    rtol, atol = args.budget or (None, None)
+    if args.budget:  # --verify judges under the same budget unless told otherwise
+        args.verify_rtol = rtol if args.verify_rtol is None else args.verify_rtol
+        args.verify_atol = atol if args.verify_atol is None else args.verify_atol
+
+    def apply(model: Any) -> Summary:
+        auto = None
+        if args.auto_block:
+            from .verify.precision import auto_block
+
+            auto = auto_block(model, to=args.to, keep_io_types=args.keep_io_types,
+                              block=list(args.block),
+                              inputs=args.auto_inputs or args.verify_inputs,
+                              ranges=dict(args.ranges) or None, seed=args.verify_seed,
+                              dims=dict(args.verify_dims) or None, samples=args.verify_samples,
+                              rtol=rtol, atol=atol)
+            result = auto.result
+        else:
+            result = precision(model, to=args.to, keep_io_types=args.keep_io_types,
+                               block=list(args.block))
+        line = (f"{result.converted} nodes in {result.to}, {len(result.kept)} kept in float32, "
+                f"{len(result.casts)} Casts added -> {args.output}")
+        if auto is not None:
+            line += (f"; auto-block: {auto.rounds} round(s), outputs "
+                     f"{'meet' if auto.met else 'do NOT meet'} the budget "
+                     f"(rtol={auto.rtol:g}, atol={auto.atol:g})")
+        for node, why in result.kept.items():
+            fw = result.framework.get(node)
+            line += f"\n  kept float32: {node}{f' ({fw})' if fw else ''}: {why}"
+        return precision_payload(result, auto), line
+
+    return _rewrite(args, "precision", apply)

@@ -488,6 +488,26 @@ class SetRecord(RewriteRecord):
                                            "reshape": self.reshape})
 
 
+@dataclass(frozen=True)
+class PrecisionRecord(RewriteRecord):
+    """precision: the target type ("fp16"/"bf16"), whether graph inputs and outputs stayed
+    float32, the ``block`` arguments as given, and every node kept in float32 -> why."""
+
+    op: ClassVar[str] = "precision"
+    to: str
+    keep_io_types: bool
+    blocked: tuple[str, ...]
+    kept: dict[str, str]
+
+    def replay_call(self) -> VerbCall:
+        auto = {k: v for k, v in self.kept.items() if v.startswith("auto-block")}
+        options: dict[str, Any] = {"to": self.to, "keep_io_types": self.keep_io_types,
+                                   "block": list(self.blocked)}
+        if auto:
+            options["keep"] = auto
+        return VerbCall("precision", {}, options)
+
+
 class Recorded(Protocol):
     """A verb's result (``onnxsurgeon.surgery.<Verb>Result``): it carries every resolved name,
     and its record, its ``--json`` payload (:mod:`onnxsurgeon.cli_output`) and its recipe step

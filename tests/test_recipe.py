@@ -34,6 +34,7 @@ from onnxsurgeon.record import (
     CopyRecord,
     ExtractRecord,
     InsertRecord,
+    PrecisionRecord,
     RenameRecord,
     ReplaceRecord,
     RerouteRecord,
@@ -46,6 +47,7 @@ from onnxsurgeon.surgery import (
     extract,
     insert,
     merge,
+    precision,
     rename,
     replace,
     reroute,
@@ -110,6 +112,8 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
                lambda m, d: insert(m, RELU, op="l2_normalize", params={"axis": 1})),
     "reroute": ({"from": RELU, "to": CONV, "consumers": ["network/aux/pool"]},
                 lambda m, d: reroute(m, RELU, CONV, consumers=["network/aux/pool"])),
+    "precision": ({"to": "fp16", "keep_io_types": True, "block": ["Softmax"]},
+                  lambda m, d: precision(m, to="fp16", keep_io_types=True, block=["Softmax"])),
     "rename": ({"mapping": {"logits:0": "scores"}, "regex": [["^network/aux/", "side/"]]},
                lambda m, d: rename(m, {"logits:0": "scores"}, regex=[("^network/aux/", "side/")])),
     "bypass": ({"nodes": ["network/layer_conv5/Relu"]},
@@ -569,6 +573,8 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
                                  pruned_initializers=()),
         "set_values": SetRecord(attrs={"n.alpha": "0.5"}, weights={"W": "w.npy"},
                                 digests={"W": "0" * 64}, reshape=True),
+        "precision": PrecisionRecord(to="bf16", keep_io_types=True, blocked=("Softmax",),
+                                     kept={"n": "auto-block: local error 0.5 > budget"}),
     }
     record = examples[op]
     call = record.replay_call()

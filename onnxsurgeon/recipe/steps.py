@@ -20,6 +20,7 @@ from ..cli_output import (
     insert_payload,
     merge_payload,
     outputs_payload,
+    precision_payload,
     rename_payload,
     replace_payload,
     reroute_payload,
@@ -71,6 +72,13 @@ def _rename(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any
 
     return rename_payload(rename(model, p.get("mapping") or None,
                                  regex=[tuple(i) for i in p.get("regex") or []], nodes=p["nodes"]))
+
+
+def _precision(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import precision
+
+    return precision_payload(precision(model, to=p["to"], keep_io_types=p["keep_io_types"],
+                                       block=p.get("block") or [], keep=p.get("keep") or None))
 
 
 def _bypass(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
@@ -218,6 +226,13 @@ STEPS: dict[str, Verb] = {
             Param("reshape", Kind.BOOL, default=False,
                   help="allow a weight of another shape (same dtype)"),
         ), _set_values, help="change node attributes or initializer values (CLI: `set`)"),
+        Verb("precision", (
+            Param("to", Kind.CHOICE, required=True, choices=("fp16", "bf16"), help="the low type"),
+            Param("keep_io_types", Kind.BOOL, default=False,
+                  help="graph inputs and outputs stay float32"),
+            Param("block", Kind.NAMES, help="op types, node names or selectors kept in float32"),
+            Param("keep", Kind.RENAMES, help="node name -> why it stays float32"),
+        ), _precision, help="convert to float16/bfloat16, Casts only where float32 stays"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
             Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),

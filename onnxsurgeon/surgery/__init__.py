@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from .merge import merge as merge
     from .outputs import OutputsResult as OutputsResult
     from .outputs import outputs as outputs
+    from .precision import PrecisionResult as PrecisionResult
+    from .precision import Target as Target
+    from .precision import precision as precision
     from .rename import RenameResult as RenameResult
     from .rename import rename as rename
     from .replace import ReplaceResult as ReplaceResult
@@ -42,6 +45,7 @@ _HOME_OF = {
     "extract": "extract", "ExtractResult": "extract",
     "insert": "insert", "InsertResult": "insert",
     "merge": "merge", "MergeResult": "merge",
+    "precision": "precision", "PrecisionResult": "precision", "Target": "precision",
     "rename": "rename", "RenameResult": "rename",
     "replace": "replace", "ReplaceResult": "replace",
     "reroute": "reroute", "RerouteResult": "reroute",
