@@ -49,9 +49,12 @@ from .cli_parser import build_parser as build_parser
 from .cli_verbs import (
     _cmd_bypass,
     _cmd_copy,
+    _cmd_dims,
     _cmd_extract,
+    _cmd_fold,
     _cmd_insert,
     _cmd_merge,
+    _cmd_opset,
     _cmd_rename,
     _cmd_reroute,
 )
@@ -63,6 +66,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
     "apply": _cmd_apply, "recipe": _cmd_recipe,
     "diff": _cmd_diff,
+    "fold": _cmd_fold, "dims": _cmd_dims, "opset": _cmd_opset,
 }
 
 

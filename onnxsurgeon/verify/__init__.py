@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from . import folding as folding  # registers the fold, dims and opset checks
 from .accumulate import TOLERANCES, PairAccumulator, compare_arrays, default_tolerance
 from .against import verify_against
 from .compare import compare, default_samples

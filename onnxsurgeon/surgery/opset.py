@@ -1,0 +1,120 @@
+"""``opset``: convert the model's default-domain opset with onnx's version converter.
+
+The converter runs on a weight-free copy (:func:`~onnxsurgeon.protos.weightless_copy`), so a
+model with gigabytes of weights converts at the memory cost of its graph; the converted nodes,
+value_info and opset import replace the model's, its weights stay as they are. Every refusal of
+the converter names the op and the opsets in one line. The result is checked with onnx's strict
+shape inference before anything changes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import onnx
+
+from ..edit import Edit
+from ..errors import UsageError
+from ..io import Model, as_model, indexed
+from ..protos import default_opset, weightless_copy
+from ..record import OpsetRecord, add_rewrite
+
+
+@dataclass(frozen=True)
+class OpsetResult:
+    """What ``opset`` did.
+
+    Attributes:
+        source: the default-domain opset before.
+        target: the opset now.
+        changed: labels of the nodes whose op type or inputs changed (an adapter rewrote them).
+    """
+
+    source: int
+    target: int
+    changed: tuple[str, ...]
+
+    def record(self) -> OpsetRecord:
+        """The rewrite record of this conversion."""
+        return OpsetRecord(source=self.source, target=self.target)
+
+
+_NO_PREVIOUS = re.compile(r"No Previous Version of (\S+) exists")
+_NO_ADAPTER = re.compile(r"No Adapter (?:From|To) Version \$?(\d+) for (\S+)")
+
+
+def _refusal(exc: Exception, source: int, target: int) -> UsageError:
+    text = str(exc)
+    way = f"opset {source} -> {target}"
+    found = _NO_PREVIOUS.search(text)
+    if found:
+        return UsageError(f"cannot convert {way}: op {found.group(1)} does not exist before its "
+                          f"first version (above opset {target}); keep opset >= its version or "
+                          "replace the op")
+    found = _NO_ADAPTER.search(text)
+    if found:
+        return UsageError(f"cannot convert {way}: onnx's version converter has no adapter for op "
+                          f"{found.group(2)} at opset {found.group(1)}; convert to another opset "
+                          "or replace the op")
+    last = text.strip().splitlines()[-1] if text.strip() else type(exc).__name__
+    last = last.split("failed: ")[-1]
+    return UsageError(f"onnx's version converter refuses {way}: {last}; try another opset")
+
+
+def opset(model: Model | onnx.ModelProto, /, *, to: int) -> OpsetResult:
+    """Convert the default-domain opset to ``to`` (up or down). Mutates model.
+
+    Before:  x -> Reduce(axes attribute) -> y     (opset 12)
+    After:   x -> Reduce(x, axes input) -> y      (opset 18)
+
+    O(nodes) plus onnx's converter on the weight-free graph.
+
+    Raises:
+        UsageError: ``to`` out of onnx's range or equal to the current opset, a model importing
+            no default domain, an op the converter cannot convert (named with the opsets), a
+            converted model onnx's checker refuses.
+    """
+    m = as_model(model)
+    proto = m.proto
+    index = indexed(m)
+    source = default_opset(proto)
+    if source is None:
+        raise UsageError("the model imports no default-domain (ai.onnx) opset; nothing to convert")
+    highest = onnx.defs.onnx_opset_version()
+    if not isinstance(to, int) or not 1 <= to <= highest:
+        raise UsageError(f"opset {to!r} is out of range; give 1..{highest} (this onnx's newest)")
+    if to == source:
+        raise UsageError(f"the model is at opset {to} already; give another --to")
+    light = weightless_copy(proto)
+    try:
+        converted = onnx.version_converter.convert_version(light, to)
+    except Exception as exc:  # noqa: BLE001 - onnx raises RuntimeError/ConvertError with C++ text
+        raise _refusal(exc, source, to) from None
+    ir = max(proto.ir_version, onnx.helper.find_min_ir_version_for(
+        [o for o in converted.opset_import if o.domain in ("", "ai.onnx")], True))
+    converted.ir_version = ir
+    try:
+        onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)
+    except Exception as exc:  # noqa: BLE001 - onnx's inference errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"opset {source} -> {to}: the converted model fails onnx's checks "
+                         f"({first}); convert to another opset") from None
+    before = {i.name: i for i in proto.graph.initializer}
+    new_inits = [t for t in converted.graph.initializer if t.name not in before]
+    labels = [index.node_label(i) for i in range(len(proto.graph.node))]
+    old_ops = [(n.op_type, tuple(n.input)) for n in proto.graph.node]
+    new_ops = [(n.op_type, tuple(n.input)) for n in converted.graph.node]
+    changed = tuple(lb for lb, a, b in zip(labels, old_ops, new_ops, strict=False) if a != b)
+    # ------------------------------------------------------------------ mutate (all checked)
+    e = Edit(index)
+    e.replace_nodes(list(converted.graph.node))
+    e.set_value_info(list(converted.graph.value_info), copy=False)
+    if new_inits:
+        e.add_initializers(new_inits, made=True)
+    e.set_default_opset(to)
+    e.set_ir_version(ir)
+    e.hand_on(m)
+    result = OpsetResult(source=source, target=to, changed=changed)
+    add_rewrite(proto, result.record())
+    return result
