@@ -127,7 +127,7 @@ HOOK = re.compile(r"\.(input|output)\s*\[[^]]*\]\s*=[^=]|"
 
 def test_public_verb_modules_pass_the_repository_grep():
     public = [p for p in SURGERY.glob("*.py") if not p.name.startswith("_")]
-    assert len(public) == 7
+    assert len(public) >= 10  # extract copy insert reroute rename bypass merge fold dims opset
     hits = [f"{p.name}: {line.strip()}" for p in public for line in p.read_text().splitlines()
             if HOOK.search(line)]
     assert not hits

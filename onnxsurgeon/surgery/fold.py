@@ -271,7 +271,8 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     O(nodes) plus the evaluation of what folds (one session per graph that folds).
 
     Raises:
-        UsageError: ``max_bytes`` negative, nothing foldable.
+        UsageError: ``max_bytes`` negative. (A model with nothing to fold is left as it is,
+            with an empty record: folding is idempotent.)
     """
     if not isinstance(max_bytes, int) or max_bytes < 0:
         raise UsageError(f"max_bytes {max_bytes!r} is not a size in bytes >= 0; give e.g. 1048576")
@@ -293,9 +294,6 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
                                    ir_version=proto.ir_version)
                 if plan is not None:
                     bodies.append(plan)
-    if main is None and not bodies:
-        raise UsageError("nothing to fold: no node reads only constants; the model is folded "
-                         "already")
     removed_labels: tuple[str, ...] = ()
     # ------------------------------------------------------------------ mutate (all planned)
     e = Edit(index)

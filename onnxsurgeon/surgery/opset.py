@@ -62,6 +62,12 @@ def _refusal(exc: Exception, source: int, target: int) -> UsageError:
     return UsageError(f"onnx's version converter refuses {way}: {last}; try another opset")
 
 
+def _first_line(exc: Exception) -> str:
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = " ".join(lines[:3]) if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def opset(model: Model | onnx.ModelProto, /, *, to: int) -> OpsetResult:
     """Convert the default-domain opset to ``to`` (up or down). Mutates model.
 
@@ -93,13 +99,14 @@ def opset(model: Model | onnx.ModelProto, /, *, to: int) -> OpsetResult:
         raise _refusal(exc, source, to) from None
     ir = max(proto.ir_version, onnx.helper.find_min_ir_version_for(
         [o for o in converted.opset_import if o.domain in ("", "ai.onnx")], True))
-    converted.ir_version = ir
+    Edit.of(converted).set_ir_version(ir)
     try:
+        onnx.checker.check_model(converted)
         onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)
-    except Exception as exc:  # noqa: BLE001 - onnx's inference errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"opset {source} -> {to}: the converted model fails onnx's checks "
-                         f"({first}); convert to another opset") from None
+    except Exception as exc:  # noqa: BLE001 - onnx's checker and inference errors
+        raise UsageError(f"cannot convert opset {source} -> {to}: onnx's version converter "
+                         f"makes an invalid model ({_first_line(exc)}); convert to another "
+                         "opset") from None
     before = {i.name: i for i in proto.graph.initializer}
     new_inits = [t for t in converted.graph.initializer if t.name not in before]
     labels = [index.node_label(i) for i in range(len(proto.graph.node))]
