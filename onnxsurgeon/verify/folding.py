@@ -1,8 +1,10 @@
 """The evaluator ``fold`` computes constants with, and the rewrite invariants of ``fold``,
 ``dims`` and ``opset``.
 
-* fold -- every graph output of the rewritten model equals the original's, bit for bit, on the
-  same inputs (the folded values were computed by the same kernels);
+* fold -- every graph output of the rewritten model agrees with the original's on the same
+  inputs, within the dtype's tolerance: the folded values are computed by the same kernels, but
+  onnxruntime pre-packs constant inputs (a MatMul whose weight became an initializer runs
+  another kernel path), so floats may differ in the last bits;
 * opset -- every graph output agrees within the dtype's tolerance (the version converter may
   replace an op by an equivalent one);
 * dims -- the rewritten model, run at two batch sizes (its own static batch when it has one),
@@ -87,7 +89,7 @@ def _check_fold(ctx: Context, record: FoldRecord, check: Check) -> None:
     if record.kept:
         check.notes.append(f"{len(record.kept)} foldable tensors over {record.max_bytes} bytes "
                            "stay computed")
-    _same_outputs(ctx, check, "fold", exact=True)
+    _same_outputs(ctx, check, "fold", exact=False)
 
 
 @rewrite_check(OpsetRecord)
