@@ -42,7 +42,7 @@ from ..types import shape_of
 Dim = int | str | None
 _SYMBOL = "__onnxsurgeon_batch__"
 _MAX_ROUNDS = 16
-_TOKEN = re.compile(r"\d+|[A-Za-z_][A-Za-z0-9_]*|\?")
+_SPLIT = re.compile(r"(?<=[\d?])x|x(?=[\d?])")
 
 
 @dataclass(frozen=True)
@@ -73,21 +73,10 @@ def parse_shape(text: str) -> list[Dim]:
         UsageError: an empty shape or a piece that is neither a size nor a name.
     """
     raw = text.strip()
-    parts = [p.strip() for p in raw.split(",")] if "," in raw else None
-    if parts is None:
-        parts = []
-        rest = raw
-        while rest:
-            m = _TOKEN.match(rest)
-            if m is None:
-                break
-            parts.append(m.group(0))
-            rest = rest[m.end():].lstrip()
-            if rest.startswith("x"):
-                rest = rest[1:].lstrip()
-            elif rest:
-                parts = []
-                break
+    if "," in raw:
+        parts = [p.strip() for p in raw.split(",")]
+    else:  # an x between a size (or ?) and anything splits: 1x3, batch x3, Nx4, 4xbatch
+        parts = [p.strip() for p in _SPLIT.split(raw.replace(" ", ""))]
     dims: list[Dim] = []
     for p in parts:
         if p.isdigit():
@@ -139,7 +128,9 @@ def _new_shapes(index: GraphIndex, inputs: Mapping[str, str | Sequence[Dim]],
         if name not in real:
             from difflib import get_close_matches
 
-            close = get_close_matches(name, list(real), n=1)
+            lower = {n.lower(): n for n in real}
+            close = ([lower[name.lower()]] if name.lower() in lower
+                     else get_close_matches(name, list(real), n=1))
             hint = f"; did you mean '{close[0]}'?" if close else f"; the inputs are {sorted(real)}"
             raise NotFoundError(f"graph input '{name}' not found{hint}")
         dims = parse_shape(given) if isinstance(given, str) else list(given)
