@@ -183,3 +183,22 @@ def test_fold_folds_a_torch_export_shape_chain(torch_shape_export, tmp_path, cap
     ops = [n.op_type for n in onnx.load(out).graph.node]
     assert {"Shape", "Gather", "Unsqueeze", "Concat", "Constant"}.isdisjoint(ops), ops
     assert json.loads(stdout)["verify"]["verdict"] == "pass"
+
+
+def test_the_readme_folding_block_runs(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    from .cli_helpers import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    part = readme.split("### Folding, dims and opsets", 1)[1]
+    block = re.findall(r"```bash\n(.*?)```", part, flags=re.S)[0].replace("/tmp/", f"{tmp_path}/")
+    script = f'onnxsurgeon() {{ "{sys.executable}" -m onnxsurgeon "$@"; }}\nset -e\n{block}'
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for name in ("folded", "batch4", "opset18"):
+        assert (tmp_path / f"{name}.onnx").is_file(), name
+    assert '"to": 18' in proc.stdout
