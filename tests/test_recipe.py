@@ -31,13 +31,29 @@ from onnxsurgeon.record import (
     RECORD_TYPES,
     BypassRecord,
     CopyRecord,
+    DimsRecord,
     ExtractRecord,
+    FoldRecord,
     InsertRecord,
+    OpsetRecord,
     RenameRecord,
     RerouteRecord,
     rewrites,
 )
-from onnxsurgeon.surgery import Weights, bypass, copy, extract, insert, merge, rename, reroute
+from onnxsurgeon.surgery import (
+    Weights,
+    bypass,
+    copy,
+    dims,
+    extract,
+    fold,
+    insert,
+    merge,
+    opset,
+    rename,
+    reroute,
+)
+from onnxsurgeon.verify.folding import ort_evaluator
 from tests import builders
 from tests.cli_helpers import cli
 
@@ -100,6 +116,9 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
     "merge": ({"second": "blocks/head.onnx", "connect": {"logits:0": "x"}, "prefix": "head/"},
               lambda m, d: merge(m, osg.load(d / "blocks/head.onnx"), connect=[("logits:0", "x")],
                                  prefix="head/")),
+    "fold": ({"max_bytes": 1024}, lambda m, d: fold(m, max_bytes=1024, evaluate=ort_evaluator)),
+    "dims": ({"inputs": {"input:0": "2x8x8x3"}}, lambda m, d: dims(m, inputs={"input:0": "2x8x8x3"})),
+    "opset": ({"to": 18}, lambda m, d: opset(m, to=18)),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -532,6 +551,9 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
                                  pruned_nodes=("m",)),
         "rename": RenameRecord(renamed={"a": "b"}, nodes=True),
         "bypass": BypassRecord(removed=("n",), input=1, rerouted=(), rerouted_outputs=()),
+        "fold": FoldRecord(folded=("c",), removed=("n",), kept=(), body_folded=(), max_bytes=8),
+        "dims": DimsRecord(shapes={"x": "batchx3"}, batch="dynamic", rewritten={}),
+        "opset": OpsetRecord(source=17, target=18),
     }
     record = examples[op]
     call = record.replay_call()

@@ -23,7 +23,7 @@ batch), so a chain of reshapes is followed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,8 +197,8 @@ def _probe(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[Dim]], plan: Pl
     O(model without weights)."""
     light = weightless_copy(proto)
     e = Edit.of(light)
-    idx = GraphIndex(light)
     if plan:
+        idx = GraphIndex(light)
         e.add_initializers([numpy_helper.from_array(v.astype(np.int64), fresh[i])
                             for i, (_, v, _) in sorted(plan.items())])
         for i, (name, _, _) in sorted(plan.items()):
@@ -212,12 +212,16 @@ def _probe(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[Dim]], plan: Pl
     return light
 
 
-def _infer(light: onnx.ModelProto) -> tuple[dict[str, list[Dim] | None], onnx.ModelProto]:
-    """Shapes of every tensor of ``light`` by onnx's inference (data propagation on)."""
+def _infer(light: onnx.ModelProto, wanted: Collection[str] = ()) -> tuple[
+        dict[str, list[Dim] | None], onnx.ModelProto]:
+    """The shapes of ``wanted`` tensors of ``light`` by onnx's inference (data propagation on),
+    and the inferred model."""
     inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
     found: dict[str, list[Dim] | None] = {}
-    for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
-        found[vi.name] = shape_of(vi)
+    if wanted:
+        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+            if vi.name in wanted:
+                found[vi.name] = shape_of(vi)
     return found, inferred
 
 
@@ -245,7 +249,6 @@ def _plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> Plan:
     if not isinstance(b, int):  # no static batch changed: nothing can hard-code it
         return {}
     probe_shapes = {n: ([_SYMBOL, *s[1:]] if n in changed else s) for n, s in shapes.items()}
-    live = _depends_on_inputs(index, set(changed))
     candidates: list[tuple[int, str, np.ndarray]] = []
     for i, node in enumerate(index.graph.node):
         if node.op_type not in ("Reshape", "Expand", "Tile", "ConstantOfShape"):
@@ -260,9 +263,11 @@ def _plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> Plan:
     plan: Plan = {}
     if not candidates:
         return plan
+    live = _depends_on_inputs(index, set(changed))
     fresh = {i: f"{name}/dims_probe{i}" for i, name, _ in candidates}
+    wanted = {index.graph.node[i].input[0] for i, _, _ in candidates}
     for _ in range(_MAX_ROUNDS):
-        found, _inferred = _infer(_probe(index.model, probe_shapes, plan, fresh))
+        found, _inferred = _infer(_probe(index.model, probe_shapes, plan, fresh), wanted)
         progress = False
         for i, name, values in candidates:
             if i in plan:

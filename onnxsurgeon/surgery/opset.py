@@ -16,7 +16,7 @@ import onnx
 
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import has_subgraphs
+from ..index import has_subgraphs, iter_graphs
 from ..io import Model, as_model, indexed
 from ..protos import default_opset, weightless_copy
 from ..record import OpsetRecord, add_rewrite
@@ -77,6 +77,38 @@ def _check_nodes(model: onnx.ModelProto) -> None:
             onnx.checker.check_node(node, ctx)
 
 
+def _min_ir(version: int) -> int:
+    return int(onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", version)], True))
+
+
+def _needs_adapters(proto: onnx.ModelProto, source: int, target: int) -> bool:
+    """Whether any default-domain op of the model (bodies and local functions too) has another
+    definition at ``target`` than at ``source``: only then does the converter have work (else the
+    opset import alone changes). O(nodes)."""
+    seen: set[str] = set()
+    graphs = [proto.graph]
+    for fn in proto.functions:
+        if any(o.domain in ("", "ai.onnx") for o in fn.opset_import):
+            return True  # the converter does not convert local functions: let it decide
+    for graph in graphs:
+        for g in iter_graphs(graph):
+            for node in g.node:
+                if node.domain not in ("", "ai.onnx"):
+                    continue
+                op = node.op_type
+                if op in seen:
+                    continue
+                seen.add(op)
+                try:
+                    a = onnx.defs.get_schema(op, source, "").since_version
+                    b = onnx.defs.get_schema(op, target, "").since_version
+                except onnx.defs.SchemaError:
+                    return True
+                if a != b:
+                    return True
+    return False
+
+
 def _first_line(exc: Exception) -> str:
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     text = " ".join(lines[:3]) if lines else type(exc).__name__
@@ -107,13 +139,21 @@ def opset(model: Model | onnx.ModelProto, /, *, to: int) -> OpsetResult:
         raise UsageError(f"opset {to!r} is out of range; give 1..{highest} (this onnx's newest)")
     if to == source:
         raise UsageError(f"the model is at opset {to} already; give another --to")
+    if not _needs_adapters(proto, source, to):  # no op changes between the opsets
+        ir = max(proto.ir_version, _min_ir(to))
+        e = Edit(index)
+        e.set_default_opset(to)
+        e.set_ir_version(ir)
+        e.hand_on(m)
+        result = OpsetResult(source=source, target=to, changed=())
+        add_rewrite(proto, result.record())
+        return result
     light = weightless_copy(proto)
     try:
         converted = onnx.version_converter.convert_version(light, to)
     except Exception as exc:  # noqa: BLE001 - onnx raises RuntimeError/ConvertError with C++ text
         raise _refusal(exc, source, to) from None
-    ir = max(proto.ir_version, onnx.helper.find_min_ir_version_for(
-        [o for o in converted.opset_import if o.domain in ("", "ai.onnx")], True))
+    ir = max(proto.ir_version, _min_ir(to))
     Edit.of(converted).set_ir_version(ir)
     try:
         _check_nodes(converted)
