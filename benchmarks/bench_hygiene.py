@@ -4,8 +4,9 @@ Usage: ``python benchmarks/bench_hygiene.py [--chain-blocks N] [--timeout S] [--
 
 Models (built here, random weights, nothing downloaded):
 
-* ``gpt2``: a 2-layer GPT-2 from a config (``transformers.GPT2Model``), exported by torch's
-  TorchScript exporter with its constant folding off at static shapes (1x16): full of
+* ``bert``: a 2-layer BERT from a config (``transformers.BertModel``, eager attention; GPT-2's
+  mask code uses ``aten::diff``, which the TorchScript exporter cannot export), exported by
+  torch's TorchScript exporter with its constant folding off at static shapes (1x16): full of
   Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains;
 * ``keras_cnn``: the bundled Keras CNN converted by tf2onnx (``models/keras_cnn.onnx``);
 * ``chain``: benchmarks/run.py's MatMul/Add/Relu chain (90k nodes by default): nothing folds,
@@ -137,21 +138,23 @@ from run import build_chain
 onnx.save(build_chain({chain_blocks}, distinct=False, width=4), folder / "chain.onnx")
 import torch, transformers
 torch.manual_seed(0)
-cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=32)
-model = transformers.GPT2Model(cfg).eval()
+cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
+                              intermediate_size=128, vocab_size=100, max_position_embeddings=32,
+                              attn_implementation="eager")
+model = transformers.BertModel(cfg).eval()
 class Wrap(torch.nn.Module):
     def __init__(self, m):
         super().__init__(); self.m = m
     def forward(self, ids):
-        return self.m(input_ids=ids, use_cache=False).last_hidden_state
+        return self.m(input_ids=ids).last_hidden_state
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    torch.onnx.export(Wrap(model), (torch.zeros(1, 16, dtype=torch.long),), str(folder / "gpt2.onnx"),
+    torch.onnx.export(Wrap(model), (torch.zeros(1, 16, dtype=torch.long),), str(folder / "bert.onnx"),
                       dynamo=False, do_constant_folding=False, input_names=["ids"],
                       output_names=["hidden"], opset_version=17)
 """
     subprocess.run([PY, "-c", code], check=True, cwd=ROOT, capture_output=True)
-    return {"gpt2": folder / "gpt2.onnx", "keras_cnn": ROOT / "models" / "keras_cnn.onnx",
+    return {"bert": folder / "bert.onnx", "keras_cnn": ROOT / "models" / "keras_cnn.onnx",
             "chain": folder / "chain.onnx"}
 
 

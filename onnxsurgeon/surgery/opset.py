@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from ..checking import _context as checker_context
 from ..edit import Edit
 from ..errors import UsageError
 from ..index import has_subgraphs, iter_graphs
@@ -67,11 +68,7 @@ def _check_nodes(model: onnx.ModelProto) -> None:
     """``onnx.checker.check_node`` on each main-graph node without a body (the op known at the
     new opset, its attributes, its input and output counts); bodies are covered by the strict
     shape inference after. The weights are stubs, so the whole-model checker cannot run."""
-    from onnx.checker import C
-
-    ctx = C.CheckerContext()
-    ctx.ir_version = model.ir_version
-    ctx.opset_imports = {d.domain: d.version for d in model.opset_import}
+    ctx = checker_context(model)
     for node in model.graph.node:
         if not has_subgraphs(node):
             onnx.checker.check_node(node, ctx)
