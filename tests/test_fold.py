@@ -202,3 +202,25 @@ def test_the_readme_folding_block_runs(tmp_path):
     for name in ("folded", "batch4", "opset18"):
         assert (tmp_path / f"{name}.onnx").is_file(), name
     assert '"to": 18' in proc.stdout
+
+
+def test_fold_drops_adds_of_zeros_and_muls_by_ones_that_do_not_broadcast(tmp_path):
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Add", ["x", "zeros"], ["a"], name="add0"),
+             helper.make_node("Mul", ["ones", "a"], ["b"], name="mul1"),
+             helper.make_node("Add", ["b", "zeros3"], ["c"], name="broadcasts"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [2, 8])],
+        [helper.make_tensor_value_info("y", f, [3, 2, 8])],
+        [_init("zeros", np.zeros(8), np.float32), _init("ones", np.ones((2, 1)), np.float32),
+         _init("zeros3", np.zeros((3, 1, 1)), np.float32)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    m = load_model(tmp_path, proto)
+    result = fold(m, evaluate=ort_evaluator)
+    assert [n.name for n in m.proto.graph.node] == ["broadcasts", "relu"]
+    assert list(m.proto.graph.node[0].input) == ["x", "zeros3"]
+    assert {t.name for t in m.proto.graph.initializer} == {"zeros3"}
+    assert set(result.removed) == {"add0", "mul1"}
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    assert np.array_equal(run(proto, {"x": x})["y"], run(m.proto, {"x": x})["y"])

@@ -239,6 +239,69 @@ def _fold_model(graph: onnx.GraphProto, fold: Sequence[int], inits: Mapping[str,
     return onnx.helper.make_model(g, opset_imports=list(opsets), ir_version=ir_version)
 
 
+_NEUTRAL = {"Add": (0.0, (0, 1)), "Sub": (0.0, (1,)), "Mul": (1.0, (0, 1)),
+            "Div": (1.0, (1,))}
+"""Op -> (the constant that makes it pass its other input through, the slots it may be in)."""
+
+
+def _neutral_nodes(index: GraphIndex, inputs: set[str]) -> dict[int, str]:
+    """Main-graph nodes that pass one input through unchanged (``x + 0``, ``x - 0``, ``x * 1``,
+    ``x / 1`` with a constant of zeros or ones that does not broadcast ``x`` to another shape or
+    type), each -> the input its readers read instead. Graph outputs' producers stay. Shapes come
+    from the type oracle, asked only when such a constant exists. O(nodes)."""
+    graph = index.graph
+    inits = {t.name: t for t in graph.initializer if t.name not in inputs}
+    outputs = {o.name for o in graph.output}
+    found: dict[int, str] = {}
+    through: dict[str, str] = {}
+    oracle = None
+    for i, node in enumerate(graph.node):
+        rule = _NEUTRAL.get(node.op_type)
+        if rule is None or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        if node.output[0] in outputs:
+            continue
+        neutral, slots = rule
+        for slot in slots:
+            c_name, x_name = node.input[slot], node.input[1 - slot]
+            tensor = inits.get(c_name)
+            if tensor is None or x_name in inits or not x_name:
+                continue
+            if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.ByteSize() > 1 << 16:
+                continue
+            c = numpy_helper.to_array(tensor)
+            if c.dtype.kind not in "fiu" or not c.size or not np.all(c == neutral):
+                continue
+            if oracle is None:
+                from ..types import TypeOracle
+
+                oracle = TypeOracle(index)
+            shape = _static_shape(oracle.shape(x_name))
+            if shape is None or oracle.elem_type(x_name) != tensor.data_type:
+                continue
+            if c.ndim > len(shape) or any(d not in (1, x) for d, x in
+                                          zip(c.shape[::-1], shape[::-1], strict=False)):
+                continue
+            found[i] = through.get(x_name, x_name)  # a chain of them passes the first input
+            through[node.output[0]] = found[i]
+            break
+    return found
+
+
+def _still_read(graph: onnx.GraphProto, gone: set[int]) -> set[str]:
+    """Names read by the nodes that stay, the bodies they hold and the graph outputs."""
+    read = {o.name for o in graph.output}
+    for j, node in enumerate(graph.node):
+        if j in gone:
+            continue
+        read.update(n for n in node.input if n)
+        for body in subgraphs(node):
+            for g in iter_graphs(body):
+                for n in g.node:
+                    read.update(x for x in n.input if x)
+    return read
+
+
 def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
     """Static shapes of the main graph's tensors read by a Shape/Size node, or None when no such
     node reads a computed tensor (shape inference runs only then)."""
@@ -294,24 +357,44 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
                                    ir_version=proto.ir_version)
                 if plan is not None:
                     bodies.append(plan)
-    removed_labels: tuple[str, ...] = ()
+    gone = set(main.removed) if main is not None else set()
+    removed_labels = tuple(node_label(proto.graph.node[i], i) for i in sorted(gone))
+    folded = list(main.folded) if main is not None else []
+    read = _still_read(proto.graph, gone)
+    dead = [k for k, t in enumerate(proto.graph.initializer)
+            if t.name not in read and t.name not in inputs]
     # ------------------------------------------------------------------ mutate (all planned)
     e = Edit(index)
+    if dead:
+        drop = set(dead)
+        e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
     if main is not None:
-        removed_labels = tuple(node_label(proto.graph.node[i], i) for i in main.removed)
-        gone = set(main.removed)
-        dead = [k for k, t in enumerate(proto.graph.initializer) if t.name in main.dead_inits]
-        if dead:
-            drop = set(dead)
-            e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
-        e.add_initializers([main.values[n] for n in main.folded], made=True)
+        e.add_initializers([main.values[n] for n in folded], made=True)
+    if gone:
         e.remove_nodes(gone)
     for plan in bodies:
         e.fold_body(plan.graph, plan.removed, [plan.values[n] for n in plan.folded],
                     plan.dead_inits)
     e.hand_on(m)
+    # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
+    index = indexed(m)
+    nops = _neutral_nodes(index, inputs)
+    if nops:
+        removed_labels += tuple(index.node_label(i) for i in sorted(nops))
+        read = _still_read(proto.graph, set(nops)) | set(nops.values())
+        dead = [k for k, t in enumerate(proto.graph.initializer)
+                if t.name not in read and t.name not in inputs]
+        folded = [n for n in folded if n in read]
+        e = Edit(index)
+        for i, source in sorted(nops.items()):
+            e.rewire(index.uses_of(proto.graph.node[i].output[0]), source)
+        if dead:
+            drop = set(dead)
+            e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
+        e.remove_nodes(set(nops))
+        e.hand_on(m)
     result = FoldResult(
-        folded=tuple(main.folded) if main else (), removed=removed_labels,
+        folded=tuple(folded), removed=removed_labels,
         kept=tuple(main.kept) if main else (),
         body_folded=tuple(n for p in bodies for n in p.folded), max_bytes=max_bytes)
     add_rewrite(proto, result.record())
