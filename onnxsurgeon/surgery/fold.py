@@ -11,7 +11,10 @@ every foldable tensor, run once (the evaluator is the caller's: the CLI passes o
 never runs onnxruntime). A folded value over ``max_bytes`` stays computed (its producer is kept
 and what it reads is folded instead). Bodies of If/Loop/Scan fold the same way over their own
 constants. Folded values become initializers (an external-data model's save writes the big ones
-to its data file); the folded nodes and the initializers only they read are removed.
+to its data file); the folded nodes and the initializers nothing reads any more are removed.
+Then, on the folded graph (its shapes static now), a node that passes an input through unchanged
+(``x + 0``, ``x - 0``, ``x * 1``, ``x / 1`` with a constant that broadcasts ``x`` to no other
+shape or type) is removed, its readers reading ``x``.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ class FoldResult:
 
     Attributes:
         folded: main-graph tensors that are initializers now, in graph order.
-        removed: labels of the main-graph nodes removed (folded or dead).
+        removed: labels of the main-graph nodes removed (folded, or passing an input through).
         kept: foldable main-graph tensors left computed (value over ``max_bytes``).
         body_folded: tensors folded inside nested bodies.
         max_bytes: the limit used.
