@@ -105,13 +105,13 @@ def _tensors_of(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
 
 
 def _foldable_op(node: onnx.NodeProto, constant: set[str]) -> bool:
-    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLDED:
+    if not all(not i or i in constant for i in node.input):  # the cheap test first
         return False
-    if has_subgraphs(node):
+    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLDED:
         return False
     if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
         return False  # training_mode given: may be random
-    return all(not i or i in constant for i in node.input)
+    return not has_subgraphs(node)
 
 
 def _static_shape(shape: Sequence[int | str | None] | None) -> list[int] | None:
@@ -247,13 +247,31 @@ _NEUTRAL = {"Add": (0.0, (0, 1)), "Sub": (0.0, (1,)), "Mul": (1.0, (0, 1)),
 """Op -> (the constant that makes it pass its other input through, the slots it may be in)."""
 
 
-def _neutral_nodes(index: GraphIndex, inputs: set[str]) -> dict[int, str]:
+def _neutral_constants(graph: onnx.GraphProto, inputs: set[str]) -> dict[str, float]:
+    """Small inline initializers (not graph inputs) all of whose elements are 0 or 1 -> that
+    value. O(initializers); reads only tensors of at most 64 KiB."""
+    found: dict[str, float] = {}
+    for t in graph.initializer:
+        if t.name in inputs or t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        if t.ByteSize() > 1 << 16:
+            continue
+        c = numpy_helper.to_array(t)
+        if c.dtype.kind not in "fiu" or not c.size:
+            continue
+        for value in (0.0, 1.0):
+            if np.all(c == value):
+                found[t.name] = value
+    return found
+
+
+def _neutral_nodes(index: GraphIndex, neutral: Mapping[str, float]) -> dict[int, str]:
     """Main-graph nodes that pass one input through unchanged (``x + 0``, ``x - 0``, ``x * 1``,
     ``x / 1`` with a constant of zeros or ones that does not broadcast ``x`` to another shape or
     type), each -> the input its readers read instead. Graph outputs' producers stay. Shapes come
     from the type oracle, asked only when such a constant exists. O(nodes)."""
     graph = index.graph
-    inits = {t.name: t for t in graph.initializer if t.name not in inputs}
+    inits = {t.name: t for t in graph.initializer if t.name in neutral}
     outputs = {o.name for o in graph.output}
     found: dict[int, str] = {}
     through: dict[str, str] = {}
@@ -264,17 +282,13 @@ def _neutral_nodes(index: GraphIndex, inputs: set[str]) -> dict[int, str]:
             continue
         if node.output[0] in outputs:
             continue
-        neutral, slots = rule
+        value, slots = rule
         for slot in slots:
             c_name, x_name = node.input[slot], node.input[1 - slot]
             tensor = inits.get(c_name)
-            if tensor is None or x_name in inits or not x_name:
+            if tensor is None or neutral[c_name] != value or x_name in inits or not x_name:
                 continue
-            if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.ByteSize() > 1 << 16:
-                continue
-            c = numpy_helper.to_array(tensor)
-            if c.dtype.kind not in "fiu" or not c.size or not np.all(c == neutral):
-                continue
+            c_shape = tuple(tensor.dims)
             if oracle is None:
                 from ..types import TypeOracle
 
@@ -282,8 +296,8 @@ def _neutral_nodes(index: GraphIndex, inputs: set[str]) -> dict[int, str]:
             shape = _static_shape(oracle.shape(x_name))
             if shape is None or oracle.elem_type(x_name) != tensor.data_type:
                 continue
-            if c.ndim > len(shape) or any(d not in (1, x) for d, x in
-                                          zip(c.shape[::-1], shape[::-1], strict=False)):
+            if len(c_shape) > len(shape) or any(d not in (1, x) for d, x in
+                                                zip(c_shape[::-1], shape[::-1], strict=False)):
                 continue
             found[i] = through.get(x_name, x_name)  # a chain of them passes the first input
             through[node.output[0]] = found[i]
@@ -363,9 +377,9 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     gone = set(main.removed) if main is not None else set()
     removed_labels = tuple(node_label(proto.graph.node[i], i) for i in sorted(gone))
     folded = list(main.folded) if main is not None else []
-    read = _still_read(proto.graph, gone)
+    read = _still_read(proto.graph, gone) if gone else set()
     dead = [k for k, t in enumerate(proto.graph.initializer)
-            if t.name not in read and t.name not in inputs]
+            if t.name not in read and t.name not in inputs] if gone else []
     # ------------------------------------------------------------------ mutate (all planned)
     e = Edit(index)
     if dead:
@@ -380,8 +394,9 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
                     plan.dead_inits)
     e.hand_on(m)
     # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
-    index = indexed(m)
-    nops = _neutral_nodes(index, inputs)
+    neutral = _neutral_constants(proto.graph, inputs)
+    index = indexed(m) if neutral else index
+    nops = _neutral_nodes(index, neutral) if neutral else {}
     if nops:
         removed_labels += tuple(index.node_label(i) for i in sorted(nops))
         read = _still_read(proto.graph, set(nops)) | set(nops.values())
