@@ -28,8 +28,10 @@ graph optimizations off, the same seeded inputs, max abs diff <= 1e-4). Results 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,11 +57,15 @@ PEERS = {
 def _timed(argv: list[str], timeout: float) -> tuple[float, float, str]:
     """(wall seconds, peak RSS MB, error text or "") of one process under /usr/bin/time -v."""
     start = time.perf_counter()
+    job = subprocess.Popen(["/usr/bin/time", "-v", *argv], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
     try:
-        proc = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True,
-                              timeout=timeout, cwd=ROOT)
+        _, stderr = job.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)  # the timed process too, not only /usr/bin/time
+        job.communicate()
         return timeout, float("nan"), f"timeout after {timeout:.0f} s"
+    proc = subprocess.CompletedProcess(argv, job.returncode, "", stderr)
     wall = time.perf_counter() - start
     found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
     rss = int(found.group(1)) / 1024 if found else float("nan")
