@@ -52,9 +52,12 @@ from .cli_verbs import (
     _cmd_bypass,
     _cmd_cleanup,
     _cmd_copy,
+    _cmd_dims,
     _cmd_extract,
+    _cmd_fold,
     _cmd_insert,
     _cmd_merge,
+    _cmd_opset,
     _cmd_outputs,
     _cmd_precision,
     _cmd_rename,
@@ -76,6 +79,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cleanup": _cmd_cleanup, "toposort": _cmd_toposort, "outputs": _cmd_outputs,
     "set": _cmd_set,
     "split": _cmd_split,
+    "fold": _cmd_fold, "dims": _cmd_dims, "opset": _cmd_opset,
 }
 
 

@@ -19,9 +19,12 @@ if TYPE_CHECKING:
         BypassResult,
         CleanupResult,
         CopyResult,
+        DimsResult,
         ExtractResult,
+        FoldResult,
         InsertResult,
         MergeResult,
+        OpsetResult,
         OutputsResult,
         RenameResult,
         ReplaceResult,
@@ -119,6 +122,24 @@ def merge_payload(result: MergeResult, *, second: str) -> dict[str, Any]:
     as given."""
     return {"second": second, "inputs": list(result.inputs), "outputs": list(result.outputs),
             "renamed": dict(result.renamed), "prefix": result.prefix}
+
+
+def fold_payload(result: FoldResult) -> dict[str, Any]:
+    """The ``fold --json`` fields of a ``FoldResult``."""
+    return {"folded": list(result.folded), "removed": list(result.removed),
+            "kept": list(result.kept), "body_folded": list(result.body_folded),
+            "max_bytes": result.max_bytes}
+
+
+def dims_payload(result: DimsResult) -> dict[str, Any]:
+    """The ``dims --json`` fields of a ``DimsResult``."""
+    return {"shapes": dict(result.shapes), "batch": result.batch or None,
+            "rewritten": dict(result.rewritten)}
+
+
+def opset_payload(result: OpsetResult) -> dict[str, Any]:
+    """The ``opset --json`` fields of an ``OpsetResult``."""
+    return {"from": result.source, "to": result.target, "changed": list(result.changed)}
 
 
 def _finite(x: float) -> float | None:

@@ -246,6 +246,12 @@ def _add_verify_flag(p: argparse.ArgumentParser) -> None:
                    help="exit 0 (with a warning) when nothing compared could show a difference")
 
 
+def _byte_size(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a size in bytes >= 0, got {value!r}")
+    return int(value)
+
+
 def _context(value: str) -> int:
     if not value.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number of hops >= 0, got {value!r}")
@@ -509,6 +515,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="initializer NAME takes the values of FILE.npy (same dtype and shape)")
     p.add_argument("--reshape", action="store_true",
                    help="with --weight: allow a different shape (the dtype must still match)")
+    _add_rewrite_flags(p)
+
+    # ---- folding, dims and opsets (issue 30, part 2)
+    p = sub.add_parser("fold", help="replace every subgraph of constants by its value")
+    _add_model_io(p)
+    p.add_argument("--max-bytes", type=_byte_size, default=1 << 20, metavar="N",
+                   help="a folded value larger than N bytes stays computed (default 1048576)")
+    _add_rewrite_flags(p, json_help="print what was folded")
+
+    p = sub.add_parser("dims", help="set input shapes or the batch; shape constants follow it")
+    _add_model_io(p)
+    p.add_argument("--input", dest="input_shapes", action=ListAction, item=_pair, nargs="+",
+                   default=[], metavar="NAME=SHAPE",
+                   help="graph input NAME gets SHAPE (1x3x224x224, batch x3x224x224 with a "
+                        "symbol, or batch,3,224,224); several pairs, or the flag repeated")
+    p.add_argument("--batch", default=None, metavar="N|dynamic",
+                   help="dim 0 of every graph input: a size, 'dynamic' (symbol 'batch') or a "
+                        "symbol name")
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("opset", help="convert the default-domain opset (onnx's version converter)")
+    _add_model_io(p)
+    p.add_argument("--to", type=int, required=True, metavar="N", help="the opset to convert to")
     _add_rewrite_flags(p)
 
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")

@@ -400,3 +400,47 @@ def _cmd_precision(args: argparse.Namespace) -> int:
         return precision_payload(result, auto), line
 
     return _rewrite(args, "precision", apply)
+
+
+# ---- folding, dims and opsets (issue 30, part 2)
+def _cmd_fold(args: argparse.Namespace) -> int:
+    from .cli_output import fold_payload
+    from .surgery import fold
+    from .verify.folding import ort_evaluator
+
+    def apply(model: Any) -> Summary:
+        result = fold(model, max_bytes=args.max_bytes, evaluate=ort_evaluator)
+        kept = f"; {len(result.kept)} over --max-bytes kept computed" if result.kept else ""
+        inner = f" (+{len(result.body_folded)} in bodies)" if result.body_folded else ""
+        return (fold_payload(result),
+                f"folded {len(result.folded)} tensors{inner}, removed {len(result.removed)} "
+                f"nodes{kept} -> {args.output}")
+
+    return _rewrite(args, "fold", apply)
+
+
+def _cmd_dims(args: argparse.Namespace) -> int:
+    from .cli_output import dims_payload
+    from .surgery import dims
+
+    def apply(model: Any) -> Summary:
+        result = dims(model, inputs=dict(args.input_shapes) or None, batch=args.batch)
+        shapes = ", ".join(f"{k}: {v}" for k, v in result.shapes.items())
+        extra = (f"; {len(result.rewritten)} shape constants follow the batch"
+                 if result.rewritten else "")
+        return dims_payload(result), f"{shapes}{extra} -> {args.output}"
+
+    return _rewrite(args, "dims", apply)
+
+
+def _cmd_opset(args: argparse.Namespace) -> int:
+    from .cli_output import opset_payload
+    from .surgery import opset
+
+    def apply(model: Any) -> Summary:
+        result = opset(model, to=args.to)
+        return (opset_payload(result),
+                f"opset {result.source} -> {result.target} ({len(result.changed)} nodes "
+                f"rewritten by adapters) -> {args.output}")
+
+    return _rewrite(args, "opset", apply)

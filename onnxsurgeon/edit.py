@@ -566,6 +566,30 @@ class Edit:
             for node in g.node:
                 node.name = name(node)
 
+    def fold_body(self, graph: onnx.GraphProto, removed: Sequence[int],
+                  values: Sequence[onnx.TensorProto], dead: Collection[str]) -> None:
+        """In the nested body ``graph``: remove the nodes at ``removed``, append ``values`` as
+        its initializers and drop the initializers named in ``dead`` (``fold`` of a body). The
+        upkeep does not follow bodies: the next verb rebuilds. O(size of the body)."""
+        if self.upkeep is not None:
+            self.upkeep.fail()
+        gone = set(removed)
+        keep_only(graph.node, [i for i in range(len(graph.node)) if i not in gone])
+        keep_only(graph.initializer,
+                  [k for k, t in enumerate(graph.initializer) if t.name not in dead])
+        graph.initializer.extend(values)
+
+    def set_all_nodes(self, nodes: Sequence[onnx.NodeProto]) -> None:
+        """The main graph's nodes are ``nodes`` now (moved in, not copied: the caller's list
+        must not be used after). The upkeep cannot follow a whole new node list: the next verb
+        rebuilds. O(nodes)."""
+        if self.upkeep is not None:
+            self.upkeep.fail()
+        self._structural = True
+        field = self.graph.node
+        del field[:]
+        field.extend(nodes)
+
 
     # ------------------------------------------------------------------ hygiene verbs
     def keep_graph_nodes(self, graph: onnx.GraphProto | onnx.FunctionProto,

@@ -553,8 +553,8 @@ def _plan(m: Model, path: str | os.PathLike[str], *, external: bool | None, chec
             )
     plan = _Plan(out, folder, data_path.name, full, no_walk, tensors, refs, durable=durable,
                  journal=journal)
-    if external is None:
-        external = bool(externals)
+    if external is None:  # a model loaded with external data keeps its big tensors external
+        external = bool(externals) or bool(m._externals)  # (e.g. fold's values, issue 30)
         if not external:  # serialize now (ByteSize would walk the whole proto just to size it)
             plan.payload = proto.SerializeToString(deterministic=True)
             if len(plan.payload) > EXTERNAL_THRESHOLD:

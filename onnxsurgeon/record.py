@@ -508,6 +508,52 @@ class PrecisionRecord(RewriteRecord):
         return VerbCall("precision", {}, options)
 
 
+@dataclass(frozen=True)
+class FoldRecord(RewriteRecord):
+    """fold: the main-graph tensors that became initializers, the nodes removed, the foldable
+    tensors left computed (over ``max_bytes``), the tensors folded inside bodies."""
+
+    op: ClassVar[str] = "fold"
+    folded: tuple[str, ...]
+    removed: tuple[str, ...]
+    kept: tuple[str, ...]
+    body_folded: tuple[str, ...]
+    max_bytes: int
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("fold", {}, {"max_bytes": self.max_bytes})
+
+
+@dataclass(frozen=True)
+class DimsRecord(RewriteRecord):
+    """dims: each graph input's new shape (dims joined by ``x``; a symbol by its name), the
+    ``--batch`` asked (``""`` when none), and the nodes whose shape constant now follows the
+    input (node label -> how)."""
+
+    op: ClassVar[str] = "dims"
+    shapes: dict[str, str]
+    batch: str
+    rewritten: dict[str, str]
+
+    def replay_call(self) -> VerbCall:
+        options: dict[str, Any] = {"inputs": dict(self.shapes)}
+        if self.batch:
+            options["batch"] = self.batch
+        return VerbCall("dims", {}, options)
+
+
+@dataclass(frozen=True)
+class OpsetRecord(RewriteRecord):
+    """opset: the default-domain opset before and after onnx's version converter."""
+
+    op: ClassVar[str] = "opset"
+    source: int = field(metadata={"json": "from"})
+    target: int = field(metadata={"json": "to"})
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("opset", {}, {"to": self.target})
+
+
 class Recorded(Protocol):
     """A verb's result (``onnxsurgeon.surgery.<Verb>Result``): it carries every resolved name,
     and its record, its ``--json`` payload (:mod:`onnxsurgeon.cli_output`) and its recipe step

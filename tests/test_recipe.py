@@ -32,8 +32,11 @@ from onnxsurgeon.record import (
     RECORD_TYPES,
     BypassRecord,
     CopyRecord,
+    DimsRecord,
     ExtractRecord,
+    FoldRecord,
     InsertRecord,
+    OpsetRecord,
     PrecisionRecord,
     RenameRecord,
     ReplaceRecord,
@@ -44,14 +47,18 @@ from onnxsurgeon.surgery import (
     Weights,
     bypass,
     copy,
+    dims,
     extract,
+    fold,
     insert,
     merge,
+    opset,
     precision,
     rename,
     replace,
     reroute,
 )
+from onnxsurgeon.verify.folding import ort_evaluator
 from tests import builders
 from tests.cli_helpers import cli
 
@@ -130,6 +137,9 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
     "set_values": ({"attrs": {"network/aux/dense.alpha": "0.5"}},
                    lambda m, d: osg.surgery.set_values(
                        m, attrs={"network/aux/dense.alpha": "0.5"})),
+    "fold": ({"max_bytes": 1024}, lambda m, d: fold(m, max_bytes=1024, evaluate=ort_evaluator)),
+    "dims": ({"inputs": {"input:0": "2x8x8x3"}}, lambda m, d: dims(m, inputs={"input:0": "2x8x8x3"})),
+    "opset": ({"to": 18}, lambda m, d: opset(m, to=18)),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -575,6 +585,9 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
                                 digests={"W": "0" * 64}, reshape=True),
         "precision": PrecisionRecord(to="bf16", keep_io_types=True, blocked=("Softmax",),
                                      kept={"n": "auto-block: local error 0.5 > budget"}),
+        "fold": FoldRecord(folded=("c",), removed=("n",), kept=(), body_folded=(), max_bytes=8),
+        "dims": DimsRecord(shapes={"x": "batchx3"}, batch="dynamic", rewritten={}),
+        "opset": OpsetRecord(source=17, target=18),
     }
     record = examples[op]
     call = record.replay_call()

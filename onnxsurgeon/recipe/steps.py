@@ -16,9 +16,12 @@ from ..cli_output import (
     bypass_payload,
     cleanup_payload,
     copy_payload,
+    dims_payload,
     extract_payload,
+    fold_payload,
     insert_payload,
     merge_payload,
+    opset_payload,
     outputs_payload,
     precision_payload,
     rename_payload,
@@ -146,6 +149,27 @@ def _set_values(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str,
                                   reshape=p.get("reshape", False)))
 
 
+def _fold(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import fold
+    from ..verify.folding import ort_evaluator
+
+    return fold_payload(fold(model, max_bytes=p["max_bytes"], evaluate=ort_evaluator))
+
+
+def _dims(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import dims
+
+    batch = p.get("batch")
+    return dims_payload(dims(model, inputs=dict(p.get("inputs") or {}) or None,
+                             batch=None if batch is None else str(batch)))
+
+
+def _opset(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import opset
+
+    return opset_payload(opset(model, to=p["to"]))
+
+
 STEPS: dict[str, Verb] = {
     v.name: v
     for v in (
@@ -233,6 +257,18 @@ STEPS: dict[str, Verb] = {
             Param("block", Kind.NAMES, help="op types, node names or selectors kept in float32"),
             Param("keep", Kind.RENAMES, help="node name -> why it stays float32"),
         ), _precision, help="convert to float16/bfloat16, Casts only where float32 stays"),
+        Verb("fold", (
+            Param("max_bytes", Kind.NATURAL, default=1 << 20,
+                  help="a folded value over this many bytes stays computed"),
+        ), _fold, help="replace every subgraph of constants by its value"),
+        Verb("dims", (
+            Param("inputs", Kind.RENAMES, help="graph input -> its new shape (1x3x224x224)"),
+            Param("batch", Kind.TEXT, help="dim 0 of every input: a size, dynamic or a symbol"),
+        ), _dims,
+            help="set input shapes or the batch; shape constants follow it"),
+        Verb("opset", (
+            Param("to", Kind.NATURAL, required=True, help="the opset to convert to"),
+        ), _opset, help="convert the default-domain opset (onnx's version converter)"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
             Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),

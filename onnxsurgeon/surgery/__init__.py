@@ -17,12 +17,18 @@ if TYPE_CHECKING:
     from .copy import CopyResult as CopyResult
     from .copy import Weights as Weights
     from .copy import copy as copy
+    from .dims import DimsResult as DimsResult
+    from .dims import dims as dims
     from .extract import ExtractResult as ExtractResult
     from .extract import extract as extract
+    from .fold import FoldResult as FoldResult
+    from .fold import fold as fold
     from .insert import InsertResult as InsertResult
     from .insert import insert as insert
     from .merge import MergeResult as MergeResult
     from .merge import merge as merge
+    from .opset import OpsetResult as OpsetResult
+    from .opset import opset as opset
     from .outputs import OutputsResult as OutputsResult
     from .outputs import outputs as outputs
     from .precision import PrecisionResult as PrecisionResult
@@ -42,10 +48,13 @@ if TYPE_CHECKING:
 _HOME_OF = {
     "bypass": "bypass", "BypassResult": "bypass",
     "copy": "copy", "CopyResult": "copy", "Weights": "copy",
+    "dims": "dims", "DimsResult": "dims",
     "extract": "extract", "ExtractResult": "extract",
+    "fold": "fold", "FoldResult": "fold",
     "insert": "insert", "InsertResult": "insert",
     "merge": "merge", "MergeResult": "merge",
     "precision": "precision", "PrecisionResult": "precision", "Target": "precision",
+    "opset": "opset", "OpsetResult": "opset",
     "rename": "rename", "RenameResult": "rename",
     "replace": "replace", "ReplaceResult": "replace",
     "reroute": "reroute", "RerouteResult": "reroute",
