@@ -53,7 +53,7 @@ def _base_argv(parser: argparse.ArgumentParser, skip: argparse.Action) -> list[s
     for a in parser._actions:
         if a.option_strings and a.required and a is not skip:
             value = (SAMPLES[a.item.__name__][0] if isinstance(a, ListAction)
-                     else a.choices[0] if a.choices else "v")
+                     else a.choices[0] if a.choices else "1" if a.type is int else "v")
             argv += [a.option_strings[0], value]
     for group in parser._mutually_exclusive_groups:
         if group.required:
