@@ -240,6 +240,37 @@ def copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
     return out
 
 
+def same_step(ref: Staged, cand: Staged, a: str, b: str,
+              mapping: Mapping[str, str]) -> list[tuple[str, str]] | None:
+    """One step of a walk over the same graph in both models: the (reference, candidate) tensor
+    pairs to walk next when ``a`` and ``b`` are computed alike (same op, attributes and wiring;
+    ``[]`` for equal initializers or a graph input fed alike), None when they differ."""
+    rindex, cindex = ref.index, cand.index
+    r_init = rindex.initializers.get(a, -1) >= 0
+    c_init = cindex.initializers.get(b, -1) >= 0
+    if r_init or c_init:
+        return [] if r_init and c_init and same_initializer(ref, cand, a, b) else None
+    if a in rindex.inputs and a not in rindex.producer:
+        return [] if mapping.get(a, a) == b else None
+    i, j = rindex.producer.get(a), cindex.producer.get(b)
+    if i is None or j is None:
+        return None
+    rn, cn = rindex.graph.node[i], cindex.graph.node[j]
+    rcap = list(dict.fromkeys(n for n, _ in rindex.captures.get(i, ())))
+    ccap = list(dict.fromkeys(n for n, _ in cindex.captures.get(j, ())))
+    if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
+            or len(rcap) != len(ccap) or list(rn.output).index(a) != list(cn.output).index(b)
+            or _attrs(rn, rcap) != _attrs(cn, ccap)):
+        return None
+    out = list(zip(rcap, ccap, strict=True))
+    for x, y in zip(rn.input, cn.input, strict=True):
+        if bool(x) != bool(y):
+            return None
+        if x:
+            out.append((x, y))
+    return out
+
+
 def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: Collection[str],
                          mapping: Mapping[str, str] | None = None,
                          fed: Collection[str] = ()) -> list[str] | None:
@@ -252,7 +283,6 @@ def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: C
     region."""
     mapping = dict(mapping or {})
     cuts: list[str] = []
-    rindex, cindex = ref.index, cand.index
     stack = [(r, c)]
     seen: set[tuple[str, str]] = set()
     while stack:
@@ -265,32 +295,10 @@ def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: C
             continue
         if b in fed and mapping.get(a, a) == b:
             continue
-        r_init = rindex.initializers.get(a, -1) >= 0
-        c_init = cindex.initializers.get(b, -1) >= 0
-        if r_init or c_init:
-            if not (r_init and c_init and same_initializer(ref, cand, a, b)):
-                return None
-            continue
-        if a in rindex.inputs and a not in rindex.producer:
-            if mapping.get(a, a) == b:
-                continue
+        step = same_step(ref, cand, a, b, mapping)
+        if step is None:
             return None
-        i, j = rindex.producer.get(a), cindex.producer.get(b)
-        if i is None or j is None:
-            return None
-        rn, cn = rindex.graph.node[i], cindex.graph.node[j]
-        rcap = list(dict.fromkeys(n for n, _ in rindex.captures.get(i, ())))
-        ccap = list(dict.fromkeys(n for n, _ in cindex.captures.get(j, ())))
-        if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
-                or len(rcap) != len(ccap) or list(rn.output).index(a) != list(cn.output).index(b)
-                or _attrs(rn, rcap) != _attrs(cn, ccap)):
-            return None
-        stack.extend(zip(rcap, ccap, strict=True))
-        for x, y in zip(rn.input, cn.input, strict=True):
-            if bool(x) != bool(y):
-                return None
-            if x:
-                stack.append((x, y))
+        stack.extend(step)
     return cuts
 
 

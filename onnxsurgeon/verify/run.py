@@ -27,6 +27,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,10 @@ for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", 
     if hasattr(TensorProto, _name):
         _WIDEN.add(getattr(TensorProto, _name))
 
+COUNTS: Counter[str] = Counter()
+"""What verification did in this process, for tests and benchmarks: ``"sessions"`` created
+(and ``"sessions with N threads"``), ``"deep passes"`` (one :func:`~.deepen.settle` each)."""
+
 ModelLike = Model | onnx.ModelProto | str | os.PathLike
 """What the verification functions accept: a model in memory or the path of a .onnx file."""
 
@@ -71,9 +76,17 @@ def to_model(model: ModelLike) -> Model:
     return as_model(model)
 
 
+def default_threads() -> int:
+    """The onnxruntime threads of a session by default: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = None) -> Any:
     """An onnxruntime session for the file ``model`` (or serialized bytes): CPU, optimizations
-    off, no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
+    off, ``threads`` intra-op threads (0: :func:`default_threads`), no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
     import onnxruntime as ort
 
     severity = ort_log_severity()  # onnxruntime's own (coloured) lines stay off stderr
@@ -81,9 +94,10 @@ def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = No
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = severity
-    if threads:
-        options.intra_op_num_threads = threads
+    options.intra_op_num_threads = threads or default_threads()
     name = label or (model.name if isinstance(model, Path) else "model")
+    COUNTS["sessions"] += 1
+    COUNTS[f"sessions with {options.intra_op_num_threads} threads"] += 1
     try:
         return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
                                     providers=["CPUExecutionProvider"])
