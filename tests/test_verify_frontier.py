@@ -152,3 +152,32 @@ def test_threads_default_to_the_cores_and_the_flags_set_them(tmp_path, capsys):
                             "^(.*)$=n/\\1", "--verify", "--verify-threads", "1")
     assert code == 0, err
     assert COUNTS[one] - before[one] == COUNTS["sessions"] - before["sessions"] > 0
+
+
+def test_a_heavy_model_runs_from_one_staged_file_and_keeps_no_bytes():
+    """Over SESSION_BYTES_LIMIT (inline weights), sessions load from the staged file (onnxruntime
+    keeps less of it) and no serialized copy stays in Python; verdicts, deep comparison and
+    divergence are the same as from bytes."""
+    from onnxsurgeon.io import Model
+    from onnxsurgeon.verify.run import SESSION_BYTES_LIMIT, Staged, Workspace
+
+    dim = 2048
+    w = np.random.default_rng(0).standard_normal((dim, dim)).astype(np.float32) / dim
+    ref = _model([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                  helper.make_node("Tanh", ["m"], ["y"], name="tanh")],
+                 [helper.make_tensor_value_info("x", F, [1, dim])],
+                 [helper.make_tensor_value_info("y", F, [1, dim])],
+                 [numpy_helper.from_array(w, "w")])
+    assert ref.ByteSize() > SESSION_BYTES_LIMIT
+    with Workspace() as ws:
+        staged = Staged(Model(ref), ws, "heavy")
+        assert isinstance(staged.base(), type(staged.path)) and staged._bytes is None
+        with staged.session(["m", "y"]) as runner:
+            values = runner.run({"x": np.ones((1, dim), np.float32)})
+        assert staged._bytes is None and set(values) == {"m", "y"}
+        assert [p.name for p in ws.dir.iterdir()] == [staged.path.name]  # the variant is gone
+    cand = clone(ref)
+    cand.graph.initializer[0].CopyFrom(numpy_helper.from_array(w * np.float32(1.01), "w"))
+    report = compare(ref, cand, deep=True)
+    assert report.verdict == "fail" and report.divergence is not None
+    assert report.divergence.node == "mm" and report.deep.first_difference.tensor == "m"
