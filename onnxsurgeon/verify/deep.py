@@ -15,7 +15,7 @@ reference's inputs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,13 +179,18 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                  cand_feeds: Sequence[Sample], *, items: Sequence[Shared],
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
                  budget: int = DEEP_BUDGET_BYTES, dims: Mapping[str, int] | None = None,
-                 forced: bool = False, notes: list[str] | None = None) -> DeepResult:
+                 forced: bool = False, notes: list[str] | None = None,
+                 until: Callable[[Sequence[TensorError]], bool] | None = None) -> DeepResult:
     """Compare every shared tensor in ``items`` over every sample, batch by batch (see the
-    module docstring). A batch whose session cannot be built or run is skipped with a note."""
+    module docstring). A batch whose session cannot be built or run is skipped with a note.
+    ``until(compared so far)``, asked after each batch, ends the comparison early when True."""
     results: dict[int, TensorError] = {}
-    skipped = 0
+    skipped = done = 0
     groups = batches(ref, items, budget=budget, dims=dict(dims or {}))
     for group in groups:
+        if done and until is not None and until(list(results.values())):
+            break
+        done += 1
         accs = [PairAccumulator(s.ref, s.cand, rtol=rtol, atol=atol, exact=exact,
                                 dtype=numpy_dtype_name(ref.elem_type(s.ref)), bounds=s.bounds)
                 for s in group]
@@ -220,7 +225,7 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                 max_rel_diff=r.max_rel_diff, ok=bool(r.agree), informative=r.informative,
                 why=r.why)
     ordered = sorted(results.values(), key=lambda t: (t.position, t.tensor))
-    return DeepResult(tensors=tuple(ordered), forced=forced, skipped=skipped, batches=len(groups))
+    return DeepResult(tensors=tuple(ordered), forced=forced, skipped=skipped, batches=done)
 
 
 # --------------------------------------------------------------------- structural cover

@@ -37,8 +37,10 @@ from .render import fmt
 from .report import FAIL, INCONCLUSIVE, PASS, DeepResult, PairReport, TensorError
 from .run import COUNTS, Staged
 
-MAX_WAVES = 3
-"""Frontier waves before the pairs still open compare everything they depend on at once."""
+MAX_WAVES = 1
+"""Frontier waves before the pairs still open compare everything they depend on at once (a
+wave costs a session per model: on a deep chain of tensors that cannot show anything, walking
+back wave by wave costs more than comparing it all)."""
 
 
 @dataclass
@@ -199,6 +201,12 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
                         fed=fed, memo=memo):
                     verdicts[k] = _passed(p, walk.cuts)
                     continue
+                if not (walk.mismatch or walk.failed) and _identical_below(
+                        ref, cand, [(p.reference, p.candidate)], mapping=full, fed=fed,
+                        memo=memo):
+                    # no informative frontier near it, but the same graph all the way: equal
+                    verdicts[k] = _passed(p, ())
+                    continue
                 # a frontier tensor differs (the report names the first that does), the graphs
                 # differ on the way or behind a frontier that agrees (a change there may show
                 # only deeper), or the waves ran out: compare every shared tensor it reads
@@ -213,8 +221,18 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
         if not wanted:
             break
         group = sorted((shared[n] for n in wanted), key=lambda s: (s.position, s.ref))
+        until = None
+        if all(k in deeper for k in waiting):
+            # batches go in topological order: once each waiting pair has a differing tensor it
+            # depends on, the first such tensor (its evidence) is known; stop there
+            needs = [_ancestors(ref, open_pairs[k].reference) for k in waiting]
+
+            def until(done: Sequence[TensorError], needs: list[frozenset[str]] = needs) -> bool:
+                bad = {t.tensor for t in done if not t.ok} | {
+                    t.tensor for t in known.values() if not t.ok}
+                return all(not bad.isdisjoint(n) for n in needs)
         found = deep_compare(ref, cand, ref_feeds, cand_feeds, items=group, rtol=rtol, atol=atol,
-                             exact=exact, dims=dims, notes=notes)
+                             exact=exact, dims=dims, notes=notes, until=until)
         skipped += found.skipped
         batches += found.batches
         tried.update(wanted)
