@@ -61,7 +61,8 @@ o.intra_op_num_threads = threads
 data = np.load(npz)
 samples = {}
 for key in data.files:  # one sample: arrays by input name; several: sample<k>/<name>
-    k, _, name = key.rpartition("/")
+    head, _, rest = key.partition("/")
+    k, name = (head, rest) if head.startswith("sample") and rest else ("", key)
     samples.setdefault(k, {})[name] = data[key]
 for path in (a, b):
     s = ort.InferenceSession(path, o, providers=["CPUExecutionProvider"])
