@@ -130,7 +130,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             report = verify.verify_against(
                 fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol,
                 seed=args.seed, dims=dict(args.dim) or None, samples=args.samples,
-                ranges=_ranges(args), save_inputs=args.save_inputs, **_isolation(args))
+                ranges=_ranges(args), save_inputs=args.save_inputs, threads=args.threads or 0,
+                **_isolation(args))
         _print_report(report, args.json)
         return _exit_code(report, args)
     if args.plot and not args.deep:
@@ -145,7 +146,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                    dims=dict(args.dim) or None, samples=args.samples,
                                    ranges=_ranges(args), save_inputs=args.save_inputs,
                                    deep=args.deep, rtol=args.rtol, atol=args.atol,
-                                   **_isolation(args))
+                                   threads=args.threads or 0, **_isolation(args))
     else:
         report = verify.compare(
             args.reference if shards else reference, args.candidate if shards else candidate,
@@ -153,7 +154,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
             samples=args.samples, exact=args.exact, progress=_Progress("verify"),
             ranges=_ranges(args), save_inputs=args.save_inputs, deep=args.deep,
-            **_isolation(args), **shards,
+            threads=args.threads or 0, **_isolation(args), **shards,
         )
     if args.plot and report.deep is not None:
         from .verify.plot import plot_deep

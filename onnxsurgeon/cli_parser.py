@@ -197,7 +197,8 @@ def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
 
 
 VERIFY_OPTIONS = ("--verify-inputs", "--verify-samples", "--verify-seed", "--verify-dim",
-                  "--verify-range", "--verify-rtol", "--verify-atol", "--verify-deep")
+                  "--verify-range", "--verify-rtol", "--verify-atol", "--verify-deep",
+                  "--verify-threads")
 """The data and tolerance options of ``verify`` under names no verb's own flags clash with
 (``extract --inputs`` are stop tensors): every command with ``--verify`` takes all of them."""
 
@@ -232,6 +233,8 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
     g.add_argument("--verify-deep", action="store_true",
                    help="also compare every tensor on the way to each checked output, layer by "
                         "layer (a differing one fails the check; the table goes to --json)")
+    g.add_argument("--verify-threads", type=_positive_int, default=None, metavar="N",
+                   help="onnxruntime threads per session (default: the machine's cores)")
     p.set_defaults(verify_advice=("--verify-inputs FILE.npz", "--verify-range LO,HI",
                                   "--verify-deep"))
 
@@ -572,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png",
                    help="with --deep: plot the error of every shared tensor against depth")
     p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                   help="onnxruntime threads per session (default: the machine's cores)")
     p.add_argument("--against-tf", metavar="SOURCE",
                    help="instead of REFERENCE.onnx, compare CANDIDATE with this TF source "
                         "(.keras, SavedModel dir; REFERENCE is then ignored, pass '-')")
