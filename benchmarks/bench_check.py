@@ -18,6 +18,7 @@ import onnx
 
 from onnxsurgeon import io
 from onnxsurgeon.external import iter_tensors
+from onnxsurgeon.session import Session
 from onnxsurgeon.surgery import copy, extract, insert, reroute
 
 
@@ -38,10 +39,12 @@ def main() -> None:
         best = [float("inf")] * 3
         vouched = False
         for _ in range(args.repeat):
-            m = io.handed_over(io.load(args.model))
+            session = Session(io.load(args.model), loaded=True)
+            m = session.model
             verb(m)
             t0 = time.perf_counter()
-            vouched = io.vouched_by_edits(m)
+            vouched = io.vouched_by_edits(m, session.journal)
+            session.close()
             t1 = time.perf_counter()
             data = m.proto.SerializeToString(deterministic=True)
             t2 = time.perf_counter()

@@ -47,15 +47,24 @@ from .cli_io import _node_count as _node_count
 from .cli_io import _write as _write
 from .cli_noise import native_logs
 from .cli_parser import build_parser as build_parser
+from .cli_split import _cmd_split
 from .cli_verbs import (
     _cmd_bypass,
+    _cmd_cleanup,
     _cmd_copy,
+    _cmd_dims,
     _cmd_extract,
+    _cmd_fold,
     _cmd_insert,
     _cmd_merge,
+    _cmd_opset,
+    _cmd_outputs,
+    _cmd_precision,
     _cmd_rename,
     _cmd_replace,
     _cmd_reroute,
+    _cmd_set,
+    _cmd_toposort,
 )
 from .errors import SurgeryError, UsageError
 
@@ -63,9 +72,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "inspect": _cmd_inspect, "extract": _cmd_extract, "copy": _cmd_copy, "insert": _cmd_insert,
     "reroute": _cmd_reroute, "verify": _cmd_verify, "convert": _cmd_convert, "demo": _cmd_demo,
     "rename": _cmd_rename, "bypass": _cmd_bypass, "merge": _cmd_merge,
+    "precision": _cmd_precision,
     "apply": _cmd_apply, "recipe": _cmd_recipe,
     "diff": _cmd_diff,
     "match": _cmd_match, "replace": _cmd_replace,
+    "cleanup": _cmd_cleanup, "toposort": _cmd_toposort, "outputs": _cmd_outputs,
+    "set": _cmd_set,
+    "split": _cmd_split,
+    "fold": _cmd_fold, "dims": _cmd_dims, "opset": _cmd_opset,
 }
 
 

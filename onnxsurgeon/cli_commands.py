@@ -26,7 +26,7 @@ from .errors import UsageError
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from .cli_inspect import listing_json, listing_text, wants_listing
+    from .cli_inspect import listing_json, listing_text, profile_of, wants_listing
     from .cli_output import dump
     from .inspect import inspect_model
 
@@ -36,8 +36,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError("--html on inspect draws a neighbourhood: add --around TENSOR")
     model = _load(args.model)
     result = inspect_model(model)
+    prof = profile_of(model, args)
     if args.json:
-        _out(dump("inspect", {"model": args.model, **result.to_json(), **listing_json(model, args)}))
+        extra = {} if prof is None else {"profile": prof.to_json()}
+        _out(dump("inspect", {"model": args.model, **result.to_json(), **listing_json(model, args),
+                              **extra}))
+    elif prof is not None:
+        _out(prof.to_text())
     else:
         _out(listing_text(model, args) if wants_listing(args) else result.to_text())
     if args.html:   # --around with --json or a listing: the page too
@@ -126,7 +131,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             report = verify.verify_against(
                 fn, candidate, inputs=args.inputs, rtol=args.rtol, atol=args.atol,
                 seed=args.seed, dims=dict(args.dim) or None, samples=args.samples,
-                ranges=_ranges(args), save_inputs=args.save_inputs, **_isolation(args))
+                ranges=_ranges(args), save_inputs=args.save_inputs, threads=args.threads or 0,
+                **_isolation(args))
         _print_report(report, args.json)
         return _exit_code(report, args)
     if args.plot and not args.deep:
@@ -141,7 +147,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                    dims=dict(args.dim) or None, samples=args.samples,
                                    ranges=_ranges(args), save_inputs=args.save_inputs,
                                    deep=args.deep, rtol=args.rtol, atol=args.atol,
-                                   **_isolation(args))
+                                   threads=args.threads or 0, **_isolation(args))
     else:
         report = verify.compare(
             args.reference if shards else reference, args.candidate if shards else candidate,
@@ -149,7 +155,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             rtol=args.rtol, atol=args.atol, seed=args.seed, dims=dict(args.dim) or None,
             samples=args.samples, exact=args.exact, progress=_Progress("verify"),
             ranges=_ranges(args), save_inputs=args.save_inputs, deep=args.deep,
-            **_isolation(args), **shards,
+            threads=args.threads or 0, **_isolation(args), **shards,
         )
     if args.plot and report.deep is not None:
         from .verify.plot import plot_deep

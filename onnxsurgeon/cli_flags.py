@@ -217,7 +217,8 @@ def verify_options(args: argparse.Namespace) -> dict[str, Any]:
             "dims": dict(getattr(args, "verify_dims", None) or []) or None,
             "ranges": dict(getattr(args, "ranges", None) or []) or None,
             "rtol": getattr(args, "verify_rtol", None),
-            "atol": getattr(args, "verify_atol", None)}
+            "atol": getattr(args, "verify_atol", None),
+            **({"threads": args.verify_threads} if getattr(args, "verify_threads", None) else {})}
 
 
 def advice(args: argparse.Namespace) -> str | None:

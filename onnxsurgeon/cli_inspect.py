@@ -21,6 +21,33 @@ def add_listing_flags(p: argparse.ArgumentParser) -> None:
                    help="show at most N rows of each listing (0: all)")
 
 
+def add_profile_flags(p: argparse.ArgumentParser, dim: Any) -> None:
+    """Add --profile, --by and --dim to the inspect parser (``dim`` parses NAME=SIZE)."""
+    from .cli_flags import ListAction
+
+    p.add_argument("--profile", action="store_true",
+                   help="cost profile: MACs, FLOPs, parameters, weight and activation bytes per "
+                        "node (or --by module|op) at the input shapes, with totals")
+    p.add_argument("--by", choices=["node", "module", "op"], default=None,
+                   help="with --profile: rows per node (default), per PyTorch module path or TF "
+                        "scope (with every enclosing one), or per op type")
+    p.add_argument("--dim", dest="dims", action=ListAction, item=dim, nargs="+", default=[],
+                   metavar="NAME=SIZE", help="with --profile: the size of a symbolic dimension")
+
+
+def profile_of(model: Any, args: argparse.Namespace) -> Any:
+    """The ``Profile`` the flags ask for, or None without --profile."""
+    from .errors import UsageError
+
+    if not args.profile:
+        if args.by is not None or args.dims:
+            raise UsageError("--by and --dim shape a cost profile: add --profile")
+        return None
+    from .profile import ProfileBy, profile
+
+    return profile(model, by=ProfileBy(args.by or "node"), dims=dict(args.dims))
+
+
 def wants_listing(args: argparse.Namespace) -> bool:
     """True when the flags ask for a node or tensor listing."""
     return bool(args.nodes or args.tensors or args.grep)

@@ -111,12 +111,12 @@ def _paused_gc(pause: bool = True) -> Iterator[None]:
             gc.enable()
 
 
-def _load(path: str) -> Any:
+def _load(path: str, *, unsorted_functions: bool = False) -> Any:
     from .cli_noise import phase
     from .io import load
 
     with phase(f"loading {path}"):
-        model = load(path)
+        model = load(path, unsorted_functions=unsorted_functions)
     for w in model.warnings:
         _warn(w)
     return model
@@ -131,11 +131,11 @@ def _node_count(model: Any, limit: int) -> int:
 
 
 def _write(model: Any, output: str, source: str, *, share_data: bool = False,
-           check: str = "touched") -> None:
+           check: str = "touched", journal: Any = None) -> None:
     """Save atomically with the CLI's checker guarantee (``Check.TOUCHED``: the full check up to
     FULL_CHECK_MAX_NODES nodes; above, the checks of what the verb touched, or the plain check
     when those cannot vouch for the model; ``check``: a :class:`Check` value, the ``--check``
-    flag); a file that fails while the input
+    flag; ``journal``: the verb's edits, from its session); a file that fails while the input
     ``source`` passes is removed and reported as an internal error (exit 3)."""
     from .checking import Check
     from .io import Model, as_model, save
@@ -144,7 +144,7 @@ def _write(model: Any, output: str, source: str, *, share_data: bool = False,
     if m.source is None:  # a bare proto: compare a failing output with the given source file
         m = Model(m.proto, base_dir=m.base_dir, source=Path(source))
     seen = len(m.warnings)
-    save(m, output, check=Check(check), share_data=share_data)
+    save(m, output, check=Check(check), share_data=share_data, journal=journal)
     for w in m.warnings[seen:]:
         _warn(w)
 

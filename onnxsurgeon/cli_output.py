@@ -17,13 +17,20 @@ from .schema import stamp
 if TYPE_CHECKING:
     from .surgery import (
         BypassResult,
+        CleanupResult,
         CopyResult,
+        DimsResult,
         ExtractResult,
+        FoldResult,
         InsertResult,
         MergeResult,
+        OpsetResult,
+        OutputsResult,
         RenameResult,
         ReplaceResult,
         RerouteResult,
+        SetResult,
+        ToposortResult,
     )
 
 
@@ -128,6 +135,24 @@ def merge_payload(result: MergeResult, *, second: str) -> dict[str, Any]:
             "renamed": dict(result.renamed), "prefix": result.prefix}
 
 
+def fold_payload(result: FoldResult) -> dict[str, Any]:
+    """The ``fold --json`` fields of a ``FoldResult``."""
+    return {"folded": list(result.folded), "removed": list(result.removed),
+            "kept": list(result.kept), "body_folded": list(result.body_folded),
+            "max_bytes": result.max_bytes}
+
+
+def dims_payload(result: DimsResult) -> dict[str, Any]:
+    """The ``dims --json`` fields of a ``DimsResult``."""
+    return {"shapes": dict(result.shapes), "batch": result.batch or None,
+            "rewritten": dict(result.rewritten)}
+
+
+def opset_payload(result: OpsetResult) -> dict[str, Any]:
+    """The ``opset --json`` fields of an ``OpsetResult``."""
+    return {"from": result.source, "to": result.target, "changed": list(result.changed)}
+
+
 def _finite(x: float) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
@@ -206,3 +231,45 @@ def reroute_summary(source: str, target: str, result: Any, *, output: str) -> st
         text += (f"; {result.unused_nodes} nodes are now unused (no output depends on them; "
                  "--prune removes them)")
     return f"{text} -> {output}"
+
+
+# ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
+def cleanup_payload(result: CleanupResult) -> dict[str, Any]:
+    """The ``cleanup --json`` fields of a ``CleanupResult``: counts and names, by kind."""
+    return {"removed": {"nodes": list(result.nodes), "body_nodes": list(result.body_nodes),
+                        "initializers": list(result.initializers),
+                        "value_info": list(result.value_info),
+                        "functions": list(result.functions), "opsets": list(result.opsets)},
+            "counts": result.counts()}
+
+
+def toposort_payload(result: ToposortResult) -> dict[str, Any]:
+    """The ``toposort --json`` fields of a ``ToposortResult``."""
+    return {"moved": dict(result.moved)}
+
+
+def outputs_payload(result: OutputsResult) -> dict[str, Any]:
+    """The ``outputs --json`` fields of an ``OutputsResult``."""
+    return {"added": list(result.added), "removed": list(result.removed),
+            "pruned_nodes": list(result.pruned_nodes),
+            "pruned_initializers": list(result.pruned_initializers)}
+
+
+def set_payload(result: SetResult) -> dict[str, Any]:
+    """The ``set --json`` fields of a ``SetResult``."""
+    return {"attrs": dict(result.attrs), "weights": dict(result.weights),
+            "digests": dict(result.digests), "reshape": result.reshape}
+
+
+def precision_payload(result: Any, auto: Any = None) -> dict[str, Any]:
+    """The ``precision --json`` fields of a ``PrecisionResult`` (and of ``--auto-block``'s
+    ``AutoBlock``, null without it)."""
+    return {"to": result.to, "keep_io_types": result.keep_io_types,
+            "blocked": list(result.blocked),
+            "kept": [{"node": n, "why": why, "framework": result.framework.get(n)}
+                     for n, why in result.kept.items()],
+            "converted": result.converted, "initializers": result.initializers,
+            "clipped": list(result.clipped), "casts": list(result.casts),
+            "auto_block": None if auto is None else {
+                "rounds": auto.rounds, "met": auto.met, "budget": [auto.rtol, auto.atol],
+                "worst": {k: (v if v != float("inf") else None) for k, v in auto.worst.items()}}}

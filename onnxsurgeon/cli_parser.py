@@ -47,6 +47,17 @@ def _pair(value: str) -> tuple[str, str]:
     return left, right
 
 
+def _attr(value: str) -> tuple[str, str]:
+    """``NODE.KEY=VALUE`` of ``set --attr``: commas belong to the value (ints ``1,2,3``), so a
+    value that also holds ``=`` is two assignments run together, refused."""
+    key, value_text = _pair(value)
+    if "," in value_text and "=" in value_text:
+        raise argparse.ArgumentTypeError(
+            f"the value in {value!r} holds ',' and '=': give each NODE.KEY=VALUE its own --attr "
+            "(commas belong to the value here: ints 1,2,3)")
+    return key, value_text
+
+
 def _regex(value: str) -> tuple[str, str]:
     pattern, replacement = _pair(value)
     if "," in replacement and "=" in replacement:
@@ -97,6 +108,17 @@ def _range(value: str) -> tuple[str, tuple[float, float]]:
             f"expected LO,HI or NAME=LO,HI with LO < HI, got {value!r} (negative bounds: "
             "--range=-1,1)")
     return (name if sep else "*"), (low, high)
+
+
+def _budget(value: str) -> tuple[float, float]:
+    lo, comma, hi = value.partition(",")
+    try:
+        rtol, atol = float(lo), float(hi)
+    except ValueError:
+        comma = ""
+    if not comma or not (rtol >= 0 and atol >= 0):
+        raise argparse.ArgumentTypeError(f"expected RTOL,ATOL (two numbers >= 0), got {value!r}")
+    return rtol, atol
 
 
 def _add_input_flags(p: argparse.ArgumentParser) -> None:
@@ -175,7 +197,8 @@ def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
 
 
 VERIFY_OPTIONS = ("--verify-inputs", "--verify-samples", "--verify-seed", "--verify-dim",
-                  "--verify-range", "--verify-rtol", "--verify-atol", "--verify-deep")
+                  "--verify-range", "--verify-rtol", "--verify-atol", "--verify-deep",
+                  "--verify-threads")
 """The data and tolerance options of ``verify`` under names no verb's own flags clash with
 (``extract --inputs`` are stop tensors): every command with ``--verify`` takes all of them."""
 
@@ -210,6 +233,8 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
     g.add_argument("--verify-deep", action="store_true",
                    help="also compare every tensor on the way to each checked output, layer by "
                         "layer (a differing one fails the check; the table goes to --json)")
+    g.add_argument("--verify-threads", type=_positive_int, default=None, metavar="N",
+                   help="onnxruntime threads per session (default: the machine's cores)")
     p.set_defaults(verify_advice=("--verify-inputs FILE.npz", "--verify-range LO,HI",
                                   "--verify-deep"))
 
@@ -222,6 +247,12 @@ def _add_verify_flag(p: argparse.ArgumentParser) -> None:
     _add_verify_options(p, range_alias=True)
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="exit 0 (with a warning) when nothing compared could show a difference")
+
+
+def _byte_size(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a size in bytes >= 0, got {value!r}")
+    return int(value)
 
 
 def _context(value: str) -> int:
@@ -286,9 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "any selector); narrows --nodes/--tensors too")
     p.add_argument("--html", metavar="FILE.html", help="with --around: draw it as an HTML page")
     _add_context_flag(p)
-    from .cli_inspect import add_listing_flags
+    from .cli_inspect import add_listing_flags, add_profile_flags
 
     add_listing_flags(p)
+    add_profile_flags(p, _dim)
 
     p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
     _add_model_io(p)
@@ -373,6 +405,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", action="store_true", help="rename node names instead of tensors")
     _add_rewrite_flags(p)
 
+    p = sub.add_parser("precision", help="convert to float16/bfloat16, Casts only where fp32 stays")
+    _add_model_io(p)
+    p.add_argument("--to", choices=["fp16", "bf16"], required=True, help="the low-precision type")
+    p.add_argument("--keep-io-types", action="store_true",
+                   help="graph inputs and outputs stay float32 (Casts at the boundary)")
+    p.add_argument("--block", action=ListAction, default=[], metavar="OP|NODE|SELECTOR",
+                   help="what stays float32: op types (Softmax), node names, selectors "
+                        "(glob:, re:, op:, framework names, module paths)")
+    p.add_argument("--auto-block", action="store_true",
+                   help="compare with float32 layer by layer on the inputs and keep float32 the "
+                        "nodes whose local error exceeds the budget or that overflow")
+    p.add_argument("--inputs", dest="auto_inputs", metavar="DATA.npz|DIR", default=None,
+                   help="real inputs for --auto-block (default: random, --range LO,HI)")
+    p.add_argument("--budget", type=_budget, default=None, metavar="RTOL,ATOL",
+                   help="the error the outputs may have against float32 (default 1e-2,1e-3 for "
+                        "fp16, 5e-2,1e-2 for bf16); --auto-block and --verify use it")
+    _add_rewrite_flags(p)
+
     p = sub.add_parser("bypass", help="remove a node; its readers read its input")
     _add_model_io(p)
     p.add_argument("--node", action=ListAction, required=True, metavar="NAME[,NAME...]",
@@ -436,6 +486,63 @@ def build_parser() -> argparse.ArgumentParser:
                         "differently (a fused op); default: exactly")
     _add_rewrite_flags(p)
 
+    # ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
+    p = sub.add_parser("cleanup", help="drop nodes, initializers, value_info, functions and "
+                                       "opsets no graph output needs (bodies too)")
+    _add_model_io(p)
+    _add_rewrite_flags(p, json_help="print what was removed, by kind")
+
+    p = sub.add_parser("toposort", help="sort every graph's nodes topologically (stable; bodies "
+                                        "and local functions too)")
+    _add_model_io(p)
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("outputs", help="expose tensors as graph outputs, or drop outputs (and "
+                                       "what only they needed)")
+    _add_model_io(p)
+    p.add_argument("--add", action=ListAction, default=[], metavar="T[,T...]",
+                   help="tensors to make graph outputs, typed (any selector)")
+    p.add_argument("--remove", action=ListAction, default=[], metavar="T[,T...]",
+                   help="graph outputs to drop; the nodes and initializers only they needed go too")
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("set", help="change node attributes or initializer values (type-checked)")
+    _add_model_io(p)
+    p.add_argument("--attr", action=ListAction, item=_attr, split=whole, nargs="+", default=[],
+                   metavar="NODE.KEY=VALUE",
+                   help="attribute KEY of node NODE (split at the last '.') takes VALUE, parsed "
+                        "per the op schema's type: 3, 0.5, text, ints 1,2,3, floats 0.5,1 "
+                        "(one pair per value, the flag repeated)")
+    p.add_argument("--weight", action=ListAction, item=_pair, nargs="+", default=[],
+                   metavar="NAME=FILE.npy",
+                   help="initializer NAME takes the values of FILE.npy (same dtype and shape)")
+    p.add_argument("--reshape", action="store_true",
+                   help="with --weight: allow a different shape (the dtype must still match)")
+    _add_rewrite_flags(p)
+
+    # ---- folding, dims and opsets (issue 30, part 2)
+    p = sub.add_parser("fold", help="replace every subgraph of constants by its value")
+    _add_model_io(p)
+    p.add_argument("--max-bytes", type=_byte_size, default=1 << 20, metavar="N",
+                   help="a folded value larger than N bytes stays computed (default 1048576)")
+    _add_rewrite_flags(p, json_help="print what was folded")
+
+    p = sub.add_parser("dims", help="set input shapes or the batch; shape constants follow it")
+    _add_model_io(p)
+    p.add_argument("--input", dest="input_shapes", action=ListAction, item=_pair, nargs="+",
+                   default=[], metavar="NAME=SHAPE",
+                   help="graph input NAME gets SHAPE (1x3x224x224, batch x3x224x224 with a "
+                        "symbol, or batch,3,224,224); several pairs, or the flag repeated")
+    p.add_argument("--batch", default=None, metavar="N|dynamic",
+                   help="dim 0 of every graph input: a size, 'dynamic' (symbol 'batch') or a "
+                        "symbol name")
+    _add_rewrite_flags(p)
+
+    p = sub.add_parser("opset", help="convert the default-domain opset (onnx's version converter)")
+    _add_model_io(p)
+    p.add_argument("--to", type=int, required=True, metavar="N", help="the opset to convert to")
+    _add_rewrite_flags(p)
+
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE", help="the reference .onnx file")
     p.add_argument("candidate", metavar="CANDIDATE", help="the .onnx file checked against it")
@@ -468,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png",
                    help="with --deep: plot the error of every shared tensor against depth")
     p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                   help="onnxruntime threads per session (default: the machine's cores)")
     p.add_argument("--against-tf", metavar="SOURCE",
                    help="instead of REFERENCE.onnx, compare CANDIDATE with this TF source "
                         "(.keras, SavedModel dir; REFERENCE is then ignored, pass '-')")
@@ -526,6 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "their error (exit 1 if they differ)")
     _add_isolation_flags(p)
     _add_verify_options(p)
+
+    from .cli_split import add_split_parser
+
+    add_split_parser(sub, _dim)
 
     p = sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
     p.add_argument("--files", metavar="DIR",

@@ -40,30 +40,36 @@ def _rewrite(args: argparse.Namespace, command: str, apply: Callable[[Any], Summ
     save atomically with the checker guarantee, print the summary (JSON with ``--json``), then
     ``--html`` (coloured by the verification when both are given)."""
     from .cli_noise import phase
-    from .io import after_verb, handed_over, snapshot
+    from .session import Session
 
     _check_paths(args.model, args.output, args.force)
     verify = bool(getattr(args, "verify", False))
     with _paused_gc(not getattr(args, "func", None)):  # framework exports make real garbage
-        model = handed_over(_load(args.model))  # nothing touches the proto before the verb
-        original = snapshot(model) if verify else None  # what --verify compares against
+        # one session from load to save: nothing but the verb and --verify touches the proto
+        # (a verb that raises leaves it to the garbage collector: the registry is weak)
+        session = Session(_load(args.model,  # toposort sorts what load would refuse
+                                unsorted_functions=command == "toposort"), loaded=True)
+        model = session.model
+        twin = session.snapshot() if verify else None  # what --verify compares against
         with phase(f"{command}: rewriting"):
             payload, text = apply(model)
-    report = None
-    if original is not None:
-        after_verb(model)  # verify reads the verb's index; nothing touches the proto between
-        with phase(f"{command}: verifying the rewrite"):
-            report = _verify_in_memory(args, model, check, original)
-    code = EXIT_OK if report is None else _exit_code(report, args)
-    if code != EXIT_OK:
-        _print_result(command, args, payload, text, report, written=False)
-        sys.stderr.write(f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
-        _html_of(args, model, text, report)
-        return code
-    with _paused_gc(), phase(f"saving {args.output}"):
-        _write(model, args.output, args.model,
-               share_data=bool(getattr(args, "share_data", False)),
-               check=getattr(args, "check", "touched"))
+        session.verb_returned()
+    with session:
+        report = None
+        if twin is not None:
+            with twin, phase(f"{command}: verifying the rewrite"):  # reads the verb's index
+                report = _verify_in_memory(args, model, check, twin.model)
+        code = EXIT_OK if report is None else _exit_code(report, args)
+        if code != EXIT_OK:
+            _print_result(command, args, payload, text, report, written=False)
+            sys.stderr.write(
+                f"onnxsurgeon: nothing written to {args.output} (--verify did not pass)\n")
+            _html_of(args, model, text, report)
+            return code
+        with _paused_gc(), phase(f"saving {args.output}"):
+            _write(model, args.output, args.model,
+                   share_data=bool(getattr(args, "share_data", False)),
+                   check=getattr(args, "check", "touched"), journal=session.journal)
     _print_result(command, args, payload, text, report, written=True)
     _html_of(args, model, text, report)
     return EXIT_OK
@@ -299,3 +305,145 @@ def _cmd_replace(args: argparse.Namespace) -> int:
                 f"{args.replacement} -> {args.output}")
 
     return _rewrite(args, "replace", apply)
+
+
+# ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from .cli_output import cleanup_payload
+    from .surgery import cleanup
+
+    def apply(model: Any) -> Summary:
+        result = cleanup(model)
+        counts = result.counts()
+        what = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "nothing"
+        return cleanup_payload(result), f"cleanup removed {what} -> {args.output}"
+
+    return _rewrite(args, "cleanup", apply)
+
+
+def _cmd_toposort(args: argparse.Namespace) -> int:
+    from .cli_output import toposort_payload
+    from .surgery import toposort
+
+    def apply(model: Any) -> Summary:
+        result = toposort(model)
+        moved = ", ".join(f"{k}: {v}" for k, v in result.moved.items())
+        at_load = any("topological order" in w for w in model.warnings)
+        text = (f"sorted ({moved} nodes moved)" if moved else
+                "nothing else out of order" if at_load else
+                "every graph was in order (nothing moved)")
+        if at_load:  # load sorts main graphs and bodies itself (its warning says how many)
+            text = f"sorted at load (see the warning); {text}"
+        return toposort_payload(result), f"{text} -> {args.output}"
+
+    return _rewrite(args, "toposort", apply)
+
+
+def _cmd_outputs(args: argparse.Namespace) -> int:
+    from .cli_output import outputs_payload
+    from .surgery import outputs
+
+    def apply(model: Any) -> Summary:
+        result = outputs(model, add=args.add, remove=args.remove)
+        return (outputs_payload(result),
+                f"outputs: added {len(result.added)}, removed {len(result.removed)} (+"
+                f"{len(result.pruned_nodes)} nodes, {len(result.pruned_initializers)} "
+                f"initializers) -> {args.output}")
+
+    return _rewrite(args, "outputs", apply)
+
+
+def _cmd_set(args: argparse.Namespace) -> int:
+    from .cli_output import set_payload
+    from .surgery import set_values
+
+    def apply(model: Any) -> Summary:
+        result = set_values(model, attrs=dict(args.attr), weights=dict(args.weight),
+                            reshape=args.reshape)
+        return (set_payload(result),
+                f"set {len(result.attrs)} attributes, {len(result.weights)} weights -> "
+                f"{args.output}")
+
+    return _rewrite(args, "set", apply)
+
+
+def _cmd_precision(args: argparse.Namespace) -> int:
+    from .cli_output import precision_payload
+    from .surgery import precision
+
+    rtol, atol = args.budget or (None, None)
+    if args.budget:  # --verify judges under the same budget unless told otherwise
+        args.verify_rtol = rtol if args.verify_rtol is None else args.verify_rtol
+        args.verify_atol = atol if args.verify_atol is None else args.verify_atol
+
+    def apply(model: Any) -> Summary:
+        auto = None
+        if args.auto_block:
+            from .verify.precision import auto_block
+
+            auto = auto_block(model, to=args.to, keep_io_types=args.keep_io_types,
+                              block=list(args.block),
+                              inputs=args.auto_inputs or args.verify_inputs,
+                              ranges=dict(args.ranges) or None, seed=args.verify_seed,
+                              dims=dict(args.verify_dims) or None, samples=args.verify_samples,
+                              rtol=rtol, atol=atol)
+            result = auto.result
+        else:
+            result = precision(model, to=args.to, keep_io_types=args.keep_io_types,
+                               block=list(args.block))
+        line = (f"{result.converted} nodes in {result.to}, {len(result.kept)} kept in float32, "
+                f"{len(result.casts)} Casts added -> {args.output}")
+        if auto is not None:
+            line += (f"; auto-block: {auto.rounds} round(s), outputs "
+                     f"{'meet' if auto.met else 'do NOT meet'} the budget "
+                     f"(rtol={auto.rtol:g}, atol={auto.atol:g})")
+        for node, why in result.kept.items():
+            fw = result.framework.get(node)
+            line += f"\n  kept float32: {node}{f' ({fw})' if fw else ''}: {why}"
+        return precision_payload(result, auto), line
+
+    return _rewrite(args, "precision", apply)
+
+
+# ---- folding, dims and opsets (issue 30, part 2)
+def _cmd_fold(args: argparse.Namespace) -> int:
+    from .cli_output import fold_payload
+    from .surgery import fold
+    from .verify.folding import ort_evaluator
+
+    def apply(model: Any) -> Summary:
+        result = fold(model, max_bytes=args.max_bytes, evaluate=ort_evaluator)
+        kept = f"; {len(result.kept)} over --max-bytes kept computed" if result.kept else ""
+        inner = f" (+{len(result.body_folded)} in bodies)" if result.body_folded else ""
+        return (fold_payload(result),
+                f"folded {len(result.folded)} tensors{inner}, removed {len(result.removed)} "
+                f"nodes{kept} -> {args.output}")
+
+    return _rewrite(args, "fold", apply)
+
+
+def _cmd_dims(args: argparse.Namespace) -> int:
+    from .cli_output import dims_payload
+    from .surgery import dims
+
+    def apply(model: Any) -> Summary:
+        result = dims(model, inputs=dict(args.input_shapes) or None, batch=args.batch)
+        shapes = ", ".join(f"{k}: {v}" for k, v in result.shapes.items())
+        extra = (f"; {len(result.rewritten)} shape constants follow the batch"
+                 if result.rewritten else "")
+        return dims_payload(result), f"{shapes}{extra} -> {args.output}"
+
+    return _rewrite(args, "dims", apply)
+
+
+def _cmd_opset(args: argparse.Namespace) -> int:
+    from .cli_output import opset_payload
+    from .surgery import opset
+
+    def apply(model: Any) -> Summary:
+        result = opset(model, to=args.to)
+        return (opset_payload(result),
+                f"opset {result.source} -> {result.target} ({len(result.changed)} nodes "
+                f"rewritten by adapters) -> {args.output}")
+
+    return _rewrite(args, "opset", apply)

@@ -8,7 +8,7 @@ index it worked on::
     e.rewire(uses, processed)                 # slots rewired: their nodes are read again
     e.add_initializers(block.initializer, made=True)
     e.insert_nodes(pos, block.node)           # nodes inserted: later ids move, rewires follow
-    e.hand_on(model)                          # the journal goes to the next verb (and the save)
+    e.hand_on(model)                          # the journal goes to the session (next verb, save)
 
 Each method feeds the :class:`~onnxsurgeon.upkeep.Upkeep` of that index itself, in the order
 the upkeep needs (leaf changes before the nodes that read them; rewired nodes said last, as
@@ -21,6 +21,11 @@ builds its index from the proto.
 
 An ``Edit`` without an index (``Edit.of(proto)``) edits a private proto (a block being prepared,
 a probe copy) and records nothing.
+
+Inside IPython only, making an ``Edit`` first keeps a weightless copy of the model as it is
+(:func:`onnxsurgeon.record.remember_before`), which the verb's ``add_rewrite`` files with its
+record, so a notebook draws the diff of each rewrite; outside IPython that costs one lookup in
+``sys.modules`` (:func:`onnxsurgeon.record.in_ipython`). A verb makes one ``Edit`` per model it changes.
 
 Cost: each call is O(what it changes) of protobuf work plus the upkeep's int bookkeeping; bulk
 methods (a block of nodes, kept ids, many (node, slot) pairs, a rename map) keep a verb to a
@@ -37,8 +42,10 @@ from typing import Any
 import onnx
 
 from .index import GraphIndex, Use, positions
-from .io import Model, hand_on
-from .protos import rename_scoped, rename_tensors, set_default_opset
+from .io import Model
+from .protos import rename_scoped, rename_tensors, set_default_opset, weightless_copy
+from .record import in_ipython, remember_before
+from .session import hand_on
 from .upkeep import Upkeep, Written
 
 __all__ = ["Edit", "keep_only"]
@@ -100,6 +107,8 @@ class Edit:
     def __init__(self, index: GraphIndex, *, follow: bool = True) -> None:
         self.index: GraphIndex | None = index
         self.model = index.model
+        if in_ipython():  # a notebook draws the diff of the rewrite (record.RECENT)
+            remember_before(self.model, weightless_copy(self.model))
         self.graph = index.graph
         self.upkeep: Upkeep | None = Upkeep(index)
         self._follow = follow
@@ -161,7 +170,9 @@ class Edit:
         return upkeep if self._follow else None
 
     def hand_on(self, model: Model | onnx.ModelProto) -> None:
-        """:meth:`finish` and hand the journal to the next verb (:func:`onnxsurgeon.io.hand_on`)."""
+        """:meth:`finish` and hand the journal to the open session of ``model``
+        (:meth:`onnxsurgeon.session.Session.hand_on`: the next verb's index and the save's
+        touched check come from it; without a session it goes nowhere)."""
         hand_on(model, self.finish())
 
     # ------------------------------------------------------------------ nodes
@@ -555,6 +566,94 @@ class Edit:
         for g in graphs:
             for node in g.node:
                 node.name = name(node)
+
+    def fold_body(self, graph: onnx.GraphProto, removed: Sequence[int],
+                  values: Sequence[onnx.TensorProto], dead: Collection[str]) -> None:
+        """In the nested body ``graph``: remove the nodes at ``removed``, append ``values`` as
+        its initializers and drop the initializers named in ``dead`` (``fold`` of a body). The
+        upkeep does not follow bodies: the next verb rebuilds. O(size of the body)."""
+        if self.upkeep is not None:
+            self.upkeep.fail()
+        gone = set(removed)
+        keep_only(graph.node, [i for i in range(len(graph.node)) if i not in gone])
+        keep_only(graph.initializer,
+                  [k for k, t in enumerate(graph.initializer) if t.name not in dead])
+        graph.initializer.extend(values)
+
+    def set_all_nodes(self, nodes: Sequence[onnx.NodeProto]) -> None:
+        """The main graph's nodes are ``nodes`` now (moved in, not copied: the caller's list
+        must not be used after). The upkeep cannot follow a whole new node list: the next verb
+        rebuilds. O(nodes)."""
+        if self.upkeep is not None:
+            self.upkeep.fail()
+        self._structural = True
+        field = self.graph.node
+        del field[:]
+        field.extend(nodes)
+
+
+    # ------------------------------------------------------------------ hygiene verbs
+    def keep_graph_nodes(self, graph: onnx.GraphProto | onnx.FunctionProto,
+                         kept: Sequence[int]) -> None:
+        """Keep only the nodes ``kept`` (ascending positions) of ``graph``, a nested body (or a
+        local function): the main graph's nodes go through :meth:`keep_nodes`. The upkeep does
+        not follow edits inside bodies: the next verb rebuilds. O(nodes of ``graph``)."""
+        if len(kept) != len(graph.node):
+            self.give_up()
+            keep_only(graph.node, kept)
+
+    def keep_graph_leaves(self, graph: onnx.GraphProto, *, initializers: Sequence[int],
+                          sparse: Sequence[int], value_info: Sequence[int]) -> None:
+        """Keep only the initializers, sparse initializers and value_info entries at these
+        ascending positions of ``graph`` (a nested body: the upkeep gives up when one goes)."""
+        if (len(initializers) != len(graph.initializer)
+                or len(sparse) != len(graph.sparse_initializer)):
+            self.give_up()
+        keep_only(graph.initializer, initializers)
+        keep_only(graph.sparse_initializer, sparse)
+        keep_only(graph.value_info, value_info)
+
+    def keep_opsets(self, keep: Sequence[int]) -> None:
+        """Keep only the model's opset imports at the ascending positions ``keep``."""
+        keep_only(self.model.opset_import, keep)
+
+    def order_nodes(self, graph: onnx.GraphProto | onnx.FunctionProto,
+                    order: Sequence[int]) -> None:
+        """The nodes of ``graph`` (the main graph, a body or a local function) are in the order
+        ``order`` (a permutation of their positions) now. The upkeep gives up when the main
+        graph's order changes (ids move). O(nodes of ``graph``) C-level copies."""
+        if list(order) == list(range(len(graph.node))):
+            return
+        if graph is self.graph:
+            self._nodes_moved()
+        self.give_up()
+        moved = [graph.node[j] for j in order]
+        copies = [onnx.NodeProto() for _ in moved]
+        for dst, src in zip(copies, moved, strict=True):
+            dst.CopyFrom(src)
+        del graph.node[:]
+        graph.node.extend(copies)
+
+    def set_attribute(self, node: int, attribute: onnx.AttributeProto) -> None:
+        """Main-graph node ``node`` has ``attribute`` (copied; replacing the one of that name,
+        else appended) now; the node is read again (the save checks it)."""
+        attrs = self.graph.node[node].attribute
+        for k, a in enumerate(attrs):
+            if a.name == attribute.name:
+                attrs[k].CopyFrom(attribute)
+                break
+        else:
+            attrs.add().CopyFrom(attribute)
+        self._rewired.add(node)
+
+    def set_initializer(self, position: int, tensor: onnx.TensorProto) -> None:
+        """Main-graph initializer ``position`` is a copy of ``tensor`` now (the verb's own
+        content: the save's output check looks at it)."""
+        field = self.graph.initializer
+        field[position].CopyFrom(tensor)
+        self._leaf_edit()
+        if self.upkeep is not None:
+            self.upkeep.created_tensors([field[position]])
 
 
 def _rename_by_edges(index: GraphIndex, renamed: Mapping[str, str]) -> bool:

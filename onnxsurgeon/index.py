@@ -5,7 +5,8 @@ answers: who produces a tensor, who reads it (explicit input slots of main-graph
 from inside If/Loop/Scan bodies), which tensors are initializers, graph inputs, graph outputs, and
 what type information is known. Any verb that mutates the model must drop its index and build a
 new one (``GraphIndex(model)``), or say what it changed to an :class:`~onnxsurgeon.upkeep.Upkeep`
-so that a recipe's next step starts from the edited index (``io.hand_on``).
+so that a recipe's next step starts from the edited index (its
+:class:`~onnxsurgeon.session.Session`).
 
 Building is O(nodes + edges). Consumers and captures are computed lazily on first use, because
 ``extract`` only needs producers.
@@ -313,9 +314,10 @@ class GraphIndex:
         initializers: initializer name -> position in ``graph.initializer``.
         inputs: graph input name -> position (initializers listed as inputs included).
         outputs: graph output name -> position.
-        edges: the int dataflow graph when handed over by :func:`onnxsurgeon.io.indexed` (the
-            model provably unchanged since load validated it, or since the previous recipe step
-            edited it along with its :class:`~onnxsurgeon.upkeep.Upkeep`), else None.
+        edges: the int dataflow graph when handed over (by :func:`onnxsurgeon.io.indexed`: the
+            model provably unchanged since load validated it; by a
+            :class:`~onnxsurgeon.session.Session`: as loaded, or as the previous verb edited it
+            along with its :class:`~onnxsurgeon.upkeep.Upkeep`), else None.
     """
 
     def __init__(
@@ -326,7 +328,7 @@ class GraphIndex:
         graph = model.graph
         self.graph = graph
         self.edges: NodeEdges | None = None
-        if _producer is not None:  # handed over by io.indexed(): proven fresh by the caller
+        if _producer is not None:  # handed over (io.indexed, a Session): fresh, says the caller
             self.producer = _producer
             self.edges = _edges
             self._index_rest(graph)

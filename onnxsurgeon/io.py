@@ -56,8 +56,8 @@ from .upkeep import Upkeep
 from .validate import validate_producers
 
 __all__ = [
-    "GraphView", "Model", "after_verb", "as_model", "current_index", "hand_on", "handed_over", "indexed", "load", "parse_model",
-    "save", "snapshot", "validate_tensors",
+    "GraphView", "Model", "as_model", "indexed", "load", "parse_model", "save", "snapshot",
+    "take_loaded_index", "validate_tensors",
 ]
 """External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
 and are imported from there, not through io."""
@@ -100,11 +100,8 @@ class Model:
     )
     """Set by :func:`load`: the bytes parsed (None for weight-heavy protos) and the main graph's
     producer map validated from them. :func:`indexed` uses it once, and only after proving the
-    proto still serializes to exactly those bytes, or when the caller that loaded the model
-    declared it untouched (:func:`handed_over`), so a stale index can never come out of it."""
-    _untouched: bool = field(default=False, init=False, repr=False, compare=False)
-    _kept: Upkeep | None = field(default=None, init=False, repr=False, compare=False)
-    """Set by a verb (:func:`hand_on`): its edits of the index it used, for the next verb."""
+    proto still serializes to exactly those bytes; :func:`take_loaded_index` hands it, once, to
+    the caller that vouches the proto untouched (a :class:`~onnxsurgeon.session.Session`)."""
     _externals: int | None = field(default=None, init=False, repr=False, compare=False)
     """Set by :func:`validate_tensors`: how many tensors were external then."""
     _baseline: bytes | None = field(default=None, init=False, repr=False, compare=False)
@@ -190,89 +187,45 @@ class GraphView:
         return view_html(self)
 
 
-def handed_over(model: Model) -> Model:
-    """Declare that ``model``, just returned by :func:`load`, goes to one verb before anything
-    else touches its proto (the CLI's load -> verb -> save): that verb's :func:`indexed` then
-    reuses load's validated producer map without the byte comparison. Returns ``model``."""
-    model._untouched = model._fresh is not None or model._kept is not None
-    return model
-
-
-def hand_on(model: Model | onnx.ModelProto, upkeep: Upkeep | None) -> None:
-    """A verb's last act: what its mutate section changed in the index it used (an
-    :class:`~onnxsurgeon.upkeep.Upkeep`), or None when it cannot say. The next :func:`indexed`
-    applies it only when the caller declares the proto untouched since (:func:`handed_over`, as
-    ``apply_recipe`` does between steps); else it rebuilds."""
-    if isinstance(model, Model):
-        model._fresh, model._kept, model._untouched = None, upkeep, False
-
-
 def indexed(model: Model | onnx.ModelProto) -> GraphIndex:
     """A :class:`GraphIndex` of ``model``, reusing the producer map :func:`load` validated when
-    the proto is provably unchanged since (it serializes to the very bytes loaded, or the loader
-    declared it untouched with :func:`handed_over`); else a fresh build. The handed-over map is
-    used at most once. O(serialized size) for the comparison, instead of a Python pass over the
-    nodes."""
+    the proto is provably unchanged since (it serializes to the very bytes loaded); else a
+    fresh build. Load's map is used at most once. O(serialized size) for the comparison,
+    instead of a Python pass over the nodes. A verb indexes through
+    :func:`onnxsurgeon.session.indexed`: an open session's kept index comes first."""
     if not isinstance(model, Model):
         return GraphIndex(model)
     fresh, model._fresh = model._fresh, None
-    kept, model._kept = model._kept, None
-    untouched, model._untouched = model._untouched, False
-    state = kept.result() if untouched and kept is not None else None
-    if state is not None:  # the previous step's index, edited along with the model
-        index = GraphIndex(model.proto, _producer=state[0], _edges=state[1])
-        types = kept.carried_types() if kept is not None else None
-        if types:
-            index.memo["edge_types"] = types
-        return index
-    if fresh is not None and (untouched or (
-            fresh[0] is not None and model.proto.SerializeToString() == fresh[0])):
-        index = GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])
-        index.memo["validated"] = True  # load's checks hold for it (see checking.check_touched)
-        return index
+    if fresh is not None and fresh[0] is not None and model.proto.SerializeToString() == fresh[0]:
+        return _loaded(model, fresh)
     return GraphIndex(model.proto)
 
 
-def after_verb(model: Model) -> Model:
-    """Declare that ``model``'s verb has just returned and nothing touched its proto since (the
-    CLI's verb -> ``--verify`` -> save): :func:`current_index` may then read the index the verb
-    handed on. Load's producer map, when the verb left it unused, is dropped (a verb that never
-    indexed the model may still have changed it). Returns ``model``."""
-    model._fresh = None
-    model._untouched = model._kept is not None
-    return model
+def take_loaded_index(model: Model) -> GraphIndex | None:
+    """The index of load's validated producer map (and int graph), without proving the proto
+    unchanged: for the one caller that vouches nothing touched it since :func:`load` (a
+    :class:`~onnxsurgeon.session.Session` opened with ``loaded=True``). None when load kept
+    none or it was used (once only). O(inputs + initializers)."""
+    fresh, model._fresh = model._fresh, None
+    return _loaded(model, fresh) if fresh is not None else None
 
 
-def current_index(model: Model | onnx.ModelProto) -> GraphIndex:
-    """A :class:`GraphIndex` of ``model`` as it is now, for a reader that runs between a verb
-    and the save (``--verify``): the index the verb handed on (:func:`hand_on`) when the caller
-    declared the proto untouched since (:func:`after_verb`), without using it up (the save
-    still sees the verb's edits); a model as loaded and handed over reuses load's map, as
-    :func:`indexed`; else a fresh build. O(1) when handed on."""
-    if not isinstance(model, Model):
-        return GraphIndex(model)
-    kept = model._kept
-    if kept is not None:
-        state = kept.result() if model._untouched else None
-        if state is not None:
-            return GraphIndex(model.proto, _producer=state[0], _edges=state[1])
-        return GraphIndex(model.proto)  # the verb's edits stay for the save
-    return indexed(model) if model._untouched else GraphIndex(model.proto)
+def _loaded(model: Model, fresh: tuple[bytes | None, dict[str, int], NodeEdges | None]) -> GraphIndex:
+    index = GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])
+    index.memo["validated"] = True  # load's checks hold for it (see checking.check_touched)
+    return index
 
 
 def snapshot(model: Model) -> Model:
     """A private copy of ``model`` (its proto copied), taken before a verb changes it: what
-    ``--verify`` compares the rewrite against, without loading the input again. When ``model``
-    is as loaded and handed over (:func:`handed_over`), the copy's first index reuses (a copy
-    of) the producer map load validated. O(model) in C."""
+    ``--verify`` compares the rewrite against, without loading the input again
+    (:meth:`onnxsurgeon.session.Session.snapshot` gives the copy load's producer map too).
+    O(model) in C."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     twin = Model(proto, base_dir=model.base_dir, source=model.source,
                  data_dirs=dict(model.data_dirs))
     twin._externals = model._externals
-    if model._fresh is not None and model._untouched:
-        twin._fresh = (None, dict(model._fresh[1]), None)
-        twin._untouched = True
     return twin
 
 
@@ -283,18 +236,19 @@ pass it saves (~0.5 us per node). Weight-heavy protos rebuild the index instead:
 a small initializer in ~3.5 us (60k 16x16 weights: 0.22 s, against 0.03 s for 90k nodes)."""
 
 
-def vouched_by_edits(model: Model, nodes_checked: range = range(0)) -> bool:
+def vouched_by_edits(model: Model, journal: Upkeep | None,
+                     nodes_checked: range = range(0)) -> bool:
     """Whether ``model`` passes ``onnx.checker``'s plain check as far as the one verb since
-    :func:`load` changed it (:func:`~onnxsurgeon.checking.check_touched`; ``nodes_checked``:
-    nodes whose schema check the caller runs); False: run the whole check."""
-    return check_touched(model.proto, model._kept, model._baseline, nodes_checked=nodes_checked)
+    :func:`load` changed it, as its ``journal`` (the verb's upkeep, from its session) says
+    (:func:`~onnxsurgeon.checking.check_touched`; ``nodes_checked``: nodes whose schema check
+    the caller runs); False: run the whole check."""
+    return check_touched(model.proto, journal, model._baseline, nodes_checked=nodes_checked)
 
 
-def _edits_inline(model: Model) -> bool:
-    """Whether the tensors ``model``'s verb made, and those in the attributes of the nodes it
-    inserted or rewired, are all inline. O(touched nodes), or O(tensors made) when every
-    touched node is a copy."""
-    upkeep = model._kept
+def _edits_inline(model: Model, upkeep: Upkeep | None) -> bool:
+    """Whether the tensors ``model``'s verb made (its journal ``upkeep``), and those in the
+    attributes of the nodes it inserted or rewired, are all inline. O(touched nodes), or
+    O(tensors made) when every touched node is a copy."""
     if upkeep is None:
         return False
     if upkeep.to_read == 0 and upkeep.rewired == 0:
@@ -310,10 +264,10 @@ def _edits_inline(model: Model) -> bool:
     return not any(map(is_external, made))
 
 
-def _trust_held(model: Model) -> bool:
+def _trust_held(model: Model, journal: Upkeep | None) -> bool:
     """Whether the edits save trusted to be inline (no walk over every tensor) are: the upkeep
     followed every one and none made an external tensor. False: the save walks after all."""
-    return _edits_inline(model) and model._kept is not None and model._kept.touched() is not None
+    return _edits_inline(model, journal) and journal is not None and journal.touched() is not None
 
 
 def as_model(model: Model | onnx.ModelProto) -> Model:
@@ -349,7 +303,7 @@ def parse_model(data: bytes, label: str) -> onnx.ModelProto:
     return proto
 
 
-def load(path: str | os.PathLike[str]) -> Model:
+def load(path: str | os.PathLike[str], *, unsorted_functions: bool = False) -> Model:
     """Load an ONNX file without reading external weights; validate it fully.
 
     Checks every external reference (paths, links, offsets, lengths), every inline tensor against
@@ -357,6 +311,8 @@ def load(path: str | os.PathLike[str]) -> Model:
     nesting, recursive functions). Nodes out of topological order are sorted stably and a line
     is added to ``Model.warnings``. O(file size + nodes + edges). External data is looked up in
     the folder of ``path`` as given (a symlinked model file does not move that folder).
+    ``unsorted_functions``: a local function body out of topological order is accepted as it
+    is (for :func:`onnxsurgeon.surgery.toposort`, which sorts it; load refuses it otherwise).
 
     Raises:
         NotFoundError / InvalidModelError / UnsafeModelError: one line naming the problem and fix.
@@ -402,7 +358,8 @@ def load(path: str | os.PathLike[str]) -> Model:
     else:
         externals += check_tensors(inits, model.base_dir, types=init_types, names=init_names)
     try:
-        found = validate_producers(proto, initializer_names=init_names, data=data)
+        found = validate_producers(proto, initializer_names=init_names, data=data,
+                                   unsorted_functions=unsorted_functions)
     except InvalidModelError:
         _check_later_tensors(model, None)  # a bad tensor is reported first, as it always was
         raise
@@ -447,7 +404,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
          external: bool | None = None, check: Check | str = Check.SMALL,
-         share_data: bool = False, durable: bool = True) -> Path:
+         share_data: bool = False, durable: bool = True,
+         journal: Upkeep | None = None) -> Path:
     """Write ``model`` to ``path`` atomically and deterministically.
 
     External tensors stay external: their bytes are copied from the source data file into one
@@ -471,6 +429,9 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     :class:`~onnxsurgeon.checking.Check`; by default the full check for models up to 20,000
     nodes, none above; the CLI uses ``Check.TOUCHED``). A file that fails while the model's
     ``source`` file fails the same check is kept, with a warning appended to ``model.warnings``.
+    ``journal``: the edits of the one verb since load (its upkeep, as its
+    :class:`~onnxsurgeon.session.Session` holds it; :meth:`~onnxsurgeon.session.Session.save`
+    passes it): ``Check.TOUCHED`` then checks what they touched; without it, all.
 
     Returns:
         The path written.
@@ -485,7 +446,7 @@ def save(model: Model | onnx.ModelProto, path: str | os.PathLike[str], *,
     """
     m = as_model(model)
     options = {"external": external, "check": check, "share_data": share_data,
-               "durable": durable}
+               "durable": durable, "journal": journal}
     try:
         return _save(m, path, trust_edits=True, **options)  # type: ignore[arg-type]
     except _WalkNeeded:  # nothing was written: save as for any model
@@ -513,6 +474,7 @@ class _Plan:
             (``share_data``).
         payload: the serialized model when it is final already (no tensor re-pointed).
         durable: fsync before publishing.
+        journal: the verb's edits the save may trust (see :func:`save`).
     """
 
     out: Path
@@ -526,6 +488,7 @@ class _Plan:
     relocated: dict[int, str] = field(default_factory=dict)
     payload: bytes | None = None
     durable: bool = True
+    journal: Upkeep | None = None
 
 
 def _target(m: Model, path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
@@ -556,7 +519,8 @@ def _target(m: Model, path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
 
 
 def _plan(m: Model, path: str | os.PathLike[str], *, external: bool | None, check: Check | str,
-          share_data: bool, trust_edits: bool, durable: bool) -> _Plan:
+          share_data: bool, trust_edits: bool, durable: bool,
+          journal: Upkeep | None = None) -> _Plan:
     """Decide what :func:`save` writes and check everything it can before writing: the
     output path, every external reference, the data file's path. ``trust_edits``: the model is
     the loaded one plus one verb's edits, all inline; its tensors are not walked (~0.5 us per
@@ -572,9 +536,9 @@ def _plan(m: Model, path: str | os.PathLike[str], *, external: bool | None, chec
     full = full_check_for(proto, level)
     touched = full is False and level is Check.TOUCHED
     no_walk = (trust_edits and touched and external is not True and m._externals == 0
-               and m._kept is not None and m._kept.validated
-               and not any(map(is_external, m._kept.fresh_tensors)))
-    if touched and not no_walk and vouched_by_edits(m):
+               and journal is not None and journal.validated
+               and not any(map(is_external, journal.fresh_tensors)))
+    if touched and not no_walk and vouched_by_edits(m, journal):
         full = None  # vouched for by the checks of what the verb touched
     tensors = [] if no_walk else list(iter_tensors(proto))
     externals = list(compress(tensors, map(_EXTERNAL.__eq__, map(_LOCATION, tensors))))
@@ -587,9 +551,10 @@ def _plan(m: Model, path: str | os.PathLike[str], *, external: bool | None, chec
                 f"output '{out}' would overwrite the input's data file '{ref.path.name}'; "
                 "write to another folder or file name"
             )
-    plan = _Plan(out, folder, data_path.name, full, no_walk, tensors, refs, durable=durable)
-    if external is None:
-        external = bool(externals)
+    plan = _Plan(out, folder, data_path.name, full, no_walk, tensors, refs, durable=durable,
+                 journal=journal)
+    if external is None:  # a model loaded with external data keeps its big tensors external
+        external = bool(externals) or bool(m._externals)  # (e.g. fold's values, issue 30)
         if not external:  # serialize now (ByteSize would walk the whole proto just to size it)
             plan.payload = proto.SerializeToString(deterministic=True)
             if len(plan.payload) > EXTERNAL_THRESHOLD:
@@ -622,11 +587,12 @@ _Saved = list[tuple[TensorProto, bytes | None, list[tuple[str, str]], Any]]
 
 
 def _save(m: Model, path: str | os.PathLike[str], *, external: bool | None,
-          check: Check | str, share_data: bool, trust_edits: bool, durable: bool) -> Path:
+          check: Check | str, share_data: bool, trust_edits: bool, durable: bool,
+          journal: Upkeep | None) -> Path:
     """:func:`save`: plan, write, verdict (raises :class:`_WalkNeeded`, having published
     nothing, when a trusting plan's checks then fail)."""
     plan = _plan(m, path, external=external, check=check, share_data=share_data,
-                 trust_edits=trust_edits, durable=durable)
+                 trust_edits=trust_edits, durable=durable, journal=journal)
     saved: _Saved = []
     try:
         full = _write(m, plan, saved)
@@ -688,7 +654,7 @@ def _write(m: Model, plan: _Plan, saved: _Saved) -> bool | None:
             _publish_checked(m, plan, model_file, payload)
             full = None  # judged before publishing: nothing is left to check
         else:
-            if plan.no_walk and not _trust_held(m):
+            if plan.no_walk and not _trust_held(m, plan.journal):
                 raise _WalkNeeded
             model_file.file.write(payload)
             model_file.finish()
@@ -722,7 +688,7 @@ def _publish_checked(m: Model, plan: _Plan, model_file: AtomicFile, payload: byt
         if not plan.no_walk:
             first = checker_failure(payload, full=bool(full))
         else:
-            said = _verdict(m)
+            said = _verdict(m, plan.journal)
             if said == "walk":
                 raise _WalkNeeded
             if said == "vouched":
@@ -735,13 +701,13 @@ def _publish_checked(m: Model, plan: _Plan, model_file: AtomicFile, payload: byt
         m.warnings.append(judge_failure(first, full=bool(full), reference=m.source))
 
 
-def _verdict(m: Model) -> str:
+def _verdict(m: Model, journal: Upkeep | None) -> str:
     """What the checks of a save that trusted its verb's edits say: "walk" (the trust does not
     hold: save again, walking every tensor), "vouched" (the checks of what the verb touched
     vouch for the output) or "check" (run the checker on the bytes)."""
-    if not _trust_held(m):
+    if not _trust_held(m, journal):
         return "walk"
-    return "vouched" if vouched_by_edits(m) else "check"
+    return "vouched" if vouched_by_edits(m, journal) else "check"
 
 
 def _point(t: TensorProto, entries: list[tuple[str, str]], saved: _Saved) -> None:

@@ -10,10 +10,11 @@ imported, laid out or drawn before that; plain ``repr`` stays short text. Jupyte
 HTML outputs of a notebook it does not trust (one opened, not run here) sanitized, without
 their SVG: run it, or ``jupyter trust`` it.
 
-A verb's result is drawn on the model it changed as it is when displayed: the nodes it added in
-green, the nodes it rerouted in orange, with ``CONTEXT`` hops around them; what it removed is
-listed, not drawn (the model no longer holds it). The result finds its model through the last
-rewrites logged in this IPython session (:data:`onnxsurgeon.record.RECENT`).
+A verb's result draws the diff of its rewrite with the HTML diff's two-sided renderer: the nodes
+it removed in red, added in green, rerouted in orange, with ``CONTEXT`` hops around them. Inside
+IPython only, every verb's edit (:class:`onnxsurgeon.edit.Edit`) first takes a weightless copy of
+the model it is about to change, and the rewrite log keeps it with the model in
+:data:`onnxsurgeon.record.RECENT` (the last 8 rewrites); outside IPython nothing is copied.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import onnx
 
-from .diff import Change, GraphDiff, diff_models, neighbourhood, render_svg
+from .diff import GraphDiff, diff_models, neighbourhood, render_svg
 from .diff.page import SVG_CSS
 from .io import GraphView, Model
 from .record import RECENT
@@ -41,8 +42,6 @@ CONTEXT = 2
 """Hops of context drawn around what a verb changed."""
 MAX_ROWS = 500
 """Most rows a table shows (the rest are counted)."""
-MAX_DRAWN = 150
-"""Most changed nodes a result's drawing is seeded with."""
 VERDICT_COLOURS = {"pass": ("#e8f5e9", "#1b5e20"), "fail": ("#ffebee", "#b71c1c"),
                    "inconclusive": ("#fff8e1", "#8d6e00")}
 """Verdict -> (background, text colour) of its cell."""
@@ -179,78 +178,45 @@ def view_html(view: GraphView) -> str:
 
 
 # ------------------------------------------------------------------------------ a verb's result
-def _changed(result: object) -> tuple[list[str], list[str], list[str]]:
-    """(added node names, rerouted node names, tensors to draw around) a result names."""
-    added = list(getattr(result, "block_nodes", ()))
-    nodes = getattr(result, "nodes", None)
-    if isinstance(nodes, Mapping):
-        added += list(nodes.values())
-    rerouted = list(getattr(result, "rerouted", ()))
-    focus: list[str] = []
-    for key in ("processed", "target"):
-        if isinstance(getattr(result, key, None), str):
-            focus.append(getattr(result, key))
-    outputs = getattr(result, "outputs", ())
-    focus += list(outputs.values()) if isinstance(outputs, Mapping) else list(outputs)
-    renamed = getattr(result, "renamed", None)
-    if isinstance(renamed, Mapping):
-        if getattr(result, "nodes", None) is True:
-            rerouted += list(renamed.values())
-        else:
-            focus += list(renamed.values())
-    focus += [t for t, _ in getattr(result, "connect", ())]
-    return added, rerouted, focus
-
-
-def _model_of(result: Any) -> onnx.ModelProto | None:
-    """The model ``result``'s rewrite was logged to last in this session, if still at hand."""
+def _sides_of(result: Any) -> tuple[onnx.ModelProto, onnx.ModelProto] | None:
+    """(the model before ``result``'s rewrite, the model after it) if still at hand: the copy
+    taken when the verb began editing, and the next logged rewrite's copy of the same model
+    (or the model itself when no later rewrite of it was logged)."""
     try:
         key = json.dumps(result.record().to_json(), sort_keys=True)
     except Exception:  # noqa: BLE001 -- a display never raises; no drawing then
         return None
-    return next((proto for k, proto in reversed(RECENT) if k == key), None)
-
-
-def _recoloured(diff: GraphDiff, added: set[str], rerouted: set[str],
-                focus: set[str]) -> GraphDiff:
-    """``diff`` (all unchanged) with the result's added and rerouted nodes marked."""
-    def change(name: str) -> Change:
-        return Change.ADDED if name in added else (
-            Change.REROUTED if name in rerouted else Change.UNCHANGED)
-
-    nodes = tuple(dataclasses.replace(n, change=change(n.name)) for n in diff.nodes)
-    of = {n.uid: n.change for n in nodes}
-    edges = []
-    for e in diff.edges:
-        mark = Change.ADDED if of.get(e.source) is Change.ADDED else (
-            Change.REROUTED if of.get(e.target) is Change.REROUTED and e.tensor in focus
-            else e.change)
-        edges.append(dataclasses.replace(e, change=mark))
-    drawn = Counter(n.change.value for n in nodes)
-    return dataclasses.replace(diff, nodes=nodes, edges=tuple(edges),
-                               drawn={c.value: drawn.get(c.value, 0) for c in Change})
+    recent = list(RECENT)
+    for k in range(len(recent) - 1, -1, -1):
+        entry, proto, before = recent[k]
+        if entry != key:
+            continue
+        if before is None:
+            return None
+        after = next((b for _, p, b in recent[k + 1:] if p is proto and b is not None), proto)
+        return before, after
+    return None
 
 
 def result_html(result: Any) -> str:
-    """What a verb did: its result's fields, and the model it changed drawn around the
-    change (added nodes green, rerouted orange; removed ones are listed, not drawn)."""
+    """What a verb did: its result's fields, and the diff of its rewrite drawn as the HTML
+    diff draws it (removed nodes red, added green, rerouted orange, with :data:`CONTEXT` hops
+    around them)."""
     name = type(result).__name__
     fields = [(f.name, _value(getattr(result, f.name))) for f in dataclasses.fields(result)
               if not f.name.startswith("_")]
     parts = [f"<h4>{_esc(name)}</h4>", _table(["field", "value"], fields)]
-    proto = _model_of(result)
-    if proto is None:
+    sides = _sides_of(result)
+    if sides is None:
         parts.append("<p>the model it changed is not at hand (rewritten outside this session, "
                      "or 8 rewrites ago); display the model or <code>model.show(around=...)"
                      "</code> instead</p>")
         return _wrap("result", "".join(parts))
-    added, rerouted, focus = _changed(result)
-    producers = {t: n.name for n in proto.graph.node for t in n.output}
-    include = list(dict.fromkeys([*added, *rerouted, *filter(None, map(producers.get, focus))]))
-    diff = diff_models(proto, proto, context=CONTEXT, include=include[:MAX_DRAWN])
-    diff = _recoloured(diff, set(added), set(rerouted), set(focus))
-    parts.append(f"<h4>the model now: {len(set(added))} nodes added (green), "
-                 f"{len(set(rerouted))} rerouted (orange), {CONTEXT} hops of context</h4>")
+    diff = diff_models(*sides, context=CONTEXT)
+    t = diff.totals
+    parts.append(f"<h4>the rewrite: {t.get('removed', 0)} nodes removed (red), "
+                 f"{t.get('added', 0)} added (green), {t.get('rerouted', 0)} rerouted "
+                 f"(orange), {CONTEXT} hops of context</h4>")
     parts.append(_drawing(diff))
     return _wrap("result", "".join(parts))
 

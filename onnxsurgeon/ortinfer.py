@@ -93,3 +93,47 @@ def ort_value_infos(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, o
         ]
         found[o.name] = helper.make_tensor_value_info(o.name, elem, shape)
     return found
+
+
+_KERNELS: dict[tuple[object, ...], str | None] = {}
+"""(domain, op, opset, input types, output count, attributes) -> why onnxruntime's CPU provider
+cannot run it (None: it can); one probe per key per process."""
+
+
+def missing_kernel(node: onnx.NodeProto, input_types: list[int],
+                   opsets: list[onnx.OperatorSetIdProto]) -> str | None:
+    """Why onnxruntime's CPU provider has no kernel for ``node`` fed ``input_types`` (one ONNX
+    elem type per input slot, 0 for an absent optional input), or None when it has one.
+
+    A one-node model with typed, shapeless inputs is loaded (never run); only a "no
+    implementation" refusal counts (any other error is not about the kernel). Cached per process
+    by op, opset, input types and attributes. O(1) after the first probe of a key.
+    """
+    attrs = tuple(a.SerializeToString() for a in node.attribute)
+    opset = tuple((o.domain, o.version) for o in opsets)
+    key = (node.domain, node.op_type, opset, tuple(input_types), len(node.output), attrs)
+    if key in _KERNELS:
+        return _KERNELS[key]
+    probe = helper.make_node(node.op_type, [f"i{k}" if t else "" for k, t in enumerate(input_types)],
+                             [f"o{k}" for k in range(len(node.output))], domain=node.domain)
+    probe.attribute.extend(node.attribute)
+    graph = helper.make_graph(
+        [probe], "probe",
+        [helper.make_tensor_value_info(f"i{k}", t, None) for k, t in enumerate(input_types) if t],
+        [onnx.ValueInfoProto(name=f"o{k}") for k in range(len(node.output))])
+    model = helper.make_model(graph, opset_imports=list(opsets))
+    model.ir_version = max(model.ir_version, 8)
+    reason: str | None = None
+    try:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 4
+        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - only a missing kernel is an answer
+        text = str(exc)
+        if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text:
+            reason = "onnxruntime's CPU provider has no kernel for it"
+    _KERNELS[key] = reason
+    return reason

@@ -455,7 +455,25 @@ def make_block(
     shape: Sequence[int | str | None] | None = None,
     value_type: onnx.TypeProto | None = None,
 ) -> onnx.ModelProto:
-    """Build built-in block ``name`` as a standalone model ``x -> y``.
+    """Build built-in block ``name`` as a standalone model ``x -> y``: :func:`make_typed_block`
+    without the inferred output."""
+    return make_typed_block(name, params, elem_type=elem_type, opset=opset, shape=shape,
+                            value_type=value_type)[0]
+
+
+def make_typed_block(
+    name: str,
+    params: Mapping[str, ParamValue] | None = None,
+    *,
+    elem_type: int,
+    opset: int,
+    shape: Sequence[int | str | None] | None = None,
+    value_type: onnx.TypeProto | None = None,
+) -> tuple[onnx.ModelProto, onnx.ValueInfoProto | None]:
+    """Build built-in block ``name`` as a standalone model ``x -> y``, with the output ``y`` as
+    strict shape inference types it for the declared input (None when nothing was inferred:
+    no ``shape``, a non-tensor activation, or an output of unknown rank). A caller that needs
+    the block's output type for this very input uses it instead of inferring again.
 
     Args:
         name: a key of :data:`BUILTIN_BLOCKS`.
@@ -471,7 +489,8 @@ def make_block(
             is then ignored.
 
     Returns:
-        A ``ModelProto`` (checked with ``onnx.checker`` full check when ``shape`` is given).
+        A ``ModelProto`` (checked with ``onnx.checker`` full check when ``shape`` is given) and
+        the inferred ValueInfo of its output (a copy), or None.
 
     Raises:
         UsageError: unknown block or parameter, bad value.
@@ -487,7 +506,7 @@ def make_block(
         )
     kind = value_type.WhichOneof("value") if value_type is not None else None
     if kind is not None and kind != "tensor_type":
-        return _non_tensor_block(name, value_type, kind, opset)  # type: ignore[arg-type]
+        return _non_tensor_block(name, value_type, kind, opset), None  # type: ignore[arg-type]
     if elem_type == TensorProto.UNDEFINED:
         raise RewriteError(
             f"block '{name}' needs the activation's dtype, which is unknown; add value_info for "
@@ -518,12 +537,15 @@ def make_block(
     model = helper.make_model(graph, opset_imports=opsets, producer_name="onnxsurgeon")
     model.ir_version = _ir_version(opsets)
     if shape is None:
-        return model
+        return model, None
+    typed: onnx.ValueInfoProto | None = None
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
         y = inferred.graph.output[0]
         if y.type.tensor_type.HasField("shape"):
             model.graph.output[0].CopyFrom(y)
+            typed = onnx.ValueInfoProto()
+            typed.CopyFrom(y)
         else:  # unknown output rank: the checker still wants a shape field
             model.graph.output[0].type.tensor_type.shape.SetInParent()
         onnx.checker.check_model(model, full_check=True)
@@ -533,4 +555,4 @@ def make_block(
             f"block '{name}' cannot be built for {dtype_name(elem_type)} at opset {opset} "
             f"({first[:160]}); use another dtype or opset"
         ) from None
-    return model
+    return model, typed

@@ -425,6 +425,135 @@ class ReplaceRecord(RewriteRecord):
         return VerbCall("replace", {}, options)
 
 
+@dataclass(frozen=True)
+class CleanupRecord(RewriteRecord):
+    """cleanup: what was removed, by kind (main-graph node labels, ``<body>/<label>`` for nodes
+    of nested bodies, initializer and value_info names, ``domain.name`` of local functions,
+    opset domains)."""
+
+    op: ClassVar[str] = "cleanup"
+    nodes: tuple[str, ...]
+    body_nodes: tuple[str, ...]
+    initializers: tuple[str, ...]
+    value_info: tuple[str, ...]
+    functions: tuple[str, ...]
+    opsets: tuple[str, ...]
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("cleanup", {}, {})
+
+
+@dataclass(frozen=True)
+class ToposortRecord(RewriteRecord):
+    """toposort: how many nodes moved in each graph the verb reordered (``main``, a body's
+    ``<holder label>/<body name>``, ``function <domain.name>``)."""
+
+    op: ClassVar[str] = "toposort"
+    moved: dict[str, int]
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("toposort", {}, {})
+
+
+@dataclass(frozen=True)
+class OutputsRecord(RewriteRecord):
+    """outputs: the tensors made graph outputs, the graph outputs dropped, and what only the
+    dropped ones needed (nodes, initializers) that went with them."""
+
+    op: ClassVar[str] = "outputs"
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    pruned_nodes: tuple[str, ...]
+    pruned_initializers: tuple[str, ...]
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("outputs", {}, {"add": list(self.added), "remove": list(self.removed)})
+
+
+@dataclass(frozen=True)
+class SetRecord(RewriteRecord):
+    """set_values (the CLI's `set`): attributes given new values (``NODE.KEY`` -> the value as text), initializers given
+    new values (name -> the ``.npy`` file read, and name -> the sha256 of the new raw bytes),
+    and whether shapes could change (``reshape``)."""
+
+    op: ClassVar[str] = "set_values"
+    attrs: dict[str, str]
+    weights: dict[str, str]
+    digests: dict[str, str]
+    reshape: bool
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("set_values", {}, {"attrs": dict(self.attrs),
+                                           "weights": dict(self.weights),
+                                           "reshape": self.reshape})
+
+
+@dataclass(frozen=True)
+class PrecisionRecord(RewriteRecord):
+    """precision: the target type ("fp16"/"bf16"), whether graph inputs and outputs stayed
+    float32, the ``block`` arguments as given, and every node kept in float32 -> why."""
+
+    op: ClassVar[str] = "precision"
+    to: str
+    keep_io_types: bool
+    blocked: tuple[str, ...]
+    kept: dict[str, str]
+
+    def replay_call(self) -> VerbCall:
+        auto = {k: v for k, v in self.kept.items() if v.startswith("auto-block")}
+        options: dict[str, Any] = {"to": self.to, "keep_io_types": self.keep_io_types,
+                                   "block": list(self.blocked)}
+        if auto:
+            options["keep"] = auto
+        return VerbCall("precision", {}, options)
+
+
+@dataclass(frozen=True)
+class FoldRecord(RewriteRecord):
+    """fold: the main-graph tensors that became initializers, the nodes removed, the foldable
+    tensors left computed (over ``max_bytes``), the tensors folded inside bodies."""
+
+    op: ClassVar[str] = "fold"
+    folded: tuple[str, ...]
+    removed: tuple[str, ...]
+    kept: tuple[str, ...]
+    body_folded: tuple[str, ...]
+    max_bytes: int
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("fold", {}, {"max_bytes": self.max_bytes})
+
+
+@dataclass(frozen=True)
+class DimsRecord(RewriteRecord):
+    """dims: each graph input's new shape (dims joined by ``x``; a symbol by its name), the
+    ``--batch`` asked (``""`` when none), and the nodes whose shape constant now follows the
+    input (node label -> how)."""
+
+    op: ClassVar[str] = "dims"
+    shapes: dict[str, str]
+    batch: str
+    rewritten: dict[str, str]
+
+    def replay_call(self) -> VerbCall:
+        options: dict[str, Any] = {"inputs": dict(self.shapes)}
+        if self.batch:
+            options["batch"] = self.batch
+        return VerbCall("dims", {}, options)
+
+
+@dataclass(frozen=True)
+class OpsetRecord(RewriteRecord):
+    """opset: the default-domain opset before and after onnx's version converter."""
+
+    op: ClassVar[str] = "opset"
+    source: int = field(metadata={"json": "from"})
+    target: int = field(metadata={"json": "to"})
+
+    def replay_call(self) -> VerbCall:
+        return VerbCall("opset", {}, {"to": self.target})
+
+
 class Recorded(Protocol):
     """A verb's result (``onnxsurgeon.surgery.<Verb>Result``): it carries every resolved name,
     and its record, its ``--json`` payload (:mod:`onnxsurgeon.cli_output`) and its recipe step
@@ -461,10 +590,33 @@ def as_record(record: RewriteRecord | Mapping[str, Any]) -> RewriteRecord:
     return record if isinstance(record, RewriteRecord) else RewriteRecord.from_json(record)
 
 
-RECENT: deque[tuple[str, onnx.ModelProto]] = deque(maxlen=8)
-"""In an IPython session only: the last rewrites logged (record JSON, the model written to), so
-that a verb's result shown in a notebook finds the model it changed (``onnxsurgeon.notebook``);
-a bounded queue, empty outside IPython."""
+def in_ipython() -> bool:
+    """True inside a running IPython session (a notebook's kernel, the IPython shell), not
+    merely once IPython is imported (TensorFlow imports it). O(1)."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return get is not None and get() is not None
+
+
+RECENT: deque[tuple[str, onnx.ModelProto, onnx.ModelProto | None]] = deque(maxlen=8)
+"""In an IPython session only (:func:`in_ipython`): the last rewrites logged (record JSON, the model written to, a
+weightless copy of that model as it was before the rewrite, or None when no verb's edit took
+one), so that a verb's result shown in a notebook draws the diff of its rewrite
+(``onnxsurgeon.notebook``); a bounded queue, empty outside IPython."""
+
+_BEFORE: dict[int, tuple[onnx.ModelProto, onnx.ModelProto]] = {}
+"""In an IPython session only: ``id(model)`` -> (model, its copy before the verb now editing it
+began); :func:`add_rewrite` moves the copy into :data:`RECENT`. Edits that log nothing (a probe
+on a private copy) leave theirs here: at most :data:`_PENDING` are kept."""
+_PENDING = 2
+
+
+def remember_before(model: onnx.ModelProto, before: onnx.ModelProto) -> None:
+    """Keep ``before`` (a weightless copy of ``model`` as it is now) for the rewrite a verb is
+    about to make on ``model``. Called by ``edit.Edit`` inside IPython only."""
+    _BEFORE.pop(id(model), None)
+    _BEFORE[id(model)] = (model, before)
+    while len(_BEFORE) > _PENDING:
+        del _BEFORE[next(iter(_BEFORE))]
 
 
 def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any]) -> None:
@@ -476,6 +628,8 @@ def add_rewrite(model: onnx.ModelProto, record: RewriteRecord | Mapping[str, Any
     log = rewrites(model)
     entry = as_record(record).to_json()
     log.append(entry)
-    if "IPython" in sys.modules:
-        RECENT.append((json.dumps(entry, sort_keys=True), model))
+    if in_ipython():
+        held = _BEFORE.pop(id(model), None)
+        before = held[1] if held is not None and held[0] is model else None
+        RECENT.append((json.dumps(entry, sort_keys=True), model, before))
     set_metadata(model, {REWRITES_KEY: json.dumps(log, sort_keys=True, separators=(",", ":"))})

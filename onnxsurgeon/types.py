@@ -19,14 +19,19 @@ from .index import GraphIndex
 from .protos import weightless_copy
 
 
-def infer_value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+def infer_value_infos(
+    model: onnx.ModelProto, *, data_prop: bool = False
+) -> dict[str, onnx.ValueInfoProto]:
     """Name -> ValueInfo for every main-graph tensor onnx shape inference can type.
 
-    Never raises for models shape inference cannot handle (custom ops ...): returns what is known.
+    ``data_prop``: propagate small constant values (``Shape`` -> ``Reshape`` targets), as the
+    profile needs for concrete shapes. Never raises for models shape inference cannot handle
+    (custom ops ...): returns what is known.
     """
     light = weightless_copy(model)
     try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False,
+                                                     data_prop=data_prop)
     except Exception:  # noqa: BLE001 - inference is best effort by design
         inferred = light
     infos: dict[str, onnx.ValueInfoProto] = {}

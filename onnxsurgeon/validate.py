@@ -89,15 +89,17 @@ class Validation:
 def validate_producers(
     model: onnx.ModelProto, /, *, sort: bool = True,
     initializer_names: Sequence[str] | None = None, data: bytes | None = None,
+    unsorted_functions: bool = False,
 ) -> Validation:
     """:func:`validate`, also returning what the main graph's pass computed on the way (see
     :class:`Validation`). Same checks, messages and repairs. ``initializer_names``: the names
     of ``model.graph.initializer`` in order, when the caller read them already (load's tensor
     check does). ``data``: the bytes ``model`` was parsed from, unchanged since, when the
-    caller has them: the main graph's node loop then reads them in C (:mod:`onnxsurgeon.scan`)."""
+    caller has them: the main graph's node loop then reads them in C (:mod:`onnxsurgeon.scan`).
+    ``unsorted_functions``: a local function body out of order is accepted (``toposort``)."""
     warnings: list[str] = []
     _check_model_texts(model)
-    _check_functions(model)
+    _check_functions(model, defer_order=unsorted_functions)
     main: _ScopeResult | None = None
     stack: list[tuple[onnx.GraphProto, tuple[Container[str], ...], int]] = [
         (model.graph, (), 0)
@@ -182,6 +184,7 @@ def _check_scope(
     body: _Body, outer: tuple[Container[str], ...], *, sort: bool,
     graph: onnx.GraphProto | None,
     scan_nodes: Callable[[dict[str, int]], NodePass | None] | None = None,
+    defer_order: bool = False,
 ) -> _ScopeResult:
     """Validate one graph or function body (its nodes re-sorted into ``graph`` when ``sort``
     and some read precedes its producer).
@@ -190,6 +193,7 @@ def _check_scope(
     was defined before it (or in an enclosing scope). Only when some read refers to a later
     producer is the stable topological sort run. O(nodes + edges). ``scan_nodes``: the node
     loop below run elsewhere (:func:`onnxsurgeon.scan.nodes`), or None when it cannot.
+    ``defer_order``: nodes out of order are neither sorted nor refused (a cycle still is).
     """
     label, inputs, initializers, nodes, outputs = body
     warnings: list[str] = []
@@ -321,10 +325,14 @@ def _check_scope(
         moved_at = [k for k, j in enumerate(order) if k != j]
         moved = len(moved_at)
         first_moved = node_label(nodes[order[moved_at[0]]], order[moved_at[0]])
+        if defer_order:  # toposort reads this model to sort it: the order is its job
+            return _ScopeResult(defined, nested, producer, holders, edges, warnings, declared,
+                                nodes=nodes)
         if not sort or graph is None:
             raise InvalidModelError(
                 f"{len(late)} nodes of the {label} read tensors produced later (first: "
-                f"'{node_label(nodes[late[0]], late[0])}'); sort the nodes topologically"
+                f"'{node_label(nodes[late[0]], late[0])}'); sort the nodes topologically: run "
+                "'onnxsurgeon toposort MODEL -o OUT'"
             )
         reordered = [graph.node[j] for j in order]
         copies = [onnx.NodeProto() for _ in reordered]
@@ -496,8 +504,9 @@ class _FnKey:
     overload: str
 
 
-def _check_functions(model: onnx.ModelProto) -> None:
-    """Local functions: unique, no recursion (direct or mutual), bodies well-formed."""
+def _check_functions(model: onnx.ModelProto, *, defer_order: bool = False) -> None:
+    """Local functions: unique, no recursion (direct or mutual), bodies well-formed
+    (``defer_order``: a body out of topological order is left for ``toposort``)."""
     funcs: dict[_FnKey, onnx.FunctionProto] = {}
     for fn in model.functions:
         key = _FnKey(fn.domain, fn.name, getattr(fn, "overload", ""))
@@ -529,7 +538,7 @@ def _check_functions(model: onnx.ModelProto) -> None:
         _check_scope(
             _Body(f"body of local function '{key.domain}.{key.name}'",
                   list(fn.input), [], fn.node, list(fn.output)),
-            (), sort=False, graph=None,
+            (), sort=False, graph=None, defer_order=defer_order,
         )
     # Iterative DFS with colours: grey = on the current path.
     colour: dict[_FnKey, int] = {}

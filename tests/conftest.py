@@ -102,3 +102,95 @@ def run(model: ModelSource, feeds: Mapping[str, np.ndarray], extra: Sequence[str
         wanted = {i.name for i in sess.get_inputs()}
         feeds = {k: v for k, v in feeds.items() if k in wanted}
     return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+
+
+GPT2_DIMS = {"layers": 3, "embd": 32, "heads": 2, "vocab": 64, "batch": 1, "seq": 8}
+"""The configuration of the ``gpt2`` fixture (its hand counts in tests/test_profile.py)."""
+
+
+@pytest.fixture(scope="session")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A transformers GPT2Model (GPT2_DIMS, random seeded weights) exported by torch.onnx
+    (dynamo) at input_ids [batch, seq]: built once per session (~25 s)."""
+    import warnings
+
+    import torch
+    import transformers
+
+    d = GPT2_DIMS
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=d["layers"], n_embd=d["embd"], n_head=d["heads"],
+                                  vocab_size=d["vocab"], n_positions=16, use_cache=False,
+                                  return_dict=False)
+    inner = transformers.GPT2Model(cfg).eval()
+    with torch.no_grad():  # non-zero biases: the exporter drops zero ones
+        for name, param in inner.named_parameters():
+            if name.endswith("bias"):
+                param.uniform_(-0.1, 0.1)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            # an explicit mask skips the packed-sequence check
+            return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))[0]
+
+    ids = torch.randint(0, d["vocab"], (d["batch"], d["seq"]),
+                        generator=torch.Generator().manual_seed(0))
+    path = tmp_path_factory.mktemp("gpt2") / "gpt2.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(Wrap().eval(), (ids,), dynamo=True, verbose=False)
+    prog.save(str(path))
+    return path
+
+
+# ---- converted models of fold / dims (issue 30), built once per session
+@pytest.fixture(scope="session")
+def torch_shape_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torch export (TorchScript exporter, its constant folding off) of a CNN at batch 1 whose
+    ``reshape(y.shape[0], -1)`` is a Shape->Gather->Unsqueeze->Concat->Reshape chain and whose
+    ``view(1, 4, 64)`` is a Reshape to a constant shape hard-coding the batch."""
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.fc = torch.nn.Linear(4 * 8 * 8, 5)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            y = torch.relu(self.conv(x))
+            y = y.reshape(y.shape[0], -1)
+            z = y.view(1, 4, 64).mean(1)
+            return self.fc(y) + z.sum(-1, keepdim=True)
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("torch_shape") / "net.onnx"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), (torch.randn(1, 3, 8, 8),), str(path), dynamo=False,
+                          do_constant_folding=False, input_names=["x"], output_names=["y"],
+                          opset_version=17)
+    return path
+
+
+@pytest.fixture(scope="session")
+def keras_fixed_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Keras CNN with a hard-coded batch of 1 (``Input(batch_size=1)``: Flatten's Reshape
+    reads the constant [1, 256]) converted by tf2onnx through ``converters.from_tf``."""
+    keras = pytest.importorskip("keras")
+    from onnxsurgeon.converters import from_tf
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3), batch_size=1, name="image")
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
+    h = keras.layers.Flatten()(h)
+    out = keras.layers.Dense(3)(h)
+    path = tmp_path_factory.mktemp("keras_fixed") / "cnn.onnx"
+    from_tf(keras.Model(inp, out), path, check=False)
+    return path

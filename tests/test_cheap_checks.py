@@ -180,7 +180,8 @@ def test_handed_over_model_reuses_loads_map_and_extracts_the_same_bytes(tmp_path
     gives."""
     import onnx
 
-    from onnxsurgeon.io import handed_over, indexed, load, save
+    from onnxsurgeon.io import indexed, load, save
+    from onnxsurgeon.session import Session
     from onnxsurgeon.surgery import extract
     from tests.test_copy_record import chain_distinct
 
@@ -189,14 +190,16 @@ def test_handed_over_model_reuses_loads_map_and_extracts_the_same_bytes(tmp_path
     plain = load(src)
     assert plain._fresh is not None and plain._fresh[0] is None  # no proof possible
     assert indexed(plain).edges is None  # so a library caller gets a rebuilt index
-    trusted = handed_over(load(src))
-    index = indexed(trusted)
-    assert index.edges is not None
-    from onnxsurgeon.index import GraphIndex
+    with Session(load(src), loaded=True) as trusted:
+        index = trusted.index()
+        assert index.edges is not None
+        from onnxsurgeon.index import GraphIndex
 
-    assert index.producer == GraphIndex(trusted.proto).producer
-    assert indexed(trusted).edges is None  # used at most once
-    a, b = load(src), handed_over(load(src))
+        assert index.producer == GraphIndex(trusted.model.proto).producer
+        assert trusted.index().edges is None  # used at most once
+    a = load(src)
     extract(a, ["relu19"])
-    extract(b, ["relu19"])
+    with Session(load(src), loaded=True) as session:
+        b = session.model
+        extract(b, ["relu19"])
     assert save(a, tmp_path / "a.onnx").read_bytes() == save(b, tmp_path / "b.onnx").read_bytes()

@@ -14,10 +14,10 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnxsurgeon import checking, load, save
+from onnxsurgeon import checking, io, load
 from onnxsurgeon.checking import Check, OutputCheckError
-from onnxsurgeon.io import hand_on, handed_over, indexed
-from onnxsurgeon.io import vouched_by_edits as check_touched
+from onnxsurgeon.io import vouched_by_edits
+from onnxsurgeon.session import Session, active
 from onnxsurgeon.surgery import copy, extract, insert, rename, reroute
 from onnxsurgeon.upkeep import Upkeep
 from tests import builders
@@ -32,10 +32,49 @@ def large(monkeypatch):
     monkeypatch.setattr(checking, "FULL_CHECK_MAX_NODES", 10)
 
 
+_OPEN: list[Session] = []
+"""The sessions a test opened (closed after it)."""
+
+
+@pytest.fixture(autouse=True)
+def _sessions():
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def _session(src) -> Session:
+    """``src`` loaded in a session, as the CLI's load -> verb -> save runs: the verb's journal
+    goes to the session, whose save checks what it touched."""
+    _OPEN.append(Session(load(src), loaded=True))
+    return _OPEN[-1]
+
+
+def _in_session(model):
+    """The model of a session opened on ``model`` as loaded."""
+    _OPEN.append(Session(model, loaded=True))
+    return model
+
+
+def _journal(m):
+    session = active(m)
+    return session.journal if session is not None else None
+
+
+def check_touched(m, nodes_checked: range = range(0)) -> bool:
+    """The touched check of ``m`` with its session's journal (none without a session)."""
+    return vouched_by_edits(m, _journal(m), nodes_checked)
+
+
+def save(m, path, **options):
+    """io.save with the journal of ``m``'s session, as ``Session.save``."""
+    return io.save(m, path, journal=_journal(m), **options)
+
+
 def _loaded(tmp_path, model: onnx.ModelProto | None = None, name: str = "src.onnx"):
     src = tmp_path / name
     src.write_bytes((model or builders.chain(8)).SerializeToString())
-    return src, handed_over(load(src))
+    return src, _session(src).model
 
 
 VERBS = {
@@ -60,7 +99,7 @@ def test_each_verb_output_is_vouched_for_and_passes_the_whole_checker(tmp_path, 
     assert check_touched(m)
     out = save(m, tmp_path / "touched.onnx", check=Check.TOUCHED)
     onnx.checker.check_model(str(out), full_check=True)  # the verdict it stands for
-    again = handed_over(load(src))
+    again = _in_session(load(src))
     VERBS[verb](again)
     plain = save(again, tmp_path / "plain.onnx", check=Check.STRUCTURE)
     assert out.read_bytes() == plain.read_bytes()  # the check level changes no byte
@@ -150,14 +189,15 @@ def test_it_gives_up_where_it_cannot_tell(tmp_path):
     assert not check_touched(m)
     save(m, tmp_path / "o.onnx", check=Check.TOUCHED)  # still valid: written after the check
 
-    m = handed_over(load(src))  # a second verb works on an index the first one edited
+    m = _in_session(load(src))  # a second verb works on an index the first one edited
     extract(m, ["relu5"])
     insert(m, "relu3", op="l2_normalize", params={"axis": 1})
     assert not check_touched(m)
 
-    m = handed_over(load(src))  # most of the graph inserted and to be read back from the
+    session = _session(src)  # most of the graph inserted and to be read back from the
+    m = session.model
     nodes = m.proto.graph.node  # proto: the C++ pass is cheaper
-    upkeep = Upkeep(indexed(m))
+    upkeep = Upkeep(session.index())
     n = len(nodes)
     for node in list(nodes):
         twin = nodes.add()
@@ -166,7 +206,7 @@ def test_it_gives_up_where_it_cannot_tell(tmp_path):
         twin.input[:] = ["t/" + x if x not in ("x", "W", "B") else x for x in node.input]
         twin.output[:] = ["t/" + x for x in node.output]
     upkeep.inserted(n, n)
-    hand_on(m, upkeep)
+    session.hand_on(upkeep)
     assert upkeep.result() is not None and not check_touched(m)
     onnx.checker.check_model(m.proto)  # a valid model: only the cost decided
 
@@ -267,13 +307,13 @@ def test_external_weights_still_reach_the_output_when_the_check_is_limited(tmp_p
     src = tmp_path / "ext.onnx"
     onnx.save(builders.chain(8), str(src), save_as_external_data=True,
               all_tensors_to_one_file=True, location="ext.onnx.data", size_threshold=0)
-    m = handed_over(load(src))
+    m = _in_session(load(src))
     VERBS[verb](m)
     assert check_touched(m)
     out = save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
     assert (tmp_path / "o.onnx.data").stat().st_size > 0
     onnx.checker.check_model(str(out), full_check=True)
-    reference = handed_over(load(src))
+    reference = _in_session(load(src))
     VERBS[verb](reference)
     plain = save(reference, tmp_path / "p.onnx", check=Check.STRUCTURE)
     assert onnx.load(str(out)).graph.node == onnx.load(str(plain)).graph.node
@@ -346,8 +386,8 @@ def verdicts(monkeypatch, large):
     said: list[str] = []
     real = io_module._verdict
 
-    def verdict(m):
-        said.append(real(m))
+    def verdict(m, journal):
+        said.append(real(m, journal))
         return said[-1]
 
     monkeypatch.setattr(io_module, "_verdict", verdict)
@@ -364,7 +404,7 @@ def test_a_verdict_of_the_edits_writes_the_same_file_as_the_whole_check(tmp_path
     out = save(m, tmp_path / "trusted.onnx", check=Check.TOUCHED)
     if verb != "rename":  # renames insert nothing: load found them inline, no walk to skip
         assert verdicts == ["vouched"]
-    again = handed_over(load(src))
+    again = _in_session(load(src))
     VERBS[verb](again)
     plain = save(again, tmp_path / "plain.onnx", check=Check.STRUCTURE)
     assert out.read_bytes() == plain.read_bytes()
@@ -378,8 +418,9 @@ def test_the_nodes_a_verb_appended_are_known_before_its_edits_apply(tmp_path, ve
     or removes some gives none."""
     _, m = _loaded(tmp_path)
     VERBS[verb](m)
-    assert m._kept.appended() == split
-    touched = m._kept.touched()
+    journal = _journal(m)
+    assert journal is not None and journal.appended() == split
+    touched = journal.touched()
     assert touched is not None and set(split) <= set(touched)
 
 

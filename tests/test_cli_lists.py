@@ -20,7 +20,8 @@ from tests.conftest import run
 
 # two sample items per item converter (a new converter must get its samples here)
 SAMPLES = {"str": ("a", "b"), "_pair": ("a=b", "c=d"), "_dim": ("n=2", "m=3"),
-           "_range": ("x=0,1", "y=-2,2"), "_regex": ("a{1,3}=b", "c=d")}
+           "_range": ("x=0,1", "y=-2,2"), "_regex": ("a{1,3}=b", "c=d"),
+           "_attr": ("n.pads=1,1", "m.alpha=0.5")}
 
 
 def _commands() -> list[tuple[list[str], argparse.ArgumentParser]]:
@@ -51,7 +52,8 @@ def _base_argv(parser: argparse.ArgumentParser, skip: argparse.Action) -> list[s
         and a.nargs != "?"]
     for a in parser._actions:
         if a.option_strings and a.required and a is not skip:
-            value = SAMPLES[a.item.__name__][0] if isinstance(a, ListAction) else "v"
+            value = (SAMPLES[a.item.__name__][0] if isinstance(a, ListAction)
+                     else a.choices[0] if a.choices else "1" if a.type is int else "v")
             argv += [a.option_strings[0], value]
     for group in parser._mutually_exclusive_groups:
         if group.required:

@@ -11,6 +11,7 @@ from onnxsurgeon import io
 from onnxsurgeon.errors import NotFoundError, RewriteError, UsageError
 from onnxsurgeon.index import iter_graphs
 from onnxsurgeon.record import rewrites
+from onnxsurgeon.session import Session
 from onnxsurgeon.surgery import Weights, copy
 from tests import builders
 from tests.test_extract import random_feeds, run, session
@@ -327,8 +328,9 @@ def test_copy_reads_multi_output_nodes_and_keeps_unnamed_outputs(weights, tmp_pa
     the model comes from load (its int graph handed over) or is a bare proto."""
     path = tmp_path / "m.onnx"
     onnx.save(_split_dropout(), path)
-    for model in (io.handed_over(io.load(path)), _split_dropout()):
-        copy(model, ["y"], weights=weights, prefix="twin/")
+    for model in (io.load(path), _split_dropout()):
+        with Session(model, loaded=True):  # load's int graph rides along (as in the CLI)
+            copy(model, ["y"], weights=weights, prefix="twin/")
         proto = model.proto if isinstance(model, io.Model) else model
         by_name = {n.name: n for n in proto.graph.node}
         assert list(by_name["twin/add"].input) == ["twin/ra", "twin/b"]

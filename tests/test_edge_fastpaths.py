@@ -10,8 +10,9 @@ from onnx import TensorProto, helper
 
 from onnxsurgeon import GraphIndex
 from onnxsurgeon.closure import closure
-from onnxsurgeon.io import handed_over, indexed, load
+from onnxsurgeon.io import load
 from onnxsurgeon.names import NameAllocator
+from onnxsurgeon.session import Session
 from onnxsurgeon.surgery import reroute
 from onnxsurgeon.surgery._edgewalk import type_by_edges
 from onnxsurgeon.surgery._proto import propagate_types, quick_value_info
@@ -63,7 +64,8 @@ def _loaded(tmp_path, build):
 
 
 def _fast_index(path):
-    index = indexed(handed_over(load(path)))
+    with Session(load(path), loaded=True) as session:  # as the CLI's load -> verb
+        index = session.index()
     assert index.edges is not None  # the int graph rides along: the fast paths are taken
     return index
 
@@ -115,9 +117,10 @@ def test_reroute_counts_unused_nodes_on_ints_as_after_the_rewrite(tmp_path, buil
     if src is None:  # the first computed tensor to the last one's producer input
         g = load(path).proto.graph
         src, tgt = g.node[1].output[0], g.node[0].output[0]
-    fast = handed_over(load(path))
     slow = load(path).proto
-    a = reroute(fast, src, tgt, consumers=consumers)
+    with Session(load(path), loaded=True) as session:  # load's int graph rides along
+        fast = session.model
+        a = reroute(fast, src, tgt, consumers=consumers)
     b = reroute(slow, src, tgt, consumers=consumers)
     assert a == b
     assert fast.proto.SerializeToString(deterministic=True) == slow.SerializeToString(

@@ -30,7 +30,9 @@ NETWORK = re.compile(r"(?:https?:)?//|<script|<link|@import|url\((?!#)")
 @pytest.fixture
 def in_ipython(monkeypatch):
     """The process looks like an IPython session (a verb logs the model its rewrite went to)."""
-    monkeypatch.setitem(sys.modules, "IPython", sys.modules.get("IPython") or type(sys)("IPython"))
+    shell = type(sys)("IPython")             # a running shell, as a kernel has one
+    shell.get_ipython = object
+    monkeypatch.setitem(sys.modules, "IPython", shell)
     RECENT.clear()
     yield
     RECENT.clear()
@@ -107,11 +109,11 @@ VERBS = {
     "reroute": (lambda m: reroute(m, ACT, "network/layer_conv5/Conv2D:0"),
                 lambda r: ("rerouted", set(r.rerouted)), lambda r: set(r.rerouted)),
     "bypass": (lambda m: bypass(m, "network/layer_conv5/Relu"),
-               lambda r: ("rerouted", set(r.rerouted)), lambda r: set(r.rerouted)),
-    "rename": (lambda m: rename(m, {"logits:0": "scores"}), lambda r: ("unchanged",
-               {"network/fc1/BiasAdd"}), lambda r: set()),
-    "extract": (lambda m: extract(m, ["logits:0"]), lambda r: ("unchanged",
-                {"network/fc1/BiasAdd"}), lambda r: set()),
+               lambda r: ("removed", set(r.removed)), lambda r: set(r.rerouted)),
+    "rename": (lambda m: rename(m, {"logits:0": "scores"}), lambda r: ("removed",
+               {"network/fc1/BiasAdd"}), lambda r: set()),   # its output renamed: drawn twice
+    "extract": (lambda m: extract(m, ["logits:0"]), lambda r: ("removed", {
+                "network/aux/pool", "network/aux/flat", "network/aux/dense"}), lambda r: set()),
 }
 
 
@@ -121,6 +123,9 @@ def test_every_verb_result_draws_what_it_changed_on_its_model(verb, in_ipython):
     model = osg.load(SEED)
     result = run(model)
     assert len(RECENT) == 1 and RECENT[-1][1] is model.proto
+    before = RECENT[-1][2]                  # a copy of the model as the verb found it
+    assert before is not model.proto
+    assert [n.name for n in before.graph.node] == [n.name for n in osg.load(SEED).proto.graph.node]
     page = _offline(result._repr_html_())
     assert f"<h4>{type(result).__name__}</h4>" in page and "<svg" in page
     change, names = expect(result)
@@ -134,17 +139,47 @@ def test_a_merge_result_draws_too_and_a_result_without_its_model_says_so(in_ipyt
     first, second = _two_models()
     merged = merge(first, second, connect={"a": "y"})
     page = _offline(merged._repr_html_())
-    assert {"r", "n"} <= _changes(page)["unchanged"]
+    assert _changes(page) == {"unchanged": {"r"}, "added": {"n"}}
     RECENT.clear()
     lost = _offline(merged._repr_html_())
     assert "<svg" not in lost and "not at hand" in lost and "MergeResult" in lost
 
 
-def test_outside_ipython_no_model_is_kept(monkeypatch):
-    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+def test_a_result_shows_its_own_rewrite_after_later_ones(in_ipython):
+    """Two rewrites of one model: each result draws its diff, not what the model is now."""
+    model = osg.load(SEED)
+    inserted = insert(model, ACT, op="identity")
+    bypassed = bypass(model, "network/layer_conv5/Relu")
+    first, second = _changes(inserted._repr_html_()), _changes(bypassed._repr_html_())
+    assert set(first) == {"unchanged", "added", "rerouted"} and "network/layer_conv5/Relu" in \
+        first["unchanged"]
+    assert second["removed"] == {"network/layer_conv5/Relu"}
+    assert second["rerouted"] == set(bypassed.rerouted) == set(inserted.block_nodes)
+
+
+@pytest.mark.parametrize("ipython", ["absent", "imported"])
+def test_outside_ipython_no_model_is_kept_and_no_copy_taken(monkeypatch, ipython):
+    """Not in a notebook -- IPython absent, or imported without a shell running (TensorFlow
+    imports it): no verb copies its model or keeps it."""
+    import onnxsurgeon.edit
+    from onnxsurgeon import record
+
+    def no_copy(model):
+        raise AssertionError("a weightless copy was taken outside IPython")
+
+    if ipython == "absent":
+        monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    else:
+        import IPython
+
+        assert IPython.get_ipython() is None
+    monkeypatch.setattr(onnxsurgeon.edit, "weightless_copy", no_copy)
     RECENT.clear()
-    insert(osg.load(SEED), ACT, op="identity")
-    assert len(RECENT) == 0
+    model = osg.load(SEED)
+    insert(model, ACT, op="identity")
+    bypass(model, "network/layer_conv5/Relu")
+    extract(model, ["logits:0"])
+    assert len(RECENT) == 0 and not record._BEFORE
 
 
 def test_a_report_shows_coloured_verdicts_and_the_deep_error_plot():
@@ -209,16 +244,18 @@ def test_the_tour_notebook_runs_in_a_real_kernel_and_shows_html(tmp_path):
     outputs = [o for c in nb.cells[:-1] if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     pages = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
-    assert len(pages) == 7
+    assert len(pages) == 8
     for page in pages:
         _offline(page)
     kinds = [re.match(r'<div class="osg" data-osg="(\w+)"', p).group(1) for p in pages]
-    assert kinds == ["model", "view", "result", "result", "report", "report", "rows"]
+    assert kinds == ["model", "view", "result", "result", "result", "report", "report", "rows"]
     assert "<h4>inputs</h4>" in pages[0] and "<h4>ops</h4>" in pages[0]
-    assert all("<svg" in p for p in pages[1:4])
+    assert all("<svg" in p for p in pages[1:5])
     assert 'class="node added"' in pages[2] and 'class="node rerouted"' in pages[2]
-    assert 'data-verdict="pass"' in pages[4] and 'data-verdict="fail"' in pages[5]
-    assert 'class="deep-plot"' in pages[5] and "twin/logits:0" in pages[6]
+    assert _changes(pages[4])["removed"] == {"network/layer_conv5/Relu"}    # the bypass
+    assert _changes(pages[4])["rerouted"] == {"network/flatten/Reshape", "network/aux/pool"}
+    assert 'data-verdict="pass"' in pages[5] and 'data-verdict="fail"' in pages[6]
+    assert 'class="deep-plot"' in pages[6] and "twin/logits:0" in pages[7]
 
 
 def test_the_tour_notebook_is_committed_without_outputs():
@@ -227,7 +264,7 @@ def test_the_tour_notebook_is_committed_without_outputs():
     nb = nbformat.read(ROOT / "examples" / "tour.ipynb", as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert len(code) == 7
+    assert len(code) == 8
     assert all(c.outputs == [] and c.execution_count is None for c in code)
 
 

@@ -32,8 +32,12 @@ from onnxsurgeon.record import (
     RECORD_TYPES,
     BypassRecord,
     CopyRecord,
+    DimsRecord,
     ExtractRecord,
+    FoldRecord,
     InsertRecord,
+    OpsetRecord,
+    PrecisionRecord,
     RenameRecord,
     ReplaceRecord,
     RerouteRecord,
@@ -43,13 +47,18 @@ from onnxsurgeon.surgery import (
     Weights,
     bypass,
     copy,
+    dims,
     extract,
+    fold,
     insert,
     merge,
+    opset,
+    precision,
     rename,
     replace,
     reroute,
 )
+from onnxsurgeon.verify.folding import ort_evaluator
 from tests import builders
 from tests.cli_helpers import cli
 
@@ -110,6 +119,8 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
                lambda m, d: insert(m, RELU, op="l2_normalize", params={"axis": 1})),
     "reroute": ({"from": RELU, "to": CONV, "consumers": ["network/aux/pool"]},
                 lambda m, d: reroute(m, RELU, CONV, consumers=["network/aux/pool"])),
+    "precision": ({"to": "fp16", "keep_io_types": True, "block": ["Softmax"]},
+                  lambda m, d: precision(m, to="fp16", keep_io_types=True, block=["Softmax"])),
     "rename": ({"mapping": {"logits:0": "scores"}, "regex": [["^network/aux/", "side/"]]},
                lambda m, d: rename(m, {"logits:0": "scores"}, regex=[("^network/aux/", "side/")])),
     "bypass": ({"nodes": ["network/layer_conv5/Relu"]},
@@ -119,6 +130,16 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
                                  prefix="head/")),
     "replace": ({"pattern": RELU_P, "replacement": MAX0_R},
                 lambda m, d: replace(m, pattern=RELU_P, replacement=MAX0_R)),
+    "cleanup": ({}, lambda m, d: osg.surgery.cleanup(m)),
+    "toposort": ({}, lambda m, d: osg.surgery.toposort(m)),
+    "outputs": ({"add": [RELU], "remove": ["aux:0"]},
+                lambda m, d: osg.surgery.outputs(m, add=[RELU], remove=["aux:0"])),
+    "set_values": ({"attrs": {"network/aux/dense.alpha": "0.5"}},
+                   lambda m, d: osg.surgery.set_values(
+                       m, attrs={"network/aux/dense.alpha": "0.5"})),
+    "fold": ({"max_bytes": 1024}, lambda m, d: fold(m, max_bytes=1024, evaluate=ort_evaluator)),
+    "dims": ({"inputs": {"input:0": "2x8x8x3"}}, lambda m, d: dims(m, inputs={"input:0": "2x8x8x3"})),
+    "opset": ({"to": 18}, lambda m, d: opset(m, to=18)),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -539,6 +560,7 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
 
     from onnxsurgeon import surgery
     from onnxsurgeon.recipe.steps import ALIASES
+    from onnxsurgeon.record import CleanupRecord, OutputsRecord, SetRecord, ToposortRecord
 
     examples = {
         "extract": ExtractRecord(outputs=("y",), inputs=("x",)),
@@ -554,6 +576,18 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
         "replace": ReplaceRecord(pattern="onnx-base64:AA==", replacement="onnx-base64:AA==",
                                  sites=({"nodes": ["n"], "inputs": {}, "outputs": {}},),
                                  any_constant=("c",), tolerance={"rtol": 0.1, "atol": 0.2}),
+        "cleanup": CleanupRecord(nodes=("n",), body_nodes=(), initializers=(), value_info=(),
+                                 functions=(), opsets=()),
+        "toposort": ToposortRecord(moved={"main": 2}),
+        "outputs": OutputsRecord(added=("a",), removed=("y",), pruned_nodes=(),
+                                 pruned_initializers=()),
+        "set_values": SetRecord(attrs={"n.alpha": "0.5"}, weights={"W": "w.npy"},
+                                digests={"W": "0" * 64}, reshape=True),
+        "precision": PrecisionRecord(to="bf16", keep_io_types=True, blocked=("Softmax",),
+                                     kept={"n": "auto-block: local error 0.5 > budget"}),
+        "fold": FoldRecord(folded=("c",), removed=("n",), kept=(), body_folded=(), max_bytes=8),
+        "dims": DimsRecord(shapes={"x": "batchx3"}, batch="dynamic", rewritten={}),
+        "opset": OpsetRecord(source=17, target=18),
     }
     record = examples[op]
     call = record.replay_call()

@@ -71,6 +71,7 @@ ROWS: dict[str, list[str]] = {
     "rename --map": ["rename", M, "-o", OUT, "--map", "{b}=renamed"],
     "rename --nodes --map": ["rename", M, "-o", OUT, "--nodes", "--map", "{node_b}=renamed_node"],
     "bypass --node": ["bypass", M, "-o", OUT, "--node", "{node_b}"],
+    "precision --block": ["precision", M, "-o", OUT, "--to", "fp16", "--block", "{node_b}"],
     "merge --connect": ["merge", M, M2, "-o", OUT, "--connect", "{out}={x}", "--prefix", "2/"],
     "merge --outputs": ["merge", M, M2, "-o", OUT, "--connect", "out=x", "--prefix", "2/",
                         "--outputs", "{c}"],

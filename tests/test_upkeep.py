@@ -15,11 +15,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from onnxsurgeon import io
 from onnxsurgeon.index import GraphIndex, _build_edges
 from onnxsurgeon.io import Model, as_model, load
 from onnxsurgeon.recipe import STEPS, apply_recipe, load_recipe, parse_recipe
 from onnxsurgeon.recipe.apply import stamp
 from onnxsurgeon.recipe.spec import StepContext
+from onnxsurgeon.session import Session, active
 from onnxsurgeon.surgery import copy, insert
 from onnxsurgeon.surgery._edgewalk import type_by_edges
 from tests import builders
@@ -223,29 +225,36 @@ def _recipe(steps: list[dict[str, Any]], tmp_path: Path) -> Any:
     return parse_recipe({"onnxsurgeon": 1, "steps": steps}, base_dir=tmp_path)
 
 
-def _apply_checking_each_step(model: Model, recipe: Any,
-                              typed: list[int] | None = None) -> list[bool]:
-    """Run ``recipe``; after each step compare what it handed on with a fresh build (``typed``
-    gets the number of node types carried on, each checked too)."""
+def _apply_checking_each_step(model: Model, recipe: Any, typed: list[int] | None = None, *,
+                              loaded: bool = False) -> list[bool]:
+    """Run ``recipe`` (``loaded``: in a session opened on the model as loaded, as the CLI
+    does; else in the one apply_recipe opens); after each step compare what it handed on with
+    a fresh build (``typed`` gets the number of node types carried on, each checked too)."""
     kept: list[bool] = []
     typed = [] if typed is None else typed
 
     def after_step(done: int, total: int) -> None:
-        assert model._fresh is None  # load's index went to the first step
-        state = model._kept.result() if model._kept is not None else None
+        session = active(model)
+        assert session is not None, "the steps share one session"
+        assert io.take_loaded_index(model) is None  # load's index went to the first step
+        index = session.kept_index()
         edges = _build_edges(model.proto.graph)
-        if state is None:
+        if index is None:
             kept.append(False)
             return
-        producer, handed = state
-        assert model._untouched, "a kept index goes only to the very next step"
-        assert list(producer.items()) == list(GraphIndex(model.proto).producer.items())
-        assert handed == edges, f"step {done}: the kept int graph is not the model's"
-        typed.append(_check_kept_types(model, model._kept.carried_types()))
+        assert index.edges is not None
+        assert list(index.producer.items()) == list(GraphIndex(model.proto).producer.items())
+        assert index.edges == edges, f"step {done}: the kept int graph is not the model's"
+        typed.append(_check_kept_types(model, index.memo.get("edge_types", {})))
         kept.append(True)
 
-    apply_recipe(model, recipe, progress=after_step)
-    assert not model._untouched  # the caller owns the proto again
+    if loaded:
+        with Session(model, loaded=True) as session:
+            apply_recipe(model, recipe, progress=after_step, session=session)
+            assert active(model) is session  # the caller's session stays open
+    else:
+        apply_recipe(model, recipe, progress=after_step)
+    assert active(model) is None  # the caller owns the proto again
     return kept
 
 
@@ -277,7 +286,7 @@ def test_the_kept_index_equals_a_fresh_build_after_every_step(case, tmp_path):
     recipe = _recipe(steps, tmp_path)
     model = load(path)
     typed: list[int] = []
-    kept = _apply_checking_each_step(model, recipe, typed)
+    kept = _apply_checking_each_step(model, recipe, typed, loaded=True)
     assert kept == expected  # the fast path is taken where it can be, and only there
     if case == "chain":  # insert typed relu5's closure (nodes 0-17, before its block at 18);
         # copy appends; reroute typed relu8's closure (0-27) and rewired MatMul_9 (28)
@@ -312,7 +321,7 @@ def test_a_kept_index_is_not_used_once_the_caller_touches_the_proto(tmp_path):
     onnx.save(builders.chain(6), str(path))
     model = load(path)
     insert(model, "relu1", op="scale", params={"factor": 2.0})
-    assert model._kept is not None  # handed on, but nobody declared the proto untouched
+    assert active(model) is None  # no session: the journal went nowhere
     _read_x(model.proto)
     result = copy(model, ["relu3"], prefix="c/")
     assert sorted(result.nodes) == ["Add_3", "MatMul_3", "Relu_3"]  # not the stale closure
@@ -347,13 +356,13 @@ def test_apply_from_the_cli_writes_the_model_each_verb_alone_gives(case, rename,
 def test_appended_initializers_take_the_next_ids_or_the_upkeep_gives_up(tmp_path, name, kept):
     """leaves_appended: a new name takes the next leaf id (as a fresh build numbers it); a name
     some leaf or node output already has, or none, is not a valid graph: rebuild."""
-    from onnxsurgeon.io import handed_over, indexed
     from onnxsurgeon.upkeep import Upkeep
 
     path = tmp_path / "m.onnx"
     onnx.save(builders.chain(4), str(path))
-    model = handed_over(load(path))
-    upkeep = Upkeep(indexed(model))
+    with Session(load(path), loaded=True) as session:
+        model = session.model
+        upkeep = Upkeep(session.index())
     model.proto.graph.initializer.append(
         onnx.numpy_helper.from_array(np.ones(4, np.float32), name))
     upkeep.leaves_appended([name])
@@ -361,3 +370,88 @@ def test_appended_initializers_take_the_next_ids_or_the_upkeep_gives_up(tmp_path
     assert (state is not None) == kept
     if state is not None:
         assert state[1] == _build_edges(model.proto.graph)
+
+
+_LONG_STEPS = [
+    {"insert": {"at": "relu3500", "op": "scale", "params": {"factor": 2.0}}},
+    {"rename": {"mapping": {"relu5000": "five"}}},
+    {"copy": {"outputs": ["relu12"], "prefix": "c/"}},
+    {"insert": {"at": "five", "op": "scale", "params": {"factor": 0.5}}},
+]
+_LONG_CLI = [
+    ["insert", "--at", "relu3500", "--op", "scale:factor=2.0"],
+    ["rename", "--map", "relu5000=five"],
+    ["copy", "--outputs", "relu12", "--prefix", "c/"],
+    ["insert", "--at", "five", "--op", "scale:factor=0.5"],
+]
+
+
+def test_a_recipe_on_a_long_chain_builds_its_index_once_and_equals_the_cli_steps(
+        tmp_path, capsys, monkeypatch):
+    """21,000 nodes, 4 steps in one session: the only full index build is the first step's
+    (none at all when load's index is handed to it, as ``apply`` does); every later step starts
+    from the index the one before kept. The file equals the four commands run one by one."""
+    path = tmp_path / "m.onnx"
+    onnx.save(builders.chain(7000), str(path))
+    recipe_path = tmp_path / "r.json"
+    recipe_path.write_text(json.dumps({"onnxsurgeon": 1, "steps": _LONG_STEPS}))
+    builds: list[int] = []
+    real = GraphIndex.__init__
+
+    def counted(self, model, *, _producer=None, _edges=None):
+        if _producer is None:
+            builds.append(len(model.graph.node))
+        real(self, model, _producer=_producer, _edges=_edges)
+
+    monkeypatch.setattr(GraphIndex, "__init__", counted)
+    bare = as_model(load(path).proto)  # no load map: the first step builds
+    result = apply_recipe(bare, load_recipe(recipe_path))
+    assert len(result.steps) == 4
+    assert builds == [21_000]
+    builds.clear()
+    out = tmp_path / "out.onnx"
+    code, _, err = cli_main(capsys, "apply", recipe_path, path, "-o", out)
+    assert code == 0, err
+    assert builds == []  # load's index went to the first step, each step's to the next
+    monkeypatch.setattr(GraphIndex, "__init__", real)
+    step_in = path
+    for k, argv in enumerate(_LONG_CLI):
+        step_out = tmp_path / f"step{k}.onnx"
+        code, _, err = cli_main(capsys, argv[0], step_in, "-o", step_out, *argv[1:])
+        assert code == 0, err
+        step_in = step_out
+    by_cli = load(step_in).proto.SerializeToString()
+    assert _without_recipe(load(out).proto) == by_cli
+    assert _without_recipe(bare.proto) == by_cli
+
+
+def _without_recipe(proto: onnx.ModelProto) -> bytes:
+    """``proto``'s bytes without the recipe's provenance (the steps run alone have none)."""
+    copied = onnx.ModelProto()
+    copied.CopyFrom(proto)
+    kept = [p for p in copied.metadata_props
+            if p.key not in ("onnxsurgeon.recipe", "onnxsurgeon.recipe.sha256")]
+    del copied.metadata_props[:]
+    copied.metadata_props.extend(kept)
+    return copied.SerializeToString()
+
+
+def test_a_session_has_one_owner_and_a_verb_that_hands_nothing_on_ends_what_was_kept(tmp_path):
+    """One session per model at a time; a verb that hands no journal on (or the end of the
+    session) leaves nothing kept: the next verb rebuilds, the save checks everything."""
+    from onnxsurgeon.errors import UsageError
+
+    path = tmp_path / "m.onnx"
+    onnx.save(builders.chain(6), str(path))
+    with Session(load(path), loaded=True) as session:
+        model = session.model
+        with pytest.raises(UsageError, match="already open"):
+            Session(model)
+        insert(model, "relu1", op="scale", params={"factor": 2.0})
+        session.verb_returned()
+        assert session.journal is not None and session.kept_index() is not None
+        session.verb_returned()  # as after a verb that handed nothing on
+        assert session.journal is None and session.kept_index() is None
+    assert active(model) is None
+    copy(model, ["relu3"], prefix="c/")  # no session: its journal goes nowhere
+    assert active(model) is None

@@ -21,10 +21,11 @@ from typing import Any
 
 import onnx
 
-from ..errors import SurgeryError
-from ..io import Model, as_model, hand_on, handed_over
+from ..errors import SurgeryError, UsageError
+from ..io import Model, as_model
 from ..metadata import set_metadata
 from ..record import RewriteRecord, records, rewrites
+from ..session import Session, active
 from .format import Recipe, Step
 from .spec import Kind, StepContext
 from .steps import STEPS
@@ -177,7 +178,8 @@ def _verify_options(step: Step, recipe: Recipe, base: Mapping[str, Any]) -> dict
 def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: bool = False,
                  verify: bool = False, verify_options: Mapping[str, Any] | None = None,
                  progress: Progress | None = None,
-                 context: StepContext | None = None) -> ApplyResult:
+                 context: StepContext | None = None,
+                 session: Session | None = None) -> ApplyResult:
     """Run every step of ``recipe`` on ``model`` in memory. Mutates model.
 
     Each step calls its library verb with the step's keys (see
@@ -189,6 +191,12 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
     for ``insert`` steps with ``func:``, see :class:`~onnxsurgeon.recipe.spec.StepContext`).
     Unless ``plan``, the recipe and its sha256 are stamped into the metadata at the end.
 
+    The steps share one :class:`~onnxsurgeon.session.Session`: each verb starts from the index
+    the one before kept with its edits (no rebuild), and the session's journal is the last
+    step's, for the save. ``session``: the caller's, open on ``model`` (e.g. opened with
+    ``loaded=True`` right after load, so the first step reuses load's index, and saved from
+    after); default the model's open session, else one opened for the run and closed after.
+
     Before:  model
     After:   model with every step applied, its rewrite log extended by one record per rewrite
 
@@ -199,6 +207,23 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
             step number, verb and, when known, the key. The model may hold the earlier steps.
     """
     m = as_model(model)
+    own = session is None and active(m) is None
+    s = session or active(m) or Session(m)
+    if s.model.proto is not m.proto:
+        raise UsageError("apply_recipe: the session given is open on another model; pass the "
+                         "session's own model")
+    try:
+        return _run(m, s, recipe, plan=plan, verify=verify, verify_options=verify_options,
+                    progress=progress, context=context)
+    finally:
+        if own:
+            s.close()  # the caller owns the proto again
+
+
+def _run(m: Model, session: Session, recipe: Recipe, *, plan: bool, verify: bool,
+         verify_options: Mapping[str, Any] | None, progress: Progress | None,
+         context: StepContext | None) -> ApplyResult:
+    """:func:`apply_recipe`'s steps, in ``session``."""
     steps = recipe.steps
     last_check = len(steps) if verify and not plan else max(
         (k for k, s in enumerate(steps) if s.verb == "verify"), default=-1)
@@ -214,7 +239,7 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
                 outcomes.append(StepOutcome(step, {"would_verify": covered}))
                 pending = []
                 continue
-            hand_on(m, None)  # no kept index past a checkpoint
+            session.forget()  # no kept index past a checkpoint
             report = _checkpoint(m, pending, _verify_options(step, recipe, base_options),
                                  recipe.base_dir)
             pending = []
@@ -230,15 +255,14 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
         run = STEPS[step.verb].run
         assert run is not None
         params = step.resolved(recipe.base_dir)
-        kept = m._fresh, m._kept
         try:
             result = run(m, params, ctx)
         except BaseException as exc:
-            m._untouched = False  # whatever the step did, nobody vouches for the proto now
+            session.forget()  # whatever the step did, nobody vouches for the proto now
             if isinstance(exc, SurgeryError):
                 raise step_error(recipe, step, params, exc) from None
             raise
-        _hand_over_between_steps(m, kept)
+        session.verb_returned()  # what it handed on goes to the next step; else nothing does
         account = _account(before.proto, m.proto) if plan and before is not None else None
         if before is not None and k < last_check:
             new = records(m.proto)[logged:]
@@ -246,24 +270,12 @@ def apply_recipe(model: Model | onnx.ModelProto, recipe: Recipe, /, *, plan: boo
         outcomes.append(StepOutcome(step, result, plan=account))
         if progress is not None:
             progress(k + 1, len(steps))
-    m._untouched = False  # the caller owns the proto again
     complete = len(outcomes) == len(steps) and all(r.ok for _, r in reports)
     if pending and verify and not plan and complete:
         reports.append(("final", _checkpoint(m, pending, base_options, recipe.base_dir)))
     if not plan and len(outcomes) == len(steps) and all(r.ok for _, r in reports):
         stamp(m.proto, recipe)
     return ApplyResult(tuple(outcomes), recipe.sha256(), plan, len(steps), tuple(reports))
-
-
-def _hand_over_between_steps(model: Model, before: tuple[Any, Any]) -> None:
-    """After a step: the index its verb handed on (:func:`~onnxsurgeon.io.hand_on`) goes to the
-    next step, which nothing else runs before; a verb that handed nothing on leaves no index
-    (whatever was kept before it is stale now)."""
-    if model._fresh is before[0]:
-        model._fresh = None
-    if model._kept is before[1]:
-        model._kept = None
-    handed_over(model)
 
 
 def _checkpoint(model: Model, pending: list[tuple[Model, RewriteRecord, Step]],

@@ -82,11 +82,6 @@ def _is_fleet(args: argparse.Namespace) -> bool:
     return len(args.models) > 1 or args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()
 
 
-_INDEXING_VERBS = frozenset({"extract", "copy", "insert", "reroute", "rename"})
-"""Verbs that index the model (:func:`onnxsurgeon.io.indexed`) before changing it: as a first
-step they may reuse load's validated index, as the CLI's commands do."""
-
-
 def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
               verify: bool = False, isolation: dict[str, Any] | None = None,
               progress: Any = None, force: bool = False,
@@ -95,7 +90,7 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
     save it to ``output`` with the CLI's checked, atomic write; ``done(model)`` then sees the
     rewritten model (``--html``). Raises SurgeryError."""
     from ..cli_io import _check_paths, _load, _paused_gc, _write
-    from ..io import handed_over
+    from ..session import Session
 
     _check_paths(source, output, force)
     context = StepContext()
@@ -104,15 +99,15 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
         from ..converters import insert_function  # the CLI may dispatch to converters
 
         context = StepContext(insert_function=insert_function)
-    with _paused_gc(not exports and not verify):  # exports and onnxruntime make garbage
-        model = _load(source)
-        if recipe.steps and recipe.steps[0].verb in _INDEXING_VERBS:
-            handed_over(model)  # the first step indexes it before anything touches the proto
+    # one session for every step and the save: the first step reuses load's index
+    with _paused_gc(not exports and not verify), \
+            Session(_load(source), loaded=True) as session:  # exports, ort make garbage
+        model = session.model
         result = apply_recipe(model, recipe, plan=plan, verify=verify,
                               verify_options=isolation or {}, progress=progress,
-                              context=context)
+                              context=context, session=session)
         if not plan and result.ok:
-            _write(model, output, source)
+            _write(model, output, source, journal=session.journal)
     if done is not None:
         done(model)
     return result

@@ -14,13 +14,21 @@ from typing import Any
 
 from ..cli_output import (
     bypass_payload,
+    cleanup_payload,
     copy_payload,
+    dims_payload,
     extract_payload,
+    fold_payload,
     insert_payload,
     merge_payload,
+    opset_payload,
+    outputs_payload,
+    precision_payload,
     rename_payload,
     replace_payload,
     reroute_payload,
+    set_payload,
+    toposort_payload,
 )
 from ..errors import UsageError
 from .spec import Kind, Param, StepContext, Verb
@@ -69,6 +77,13 @@ def _rename(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any
                                  regex=[tuple(i) for i in p.get("regex") or []], nodes=p["nodes"]))
 
 
+def _precision(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import precision
+
+    return precision_payload(precision(model, to=p["to"], keep_io_types=p["keep_io_types"],
+                                       block=p.get("block") or [], keep=p.get("keep") or None))
+
+
 def _bypass(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import bypass
 
@@ -105,6 +120,54 @@ def _replace(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, An
     return replace_payload(replace(model, pattern=p["pattern"], replacement=p["replacement"],
                                    any_constant=p.get("any_constant") or (),
                                    tolerance=p.get("tolerance")))
+
+
+# ---- hygiene verbs (issue 30): cleanup, toposort, outputs, set_values
+def _cleanup(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import cleanup
+
+    return cleanup_payload(cleanup(model))
+
+
+def _toposort(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import toposort
+
+    return toposort_payload(toposort(model))
+
+
+def _outputs(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import outputs
+
+    return outputs_payload(outputs(model, add=p.get("add") or [], remove=p.get("remove") or []))
+
+
+def _set_values(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import set_values
+
+    return set_payload(set_values(model, attrs=dict(p.get("attrs") or {}),
+                                  weights=dict(p.get("weights") or {}),
+                                  reshape=p.get("reshape", False)))
+
+
+def _fold(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import fold
+    from ..verify.folding import ort_evaluator
+
+    return fold_payload(fold(model, max_bytes=p["max_bytes"], evaluate=ort_evaluator))
+
+
+def _dims(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import dims
+
+    batch = p.get("batch")
+    return dims_payload(dims(model, inputs=dict(p.get("inputs") or {}) or None,
+                             batch=None if batch is None else str(batch)))
+
+
+def _opset(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery import opset
+
+    return opset_payload(opset(model, to=p["to"]))
 
 
 STEPS: dict[str, Verb] = {
@@ -172,6 +235,40 @@ STEPS: dict[str, Verb] = {
             Param("any_constant", Kind.NAMES, help="pattern constants that match any value"),
             Param("tolerance", Kind.TEXT, help="RTOL,ATOL the proof compares R with P under"),
         ), _replace, help="replace every match of a structural pattern"),
+        Verb("cleanup", (), _cleanup,
+             help="drop what no graph output needs (nodes, initializers, value_info, local "
+                  "functions, opsets; bodies too)"),
+        Verb("toposort", (), _toposort,
+             help="sort every graph's nodes topologically, stably (bodies, local functions)"),
+        Verb("outputs", (
+            Param("add", Kind.NAMES, help="tensors to make graph outputs (typed)"),
+            Param("remove", Kind.NAMES, help="graph outputs to drop, with what only they needed"),
+        ), _outputs, help="expose tensors as graph outputs, or drop outputs"),
+        Verb("set_values", (
+            Param("attrs", Kind.RENAMES, help="NODE.KEY -> value text, typed by the op schema"),
+            Param("weights", Kind.RENAMES, help="initializer -> .npy file with its new values"),
+            Param("reshape", Kind.BOOL, default=False,
+                  help="allow a weight of another shape (same dtype)"),
+        ), _set_values, help="change node attributes or initializer values (CLI: `set`)"),
+        Verb("precision", (
+            Param("to", Kind.CHOICE, required=True, choices=("fp16", "bf16"), help="the low type"),
+            Param("keep_io_types", Kind.BOOL, default=False,
+                  help="graph inputs and outputs stay float32"),
+            Param("block", Kind.NAMES, help="op types, node names or selectors kept in float32"),
+            Param("keep", Kind.RENAMES, help="node name -> why it stays float32"),
+        ), _precision, help="convert to float16/bfloat16, Casts only where float32 stays"),
+        Verb("fold", (
+            Param("max_bytes", Kind.NATURAL, default=1 << 20,
+                  help="a folded value over this many bytes stays computed"),
+        ), _fold, help="replace every subgraph of constants by its value"),
+        Verb("dims", (
+            Param("inputs", Kind.RENAMES, help="graph input -> its new shape (1x3x224x224)"),
+            Param("batch", Kind.TEXT, help="dim 0 of every input: a size, dynamic or a symbol"),
+        ), _dims,
+            help="set input shapes or the batch; shape constants follow it"),
+        Verb("opset", (
+            Param("to", Kind.NATURAL, required=True, help="the opset to convert to"),
+        ), _opset, help="convert the default-domain opset (onnx's version converter)"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
             Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),

@@ -19,10 +19,11 @@ from ..closure import closure
 from ..edit import Edit
 from ..errors import AmbiguousNameError, RewriteError, UsageError, name_list
 from ..index import GraphIndex, NodeEdges, has_subgraphs, subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..record import CopyRecord, add_rewrite, as_record
 from ..select import CALL_SEP, Selector, is_selector
+from ..session import indexed
 from ..types import TypeOracle, dtype_name, is_complete, known_value_info, renamed_value_info
 from ._edgewalk import closure_edges
 from ._proto import quick_value_info

@@ -17,10 +17,11 @@ import onnx
 from ..edit import Edit
 from ..errors import InvalidModelError, RewriteError, UsageError, name_list
 from ..index import GraphIndex, body_captures, has_subgraphs, subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..record import ExtractRecord, add_rewrite
 from ..select import Selector, drop_missing, is_selector, name_map
+from ..session import indexed
 from ..types import TypeOracle, is_complete, known_value_info
 from ._edgewalk import propagate_edges, walk_edges
 from ._proto import (

@@ -16,11 +16,11 @@ import onnx
 from ..edit import Edit
 from ..errors import RewriteError, UsageError
 from ..index import GraphIndex
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..processing import (
     ParamValue,
-    make_block,
+    make_typed_block,
     min_opset_for,
     normalize_params,
     opset_for_import,
@@ -28,6 +28,7 @@ from ..processing import (
 from ..protos import default_opset
 from ..record import InsertRecord, add_rewrite, site_entry
 from ..select import Selector, follow_renames, is_selector
+from ..session import indexed
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._blocks import (
     block_io,
@@ -231,6 +232,7 @@ def _plan(index: GraphIndex, oracle: TypeOracle, names: NameAllocator, at_name: 
     key = (at_type, tuple(at_shape) if at_shape is not None else None,
            at_vi.type.SerializeToString() if at_vi is not None else b"")
     if key not in built:  # sites of one type share the block built and inferred for it
+        built_vi = None
         if op is not None:
             label = op
             record_params = params
@@ -242,8 +244,8 @@ def _plan(index: GraphIndex, oracle: TypeOracle, names: NameAllocator, at_name: 
             need = min_opset_for(op, at_value_type)
             if h < need and not changed_ops(default_nodes(host, functions=True), h, need):
                 h = new_host_opset = need  # a pure version bump: no host op changes meaning
-            block = make_block(op, record_params, elem_type=at_type, opset=h, shape=at_shape,
-                               value_type=at_value_type)
+            block, built_vi = make_typed_block(op, record_params, elem_type=at_type, opset=h,
+                                               shape=at_shape, value_type=at_value_type)
         else:
             assert graph is not None
             block, label = prepare_graph_block(graph)
@@ -258,7 +260,10 @@ def _plan(index: GraphIndex, oracle: TypeOracle, names: NameAllocator, at_name: 
             block, new_host_opset = reconcile(block, host, label)
         block_io(block, label)
         x_type = at_vi.type if at_vi is not None else None
-        processed_vi = infer_output(block, x_type, label)
+        if built_vi is not None and x_type is not None and x_type == block.graph.input[0].type:
+            processed_vi = built_vi  # inferred while building, for this very input type
+        else:
+            processed_vi = infer_output(block, x_type, label)
         opsets_to_add = merge_opsets(block, host, label)
         functions_to_add = merge_functions(block, host)
         built[key] = (block, label, new_host_opset, processed_vi, opsets_to_add, functions_to_add)

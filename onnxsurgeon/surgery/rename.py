@@ -19,9 +19,10 @@ import onnx
 from ..edit import Edit
 from ..errors import UsageError
 from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..record import RenameRecord, add_rewrite
 from ..select import Selector, follow_renames, is_selector
+from ..session import indexed
 from ._shown import Shown
 
 

@@ -24,11 +24,12 @@ import onnx
 from ..edit import Edit
 from ..errors import RewriteError, UsageError
 from ..index import GraphIndex, has_subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
 from ..record import ReplaceRecord, add_rewrite
 from ..select import drop_missing, name_map
+from ..session import indexed
 from ..types import TypeOracle, dtype_name, infer_value_infos, is_complete
 from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types

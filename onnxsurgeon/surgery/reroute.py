@@ -13,9 +13,10 @@ from ..closure import closure
 from ..edit import Edit
 from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError, name_list
 from ..index import GraphIndex, Use
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..record import RerouteRecord, add_rewrite
 from ..select import Selector, drop_missing, is_selector
+from ..session import indexed
 from ..types import TypeOracle
 from ._edges import check_types
 from ._proto import quick_value_info

@@ -555,3 +555,21 @@ def compare_arrays(ref: Any, cand: Any, *, rtol: float | None = None, atol: floa
     return acc.result()
 
 
+
+
+PRECISION = "precision"
+"""Tolerance policy of ``precision --verify``: a float16/bfloat16 model against its float32
+original, never exact; the budget is :data:`PRECISION_BUDGETS` unless the user gives one."""
+PRECISION_BUDGETS: dict[str, tuple[float, float]] = {
+    "fp16": (1e-2, 1e-3),
+    "bf16": (5e-2, 1e-2),
+}
+"""(rtol, atol) a converted model's outputs meet against float32, by target type."""
+
+
+def precision_budget(to: str, rtol: float | None = None,
+                     atol: float | None = None) -> tuple[float, float]:
+    """(rtol, atol) of the precision policy for target ``to`` ("fp16"/"bf16"); a given
+    ``rtol``/``atol`` replaces the default."""
+    d_rtol, d_atol = PRECISION_BUDGETS[to]
+    return (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)

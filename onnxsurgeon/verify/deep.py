@@ -15,7 +15,7 @@ reference's inputs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,13 +179,18 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                  cand_feeds: Sequence[Sample], *, items: Sequence[Shared],
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
                  budget: int = DEEP_BUDGET_BYTES, dims: Mapping[str, int] | None = None,
-                 forced: bool = False, notes: list[str] | None = None) -> DeepResult:
+                 forced: bool = False, notes: list[str] | None = None,
+                 until: Callable[[Sequence[TensorError]], bool] | None = None) -> DeepResult:
     """Compare every shared tensor in ``items`` over every sample, batch by batch (see the
-    module docstring). A batch whose session cannot be built or run is skipped with a note."""
+    module docstring). A batch whose session cannot be built or run is skipped with a note.
+    ``until(compared so far)``, asked after each batch, ends the comparison early when True."""
     results: dict[int, TensorError] = {}
-    skipped = 0
+    skipped = done = 0
     groups = batches(ref, items, budget=budget, dims=dict(dims or {}))
     for group in groups:
+        if done and until is not None and until(list(results.values())):
+            break
+        done += 1
         accs = [PairAccumulator(s.ref, s.cand, rtol=rtol, atol=atol, exact=exact,
                                 dtype=numpy_dtype_name(ref.elem_type(s.ref)), bounds=s.bounds)
                 for s in group]
@@ -220,7 +225,7 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                 max_rel_diff=r.max_rel_diff, ok=bool(r.agree), informative=r.informative,
                 why=r.why)
     ordered = sorted(results.values(), key=lambda t: (t.position, t.tensor))
-    return DeepResult(tensors=tuple(ordered), forced=forced, skipped=skipped, batches=len(groups))
+    return DeepResult(tensors=tuple(ordered), forced=forced, skipped=skipped, batches=done)
 
 
 # --------------------------------------------------------------------- structural cover
@@ -240,6 +245,37 @@ def copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
     return out
 
 
+def same_step(ref: Staged, cand: Staged, a: str, b: str,
+              mapping: Mapping[str, str]) -> list[tuple[str, str]] | None:
+    """One step of a walk over the same graph in both models: the (reference, candidate) tensor
+    pairs to walk next when ``a`` and ``b`` are computed alike (same op, attributes and wiring;
+    ``[]`` for equal initializers or a graph input fed alike), None when they differ."""
+    rindex, cindex = ref.index, cand.index
+    r_init = rindex.initializers.get(a, -1) >= 0
+    c_init = cindex.initializers.get(b, -1) >= 0
+    if r_init or c_init:
+        return [] if r_init and c_init and same_initializer(ref, cand, a, b) else None
+    if a in rindex.inputs and a not in rindex.producer:
+        return [] if mapping.get(a, a) == b else None
+    i, j = rindex.producer.get(a), cindex.producer.get(b)
+    if i is None or j is None:
+        return None
+    rn, cn = rindex.graph.node[i], cindex.graph.node[j]
+    rcap = list(dict.fromkeys(n for n, _ in rindex.captures.get(i, ())))
+    ccap = list(dict.fromkeys(n for n, _ in cindex.captures.get(j, ())))
+    if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
+            or len(rcap) != len(ccap) or list(rn.output).index(a) != list(cn.output).index(b)
+            or _attrs(rn, rcap) != _attrs(cn, ccap)):
+        return None
+    out = list(zip(rcap, ccap, strict=True))
+    for x, y in zip(rn.input, cn.input, strict=True):
+        if bool(x) != bool(y):
+            return None
+        if x:
+            out.append((x, y))
+    return out
+
+
 def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: Collection[str],
                          mapping: Mapping[str, str] | None = None,
                          fed: Collection[str] = ()) -> list[str] | None:
@@ -252,7 +288,6 @@ def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: C
     region."""
     mapping = dict(mapping or {})
     cuts: list[str] = []
-    rindex, cindex = ref.index, cand.index
     stack = [(r, c)]
     seen: set[tuple[str, str]] = set()
     while stack:
@@ -265,32 +300,10 @@ def structurally_covered(ref: Staged, cand: Staged, r: str, c: str, *, agreed: C
             continue
         if b in fed and mapping.get(a, a) == b:
             continue
-        r_init = rindex.initializers.get(a, -1) >= 0
-        c_init = cindex.initializers.get(b, -1) >= 0
-        if r_init or c_init:
-            if not (r_init and c_init and same_initializer(ref, cand, a, b)):
-                return None
-            continue
-        if a in rindex.inputs and a not in rindex.producer:
-            if mapping.get(a, a) == b:
-                continue
+        step = same_step(ref, cand, a, b, mapping)
+        if step is None:
             return None
-        i, j = rindex.producer.get(a), cindex.producer.get(b)
-        if i is None or j is None:
-            return None
-        rn, cn = rindex.graph.node[i], cindex.graph.node[j]
-        rcap = list(dict.fromkeys(n for n, _ in rindex.captures.get(i, ())))
-        ccap = list(dict.fromkeys(n for n, _ in cindex.captures.get(j, ())))
-        if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
-                or len(rcap) != len(ccap) or list(rn.output).index(a) != list(cn.output).index(b)
-                or _attrs(rn, rcap) != _attrs(cn, ccap)):
-            return None
-        stack.extend(zip(rcap, ccap, strict=True))
-        for x, y in zip(rn.input, cn.input, strict=True):
-            if bool(x) != bool(y):
-                return None
-            if x:
-                stack.append((x, y))
+        stack.extend(step)
     return cuts
 
 

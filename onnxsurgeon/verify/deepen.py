@@ -1,28 +1,148 @@
-"""Settling pairs that could not show a difference: look deeper, or prove them by structure.
+"""Settling pairs that could not show a difference: the nearest informative frontier.
 
 A pair that agrees but is not informative (constant, below the tolerance's resolution,
-saturated, non-finite) is neither a pass nor a fail yet. :func:`settle` compares the tensors
-both models share on the way to it (the logits before a saturated or nearly uniform softmax,
-and every shared ancestor; every shared tensor with
-``forced``), in bounded batches (:mod:`.deep`), then per open pair:
+saturated, non-finite) is neither a pass nor a fail yet. :func:`settle` settles every open pair
+of one report in one deep pass. From each open pair it walks back over the graph both models
+compute alike (same ops, attributes, weights and wiring) and stops at the nearest shared tensors
+(the logits before a saturated softmax). Those frontiers, of every open pair at once, are
+compared in bounded batches (:mod:`.deep`); a frontier tensor that agrees informatively ends the
+walk there, one that agrees without being informative is walked through (the next wave compares
+the tensors behind it). Then per open pair:
 
-* a shared ancestor differs -> fail, naming it;
-* the same graph computes the pair in both models from tensors that agreed informatively (or
-  from the same inputs and weights) -> pass;
-* otherwise it stays inconclusive.
+* its frontier agrees informatively and both models compute that frontier with the same graph
+  from the same inputs and weights (a structural walk, no values) -> pass: the same graph
+  computes the pair from equal values;
+* otherwise -- a frontier tensor differs, the graphs differ on the way, or they differ behind a
+  frontier that agrees (a change there may show only deeper) -- every shared tensor the pair
+  depends on is compared, as before this rule: the first that differs fails it, else the same
+  graph from informative tensors passes it, else it stays inconclusive.
+
+So the verdicts and the evidence are those of comparing every shared ancestor, but a pair whose
+frontier settles it costs its frontier only. What the report already compared (its other pairs)
+counts as compared: a report whose pairs are every tensor (a whole-model rename) needs no
+session at all. After :data:`MAX_WAVES` waves the pairs still open compare all they depend on at
+once, so settling costs at most ``MAX_WAVES + 1`` batches of sessions per pass: it grows with
+the model, never with its square. ``forced`` (``--deep``) compares every shared tensor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ..closure import closure
-from .deep import deep_compare, shared_tensors, structurally_covered
+from .deep import Shared, deep_compare, same_step, shared_tensors, structurally_covered
 from .inputs import Sample
 from .render import fmt
-from .report import FAIL, INCONCLUSIVE, PASS, DeepResult, PairReport
-from .run import Staged
+from .report import FAIL, INCONCLUSIVE, PASS, DeepResult, PairReport, TensorError
+from .run import COUNTS, Staged
+
+MAX_WAVES = 1
+"""Frontier waves before the pairs still open compare everything they depend on at once (a
+wave costs a session per model: on a deep chain of tensors that cannot show anything, walking
+back wave by wave costs more than comparing it all)."""
+
+
+@dataclass
+class _Walk:
+    """Where one open pair's walk back ended: a failing tensor, a graph mismatch, tensors still
+    to compare, or the informative tensors it stopped at."""
+
+    failed: TensorError | None = None
+    mismatch: bool = False
+    pending: list[str] = field(default_factory=list)
+    cuts: list[str] = field(default_factory=list)
+
+
+def _walk(ref: Staged, cand: Staged, r: str, c: str, *, known: Mapping[str, TensorError],
+          shared: Mapping[str, Shared], tried: Collection[str], agreed: Collection[str],
+          mapping: Mapping[str, str], fed: Collection[str]) -> _Walk:
+    """Walk back from the open pair (r, c) over the graph both compute alike, stopping at
+    tensors that agree informatively (``agreed``, or compared in ``known``), at shared tensors
+    not compared yet (``pending``) and at a compared tensor that differs (``failed``).
+    O(nodes + weight bytes) of the walked region; iterative."""
+    out = _Walk()
+    stack = [(r, c)]
+    seen: set[tuple[str, str]] = set()
+    first = True
+    while stack:
+        a, b = stack.pop()
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        same = mapping.get(a, a) == b
+        t = None if first else known.get(a)
+        if t is not None and t.candidate == b:
+            if not t.ok:
+                out.failed = t
+                return out
+            if t.informative:
+                out.cuts.append(a)
+                continue
+        elif not first and a in agreed and same:
+            out.cuts.append(a)
+            continue
+        elif b in fed and same:
+            continue
+        elif not first and a in shared and shared[a].cand == b and a not in tried:
+            out.pending.append(a)
+            continue
+        first = False
+        step = same_step(ref, cand, a, b, mapping)
+        if step is None:
+            out.mismatch = True
+            return out
+        stack.extend(step)
+    return out
+
+
+def _identical_below(ref: Staged, cand: Staged, starts: Sequence[tuple[str, str]], *,
+                     mapping: Mapping[str, str], fed: Collection[str],
+                     memo: dict[tuple[str, str], bool]) -> bool:
+    """Whether both models compute every pair of ``starts`` with the same graph all the way to
+    graph inputs fed alike and equal weights (then their values are equal whatever was
+    compared). ``memo`` keeps each answer for the other pairs of the pass, so one pass walks
+    each region once. O(nodes + weight bytes) of the region not in ``memo``; iterative."""
+    steps: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for start in starts:
+        stack: list[tuple[tuple[str, str], bool]] = [(start, False)]
+        while stack:
+            key, expanded = stack.pop()
+            if key in memo:
+                continue
+            a, b = key
+            if expanded:
+                memo[key] = all(memo.get(k, False) for k in steps.pop(key))
+                continue
+            if b in fed and mapping.get(a, a) == b:
+                memo[key] = True
+                continue
+            step = same_step(ref, cand, a, b, mapping)
+            if step is None:
+                memo[key] = False
+                continue
+            steps[key] = step
+            stack.append((key, True))
+            stack.extend((k, False) for k in step if k not in memo)
+        if not memo.get(start, False):
+            return False
+    return True
+
+
+def _known_from_pairs(pairs: Sequence[PairReport], shared: Mapping[str, Shared],
+                      ) -> dict[str, TensorError]:
+    """The report's own pairs as compared tensors (their values are compared already)."""
+    out: dict[str, TensorError] = {}
+    for p in pairs:
+        s = shared.get(p.reference)
+        if s is None or s.cand != p.candidate or p.reference in out:
+            continue
+        out[p.reference] = TensorError(
+            tensor=s.ref, candidate=s.cand, node=s.node, op_type=s.op_type,
+            position=s.position, depth=s.depth, max_abs_diff=p.max_abs_diff,
+            max_rel_diff=p.max_rel_diff, ok=bool(p.agree), informative=p.informative,
+            why=p.why)
+    return out
 
 
 def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: Sequence[Sample],
@@ -31,43 +151,146 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
            atol: float | None = None, exact: bool = False, dims: Mapping[str, int] | None = None,
            notes: list[str] | None = None,
            fed: Collection[str] = ()) -> tuple[list[PairReport], DeepResult | None]:
-    """The pairs with open (inconclusive) verdicts settled where possible, and the deep result
-    (None when nothing needed it). ``pairs`` name reference tensors of ``ref`` and candidate
-    tensors of ``cand``; ``mapping`` maps further shared names (reference -> candidate)."""
+    """The pairs with open (inconclusive) verdicts settled where possible (see the module
+    docstring), and the deep result (None when nothing needed it). ``pairs`` name reference
+    tensors of ``ref`` and candidate tensors of ``cand``; ``mapping`` maps further shared names
+    (reference -> candidate). One pass for all of them: at most ``MAX_WAVES + 1`` batches of
+    sessions per model, each over the tensors still needed."""
     pairs = list(pairs)
-    open_pairs = [p for p in pairs if p.verdict == INCONCLUSIVE and ref.is_tensor(p.reference)]
+    opened = [i for i, p in enumerate(pairs)
+              if p.verdict == INCONCLUSIVE and ref.is_tensor(p.reference)]
+    open_pairs = [pairs[i] for i in opened]
+    at = {i: k for k, i in enumerate(opened)}  # position in pairs -> position in open_pairs
     if not forced and not open_pairs:
         return pairs, None
+    COUNTS["deep passes"] += 1
     full = {**dict(mapping or {}), **{p.reference: p.candidate for p in pairs
                                       if ref.is_tensor(p.reference) and cand.is_tensor(p.candidate)}}
-    targets = None if forced else [p.reference for p in open_pairs]
-    items = shared_tensors(ref, cand, mapping=full, strict=strict, targets=targets)
+    agreed = {p.reference for p in pairs if p.verdict == PASS and full.get(p.reference) == p.candidate}
+    if forced:
+        return _settle_forced(ref, cand, ref_feeds, cand_feeds, pairs, set(opened), full=full,
+                              agreed=agreed, strict=strict, rtol=rtol, atol=atol, exact=exact,
+                              dims=dims, notes=notes, fed=fed)
+    items = shared_tensors(ref, cand, mapping=full, strict=strict,
+                           targets=[p.reference for p in open_pairs])
+    shared = {s.ref: s for s in items}
+    known = _known_from_pairs(pairs, shared)
+    # what the deep result lists: the open pairs and what was compared for them
+    shown = {p.reference: known[p.reference] for p in open_pairs if p.reference in known}
+    tried: set[str] = set(known)
+    skipped = batches = 0
+    verdicts: dict[int, PairReport] = {}
+    deeper: set[int] = set()  # pairs judged by every shared tensor they depend on
+    memo: dict[tuple[str, str], bool] = {}
+    todo = list(range(len(open_pairs)))
+    wave = 0
+    while todo:
+        wanted: dict[str, None] = {}
+        waiting: list[int] = []
+        for k in todo:
+            p = open_pairs[k]
+            if k not in deeper:
+                walk = _walk(ref, cand, p.reference, p.candidate, known=known, shared=shared,
+                             tried=tried, agreed=agreed - {p.reference}, mapping=full, fed=fed)
+                if walk.pending and not (walk.mismatch or walk.failed) and wave < MAX_WAVES:
+                    wanted.update(dict.fromkeys(walk.pending))
+                    waiting.append(k)
+                    continue
+                if not (walk.pending or walk.mismatch or walk.failed) and _identical_below(
+                        ref, cand, [(c, full.get(c, c)) for c in walk.cuts], mapping=full,
+                        fed=fed, memo=memo):
+                    verdicts[k] = _passed(p, walk.cuts)
+                    continue
+                if not (walk.mismatch or walk.failed) and _identical_below(
+                        ref, cand, [(p.reference, p.candidate)], mapping=full, fed=fed,
+                        memo=memo):
+                    # no informative frontier near it, but the same graph all the way: equal
+                    verdicts[k] = _passed(p, ())
+                    continue
+                # a frontier tensor differs (the report names the first that does), the graphs
+                # differ on the way or behind a frontier that agrees (a change there may show
+                # only deeper), or the waves ran out: compare every shared tensor it reads
+                deeper.add(k)
+            missing = sorted(n for n in _ancestors(ref, p.reference) & shared.keys()
+                             if n not in tried)
+            if missing:
+                wanted.update(dict.fromkeys(missing))
+                waiting.append(k)
+            else:
+                verdicts[k] = _judged(ref, cand, p, known, agreed, full, fed)
+        if not wanted:
+            break
+        group = sorted((shared[n] for n in wanted), key=lambda s: (s.position, s.ref))
+        until = None
+        if all(k in deeper for k in waiting):
+            # batches go in topological order: once each waiting pair has a differing tensor it
+            # depends on, the first such tensor (its evidence) is known; stop there
+            needs = [_ancestors(ref, open_pairs[k].reference) for k in waiting]
+
+            def until(done: Sequence[TensorError], needs: list[frozenset[str]] = needs) -> bool:
+                bad = {t.tensor for t in done if not t.ok} | {
+                    t.tensor for t in known.values() if not t.ok}
+                return all(not bad.isdisjoint(n) for n in needs)
+        found = deep_compare(ref, cand, ref_feeds, cand_feeds, items=group, rtol=rtol, atol=atol,
+                             exact=exact, dims=dims, notes=notes, until=until)
+        skipped += found.skipped
+        batches += found.batches
+        tried.update(wanted)
+        for t in found.tensors:
+            known[t.tensor] = shown[t.tensor] = t
+        todo = waiting
+        wave += 1
+    out = [verdicts.get(at[i], p) if i in at else p for i, p in enumerate(pairs)]
+    ordered = sorted(shown.values(), key=lambda t: (t.position, t.tensor))
+    return out, DeepResult(tensors=tuple(ordered), forced=False, skipped=skipped, batches=batches)
+
+
+def _ancestors(ref: Staged, name: str) -> frozenset[str]:
+    if name in ref.index.producer:
+        return closure(ref.index, [name]).tensors
+    return frozenset([name])
+
+
+def _failed(p: PairReport, bad: TensorError) -> PairReport:
+    return replace(p, verdict=FAIL, ok=False, evidence=(
+        f"'{bad.tensor}' on the way to it differs by up to {fmt(bad.max_abs_diff)}"))
+
+
+def _passed(p: PairReport, cuts: Sequence[str]) -> PairReport:
+    if cuts:
+        shown = ", ".join(f"'{c}'" for c in list(dict.fromkeys(cuts))[:3])
+        evidence = f"the same graph computes it from {shown}, which agree informatively"
+    else:
+        evidence = "the same graph computes it from the same inputs and weights"
+    return replace(p, verdict=PASS, ok=True, evidence=evidence)
+
+
+def _judged(ref: Staged, cand: Staged, p: PairReport, known: Mapping[str, TensorError],
+            agreed: set[str], full: Mapping[str, str], fed: Collection[str]) -> PairReport:
+    """An open pair judged by every compared tensor it depends on: one that differs fails it,
+    else the same graph from informative tensors passes it, else it stays open."""
+    ancestors = _ancestors(ref, p.reference)
+    bad = next((t for t in sorted(known.values(), key=lambda t: (t.position, t.tensor))
+                if not t.ok and t.tensor in ancestors), None)
+    if bad is not None:
+        return _failed(p, bad)
+    good = agreed | {t.tensor for t in known.values() if t.ok and t.informative}
+    cuts = structurally_covered(ref, cand, p.reference, p.candidate,
+                                agreed=good - {p.reference}, mapping=full, fed=fed)
+    return p if cuts is None else _passed(p, cuts)
+
+
+def _settle_forced(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
+                   cand_feeds: Sequence[Sample], pairs: list[PairReport],
+                   opened: set[int], *, full: Mapping[str, str], agreed: set[str],
+                   strict: bool, rtol: float | None, atol: float | None, exact: bool,
+                   dims: Mapping[str, int] | None, notes: list[str] | None,
+                   fed: Collection[str]) -> tuple[list[PairReport], DeepResult]:
+    """``--deep``: every shared tensor compared; each open pair judged by all its ancestors."""
+    items = shared_tensors(ref, cand, mapping=full, strict=strict)
     deep = deep_compare(ref, cand, ref_feeds, cand_feeds, items=items, rtol=rtol, atol=atol,
-                        exact=exact, dims=dims, forced=forced, notes=notes)
-    agreed = {t.tensor for t in deep.tensors if t.ok and t.informative}
-    agreed |= {p.reference for p in pairs if p.verdict == PASS and full.get(p.reference) == p.candidate}
-    failing = [t for t in deep.tensors if not t.ok]
-    out: list[PairReport] = []
-    for p in pairs:
-        if p.verdict != INCONCLUSIVE or p not in open_pairs:
-            out.append(p)
-            continue
-        ancestors = (closure(ref.index, [p.reference]).tensors
-                     if p.reference in ref.index.producer else frozenset([p.reference]))
-        bad = next((t for t in failing if t.tensor in ancestors), None)
-        if bad is not None:
-            out.append(replace(p, verdict=FAIL, ok=False, evidence=(
-                f"'{bad.tensor}' on the way to it differs by up to {fmt(bad.max_abs_diff)}")))
-            continue
-        cuts = structurally_covered(ref, cand, p.reference, p.candidate,
-                                    agreed=agreed - {p.reference}, mapping=full, fed=fed)
-        if cuts is None:
-            out.append(p)
-            continue
-        if cuts:
-            shown = ", ".join(f"'{c}'" for c in list(dict.fromkeys(cuts))[:3])
-            evidence = f"the same graph computes it from {shown}, which agree informatively"
-        else:
-            evidence = "the same graph computes it from the same inputs and weights"
-        out.append(replace(p, verdict=PASS, ok=True, evidence=evidence))
+                        exact=exact, dims=dims, forced=True, notes=notes)
+    known = {t.tensor: t for t in deep.tensors}
+    out = [_judged(ref, cand, p, known, agreed, full, fed) if i in opened else p
+           for i, p in enumerate(pairs)]
     return out, deep

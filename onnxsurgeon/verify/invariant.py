@@ -109,19 +109,46 @@ class Check:
         acc.fail(reason)
         self.entries.append(_Entry(acc, ref_name, None, {}, False))
 
-    def _settle(self, result: PairReport, entry: _Entry) -> tuple[PairReport, DeepResult | None]:
-        if result.verdict != INCONCLUSIVE or entry.sides is None:
-            return result, None
-        sides = [entry.sides(k) for k in range(self.samples)]
-        ref, cand = sides[0][0].staged, sides[0][1].staged
-        if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
-            return result, None
-        settled, deep = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
-                               [dict(c.feeds) for _, c in sides],
-                               [replace(result, reference=entry.ref_name)], mapping=entry.mapping,
-                               strict=entry.strict, exact=entry.acc.exact, notes=self.notes,
-                               fed=entry.fed, rtol=self.rtol, atol=self.atol)
-        return replace(settled[0], reference=result.reference), deep
+    def _settle(self, results: list[PairReport]) -> tuple[list[PairReport], DeepResult | None]:
+        """``results`` (one per entry) with their open pairs settled: entries comparing the same
+        two staged models on the same samples, with the same mapping and exactness, are settled
+        together, in one deep pass (:func:`~.deepen.settle`), their other pairs counting as
+        compared. The deep result is the first group's."""
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        sides_of: dict[tuple[Any, ...], list[tuple[Side, Side]]] = {}
+        opened: set[tuple[Any, ...]] = set()
+        for k, (result, entry) in enumerate(zip(results, self.entries, strict=True)):
+            if entry.sides is None:
+                continue
+            sides = [entry.sides(i) for i in range(self.samples)]
+            ref, cand = sides[0][0].staged, sides[0][1].staged
+            if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
+                continue
+            key = (id(ref), id(cand), tuple(id(r.feeds) for r, _ in sides),
+                   tuple(id(c.feeds) for _, c in sides), tuple(entry.mapping.items()),
+                   entry.strict, entry.acc.exact, entry.fed)
+            groups.setdefault(key, []).append(k)
+            sides_of.setdefault(key, sides)
+            if result.verdict == INCONCLUSIVE:
+                opened.add(key)
+        out = list(results)
+        deep: DeepResult | None = None
+        for key, members in groups.items():
+            if key not in opened:
+                continue
+            sides = sides_of[key]
+            entry = self.entries[members[0]]
+            ref, cand = sides[0][0].staged, sides[0][1].staged
+            named = [replace(results[k], reference=self.entries[k].ref_name) for k in members]
+            settled, found = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
+                                    [dict(c.feeds) for _, c in sides], named,
+                                    mapping=entry.mapping, strict=entry.strict,
+                                    exact=entry.acc.exact, notes=self.notes, fed=entry.fed,
+                                    rtol=self.rtol, atol=self.atol)
+            for k, result in zip(members, settled, strict=True):
+                out[k] = replace(result, reference=results[k].reference)
+            deep = deep or found
+        return out, deep
 
     def deep_all(self, results: Sequence[PairReport],
                  only: Collection[str] | None = None) -> DeepResult | None:
@@ -176,12 +203,7 @@ class Check:
     def report(self, kind: str, samples: int, *, locate_divergence: bool,
                inputs: Mapping[str, str] | None = None,
                deep_all: bool | Collection[str] = False) -> VerifyReport:
-        results: list[PairReport] = []
-        deep: DeepResult | None = None
-        for entry in self.entries:
-            result, found = self._settle(entry.acc.result(), entry)
-            results.append(result)
-            deep = deep or found
+        results, deep = self._settle([entry.acc.result() for entry in self.entries])
         if deep_all is not False:
             only = None if deep_all is True else set(deep_all)
             deep = self.deep_all(results, only) or deep

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SurgeryError, UsageError
-from .run import ModelRunError
+from .run import ModelRunError, default_threads
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one isolated step (loading a model, or one run) may take."""
@@ -113,7 +113,8 @@ class IsolatedRunner:
             [sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env, cwd=str(workdir))
         try:
-            answer = self._ask({"model": str(path), "names": self._names, "threads": threads,
+            answer = self._ask({"model": str(path), "names": self._names,
+                                "threads": threads or default_threads(),
                                 "memory_mb": limits.memory_mb}, "loading")
         except BaseException:
             self.close(kill=True)

@@ -3,14 +3,16 @@
 Rules kept here:
 
 * A model is staged once per verification (:class:`Staged`): its index is built (or reused from
-  the verb that made it, :func:`onnxsurgeon.io.current_index`) once, and it is serialized once.
-  A model without external data is handed to onnxruntime as bytes (nothing written); one with
-  external data runs from its unchanged source file, else from a copy saved into a private
+  the verb that made it, :func:`onnxsurgeon.session.current_index`) once, and it is serialized once.
+  A light model without external data is handed to onnxruntime as bytes (nothing written); a
+  heavier one (over :data:`SESSION_BYTES_LIMIT`) is written once to a scratch file and runs from
+  it (onnxruntime holds less of a model it reads from a file, and no bytes stay in Python: one
+  copy of the weights per session); one with external data runs from its unchanged source file, else from a copy saved into a private
   temporary folder without fsync (:func:`onnxsurgeon.io.save` ``durable=False``: external data
   streamed, inline weights moved out above 2 GB), so protobuf's 2 GB limit never applies.
 * Intermediate tensors are exposed as extra graph outputs appended to those bytes (a serialized
-  ``GraphProto`` merges into the one before it), so exposing them never copies or parses the
-  model again. Their declared type is what the model declares (element type only), else none:
+  ``GraphProto`` merges into the one before it; for a heavy model, to a kernel copy of its
+  scratch file), so exposing them never parses the model again. Their declared type is what the model declares (element type only), else none:
   onnxruntime infers it, and the session's output types are then known to :attr:`Staged.oracle`
   (onnx shape inference runs only for what neither says). Tensors numpy cannot hold (bfloat16,
   float8) are exposed through an exact ``Cast`` to float32.
@@ -27,6 +29,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,13 +42,20 @@ from ..checking import Check
 from ..errors import InvalidModelError
 from ..external import is_external, iter_tensors
 from ..index import GraphIndex
-from ..io import EXTERNAL_THRESHOLD, Model, as_model, current_index, load, save
+from ..io import EXTERNAL_THRESHOLD, Model, as_model, load, save
 from ..names import NameAllocator
+from ..session import current_index
 from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
 
 if TYPE_CHECKING:
     from .isolate import IsolatedRunner, Limits
+
+SESSION_BYTES_LIMIT = 16 * 2**20
+"""Largest model (without external data) handed to onnxruntime as bytes. A heavier one is
+written once to its staged file and every session loads from a file: given bytes, onnxruntime
+keeps about 2.3x the model's size besides them; given a file, 1.4x (measured on 100 MB of
+float32 weights, optimizations off), and the bytes need not stay in Python."""
 
 DEFAULT_BATCH = 32
 """Most intermediate tensors exposed by one session."""
@@ -55,6 +65,10 @@ for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", 
               "FLOAT4E2M1"):
     if hasattr(TensorProto, _name):
         _WIDEN.add(getattr(TensorProto, _name))
+
+COUNTS: Counter[str] = Counter()
+"""What verification did in this process, for tests and benchmarks: ``"sessions"`` created
+(and ``"sessions with N threads"``), ``"deep passes"`` (one :func:`~.deepen.settle` each)."""
 
 ModelLike = Model | onnx.ModelProto | str | os.PathLike
 """What the verification functions accept: a model in memory or the path of a .onnx file."""
@@ -71,9 +85,17 @@ def to_model(model: ModelLike) -> Model:
     return as_model(model)
 
 
+def default_threads() -> int:
+    """The onnxruntime threads of a session by default: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = None) -> Any:
     """An onnxruntime session for the file ``model`` (or serialized bytes): CPU, optimizations
-    off, no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
+    off, ``threads`` intra-op threads (0: :func:`default_threads`), no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
     import onnxruntime as ort
 
     severity = ort_log_severity()  # onnxruntime's own (coloured) lines stay off stderr
@@ -81,9 +103,10 @@ def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = No
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = severity
-    if threads:
-        options.intra_op_num_threads = threads
+    options.intra_op_num_threads = threads or default_threads()
     name = label or (model.name if isinstance(model, Path) else "model")
+    COUNTS["sessions"] += 1
+    COUNTS[f"sessions with {options.intra_op_num_threads} threads"] += 1
     try:
         return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
                                     providers=["CPUExecutionProvider"])
@@ -239,6 +262,7 @@ class Staged:
         self.oracle = _Types(self.index)
         self._path: Path | None = None
         self._bytes: bytes | None = None
+        self._heavy = False  # inline weights over SESSION_BYTES_LIMIT: sessions from a file
         self._external = any(map(is_external, iter_tensors(model.proto)))
         self.source_path = _unchanged_source(model, self._external)
         self.output_names = [o.name for o in model.proto.graph.output]
@@ -251,24 +275,33 @@ class Staged:
             if self._in_memory():
                 self._path = self.workspace.fresh_path(self.label)
                 self._path.write_bytes(self._serialized())
-            else:
+            elif self._path is None:  # not written by _in_memory (a heavy model) either
                 self._path = save(self.model, self.workspace.fresh_path(self.label),
                                   check=Check.OFF, durable=False)
         return self._path
 
     def _in_memory(self) -> bool:
-        """Whether sessions load this model from bytes (no external data, under 2 GB)."""
-        if self._external:
+        """Whether sessions load this model from bytes (no external data, at most
+        :data:`SESSION_BYTES_LIMIT`). A heavier model without external data is written to its
+        staged file once here, its bytes not kept."""
+        if self._external or self._heavy:
             return False
         if self._bytes is None:
             try:
-                self._bytes = self.model.proto.SerializeToString()
+                data = self.model.proto.SerializeToString()
             except ValueError:  # over protobuf's limit: staged on disk, weights external
                 self._external = True
                 return False
-        if len(self._bytes) > EXTERNAL_THRESHOLD:
-            self._external, self._bytes = True, None
-        return not self._external
+            if len(data) > EXTERNAL_THRESHOLD:
+                self._external = True
+                return False
+            if len(data) > SESSION_BYTES_LIMIT:
+                self._heavy = True
+                self._path = self.workspace.fresh_path(self.label)
+                self._path.write_bytes(data)
+                return False
+            self._bytes = data
+        return True
 
     def _serialized(self) -> bytes:
         """The bytes sessions and variants start from: the model's own (in memory), or the
@@ -323,11 +356,16 @@ class Staged:
             read_as[name] = name
         if not graph.output and not graph.node:
             return self.base(), read_as
-        data = self._serialized() + extra.SerializeToString(deterministic=True)
+        added = extra.SerializeToString(deterministic=True)
         if self._in_memory() and self.limits is None:
-            return data, read_as
+            return self._serialized() + added, read_as
         path = self.workspace.fresh_path(f"{self.label}-variant")
-        path.write_bytes(data)
+        if self._heavy:  # the staged file copied by the kernel, never read into memory
+            shutil.copyfile(self.path, path)
+            with open(path, "ab") as f:
+                f.write(added)
+        else:
+            path.write_bytes(self._serialized() + added)
         return path, read_as
 
     def _open(self, wanted: list[str]) -> Runner | IsolatedRunner:

@@ -1,0 +1,424 @@
+"""``fold``: replace every subgraph whose inputs are all constants by its value.
+
+Constants are initializers (that are not graph inputs: an input with a default may be fed),
+``Constant`` nodes, and ``Shape``/``Size`` of a tensor whose shape is statically known. A node
+folds when every input it reads is a constant, its op is a deterministic standard-domain op
+(never ``RandomNormal*``, ``RandomUniform*``, ``Multinomial``, ``Bernoulli``, a ``Dropout`` that
+may train, sequence/optional ops or a node holding a body), and it is not the producer of a graph
+output. All foldable nodes of one graph are evaluated together: one model whose outputs are
+every foldable tensor, run once (the evaluator is the caller's: the CLI passes onnxruntime's from
+:mod:`onnxsurgeon.verify.folding`; the default is onnx's reference evaluator, since the core
+never runs onnxruntime). A folded value over ``max_bytes`` stays computed (its producer is kept
+and what it reads is folded instead). Bodies of If/Loop/Scan fold the same way over their own
+constants. Folded values become initializers (an external-data model's save writes the big ones
+to its data file); the folded nodes and the initializers nothing reads any more are removed.
+Then, on the folded graph (its shapes static now), a node that passes an input through unchanged
+(``x + 0``, ``x - 0``, ``x * 1``, ``x / 1`` with a constant that broadcasts ``x`` to no other
+shape or type) is removed, its readers reading ``x``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..edit import Edit
+from ..errors import UsageError
+from ..external import read_tensor
+from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
+from ..io import Model, as_model, indexed
+from ..record import FoldRecord, add_rewrite
+
+DEFAULT_MAX_BYTES = 1 << 20
+"""A folded value larger than this (1 MiB) stays computed."""
+
+RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                        "Multinomial", "Bernoulli"})
+"""Ops whose value is random."""
+
+NEVER_FOLDED = RANDOM_OPS | frozenset({
+    "If", "Loop", "Scan", "Optional", "OptionalGetElement", "OptionalHasElement",
+    "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceAt",
+    "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence",
+})
+"""Ops whose value is random, not a tensor, or holds a body: never folded."""
+
+Runner = Callable[[Sequence[str]], Mapping[str, np.ndarray]]
+"""Values of the named outputs of the model an :data:`Evaluator` was given."""
+Evaluator = Callable[[onnx.ModelProto], Runner]
+"""A model with no inputs -> a runner of its outputs (one session, run as often as asked)."""
+
+
+def reference_evaluator(model: onnx.ModelProto) -> Runner:
+    """The onnx reference evaluator on ``model`` (no inputs): the default :data:`Evaluator`."""
+    from onnx.reference import ReferenceEvaluator
+
+    ev = ReferenceEvaluator(model)
+
+    def run(names: Sequence[str]) -> Mapping[str, np.ndarray]:
+        values = ev.run(list(names), {})
+        return dict(zip(names, values, strict=True))
+
+    return run
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """What ``fold`` did.
+
+    Attributes:
+        folded: main-graph tensors that are initializers now, in graph order.
+        removed: labels of the main-graph nodes removed (folded, or passing an input through).
+        kept: foldable main-graph tensors left computed (value over ``max_bytes``).
+        body_folded: tensors folded inside nested bodies.
+        max_bytes: the limit used.
+    """
+
+    folded: tuple[str, ...]
+    removed: tuple[str, ...]
+    kept: tuple[str, ...]
+    body_folded: tuple[str, ...]
+    max_bytes: int
+
+    def record(self) -> FoldRecord:
+        """The rewrite record of this fold."""
+        return FoldRecord(folded=self.folded, removed=self.removed, kept=self.kept,
+                          body_folded=self.body_folded, max_bytes=self.max_bytes)
+
+
+@dataclass
+class _Plan:
+    graph: onnx.GraphProto
+    folded: list[str]  # tensors that become initializers
+    values: dict[str, onnx.TensorProto]
+    removed: list[int]  # node positions
+    dead_inits: set[str]
+    kept: list[str]
+
+
+def _tensors_of(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for t in graph.initializer}
+
+
+def _foldable_op(node: onnx.NodeProto, constant: set[str]) -> bool:
+    if not all(not i or i in constant for i in node.input):  # the cheap test first
+        return False
+    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLDED:
+        return False
+    if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+        return False  # training_mode given: may be random
+    return not has_subgraphs(node)
+
+
+def _static_shape(shape: Sequence[int | str | None] | None) -> list[int] | None:
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return None
+    return [int(d) for d in shape]  # type: ignore[arg-type]
+
+
+def _shape_value(node: onnx.NodeProto, dims: list[int]) -> np.ndarray:
+    if node.op_type == "Size":
+        return np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)
+    start, end = 0, len(dims)
+    for a in node.attribute:
+        if a.name == "start":
+            start = int(a.i)
+        elif a.name == "end":
+            end = int(a.i)
+    return np.array(dims[slice(start, end)], dtype=np.int64)
+
+
+def _outer_reads(graph: onnx.GraphProto) -> set[str]:
+    """Names read by nodes of the bodies held in ``graph``'s nodes (any depth)."""
+    found: set[str] = set()
+    for node in graph.node:
+        for body in subgraphs(node):
+            for g in iter_graphs(body):
+                for n in g.node:
+                    found.update(i for i in n.input if i)
+    return found
+
+
+def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
+                shapes: Mapping[str, list[int]] | None, max_bytes: int,
+                evaluate: Evaluator, opsets: Sequence[onnx.OperatorSetIdProto],
+                ir_version: int) -> _Plan | None:
+    """The fold of one graph (its own constants), or None when nothing folds. O(nodes)."""
+    inits = _tensors_of(graph)
+    constant = {n for n in inits if n not in inputs}
+    fold: list[int] = []
+    known: dict[str, np.ndarray] = {}  # Shape/Size of static shapes
+    for i, node in enumerate(graph.node):
+        if node.op_type in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
+                and node.input and node.input[0] not in constant:
+            dims = shapes.get(node.input[0])
+            if dims is not None:
+                known[node.output[0]] = _shape_value(node, dims)
+                constant.add(node.output[0])
+                fold.append(i)
+                continue
+        if node.op_type == "Constant" and not node.input:
+            if any(a.name == "sparse_value" for a in node.attribute):
+                continue
+            fold.append(i)
+            constant.update(o for o in node.output if o)
+            continue
+        if node.input and _foldable_op(node, constant):
+            fold.append(i)
+            constant.update(o for o in node.output if o)
+    if not fold:
+        return None
+    in_fold = set(fold)
+    producer = {o: i for i in fold for o in graph.node[i].output if o}
+    outputs = {o.name for o in graph.output}
+    reads: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.node):
+        for name in node.input:
+            if name:
+                reads.setdefault(name, []).append(i)
+    captured = _outer_reads(graph)
+    # a graph output's producer stays computed (a graph output named by an initializer is not
+    # allowed everywhere): push it out of the fold first
+    in_fold.difference_update(producer[o] for o in outputs if o in producer)
+    fold = [i for i in fold if i in in_fold]
+    if not fold:
+        return None
+
+    def needed(name: str) -> bool:
+        return any(j not in in_fold for j in reads.get(name, ())) or name in captured
+
+    model = _fold_model(graph, fold, inits, known, base_dir, opsets, ir_version)
+    run = evaluate(model)
+    values: dict[str, onnx.TensorProto] = {}
+    kept: list[str] = []
+    want = [o for i in fold for o in graph.node[i].output if o and needed(o)]
+    while want:
+        got = run([w for w in want if w not in known]) if any(w not in known for w in want) else {}
+        more: list[str] = []
+        for name in want:
+            value = known[name] if name in known else np.asarray(got[name])
+            i = producer[name]
+            if i not in in_fold:
+                continue
+            if value.nbytes > max_bytes:
+                in_fold.discard(i)
+                kept.append(name)
+                more.extend(n for n in graph.node[i].input if n in producer
+                            and producer[n] in in_fold and n not in values)
+                for o in graph.node[i].output:
+                    values.pop(o, None)
+                continue
+            values[name] = numpy_helper.from_array(value, name)
+        want = list(dict.fromkeys(more))
+    fold = [i for i in fold if i in in_fold]
+    if not fold:
+        return None
+    folded = [o for i in fold for o in graph.node[i].output if o in values]
+    still_read = {n for j, node in enumerate(graph.node) if j not in in_fold for n in node.input}
+    still_read |= captured | outputs
+    dead = {n for i in fold for n in graph.node[i].input
+            if n in inits and n not in still_read and n not in inputs}
+    return _Plan(graph, folded, values, fold, dead, kept)
+
+
+def _fold_model(graph: onnx.GraphProto, fold: Sequence[int], inits: Mapping[str, onnx.TensorProto],
+                known: Mapping[str, np.ndarray], base_dir: object,
+                opsets: Sequence[onnx.OperatorSetIdProto], ir_version: int) -> onnx.ModelProto:
+    """A model without inputs computing every tensor of the folded nodes."""
+    nodes = [graph.node[i] for i in fold if graph.node[i].output[0] not in known]
+    read = {n for node in nodes for n in node.input if n}
+    tensors = []
+    for name in sorted(read & set(inits)):
+        t = inits[name]
+        tensors.append(numpy_helper.from_array(read_tensor(t, base_dir), name)  # type: ignore[arg-type]
+                       if t.data_location == onnx.TensorProto.EXTERNAL else t)
+    tensors += [numpy_helper.from_array(v, n) for n, v in known.items() if n in read]
+    outs = [onnx.ValueInfoProto(name=o) for node in nodes for o in node.output if o]
+    g = onnx.helper.make_graph(nodes, "fold", [], outs, tensors)
+    return onnx.helper.make_model(g, opset_imports=list(opsets), ir_version=ir_version)
+
+
+_NEUTRAL = {"Add": (0.0, (0, 1)), "Sub": (0.0, (1,)), "Mul": (1.0, (0, 1)),
+            "Div": (1.0, (1,))}
+"""Op -> (the constant that makes it pass its other input through, the slots it may be in)."""
+
+
+def _neutral_constants(graph: onnx.GraphProto, inputs: set[str]) -> dict[str, float]:
+    """Small inline initializers (not graph inputs) all of whose elements are 0 or 1 -> that
+    value. O(initializers); reads only tensors of at most 64 KiB."""
+    found: dict[str, float] = {}
+    for t in graph.initializer:
+        if t.name in inputs or t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        if t.ByteSize() > 1 << 16:
+            continue
+        c = numpy_helper.to_array(t)
+        if c.dtype.kind not in "fiu" or not c.size:
+            continue
+        for value in (0.0, 1.0):
+            if np.all(c == value):
+                found[t.name] = value
+    return found
+
+
+def _neutral_nodes(index: GraphIndex, neutral: Mapping[str, float]) -> dict[int, str]:
+    """Main-graph nodes that pass one input through unchanged (``x + 0``, ``x - 0``, ``x * 1``,
+    ``x / 1`` with a constant of zeros or ones that does not broadcast ``x`` to another shape or
+    type), each -> the input its readers read instead. Graph outputs' producers stay. Shapes come
+    from the type oracle, asked only when such a constant exists. O(nodes)."""
+    graph = index.graph
+    inits = {t.name: t for t in graph.initializer if t.name in neutral}
+    outputs = {o.name for o in graph.output}
+    found: dict[int, str] = {}
+    through: dict[str, str] = {}
+    oracle = None
+    for i, node in enumerate(graph.node):
+        rule = _NEUTRAL.get(node.op_type)
+        if rule is None or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        if node.output[0] in outputs:
+            continue
+        value, slots = rule
+        for slot in slots:
+            c_name, x_name = node.input[slot], node.input[1 - slot]
+            tensor = inits.get(c_name)
+            if tensor is None or neutral[c_name] != value or x_name in inits or not x_name:
+                continue
+            c_shape = tuple(tensor.dims)
+            if oracle is None:
+                from ..types import TypeOracle
+
+                oracle = TypeOracle(index)
+            shape = _static_shape(oracle.shape(x_name))
+            if shape is None or oracle.elem_type(x_name) != tensor.data_type:
+                continue
+            if len(c_shape) > len(shape) or any(d not in (1, x) for d, x in
+                                                zip(c_shape[::-1], shape[::-1], strict=False)):
+                continue
+            found[i] = through.get(x_name, x_name)  # a chain of them passes the first input
+            through[node.output[0]] = found[i]
+            break
+    return found
+
+
+def _still_read(graph: onnx.GraphProto, gone: set[int]) -> set[str]:
+    """Names read by the nodes that stay, the bodies they hold and the graph outputs."""
+    read = {o.name for o in graph.output}
+    for j, node in enumerate(graph.node):
+        if j in gone:
+            continue
+        read.update(n for n in node.input if n)
+        for body in subgraphs(node):
+            for g in iter_graphs(body):
+                for n in g.node:
+                    read.update(x for x in n.input if x)
+    return read
+
+
+def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
+    """Static shapes of the main graph's tensors read by a Shape/Size node, or None when no such
+    node reads a computed tensor (shape inference runs only then)."""
+    wanted = {node.input[0] for node in index.graph.node
+              if node.op_type in ("Shape", "Size") and node.input and node.input[0]}
+    if not wanted:
+        return None
+    from ..types import TypeOracle
+
+    oracle = TypeOracle(index)
+    found: dict[str, list[int]] = {}
+    for name in sorted(wanted):
+        dims = _static_shape(oracle.shape(name))
+        if dims is not None:
+            found[name] = dims
+    return found
+
+
+def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTES,
+         evaluate: Evaluator | None = None) -> FoldResult:
+    """Replace every subgraph whose inputs are all constants by its value. Mutates model.
+
+    See the module docstring for what folds. ``evaluate`` computes the folded values (default
+    :func:`reference_evaluator`; the CLI passes onnxruntime's,
+    :func:`onnxsurgeon.verify.folding.ort_evaluator`).
+
+    Before:  x -> Shape -> Gather(0) -> Unsqueeze -> Concat([., -1]) -> Reshape(y, .) -> out
+    After (x static 2x8):  Reshape(y, <initializer [2, -1]>) -> out
+
+    O(nodes) plus the evaluation of what folds (one session per graph that folds).
+
+    Raises:
+        UsageError: ``max_bytes`` negative. (A model with nothing to fold is left as it is,
+            with an empty record: folding is idempotent.)
+    """
+    if not isinstance(max_bytes, int) or max_bytes < 0:
+        raise UsageError(f"max_bytes {max_bytes!r} is not a size in bytes >= 0; give e.g. 1048576")
+    m = as_model(model)
+    proto = m.proto
+    index = indexed(m)
+    run = evaluate or reference_evaluator
+    opsets = list(proto.opset_import)
+    inputs = {i.name for i in proto.graph.input}
+    main = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
+                       shapes=_static_shapes(m, index), max_bytes=max_bytes, evaluate=run,
+                       opsets=opsets, ir_version=proto.ir_version)
+    bodies: list[_Plan] = []
+    for i in index.body_holders:
+        for body in subgraphs(proto.graph.node[i]):
+            for g in iter_graphs(body):
+                plan = _plan_graph(g, inputs={x.name for x in g.input}, base_dir=m.base_dir,
+                                   shapes=None, max_bytes=max_bytes, evaluate=run, opsets=opsets,
+                                   ir_version=proto.ir_version)
+                if plan is not None:
+                    bodies.append(plan)
+    gone = set(main.removed) if main is not None else set()
+    removed_labels = tuple(node_label(proto.graph.node[i], i) for i in sorted(gone))
+    folded = list(main.folded) if main is not None else []
+    read = _still_read(proto.graph, gone) if gone else set()
+    dead = [k for k, t in enumerate(proto.graph.initializer)
+            if t.name not in read and t.name not in inputs] if gone else []
+    # ------------------------------------------------------------------ mutate (all planned)
+    e = Edit(index)
+    if dead:
+        drop = set(dead)
+        e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
+    if main is not None:
+        e.add_initializers([main.values[n] for n in folded], made=True)
+    if gone:
+        e.remove_nodes(gone)
+    for plan in bodies:
+        e.fold_body(plan.graph, plan.removed, [plan.values[n] for n in plan.folded],
+                    plan.dead_inits)
+    e.hand_on(m)
+    # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
+    neutral = _neutral_constants(proto.graph, inputs)
+    index = indexed(m) if neutral else index
+    nops = _neutral_nodes(index, neutral) if neutral else {}
+    if nops:
+        removed_labels += tuple(index.node_label(i) for i in sorted(nops))
+        read = _still_read(proto.graph, set(nops)) | set(nops.values())
+        dead = [k for k, t in enumerate(proto.graph.initializer)
+                if t.name not in read and t.name not in inputs]
+        folded = [n for n in folded if n in read]
+        e = Edit(index)
+        for i, source in sorted(nops.items()):
+            e.rewire(index.uses_of(proto.graph.node[i].output[0]), source)
+        if dead:
+            drop = set(dead)
+            e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
+        e.remove_nodes(set(nops))
+        e.hand_on(m)
+    result = FoldResult(
+        folded=tuple(folded), removed=removed_labels,
+        kept=tuple(main.kept) if main else (),
+        body_folded=tuple(n for p in bodies for n in p.folded), max_bytes=max_bytes)
+    add_rewrite(proto, result.record())
+    return result
+
+
+def fold_names(result: FoldResult) -> Iterable[str]:
+    """Every tensor the fold made a constant (main graph, then bodies)."""
+    return (*result.folded, *result.body_folded)

@@ -1,0 +1,236 @@
+"""The rewrite invariant of ``precision``: the converted model's outputs equal the float32
+original's within the precision budget (:func:`~.accumulate.precision_budget`; ``--verify-rtol``
+/ ``--verify-atol`` replace it), never exactly. Inputs the conversion turned to float16 are fed
+the same samples rounded to float16.
+
+:func:`auto_block` finds the nodes to keep in float32: where, layer by layer, the error of the
+converted model is born (local) rather than inherited, or a value overflows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from ..errors import UsageError
+from ..index import GraphIndex
+from ..io import Model, snapshot
+from ..record import PrecisionRecord
+from ..surgery.precision import FP16_MAX, PrecisionResult
+from .accumulate import precision_budget
+from .compare import make_samples
+from .inputs import InputsLike, Range
+from .invariant import Check, Context, dtype_of, rewrite_check, run_all
+from .locate import Side
+from .run import Staged, Workspace
+
+
+@rewrite_check(PrecisionRecord)
+def _check_precision(ctx: Context, record: PrecisionRecord, check: Check) -> None:
+    orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
+    if not record.keep_io_types and record.to == "bf16":
+        raise UsageError("a bfloat16 model with bfloat16 inputs cannot be fed from numpy; "
+                         "convert with --keep-io-types to verify it")
+    if record.keep_io_types:
+        new_feeds = feeds
+    else:
+        new_feeds = [{k: v.astype(np.float16) if v.dtype == np.float32 else v
+                      for k, v in f.items()} for f in feeds]
+    names = list(orig.output_names)
+    orig_vals = run_all(orig, feeds, names)
+    raw = run_all(new, new_feeds, names)
+    new_vals = [{k: (v.astype(np.float32) if getattr(v, "dtype", None) == np.float16 else v)
+                 for k, v in r.items()} for r in raw]
+    check.rtol, check.atol = precision_budget(record.to, check.rtol, check.atol)
+    check.notes.append(f"{record.to} outputs compared within rtol={check.rtol:g}, "
+                       f"atol={check.atol:g} (the precision budget)")
+
+    def sides(k: int) -> tuple[Side, Side]:
+        return Side(orig, feeds[k]), Side(new, new_feeds[k])
+
+    for n in names:
+        check.compare("precision", n, n, orig_vals, new_vals, dtype=dtype_of(orig, n),
+                      exact=False, sides=sides)
+
+
+AUTO_ROUNDS = 8
+"""Most conversion rounds ``auto_block`` runs before it gives up on the budget."""
+
+
+@dataclass(frozen=True)
+class AutoBlock:
+    """What ``auto_block`` found.
+
+    Attributes:
+        result: the conversion of the model (its ``kept`` names every node kept, with why).
+        rounds: conversions tried (the last one is the model's).
+        met: the graph outputs meet the budget on the inputs.
+        worst: graph output -> its largest error as a multiple of the budget (<= 1 meets it).
+        rtol, atol: the budget.
+    """
+
+    result: PrecisionResult
+    rounds: int
+    met: bool
+    worst: dict[str, float]
+    rtol: float
+    atol: float
+
+
+def _excess(ref: np.ndarray, cand: np.ndarray, rtol: float, atol: float) -> float:
+    """The largest |cand - ref| / (atol + rtol*|ref|); inf where cand is not finite and ref is."""
+    r = np.asarray(ref, dtype=np.float64)
+    c = np.asarray(cand).astype(np.float64)
+    if r.shape != c.shape:
+        return float("inf")
+    if r.size == 0:
+        return 0.0
+    bad = ~np.isfinite(c) & np.isfinite(r)
+    if bad.any():
+        return float("inf")
+    ok = np.isfinite(r)
+    if not ok.any():
+        return 0.0
+    return float(np.max(np.abs(c[ok] - r[ok]) / (atol + rtol * np.abs(r[ok]))))
+
+
+def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False,
+               block: Sequence[str] = (), inputs: InputsLike | None = None,
+               ranges: Mapping[str, Range] | None = None, seed: int = 0,
+               dims: Mapping[str, int] | None = None, samples: int | None = None,
+               rtol: float | None = None, atol: float | None = None,
+               rounds: int = AUTO_ROUNDS) -> AutoBlock:
+    """Convert ``model`` (:func:`~onnxsurgeon.surgery.precision`), keeping float32 the nodes
+    where the error starts. Mutates model.
+
+    Each round converts a copy of the float32 model and runs both on the samples, every
+    main-graph float tensor exposed; a converted node whose output exceeds the budget (or turns
+    inf/NaN) while each computed float input of it is within the budget has a *local* error (the
+    error is born there, not inherited) and stays float32 in the next round. A low-type tensor
+    that overflows is kept float32 even when the outputs meet the budget (onnxruntime's CPU
+    provider computes many float16 ops in float32; a device computing in float16 would not).
+    Rounds repeat until the graph outputs meet the budget and nothing overflows, nothing new is
+    found, or ``rounds`` ran. The model gets
+    the last conversion, its record naming each auto-kept node and why.
+
+    Cost: per round one conversion and one run of each model with all float tensors exposed
+    (memory: every float activation of one sample per model).
+
+    Raises:
+        UsageError: unusable inputs or options (as :func:`~onnxsurgeon.verify.compare`).
+    """
+    from ..surgery.precision import precision
+
+    b_rtol, b_atol = precision_budget(to, rtol, atol)
+    original = snapshot(model)
+    keep: dict[str, str] = {}
+    tried: dict[str, str] = {}
+    met, worst, done = False, {}, 0
+    with Workspace() as ws:
+        ref = Staged(original, ws, "float32")
+        feeds = make_samples([ref], inputs=inputs, seed=seed, dims=dims, samples=samples,
+                             ranges=ranges).samples
+        index = ref.index
+        floats = [o for node in index.graph.node for o in node.output
+                  if o and ref.is_tensor(o) and ref.elem_type(o) == onnx.TensorProto.FLOAT]
+        outputs = list(ref.output_names)
+        ref_vals = run_all(ref, feeds, [*floats, *outputs])
+        if to == "fp16":
+            keep.update(_out_of_range(index, ref_vals, floats))
+        for done in range(1, rounds + 1):  # noqa: B007 - the count is reported
+            trial = snapshot(original)
+            tried = dict(keep)  # what the model gets: the conversion measured last
+            res = precision(trial, to=to, keep_io_types=True, block=block, keep=tried)
+            cand = Staged(trial, ws, f"round{done}")
+            names = [n for n in dict.fromkeys([*floats, *outputs]) if cand.is_tensor(n)]
+            cand_vals = run_all(cand, feeds, names)
+            excess = {n: max(_excess(r[n], c[n], b_rtol, b_atol)
+                             for r, c in zip(ref_vals, cand_vals, strict=True))
+                      for n in names}
+            worst = {n: excess.get(n, float("inf")) for n in outputs}
+            met = all(v <= 1.0 for v in worst.values())
+            found = _local_errors(index, excess, res.kept, keep, overflow_only=met)
+            if not found:
+                break
+            keep.update(found)
+    result = precision(model, to=to, keep_io_types=keep_io_types, block=block, keep=tried)
+    return AutoBlock(result, done, met, worst, b_rtol, b_atol)
+
+
+def _local_errors(index: GraphIndex, excess: Mapping[str, float], kept: Mapping[str, str],
+                  keep: Mapping[str, str], *, overflow_only: bool) -> dict[str, str]:
+    """Main-graph node label -> why it should stay float32: its output's error exceeds the
+    budget (``overflow_only``: is inf/NaN) while its computed inputs are within it.
+    O(nodes + edges)."""
+    found: dict[str, str] = {}
+    for i, node in enumerate(index.graph.node):
+        label = index.node_label(i)
+        if label in keep and not overflow_only:
+            found.update(_rounding_sources(index, i, excess, kept, keep))
+        if label in kept or label in keep:
+            continue
+        outs = [excess[o] for o in node.output if o in excess]
+        if not outs:
+            continue
+        worst = max(outs)
+        ins = [excess[n] for n in node.input if n in excess]
+        if worst == float("inf"):
+            inherited = any(v == float("inf") for v in ins)
+        elif overflow_only or worst <= 1.0:
+            continue
+        else:
+            inherited = any(v > 1.0 for v in ins)
+        if inherited:
+            continue
+        found[label] = ("auto-block: overflow (inf/NaN in the low type)" if worst == float("inf")
+                            else f"auto-block: local error {worst:.3g}x the budget")
+    return found
+
+
+def _rounding_sources(index: GraphIndex, i: int, excess: Mapping[str, float],
+                      kept: Mapping[str, str], keep: Mapping[str, str]) -> dict[str, str]:
+    """A node kept in float32 whose output still exceeds the budget while its inputs are
+    within it suffers from the rounding of its low-type inputs: their converted producers stay
+    float32 too."""
+    node, label = index.graph.node[i], index.node_label(i)
+    outs = [excess[o] for o in node.output if o in excess]
+    ins = [excess[n] for n in node.input if n in excess]
+    if not outs or max(outs) <= 1.0 or (ins and max(ins) > 1.0):
+        return {}
+    found: dict[str, str] = {}
+    for n in node.input:
+        j = index.producer.get(n)
+        if j is None:
+            continue
+        src = index.node_label(j)
+        if src not in keep and src not in kept:
+            found[src] = (f"auto-block: its float16 rounding of '{n}' makes '{label}' "
+                          f"(kept) err {max(outs):.3g}x the budget")
+    return found
+
+
+def _out_of_range(index: GraphIndex, values: Sequence[Mapping[str, np.ndarray]],
+                  floats: Sequence[str]) -> dict[str, str]:
+    """Main-graph node label -> why it stays float32: a float tensor it makes or reads reaches
+    beyond float16's range (65504) in the float32 model, so it would overflow whichever runtime
+    computes it in float16. O(nodes + elements of the float tensors)."""
+    peak: dict[str, float] = {}
+    for n in floats:
+        finite = [np.abs(v[n][np.isfinite(v[n])]) for v in values if n in v]
+        peak[n] = max((float(f.max()) for f in finite if f.size), default=0.0)
+    over = {n for n, p in peak.items() if p > FP16_MAX}
+    found: dict[str, str] = {}
+    for i, node in enumerate(index.graph.node):
+        label = index.node_label(i)
+        made = [o for o in node.output if o in over]
+        read = [n for n in node.input if n in over]
+        if made:
+            found[label] = (f"auto-block: overflow: '{made[0]}' reaches {peak[made[0]]:.3g}, "
+                                f"beyond float16's {FP16_MAX:g}")
+        elif read:
+            found[label] = (f"auto-block: overflow: it reads '{read[0]}', which reaches "
+                                f"{peak[read[0]]:.3g}, beyond float16's {FP16_MAX:g}")
+    return found

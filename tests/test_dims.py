@@ -1,0 +1,145 @@
+"""``dims`` (issue 30): input shapes or the batch set and propagated to outputs and value_info;
+Reshape/Expand constants that hard-code the old batch follow the input (0 / 1 where provably the
+same), the rest refused naming the node; --verify runs two batch sizes against the original
+sample by sample; the record replays."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsurgeon import load
+from onnxsurgeon.record import DimsRecord
+from onnxsurgeon.surgery import dims
+from onnxsurgeon.surgery.dims import parse_shape
+from onnxsurgeon.types import shape_of
+from onnxsurgeon.verify.log import replay
+
+from .cli_helpers import cli_main
+
+
+def refused_in_process(capsys, args, needle, *, src, out):
+    """``cli.main(args)`` exits 2 with one stderr line containing ``needle``; nothing written,
+    the input unchanged (the in-process twin of ``assert_refused``)."""
+    before = src.read_bytes()
+    code, _, err = cli_main(capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and needle in lines[0], err
+    assert not out.exists() and src.read_bytes() == before
+
+
+def _i64(name: str, values: list[int]) -> TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def hard_coded(*, transpose: bool = False) -> onnx.ModelProto:
+    """x[1,4,4] -> Relu -> Reshape([1,4,4]) -> Reshape([1,16]) -> Expand([1,16]) -> y, with a
+    value_info entry of the old batch; ``transpose`` puts the batch on axis 1 before the
+    second Reshape (unprovable)."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "s1"], ["t"], name="reshape1")]
+    if transpose:
+        nodes.append(helper.make_node("Transpose", ["t"], ["tt"], name="tr", perm=[1, 0, 2]))
+        nodes.append(helper.make_node("Reshape", ["tt", "s2"], ["u"], name="reshape2"))
+    else:
+        nodes.append(helper.make_node("Reshape", ["t", "s2"], ["u"], name="reshape2"))
+    nodes.append(helper.make_node("Expand", ["u", "s2"], ["y"], name="expand"))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [1, 4, 4])],
+        [helper.make_tensor_value_info("y", f, [1, 16])], [_i64("s1", [1, 4, 4]), _i64("s2", [1, 16])],
+        value_info=[helper.make_tensor_value_info("r", f, [1, 4, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("text, dims_", [
+    ("1x3x224x224", [1, 3, 224, 224]), ("batch x3x224x224", ["batch", 3, 224, 224]),
+    ("batch,3,224,224", ["batch", 3, 224, 224]), ("Nx3", ["N", 3]), ("?x3", [None, 3]),
+])
+def test_shapes_read_as_written(text, dims_):
+    assert parse_shape(text) == dims_
+
+
+@pytest.mark.parametrize("batch, first", [("dynamic", "batch"), ("4", 4)])
+def test_dims_makes_hard_coded_reshapes_follow_the_batch_and_verify_proves_it(
+        tmp_path, capsys, batch, first):
+    src = tmp_path / "m.onnx"
+    onnx.save(hard_coded(), src)
+    out = tmp_path / "o.onnx"
+    code, stdout, err = cli_main(capsys, "dims", src, "-o", out, "--batch", batch, "--verify",
+                                 "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass"
+    checks = {p["check"] for p in doc["verify"]["pairs"]}
+    assert checks == ({"dims:batch 1", "dims:batch 3"} if first == "batch" else {"dims:batch 4"})
+    assert set(doc["rewritten"]) == {"reshape1", "reshape2", "expand"}
+    m = onnx.load(out)
+    g = m.graph
+    assert shape_of(g.input[0]) == [first, 4, 4] and shape_of(g.output[0]) == [first, 16]
+    assert {vi.name: shape_of(vi) for vi in g.value_info}["r"] == [first, 4, 4]
+    consts = {t.name: numpy_helper.to_array(t).tolist() for t in g.initializer}
+    reads = {n.name: consts.get(n.input[1]) for n in g.node if len(n.input) > 1}
+    assert reads == {"reshape1": [0, 4, 4], "reshape2": [0, 16], "expand": [1, 16]}
+
+
+def test_dims_refuses_a_reshape_whose_input_does_not_carry_the_batch(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(hard_coded(transpose=True), src)
+    out = tmp_path / "o.onnx"
+    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "dynamic"],
+                       "node 'reshape2' (Reshape) reads a constant starting with the old batch 1",
+                       src=src, out=out)
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "nothing to change"),
+    (["--input", "X=2x4x4"], "did you mean 'x'"),
+    (["--input", "x=2x4"], "has rank 3"),
+    (["--input", "x=2*4*4"], "does not read"),
+    (["--batch", "0"], "not a size"),
+])
+def test_dims_bad_input_is_one_line_exit_2(tmp_path, capsys, args, needle):
+    src = tmp_path / "m.onnx"
+    onnx.save(hard_coded(), src)
+    out = tmp_path / "o.onnx"
+    refused_in_process(capsys, ["dims", src, "-o", out, *args], needle, src=src, out=out)
+
+
+def test_the_dims_record_replays(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(hard_coded(), src)
+    m = load(src)
+    result = dims(m, inputs={"x": "Nx4x4"})
+    again = load(src)
+    replay(again, DimsRecord.from_json(result.record().to_json()))
+    assert again.proto.graph == m.proto.graph
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_dims_on_a_torch_export_with_a_constant_reshape(torch_shape_export, tmp_path, capsys):
+    folded = tmp_path / "folded.onnx"
+    assert cli_main(capsys, "fold", torch_shape_export, "-o", folded)[0] == 0
+    out = tmp_path / "dyn.onnx"
+    code, stdout, err = cli_main(capsys, "dims", folded, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass" and len(doc["rewritten"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_dims_on_a_keras_model_with_a_hard_coded_batch(keras_fixed_batch, tmp_path, capsys):
+    out = tmp_path / "dyn.onnx"
+    code, stdout, err = cli_main(capsys, "dims", keras_fixed_batch, "-o", out, "--batch",
+                                 "dynamic", "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass" and doc["rewritten"], doc["rewritten"]
+    assert shape_of(onnx.load(out).graph.output[0])[0] == "batch"

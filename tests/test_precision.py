@@ -1,0 +1,317 @@
+"""precision: float16/bfloat16 conversion with Casts only at the float32 boundaries (issue 31)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from onnxsurgeon.surgery import precision
+
+from .cli_helpers import cli_main
+
+
+def _model() -> onnx.ModelProto:
+    """x * w -> + ConstantOfShape(Shape) -> Resize(scales) -> r; Cast(Shape) to float -> sum;
+    an If whose branches scale by a float Constant."""
+    then = helper.make_graph([helper.make_node("Constant", [], ["k1"], value_float=2.0),
+                              helper.make_node("Mul", ["a", "k1"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", T.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", T.FLOAT, None)])
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["a"], name="mul"),
+        helper.make_node("Shape", ["a"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["sf"], to=T.FLOAT, name="castf"),
+        helper.make_node("ConstantOfShape", ["s"], ["z"], name="cos",
+                         value=helper.make_tensor("v", T.FLOAT, [1], [1.5])),
+        helper.make_node("Add", ["a", "z"], ["b"], name="add"),
+        helper.make_node("Resize", ["b", "", "scales"], ["r"], mode="nearest", name="resize"),
+        helper.make_node("ReduceSum", ["sf"], ["y2"], keepdims=0, name="rs"),
+        helper.make_node("If", ["c"], ["y3"], then_branch=then, else_branch=other, name="if"),
+    ]
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 1, 2, 2]),
+         helper.make_tensor_value_info("c", T.BOOL, [])],
+        [helper.make_tensor_value_info("r", T.FLOAT, [1, 1, 4, 4]),
+         helper.make_tensor_value_info("y2", T.FLOAT, []),
+         helper.make_tensor_value_info("y3", T.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor("w", T.FLOAT, [1], [3.0]),
+         helper.make_tensor("scales", T.FLOAT, [4], [1, 1, 2, 2])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _attr(node: onnx.NodeProto, name: str) -> onnx.AttributeProto:
+    return next(a for a in node.attribute if a.name == name)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_fp16_converts_attributes_and_bodies_and_keeps_scales(cond):
+    model = _model()
+    before = model.SerializeToString()
+    ref = onnx.ModelProto.FromString(before)
+    result = precision(model, to="fp16", keep_io_types=True)
+    onnx.checker.check_model(model, full_check=True)
+    by_name = {n.name: n for n in model.graph.node}
+    inits = {t.name: t for t in model.graph.initializer}
+    assert inits["w"].data_type == T.FLOAT16
+    assert inits["scales"].data_type == T.FLOAT  # Resize scales untouched
+    assert by_name["resize"].input[2] == "scales"
+    assert _attr(by_name["castf"], "to").i == T.FLOAT16
+    assert _attr(by_name["cos"], "value").t.data_type == T.FLOAT16
+    then = _attr(by_name["if"], "then_branch").g
+    assert _attr(then.node[0], "value").t.data_type == T.FLOAT16
+    assert then.output[0].type.tensor_type.elem_type == T.FLOAT16
+    # Casts only at the boundary: x in, three outputs out
+    casts = [n for n in model.graph.node if n.op_type == "Cast" and n.name not in ("castf",)]
+    assert len(casts) == 4 and result.kept == {}
+    assert [o.type.tensor_type.elem_type for o in model.graph.output] == [T.FLOAT] * 3
+    feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 1, 2, 2)).astype(np.float32),
+             "c": np.array(cond)}
+    for a, b in zip(_run(ref, feeds), _run(model, feeds), strict=True):
+        assert b.dtype == np.float32
+        np.testing.assert_allclose(b, a, rtol=1e-2, atol=1e-3)
+
+
+def test_fp16_without_keep_io_types_changes_the_graph_io():
+    model = _model()
+    precision(model, to="fp16")
+    assert model.graph.input[0].type.tensor_type.elem_type == T.FLOAT16
+    assert all(o.type.tensor_type.elem_type == T.FLOAT16 for o in model.graph.output)
+    assert not any(n.op_type == "Cast" and n.name != "castf" for n in model.graph.node)
+    out = _run(model, {"x": np.ones((1, 1, 2, 2), np.float16), "c": np.array(True)})
+    assert out[0].dtype == np.float16 and float(out[0].max()) == pytest.approx(4.5)
+
+
+def test_bf16_ops_without_a_cpu_kernel_stay_fp32_and_are_listed():
+    """onnxruntime's CPU provider has no bfloat16 Mul/Add: they stay float32, with the reason."""
+    model = _model()
+    ref = onnx.ModelProto.FromString(model.SerializeToString())
+    result = precision(model, to="bf16", keep_io_types=True)
+    assert "kernel" in result.kept["mul"] and "kernel" in result.kept["add"]
+    by_name = {n.name: n for n in model.graph.node}
+    assert by_name["mul"].input == ["x", "w"]  # no Cast pair around a kept node on fp32 data
+    feeds = {"x": np.full((1, 1, 2, 2), 0.5, np.float32), "c": np.array(True)}
+    for a, b in zip(_run(ref, feeds), _run(model, feeds), strict=True):
+        np.testing.assert_allclose(b, a, rtol=5e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_a_blocked_if_keeps_fp32_bodies_that_read_converted_outer_tensors(cond):
+    model = _model()
+    ref = onnx.ModelProto.FromString(model.SerializeToString())
+    result = precision(model, to="fp16", keep_io_types=True, block=["If"])
+    assert result.kept == {"if": "blocked"}
+    onnx.checker.check_model(model, full_check=True)
+    node = next(n for n in model.graph.node if n.name == "if")
+    then = _attr(node, "then_branch").g
+    assert [n.op_type for n in then.node] == ["Constant", "Cast", "Mul"]
+    assert then.node[1].input == ["a"]  # a is fp16 outside, the body reads it through a Cast
+    assert _attr(then.node[0], "value_float").f == 2.0  # the body stays float32
+    feeds = {"x": np.full((1, 1, 2, 2), 0.25, np.float32), "c": np.array(cond)}
+    for a, b in zip(_run(ref, feeds), _run(model, feeds), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-2, atol=1e-3)
+
+
+def test_block_by_op_and_node_name_keeps_fp32_with_casts_at_the_edges():
+    model = _model()
+    result = precision(model, to="fp16", keep_io_types=True, block=["Resize", "mul"])
+    assert result.kept == {"mul": "blocked", "resize": "blocked"}
+    by_name = {n.name: n for n in model.graph.node}
+    assert by_name["mul"].input[0] == "x"
+    assert {t.name: t.data_type for t in model.graph.initializer}["w"] == T.FLOAT
+    cast_in = by_name["resize"].input[0]
+    assert cast_in != "b" and cast_in.endswith("/fp32")
+
+
+def test_cli_precision_json_is_deterministic_and_refuses_unknown_names(tmp_path, capsys):
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    model = _model()
+    onnx.save(model, src)
+    before = src.read_bytes()
+    code, stdout, _ = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16",
+                               "--keep-io-types", "--block", "Resize", "--json")
+    assert code == 0, stdout
+    payload = json.loads(stdout)
+    assert payload["kept"] == [{"node": "resize", "why": "blocked", "framework": None}]
+    assert src.read_bytes() == before
+    again = tmp_path / "o2.onnx"
+    assert cli_main(capsys, "precision", src, "-o", again, "--to", "fp16", "--keep-io-types",
+                    "--block", "Resize")[0] == 0
+    assert again.read_bytes() == out.read_bytes()  # deterministic
+    code, _, err = cli_main(capsys, "precision", src, "-o", tmp_path / "x.onnx", "--to", "fp16",
+                            "--block", "no_such_node")
+    assert code == 2 and "no_such_node" in err
+
+
+def _overflow_model() -> onnx.ModelProto:
+    """A planted overflow: x in [-100, 100) times 1000 (beyond float16's 65504), then / 1000."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Mul", ["a", "big"], ["b"], name="scale_up"),
+             helper.make_node("Div", ["b", "big"], ["c"], name="scale_down"),
+             helper.make_node("Add", ["c", "x"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4, 8])],
+                          [helper.make_tensor("big", T.FLOAT, [], [1000.0])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_auto_block_finds_the_planted_overflow_and_the_outputs_meet_the_budget():
+    from onnxsurgeon.io import Model
+    from onnxsurgeon.verify.precision import auto_block
+
+    plain = _overflow_model()
+    precision(plain, to="fp16", keep_io_types=True)
+    exposed = onnx.ModelProto.FromString(plain.SerializeToString())
+    exposed.graph.output.append(helper.make_tensor_value_info("b", T.FLOAT16, [4, 8]))
+    x = np.random.default_rng(1).uniform(-100, 100, (4, 8)).astype(np.float32)
+    assert np.isinf(_run(exposed, {"x": x})[1]).any()  # the plain conversion overflows
+
+    model = Model(_overflow_model())
+    auto = auto_block(model, to="fp16", keep_io_types=True, ranges={"*": (-100.0, 100.0)})
+    kept = auto.result.kept
+    assert set(kept) == {"scale_up", "scale_down"} and all("overflow" in w for w in kept.values())
+    assert auto.met
+    by_name = {n.name: n for n in model.proto.graph.node}
+    assert by_name["relu"].input == ["x/fp16"] and by_name["scale_down"].input[0] == "b"
+    ref = _run(_overflow_model(), {"x": x})[0]
+    np.testing.assert_allclose(_run(model.proto, {"x": x})[0], ref, rtol=1e-2, atol=1e-3)
+
+
+def test_cli_auto_block_json_names_kept_nodes_and_verifies(tmp_path, capsys):
+    from onnxsurgeon.schema import validate
+
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_overflow_model(), src)
+    code, stdout, err = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16",
+                                 "--keep-io-types", "--auto-block", "--range=-100,100",
+                                 "--budget", "1e-2,1e-3", "--verify", "--json")
+    assert code == 0, err
+    payload = json.loads(stdout)
+    validate("precision", payload)
+    assert [k["node"] for k in payload["kept"]] == ["scale_up", "scale_down"]
+    assert payload["auto_block"]["met"] and payload["auto_block"]["budget"] == [1e-2, 1e-3]
+    assert payload["verify"]["verdict"] == "pass"
+
+
+def test_auto_block_keeps_where_the_error_is_born_until_the_outputs_meet_the_budget():
+    """The committed TF CNN on inputs in [-10, 10): plain fp16 misses the budget at logits; the
+    rounds keep the nodes with local error (and the producers whose rounding they inherit)."""
+    from pathlib import Path
+
+    from onnxsurgeon import load
+    from onnxsurgeon.verify.precision import auto_block
+
+    seed = Path(__file__).resolve().parent.parent / "models" / "seed_cnn.onnx"
+    auto = auto_block(load(seed), to="fp16", keep_io_types=True, ranges={"*": (-10.0, 10.0)})
+    assert auto.met and auto.rounds > 1
+    whys = auto.result.kept
+    assert whys["network/layer_conv5/Conv2D"].startswith("auto-block: local error")
+    assert any("rounding" in w for w in whys.values())
+    first = auto_block(load(seed), to="fp16", keep_io_types=True, ranges={"*": (-10.0, 10.0)},
+                       rounds=1)
+    assert not first.met and first.worst["logits:0"] > 1.0  # one conversion does not meet it
+
+
+# --------------------------------------------------------------------- converted models
+
+@pytest.fixture(scope="session")
+def bert_onnx(tmp_path_factory):
+    """A transformers BertModel from a tiny config (random weights), dynamo-exported once."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from onnxsurgeon.converters import from_torch
+
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=100, max_position_embeddings=32)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("bert16") / "bert.onnx"
+    from_torch(transformers.BertModel(cfg).eval(), (torch.randint(0, 100, (1, 8)),), path,
+               exporter="dynamo", input_names=["input_ids"])
+    return path
+
+
+def _agree(path, feeds, to: str, **options):
+    from onnxsurgeon import load
+    from onnxsurgeon.verify.accumulate import precision_budget
+
+    model = load(path)
+    result = precision(model, to=to, keep_io_types=True, **options)
+    ref, new = _run(load(path).proto, feeds), _run(model.proto, feeds)
+    rtol, atol = precision_budget(to)
+    for a, b in zip(ref, new, strict=True):
+        assert b.dtype == a.dtype
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
+    return model, result
+
+
+@pytest.mark.parametrize("name, shape, block, framework", [
+    ("torch_cnn.onnx", (2, 3, 8, 8), "Gemm", {"node_linear": "fc"}),
+    ("keras_cnn.onnx", (2, 8, 8, 3), "MatMul", {}),
+], ids=["torch", "keras"])
+def test_converted_cnn_in_fp16_with_kept_io_types_agrees_and_names_what_it_kept(
+        name, shape, block, framework):
+    """The committed CNNs the converters made (PyTorch, Keras): fp16 with the classifier's op
+    blocked agrees within the budget; a kept node is named by its framework name."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "models" / name
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    feed = onnx.load(path).graph.input[0].name
+    model, result = _agree(path, {feed: x}, "fp16", block=[block])
+    assert result.converted > 0 and result.initializers > 0
+    assert set(result.kept.values()) == {"blocked"} and result.framework == framework
+    assert any(t.data_type == T.FLOAT16 for t in model.proto.graph.initializer)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("to", ["fp16", "bf16"])
+def test_bert_with_kept_io_types_agrees_within_budget(bert_onnx, to):
+    ids = np.random.default_rng(0).integers(0, 100, (1, 8)).astype(np.int64)
+    model, result = _agree(bert_onnx, {"input_ids": ids}, to)
+    assert result.converted > 0
+    if to == "bf16":  # onnxruntime's CPU runs few ops in bfloat16: the rest stay and are listed
+        assert any("kernel" in why for why in result.kept.values())
+    onnx.checker.check_model(model.proto)
+
+
+def test_loop_carried_float_and_its_body_are_converted():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Mul", ["acc_in", "w"], ["acc_out"])], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []),
+         helper.make_tensor_value_info("cond_in", T.BOOL, []),
+         helper.make_tensor_value_info("acc_in", T.FLOAT, [2])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []),
+         helper.make_tensor_value_info("acc_out", T.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="loop")], "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2])],
+        [helper.make_tensor("n", T.INT64, [], [3]), helper.make_tensor("w", T.FLOAT, [2], [1.5, 2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    ref = onnx.ModelProto.FromString(model.SerializeToString())
+    result = precision(model, to="fp16", keep_io_types=True)
+    onnx.checker.check_model(model, full_check=True)
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    inner = _attr(loop, "body").g
+    assert inner.input[2].type.tensor_type.elem_type == T.FLOAT16
+    assert inner.output[1].type.tensor_type.elem_type == T.FLOAT16
+    assert {t.name: t.data_type for t in model.graph.initializer} == {"n": T.INT64, "w": T.FLOAT16}
+    assert result.kept == {}
+    x = np.array([0.5, -1.25], np.float32)
+    np.testing.assert_allclose(_run(model, {"x": x})[0], _run(ref, {"x": x})[0], rtol=1e-3)

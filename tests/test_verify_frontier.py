@@ -1,0 +1,183 @@
+"""A pair that cannot show a difference is settled by its nearest informative frontier, and all
+the open pairs of one report by one deep pass (issue 29)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxsurgeon.surgery import insert, rename
+from onnxsurgeon.verify import compare, verify_log
+from onnxsurgeon.verify.run import COUNTS
+
+F = TensorProto.FLOAT
+WIDTH = 16
+DEPTH = 6
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def saturated_head(head: str) -> onnx.ModelProto:
+    """x -> DEPTH x (MatMul, Tanh) -> logits (MatMul, huge gain) -> head: a softmax of huge
+    logits (one-hot), or a Clip at +-1e-3 of them (every element at a bound)."""
+    rng = np.random.default_rng(5)
+    nodes, inits, h = [], [], "x"
+    for i in range(DEPTH):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((WIDTH, WIDTH)) / 4).astype(np.float32), f"w{i}"))
+        nodes += [helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                  helper.make_node("Tanh", [f"m{i}"], [f"t{i}"], name=f"tanh{i}")]
+        h = f"t{i}"
+    inits.append(numpy_helper.from_array(
+        (rng.standard_normal((WIDTH, 10)) * 1e4).astype(np.float32), "head_w"))
+    nodes.append(helper.make_node("MatMul", [h, "head_w"], ["logits"], name="fc"))
+    if head == "softmax":
+        nodes.append(helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=-1))
+    else:
+        inits += [numpy_helper.from_array(np.array(-1e-3, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(1e-3, np.float32), "hi")]
+        nodes.append(helper.make_node("Clip", ["logits", "lo", "hi"], ["y"], name="clip"))
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [1, WIDTH])],
+                  [helper.make_tensor_value_info("y", F, [1, 10])], inits)
+
+
+def clone(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+@pytest.mark.parametrize("head", ["softmax", "clip"])
+def test_a_saturated_output_is_settled_by_its_logits_only(head):
+    ref = saturated_head(head)
+    report = compare(ref, clone(ref))
+    (pair,) = report.pairs
+    assert not pair.informative and "saturated" in (pair.why or "")
+    assert report.verdict == "pass" and "'logits'" in (pair.evidence or "")
+    # only the frontier (the logits) was run; the pair itself is listed with it
+    assert report.deep is not None and not report.deep.forced
+    assert [t.tensor for t in report.deep.tensors] == ["logits", "y"]
+    assert report.deep.batches == 1
+    # --deep still compares every shared tensor
+    deep = compare(ref, clone(ref), deep=True)
+    assert deep.verdict == "pass" and deep.deep is not None and deep.deep.forced
+    assert len(deep.deep.tensors) == 2 * DEPTH + 2
+
+
+def test_a_change_behind_an_agreeing_frontier_is_still_found():
+    """The logits agree within tolerance although a weight before them moved by 1e-6: the
+    frontier alone cannot clear the pair, so the tensors behind it are compared, as before."""
+    ref = saturated_head("softmax")
+    cand = clone(ref)
+    w = next(t for t in cand.graph.initializer if t.name == "w0")
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * np.float32(1.01), "w0"))
+    report = compare(ref, cand)
+    assert report.verdict == "fail", report.to_text()
+    assert "'m0'" in (report.pairs[0].evidence or "")
+
+
+def test_rewrites_settle_the_frontier_behind_the_rewrite_site():
+    """insert after the logits' input: the check compares the saturated output, settled by the
+    logits (the same graph computes it from them) without comparing the chain before."""
+    ref = saturated_head("softmax")
+    new = clone(ref)
+    insert(new, f"t{DEPTH - 1}", op="identity")
+    report = verify_log(ref, new)
+    assert report.verdict == "pass", report.to_text()
+    downstream = next(p for p in report.pairs if p.check == "downstream")
+    assert not downstream.informative and "'logits'" in (downstream.evidence or "")
+    assert report.deep is not None and [t.tensor for t in report.deep.tensors] == ["logits", "y"]
+
+
+def saturated_taps(n: int) -> onnx.ModelProto:
+    """x -> n x (Mul by w_i -> a_i -> Mul by 1e4 -> Sigmoid -> s_i (a graph output, saturated
+    at 0 or 1)), the chain continuing from a_i: n outputs that cannot show a difference."""
+    rng = np.random.default_rng(2)
+    nodes, inits, outs, h = [], [], [], "x"
+    inits.append(numpy_helper.from_array(np.array(1e4, np.float32), "gain"))
+    for i in range(n):
+        inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, (1, WIDTH)).astype(np.float32),
+                                             f"w{i}"))
+        nodes += [helper.make_node("Mul", [h, f"w{i}"], [f"a{i}"], name=f"mul{i}"),
+                  helper.make_node("Mul", [f"a{i}", "gain"], [f"g{i}"], name=f"gain{i}"),
+                  helper.make_node("Sigmoid", [f"g{i}"], [f"s{i}"], name=f"sig{i}")]
+        outs.append(helper.make_tensor_value_info(f"s{i}", F, [1, WIDTH]))
+        h = f"a{i}"
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [1, WIDTH])], outs, inits)
+
+
+def test_many_open_pairs_cost_one_deep_pass():
+    """A whole-model rename of a model with 24 saturated outputs: every renamed tensor is a
+    pair, so the 24 open pairs are settled in one pass by the pairs beside them (before: one
+    deep comparison per open pair, each over all its ancestors)."""
+    n = 24
+    ref = saturated_taps(n)
+    new = clone(ref)
+    rename(new, regex={"^(.*)$": r"net/\1"})
+    before = COUNTS.copy()
+    report = verify_log(ref, new)
+    assert report.verdict == "pass", report.to_text()
+    blind = [p for p in report.pairs if not p.informative]
+    assert len(blind) >= n and all(p.evidence for p in blind)
+    assert COUNTS["deep passes"] - before["deep passes"] == 1
+    # one session per model for the pairs; settling needed none (the pairs were compared)
+    assert COUNTS["sessions"] - before["sessions"] <= 2
+
+
+def test_threads_default_to_the_cores_and_the_flags_set_them(tmp_path, capsys):
+    """onnxruntime sessions take the machine's cores by default; `verify --threads N` and a
+    verb's `--verify-threads N` set them."""
+    from onnxsurgeon.verify.run import default_threads
+
+    from .cli_helpers import cli_main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(saturated_head("softmax"), str(path))
+    cores = f"sessions with {default_threads()} threads"
+    before = COUNTS.copy()
+    assert compare(str(path), str(path)).ok
+    assert COUNTS[cores] > before[cores]
+    one = "sessions with 1 threads"
+    before = COUNTS.copy()
+    code, _, err = cli_main(capsys, "verify", path, path, "--threads", "1")
+    assert code == 0, err
+    assert COUNTS[one] - before[one] == COUNTS["sessions"] - before["sessions"] > 0
+    before = COUNTS.copy()
+    code, _, err = cli_main(capsys, "rename", path, "-o", tmp_path / "r.onnx", "--regex",
+                            "^(.*)$=n/\\1", "--verify", "--verify-threads", "1")
+    assert code == 0, err
+    assert COUNTS[one] - before[one] == COUNTS["sessions"] - before["sessions"] > 0
+
+
+def test_a_heavy_model_runs_from_one_staged_file_and_keeps_no_bytes():
+    """Over SESSION_BYTES_LIMIT (inline weights), sessions load from the staged file (onnxruntime
+    keeps less of it) and no serialized copy stays in Python; verdicts, deep comparison and
+    divergence are the same as from bytes."""
+    from onnxsurgeon.io import Model
+    from onnxsurgeon.verify.run import SESSION_BYTES_LIMIT, Staged, Workspace
+
+    dim = 2048
+    w = np.random.default_rng(0).standard_normal((dim, dim)).astype(np.float32) / dim
+    ref = _model([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                  helper.make_node("Tanh", ["m"], ["y"], name="tanh")],
+                 [helper.make_tensor_value_info("x", F, [1, dim])],
+                 [helper.make_tensor_value_info("y", F, [1, dim])],
+                 [numpy_helper.from_array(w, "w")])
+    assert ref.ByteSize() > SESSION_BYTES_LIMIT
+    with Workspace() as ws:
+        staged = Staged(Model(ref), ws, "heavy")
+        assert isinstance(staged.base(), type(staged.path)) and staged._bytes is None
+        with staged.session(["m", "y"]) as runner:
+            values = runner.run({"x": np.ones((1, dim), np.float32)})
+        assert staged._bytes is None and set(values) == {"m", "y"}
+        assert [p.name for p in ws.dir.iterdir()] == [staged.path.name]  # the variant is gone
+    cand = clone(ref)
+    cand.graph.initializer[0].CopyFrom(numpy_helper.from_array(w * np.float32(1.01), "w"))
+    report = compare(ref, cand, deep=True)
+    assert report.verdict == "fail" and report.divergence is not None
+    assert report.divergence.node == "mm" and report.deep.first_difference.tensor == "m"
