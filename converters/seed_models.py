@@ -151,7 +151,7 @@ def tiny_bert_onnx(seed: int = 0) -> bytes:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
         torch.onnx.export(
-            model, (ids,), buf, dynamo=False, opset_version=16,
+            model, (ids,), buf, dynamo=False, opset_version=16,  # type: ignore[arg-type]  # file objects work
             training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
             input_names=["input_ids"], output_names=["last_hidden_state"])
     return onnx.load_from_string(buf.getvalue()).SerializeToString(deterministic=True)
