@@ -97,3 +97,61 @@ def torch_cnn(seed: int = 0) -> Any:
 
     torch.manual_seed(seed)
     return TorchCNN().eval()
+
+
+TINY_BERT_SEQ = 8
+TINY_BERT_VOCAB = 100
+
+
+def tiny_bert(seed: int = 0) -> Any:
+    """A 2-layer transformers ``BertModel`` from a config (hidden 32, 2 heads, intermediate 64,
+    vocab 100, 16 positions; dropout probabilities 0), random weights seeded by ``seed``, as
+    attribute ``bert`` of a module whose ``forward(input_ids)`` returns the last hidden state."""
+    import torch
+    import transformers
+
+    class TinyBert(torch.nn.Module):
+        def __init__(self, bert: torch.nn.Module) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.bert(input_ids=input_ids).last_hidden_state
+
+    cfg = transformers.BertConfig(
+        vocab_size=TINY_BERT_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)
+    torch.manual_seed(seed)
+    return TinyBert(transformers.BertModel(cfg, add_pooling_layer=False))
+
+
+def tiny_bert_onnx(seed: int = 0) -> bytes:
+    """:func:`tiny_bert` exported by torch.onnx (TorchScript, ``dynamo=False``) at opset 16.
+
+    ``input_ids[1,8]`` (int64) -> ``last_hidden_state[1,8,32]``. Opset 16 has no
+    LayerNormalization, so each of the 5 LayerNorms (embeddings + 2 per layer) is decomposed
+    (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add), and each GELU is
+    Div/Erf/Add/Mul/Mul. The export runs in training mode, where the exporter keeps the 5
+    hidden-state ``Dropout`` nodes (p=0: they compute the identity), as a model exported for
+    fine-tuning has them; in eval mode the exporter drops them. Node names carry the module
+    paths (``/bert/encoder/layer.0/output/LayerNorm/Pow`` -> module
+    ``bert.encoder.layer.0.output``).
+    Same ``seed`` and library versions -> same bytes.
+    """
+    import io
+    import warnings
+
+    import onnx
+    import torch
+
+    model = tiny_bert(seed)
+    ids = (torch.arange(TINY_BERT_SEQ, dtype=torch.int64) % TINY_BERT_VOCAB).reshape(1, -1)
+    buf = io.BytesIO()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
+        torch.onnx.export(
+            model, (ids,), buf, dynamo=False, opset_version=16,  # type: ignore[arg-type]  # file objects work
+            training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+            input_names=["input_ids"], output_names=["last_hidden_state"])
+    return onnx.load_from_string(buf.getvalue()).SerializeToString(deterministic=True)

@@ -3,7 +3,9 @@
     python models/make_framework_models.py [OUT_DIR]
 
 Writes ``tf1_seed.onnx`` (the seed's TF1 graph, frozen and converted), ``keras_cnn.onnx`` and
-``torch_cnn.onnx`` (dynamo exporter), each with its name map in ``metadata_props``.
+``torch_cnn.onnx`` (dynamo exporter), each with its name map in ``metadata_props``, and
+``tiny_bert.onnx`` (a 2-layer transformers BERT from a config, TorchScript exporter at opset 16:
+decomposed LayerNorms and GELUs, Dropout nodes kept; needs transformers).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def main(out_dir: str | None = None) -> list[Path]:
     written.append(from_torch(sm.torch_cnn(seed=0), (x,), out / "torch_cnn.onnx", exporter="dynamo",
                               input_names=["x"], output_names=["logits"],
                               dynamic_axes={"x": {0: "batch"}}).path)
+    bert = out / "tiny_bert.onnx"
+    bert.write_bytes(sm.tiny_bert_onnx(seed=0))
+    written.append(bert)
     return written
 
 

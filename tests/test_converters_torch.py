@@ -218,3 +218,27 @@ def test_committed_torch_model_matches_generator():
     with torch.no_grad():
         assert_close(run(model, {"x": x})["logits"], module(torch.from_numpy(x)).numpy())
     assert Selector(GraphIndex(model)).resolve("conv5") in {o for n in model.graph.node for o in n.output}
+
+
+@pytest.mark.slow
+def test_the_bundled_tiny_bert_regenerates_byte_for_byte_and_computes_the_bert():
+    """models/tiny_bert.onnx is what ``seed_models.tiny_bert_onnx`` writes (same bytes), keeps
+    its 5 Dropouts and decomposed LayerNorms, and computes the transformers BERT it came from."""
+    from pathlib import Path
+
+    import numpy as np
+    import onnxruntime as ort
+
+    path = Path(__file__).resolve().parent.parent / "models" / "tiny_bert.onnx"
+    data = sm.tiny_bert_onnx(seed=0)
+    assert data == path.read_bytes(), "regenerate: python models/make_framework_models.py"
+    model = onnx.load_from_string(data)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Dropout") == 5 and ops.count("Pow") == 5 and "LayerNormalization" not in ops
+    assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [16]
+    ids = np.random.default_rng(0).integers(0, sm.TINY_BERT_VOCAB, (1, sm.TINY_BERT_SEQ))
+    with torch.no_grad():
+        want = sm.tiny_bert(seed=0).eval()(torch.from_numpy(ids)).numpy()
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"input_ids": ids.astype(np.int64)})
+    assert_close(got, want)

@@ -77,3 +77,30 @@ def test_readme_framework_block_runs(tmp_path):
     assert "converted tensorflow" in out and f"-> {tmp_path}/tfnet.onnx" in out
     for name in ("net.onnx", "net_l2.onnx", "mynet.keras", "tfnet.onnx"):
         assert (tmp_path / name).exists(), name
+
+
+def test_readme_selectors_block_runs_on_the_bundled_transformer(tmp_path):
+    """The Selectors block, as printed: selectors on the seed CNN, then LayerNorm fusion, every
+    Dropout removed and a probe per layer output on models/tiny_bert.onnx (counts from its
+    config: 2 layers -> 5 LayerNorms, 5 Dropouts, 2 layer outputs)."""
+    (block,) = [b for b in _blocks("bash") if "models/tiny_bert.onnx" in b]
+    script = (f'onnxsurgeon() {{ "{sys.executable}" -m onnxsurgeon "$@"; }}\nset -e\n'
+              + block.replace("/tmp/", f"{tmp_path}/"))
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    assert '"matches": 5' in out
+    assert f"replaced 5 matches of {tmp_path}/ln.txt by {tmp_path}/layernorm.txt" in out
+    removed = [ln for ln in out.splitlines() if ln.startswith("removed ")]
+    assert len(removed) == 1 and removed[0].count("/Dropout") == 5
+    assert "inserted at 2 sites matching re:bert" in out
+    assert out.count("ok: ") == 4          # probes, replace, bypass and insert --verify
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(tmp_path / "bert_ln.onnx").graph.node]
+    assert ops.count("LayerNormalization") == 5 and "Pow" not in ops
+    ops = [n.op_type for n in onnx.load(tmp_path / "bert_nodrop.onnx").graph.node]
+    assert "Dropout" not in ops
+    outputs = [o.name for o in onnx.load(tmp_path / "bert_probes.onnx").graph.output]
+    assert len(outputs) == 3
