@@ -33,10 +33,11 @@ from onnx import numpy_helper
 from ..edit import Edit
 from ..errors import NotFoundError, UsageError
 from ..index import GraphIndex, real_inputs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..protos import weightless_copy
 from ..record import DimsRecord, add_rewrite
+from ..session import indexed
 from ..types import shape_of
 
 Dim = int | str | None

@@ -30,8 +30,9 @@ from ..edit import Edit
 from ..errors import UsageError
 from ..external import read_tensor
 from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..record import FoldRecord, add_rewrite
+from ..session import indexed
 
 DEFAULT_MAX_BYTES = 1 << 20
 """A folded value larger than this (1 MiB) stays computed."""

@@ -17,10 +17,12 @@ import onnx
 from ..checking import _context as checker_context
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import has_subgraphs, iter_graphs
-from ..io import Model, as_model, indexed
+from ..index import has_subgraphs
+from ..io import Model, as_model
 from ..protos import default_opset, weightless_copy
 from ..record import OpsetRecord, add_rewrite
+from ..session import indexed
+from ._opsets import DEFAULT_DOMAINS, changed_ops, default_nodes
 
 
 @dataclass(frozen=True)
@@ -79,31 +81,13 @@ def _min_ir(version: int) -> int:
 
 
 def _needs_adapters(proto: onnx.ModelProto, source: int, target: int) -> bool:
-    """Whether any default-domain op of the model (bodies and local functions too) has another
-    definition at ``target`` than at ``source``: only then does the converter have work (else the
-    opset import alone changes). O(nodes)."""
-    seen: set[str] = set()
-    graphs = [proto.graph]
-    for fn in proto.functions:
-        if any(o.domain in ("", "ai.onnx") for o in fn.opset_import):
-            return True  # the converter does not convert local functions: let it decide
-    for graph in graphs:
-        for g in iter_graphs(graph):
-            for node in g.node:
-                if node.domain not in ("", "ai.onnx"):
-                    continue
-                op = node.op_type
-                if op in seen:
-                    continue
-                seen.add(op)
-                try:
-                    a = onnx.defs.get_schema(op, source, "").since_version
-                    b = onnx.defs.get_schema(op, target, "").since_version
-                except onnx.defs.SchemaError:
-                    return True
-                if a != b:
-                    return True
-    return False
+    """Whether any default-domain op of the model (bodies too) has another definition at
+    ``target`` than at ``source``: only then does the converter have work (else the opset import
+    alone changes). A local function importing the default domain always counts: the converter
+    does not convert local functions, so it decides. O(nodes)."""
+    if any(o.domain in DEFAULT_DOMAINS for fn in proto.functions for o in fn.opset_import):
+        return True
+    return bool(changed_ops(default_nodes(proto, functions=False), source, target))
 
 
 def _first_line(exc: Exception) -> str:

@@ -27,12 +27,13 @@ from ..edit import Edit
 from ..errors import UsageError
 from ..external import read_tensor
 from ..index import GraphIndex
-from ..io import Model, as_model, indexed
+from ..io import Model, as_model
 from ..names import NameAllocator
 from ..ortinfer import missing_kernel
 from ..protos import weightless_copy
 from ..record import PrecisionRecord, add_rewrite
 from ..select import Selector, is_selector
+from ..session import indexed
 
 FLOAT = TensorProto.FLOAT
 
