@@ -47,24 +47,27 @@ def _pair(value: str) -> tuple[str, str]:
     return left, right
 
 
-def _attr(value: str) -> tuple[str, str]:
-    """``NODE.KEY=VALUE`` of ``set --attr``: commas belong to the value (ints ``1,2,3``), so a
-    value that also holds ``=`` is two assignments run together, refused."""
-    key, value_text = _pair(value)
-    if "," in value_text and "=" in value_text:
+def _one_pair(value: str, right_name: str, spelling: str, flag: str, why: str) -> tuple[str, str]:
+    """``A=B`` for a flag whose commas belong to the value (``split=whole``): a right side that
+    also holds ``=`` is two pairs run together, refused in one line."""
+    left, right = _pair(value)
+    if "," in right and "=" in right:
         raise argparse.ArgumentTypeError(
-            f"the value in {value!r} holds ',' and '=': give each NODE.KEY=VALUE its own --attr "
-            "(commas belong to the value here: ints 1,2,3)")
-    return key, value_text
+            f"the {right_name} in {value!r} holds ',' and '=': give each {spelling} its own "
+            f"{flag} ({why})")
+    return left, right
+
+
+def _attr(value: str) -> tuple[str, str]:
+    """``NODE.KEY=VALUE`` of ``set --attr`` (commas belong to the value: ints ``1,2,3``)."""
+    return _one_pair(value, "value", "NODE.KEY=VALUE", "--attr",
+                     "commas belong to the value here: ints 1,2,3")
 
 
 def _regex(value: str) -> tuple[str, str]:
-    pattern, replacement = _pair(value)
-    if "," in replacement and "=" in replacement:
-        raise argparse.ArgumentTypeError(
-            f"the replacement in {value!r} holds ',' and '=': give each PATTERN=REPLACEMENT its "
-            "own --regex (commas are regex syntax here, they do not split)")
-    return pattern, replacement
+    """``PATTERN=REPLACEMENT`` of ``rename --regex`` (commas are regex syntax)."""
+    return _one_pair(value, "replacement", "PATTERN=REPLACEMENT", "--regex",
+                     "commas are regex syntax here, they do not split")
 
 
 def _add_pattern_framework_flags(p: argparse.ArgumentParser) -> None:
