@@ -194,3 +194,27 @@ def keras_fixed_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("keras_fixed") / "cnn.onnx"
     from_tf(keras.Model(inp, out), path, check=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def keras_app(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """``get(app)``: a Keras application at 32x32 with random weights (seed 0) and BatchNorm
+    statistics from one pass over random images, converted by tf2onnx at opset 17 (NHWC, softmax
+    head); each converted once per session (ResNet50 serves verify's and precision's tests:
+    ~15-30 s a conversion)."""
+    keras = pytest.importorskip("keras")
+    from onnxsurgeon.converters import from_tf
+
+    made: dict[str, onnx.ModelProto] = {}
+
+    def get(app: str) -> onnx.ModelProto:
+        if app not in made:
+            keras.utils.set_random_seed(0)
+            net = getattr(keras.applications, app)(weights=None, input_shape=(32, 32, 3))
+            images = np.random.default_rng(2).standard_normal((4, 32, 32, 3)).astype(np.float32)
+            net(images, training=True)  # BatchNorm statistics
+            path = tmp_path_factory.mktemp(app) / f"{app}.onnx"
+            made[app] = onnx.load(from_tf(net, path, opset=17).path)
+        return made[app]
+
+    return get

@@ -289,6 +289,44 @@ def test_bert_with_kept_io_types_agrees_within_budget(bert_onnx, to):
     onnx.checker.check_model(model.proto)
 
 
+@pytest.mark.slow
+@pytest.mark.tf
+def test_keras_resnet50_in_fp16_with_kept_io_types_runs_and_verifies_within_budget(
+        keras_app, tmp_path, capsys):
+    """Issue 31's done-when: a converted Keras ResNet50 (random weights, 32x32) in fp16 with
+    --keep-io-types: every float weight fp16, Casts only at the float32 graph input and output,
+    onnxruntime runs it and its logits and probabilities meet the fp16 budget."""
+    from onnxsurgeon.verify.accumulate import precision_budget
+
+    from .conftest import run
+
+    src, out = tmp_path / "r50.onnx", tmp_path / "r50_fp16.onnx"
+    original = keras_app("ResNet50")
+    onnx.save(original, src)
+    code, stdout, err = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16",
+                                 "--keep-io-types", "--verify", "--verify-range=-100,100",
+                                 "--json")  # random weights: a near-uniform softmax at N(0,1)
+    assert code == 0, err
+    payload = json.loads(stdout)
+    assert payload["verify"]["verdict"] == "pass" and payload["kept"] == []
+    model = onnx.load(out)
+    inits = {t.data_type for t in model.graph.initializer}
+    assert T.FLOAT16 in inits and T.FLOAT not in inits
+    (inp,), (outp,) = model.graph.input, model.graph.output
+    assert inp.type.tensor_type.elem_type == outp.type.tensor_type.elem_type == T.FLOAT
+    casts = [n for n in model.graph.node if n.op_type == "Cast"]
+    assert sorted((list(c.input), list(c.output)) for c in casts) == sorted(
+        [([inp.name], [f"{inp.name}/fp16"]), ([f"{outp.name}/fp16"], [outp.name])])
+    logits = next(n.input[0] for n in original.graph.node if n.op_type == "Softmax")
+    x = np.random.default_rng(5).standard_normal((2, 32, 32, 3)).astype(np.float32)
+    ref, new = run(original, {inp.name: x}, [logits]), run(model, {inp.name: x}, [logits])
+    assert new[outp.name].dtype == np.float32 and new[logits].dtype == np.float16
+    rtol, atol = precision_budget("fp16")
+    for name in (outp.name, logits):
+        np.testing.assert_allclose(new[name].astype(np.float32), ref[name], rtol=rtol, atol=atol)
+    assert not np.array_equal(new[logits].astype(np.float32), ref[logits])  # computed in fp16
+
+
 def test_loop_carried_float_and_its_body_are_converted():
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]),

@@ -15,8 +15,6 @@ from onnxsurgeon.closure import downstream_nodes
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.verify import compare
 
-from .framework_helpers import images
-
 pytestmark = pytest.mark.slow
 
 
@@ -46,28 +44,6 @@ def _assert_fails_after(model: onnx.ModelProto, changed: onnx.ModelProto, weight
     after = downstream_nodes(index, [weight])
     assert index.producer[div.tensor] in after, (div.tensor, weight)
     return report
-
-
-@pytest.fixture(scope="module")
-def keras_app(tmp_path_factory):
-    """``get(app)``: a Keras application with random weights (seed 0) and BatchNorm statistics
-    from one pass over random images, converted by tf2onnx at opset 17; each converted once
-    per module (ResNet50 serves two tests: ~15 s a conversion)."""
-    keras = pytest.importorskip("keras")
-    from onnxsurgeon.converters import from_tf
-
-    made: dict[str, onnx.ModelProto] = {}
-
-    def get(app: str) -> onnx.ModelProto:
-        if app not in made:
-            keras.utils.set_random_seed(0)
-            net = getattr(keras.applications, app)(weights=None, input_shape=(32, 32, 3))
-            net(images((4, 32, 32, 3), seed=2), training=True)  # BatchNorm statistics
-            path = tmp_path_factory.mktemp(app) / f"{app}.onnx"
-            made[app] = onnx.load(from_tf(net, path, opset=17).path)
-        return made[app]
-
-    return get
 
 
 @pytest.mark.tf
