@@ -7,8 +7,9 @@ EyeLike/RandomX/Bernoulli ``dtype``) and the nodes of If/Loop/Scan bodies. A nod
 when the user blocks it, when its schema (the ``onnx.defs`` type constraints at the model's
 opset) does not take the type on a float slot, or when onnxruntime's CPU provider has no kernel
 for it (:func:`onnxsurgeon.ortinfer.missing_kernel`); those are listed with the reason. Slots
-whose schema type is fixed ``tensor(float)`` (Resize ``scales``) and integer tensors (shapes) are
-untouched. Casts are added only where a tensor crosses between what is converted and what stays
+whose schema type is fixed ``tensor(float)`` (Resize ``scales``), the nodes computing only them
+and integer tensors (shapes) are untouched. The kernel probe sees the node as converted (its
+``to``/``dtype``/``value`` in the low type). Casts are added only where a tensor crosses between what is converted and what stays
 float32 (one Cast per tensor and direction in each graph).
 """
 
@@ -180,10 +181,62 @@ def _decide(plan: _Plan, node: onnx.NodeProto, blocked: bool) -> tuple[str | Non
         types = [(plan.target.elem_type if floats_in[k] and ins[k] == "low" else _dtype(plan, n))
                  if n else 0 for k, n in enumerate(node.input)]
         if all(types[k] or not n for k, n in enumerate(node.input)):
-            why = missing_kernel(node, types, plan.opsets)
+            why = missing_kernel(_as_converted(plan, node), types, plan.opsets)
             if why:
                 return f"{why} in {plan.target.type_str[7:-1]}", [], []
     return None, ins, outs
+
+
+def _as_converted(plan: _Plan, node: onnx.NodeProto) -> onnx.NodeProto:
+    """``node`` with the attributes that decide its output type in the low type (the kernel
+    probe's view: EyeLike, RandomX and ConstantOfShape pick their kernel by them)."""
+    low = plan.target.elem_type
+    probe = onnx.NodeProto()
+    probe.CopyFrom(node)
+    del probe.attribute[:]
+    for a in node.attribute:
+        b = probe.attribute.add()
+        b.CopyFrom(a)
+        if a.type == onnx.AttributeProto.INT and a.name in _DTYPE_ATTRS and a.i == FLOAT:
+            b.i = low
+        elif node.op_type == "ConstantOfShape" and a.name == "value" and a.t.data_type == FLOAT:
+            b.t.CopyFrom(helper.make_tensor("", low, [1], [0.0]))
+    names = {a.name for a in node.attribute}
+    if node.op_type in _DEFAULT_FLOAT_DTYPE and "dtype" not in names:
+        probe.attribute.append(helper.make_attribute("dtype", low))
+    if node.op_type == "ConstantOfShape" and "value" not in names:
+        probe.attribute.append(helper.make_attribute("value", helper.make_tensor("", low, [1],
+                                                                                 [0.0])))
+    return probe
+
+
+def _feeding_fixed_slots(plan: _Plan, g: onnx.GraphProto,
+                         decisions: Sequence[tuple[str | None, list[str], list[str]]]) -> set[int]:
+    """Nodes of ``g`` that would convert but whose float outputs are read only by slots of a
+    fixed float32 type (Resize ``scales``), directly or through other such nodes: they stay
+    float32, so a computed scale is not rounded to the low type and back (0.3 in float16 is
+    0.29998: a 10-pixel axis would resize to 2, not 3). Iterative, O(nodes + edges)."""
+    uses: dict[str, list[tuple[int, int]]] = {}
+    for i, node in enumerate(g.node):
+        for k, n in enumerate(node.input):
+            if n:
+                uses.setdefault(n, []).append((i, k))
+        for n in _captured(node):
+            uses.setdefault(n, []).append((i, -1))
+    for vi in g.output:
+        uses.setdefault(vi.name, []).append((-1, -1))
+    fixed: set[int] = set()
+    for i in range(len(g.node) - 1, -1, -1):  # consumers come after producers
+        node = g.node[i]
+        if decisions[i][0] is not None or any(a.type in _BODY_TYPES for a in node.attribute):
+            continue
+        outs = [o for o in node.output if o and _dtype(plan, o) == FLOAT]
+        if outs and all(uses.get(o) and all(
+                j in fixed or (j >= 0 and k >= 0 and decisions[j][0] is None
+                               and k < len(decisions[j][1]) and decisions[j][1][k] == "fixed")
+                for j, k in uses[o]) for o in outs):
+            fixed.add(i)
+    return fixed
 
 
 def _low_tensor(plan: _Plan, t: TensorProto, name: str | None = None) -> TensorProto:
@@ -235,11 +288,13 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
     home: dict[str, int] = dict(env)
     reads: dict[str, str] = dict(alias)
     decisions: list[tuple[str | None, list[str], list[str]]] = []
-    wants_low: set[str] = set()
     for i, node in enumerate(g.node):
         blocked = keep_all or node.op_type in plan.block_ops or (main and i in plan.block_nodes)
-        d = _decide(plan, node, blocked)
-        decisions.append(d)
+        decisions.append(_decide(plan, node, blocked))
+    for i in _feeding_fixed_slots(plan, g, decisions):
+        decisions[i] = ("", [], [])  # computes Resize's float32 scales: untouched, exact
+    wants_low: set[str] = set()
+    for node, d in zip(g.node, decisions, strict=True):
         if d[0] is None:
             for k, n in enumerate(node.input):
                 if n and d[1][k] == "low" and _dtype(plan, n) == FLOAT:
