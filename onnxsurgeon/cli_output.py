@@ -270,6 +270,7 @@ def precision_payload(result: Any, auto: Any = None) -> dict[str, Any]:
                      for n, why in result.kept.items()],
             "converted": result.converted, "initializers": result.initializers,
             "clipped": list(result.clipped), "casts": list(result.casts),
+            "budget": None if result.budget is None else list(result.budget),
             "auto_block": None if auto is None else {
                 "rounds": auto.rounds, "met": auto.met, "budget": [auto.rtol, auto.atol],
                 "worst": {k: (v if v != float("inf") else None) for k, v in auto.worst.items()}}}

@@ -390,7 +390,7 @@ def _cmd_precision(args: argparse.Namespace) -> int:
             result = auto.result
         else:
             result = precision(model, to=args.to, keep_io_types=args.keep_io_types,
-                               block=list(args.block))
+                               block=list(args.block), budget=args.budget)
         line = (f"{result.converted} nodes in {result.to}, {len(result.kept)} kept in float32, "
                 f"{len(result.casts)} Casts added -> {args.output}")
         if auto is not None:

@@ -491,13 +491,16 @@ class SetRecord(RewriteRecord):
 @dataclass(frozen=True)
 class PrecisionRecord(RewriteRecord):
     """precision: the target type ("fp16"/"bf16"), whether graph inputs and outputs stayed
-    float32, the ``block`` arguments as given, and every node kept in float32 -> why."""
+    float32, the ``block`` arguments as given, every node kept in float32 -> why (the
+    ``--auto-block`` decisions among them), and the budget (``rtol``, ``atol``) verify judges
+    the outputs under (absent: the precision policy's default)."""
 
     op: ClassVar[str] = "precision"
     to: str
     keep_io_types: bool
     blocked: tuple[str, ...]
     kept: dict[str, str]
+    budget: dict[str, Any] | None = None
 
     def replay_call(self) -> VerbCall:
         auto = {k: v for k, v in self.kept.items() if v.startswith("auto-block")}
@@ -505,6 +508,8 @@ class PrecisionRecord(RewriteRecord):
                                    "block": list(self.blocked)}
         if auto:
             options["keep"] = auto
+        if self.budget:
+            options["budget"] = f"{self.budget['rtol']!r},{self.budget['atol']!r}"
         return VerbCall("precision", {}, options)
 
 

@@ -353,3 +353,47 @@ def test_loop_carried_float_and_its_body_are_converted():
     assert result.kept == {}
     x = np.array([0.5, -1.25], np.float32)
     np.testing.assert_allclose(_run(model, {"x": x})[0], _run(ref, {"x": x})[0], rtol=1e-3)
+
+
+def test_auto_block_budget_and_decisions_are_recorded_replayed_and_verified(tmp_path, capsys):
+    """The rewrite record carries the budget and every auto-kept node with why: verify
+    --rewrite-log judges under that budget, the replay is byte-identical, and the recipe step
+    written from the log (every flag a key) makes the same model, with auto_block too."""
+    from onnxsurgeon import load
+    from onnxsurgeon.recipe import apply_recipe, parse_recipe
+    from onnxsurgeon.recipe.fromlog import step_for_record
+    from onnxsurgeon.record import records
+    from onnxsurgeon.verify.log import replay
+
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_overflow_model(), src)
+    code, stdout, err = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16",
+                                 "--keep-io-types", "--auto-block", "--range=-100,100",
+                                 "--budget", "5e-2,1e-2", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["budget"] == [5e-2, 1e-2]
+    made = onnx.load(out)
+    (record,) = records(made)
+    assert record.budget == {"rtol": 5e-2, "atol": 1e-2}
+    assert set(record.kept) == {"scale_up", "scale_down"}
+    assert all(why.startswith("auto-block: overflow") for why in record.kept.values())
+
+    code, stdout, err = cli_main(capsys, "verify", src, out, "--rewrite-log", "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["verdict"] == "pass"
+    assert any("rtol=0.05, atol=0.01" in note for note in report["notes"]), report["notes"]
+
+    again = load(src)
+    replay(again, record)  # raises unless the replay records the same record
+    assert again.proto.graph.SerializeToString() == made.graph.SerializeToString()
+
+    step = step_for_record(record, 1)
+    assert step["precision"]["budget"] == "0.05,0.01" and step["precision"]["keep"] == record.kept
+    for steps in ([step], [{"precision": {"to": "fp16", "keep_io_types": True, "auto_block": True,
+                                          "range": "-100,100", "budget": "5e-2,1e-2"}}]):
+        by_recipe = load(src)
+        apply_recipe(by_recipe, parse_recipe({"onnxsurgeon": 1, "steps": steps},
+                                             base_dir=tmp_path))
+        assert by_recipe.proto.graph.SerializeToString() == made.graph.SerializeToString()
+        assert records(by_recipe.proto)[-1] == record

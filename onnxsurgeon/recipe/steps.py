@@ -79,9 +79,29 @@ def _rename(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any
 
 def _precision(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import precision
+    from ..surgery.replace import _tolerance
 
-    return precision_payload(precision(model, to=p["to"], keep_io_types=p["keep_io_types"],
-                                       block=p.get("block") or [], keep=p.get("keep") or None))
+    budget = _tolerance(p.get("budget"))
+    if not p.get("auto_block"):
+        return precision_payload(precision(model, to=p["to"], keep_io_types=p["keep_io_types"],
+                                           block=p.get("block") or [],
+                                           keep=p.get("keep") or None, budget=budget))
+    import argparse
+
+    from ..cli_flags import split_ranges
+    from ..cli_parser import _range
+    from ..verify.precision import auto_block
+
+    try:
+        ranges = dict(_range(item) for item in split_ranges(p["range"])) if p.get("range") \
+            else None
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"precision range: {exc}") from None
+    rtol, atol = budget or (None, None)
+    auto = auto_block(model, to=p["to"], keep_io_types=p["keep_io_types"],
+                      block=p.get("block") or [], inputs=p.get("inputs"), ranges=ranges,
+                      seed=p["seed"], rtol=rtol, atol=atol)
+    return precision_payload(auto.result, auto)
 
 
 def _bypass(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
@@ -256,6 +276,14 @@ STEPS: dict[str, Verb] = {
                   help="graph inputs and outputs stay float32"),
             Param("block", Kind.NAMES, help="op types, node names or selectors kept in float32"),
             Param("keep", Kind.RENAMES, help="node name -> why it stays float32"),
+            Param("budget", Kind.TEXT,
+                  help="RTOL,ATOL the outputs may err against float32 (recorded for verify)"),
+            Param("auto_block", Kind.BOOL, default=False,
+                  help="keep float32 the nodes whose local error exceeds the budget or that "
+                       "overflow, found layer by layer"),
+            Param("inputs", Kind.FILE, help="an .npz file or a folder of them (auto_block)"),
+            Param("range", Kind.TEXT, help="[NAME=]LO,HI of the random inputs (auto_block)"),
+            Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs (auto_block)"),
         ), _precision, help="convert to float16/bfloat16, Casts only where float32 stays"),
         Verb("fold", (
             Param("max_bytes", Kind.NATURAL, default=1 << 20,

@@ -35,6 +35,7 @@ from ..protos import weightless_copy
 from ..record import PrecisionRecord, add_rewrite
 from ..select import Selector, is_selector
 from ..session import indexed
+from .replace import _tolerance
 
 FLOAT = TensorProto.FLOAT
 
@@ -81,6 +82,9 @@ class PrecisionResult:
         initializers: float32 initializers converted.
         clipped: initializers whose values exceeded the type's range (saturated to its max).
         casts: the Cast nodes added at the boundaries (their output names).
+        budget: the (rtol, atol) the outputs may err against float32 (``--auto-block``'s or
+            the one given); None: the precision policy's default for ``to``. Recorded, so that
+            ``verify --rewrite-log`` and a replay judge under the same tolerance.
     """
 
     to: str
@@ -92,11 +96,14 @@ class PrecisionResult:
     initializers: int
     clipped: tuple[str, ...]
     casts: tuple[str, ...]
+    budget: tuple[float, float] | None = None
 
     def record(self) -> PrecisionRecord:
         """The rewrite record of this conversion."""
+        budget = None if self.budget is None else {"rtol": self.budget[0],
+                                                    "atol": self.budget[1]}
         return PrecisionRecord(to=self.to, keep_io_types=self.keep_io_types,
-                               blocked=tuple(self.blocked), kept=dict(self.kept))
+                               blocked=tuple(self.blocked), kept=dict(self.kept), budget=budget)
 
 
 # ------------------------------------------------------------------ schema questions
@@ -548,13 +555,15 @@ def precision(
     keep_io_types: bool = False,
     block: Sequence[str] = (),
     keep: Mapping[str, str] | None = None,
+    budget: tuple[float, float] | str | None = None,
 ) -> PrecisionResult:
     """Convert a model to float16 or bfloat16 (see the module docstring). Mutates model.
 
     ``block`` names what stays float32: op types (``Softmax``), node names, or selectors
     (``glob:``/``re:``/``op:``, framework names and module paths resolve to their nodes);
     ``keep`` adds main-graph node labels (name, else ``OpType#i``) with the reason they stay
-    float32 (``--auto-block``).
+    float32 (``--auto-block``); ``budget`` (rtol, atol or ``"RTOL,ATOL"``) is recorded as the
+    tolerance ``verify`` judges the conversion under (None: the precision policy's default).
 
     Before:  x(f32) -> Conv(W f32) -> Relu -> Resize(scales f32) -> y(f32)
     After (keep_io_types):  x -> Cast(f16) -> Conv(W f16) -> Relu -> Resize(scales f32)
@@ -563,12 +572,13 @@ def precision(
     O(nodes + bytes of float weights), plus one onnxruntime probe per distinct (op, types).
 
     Raises:
-        UsageError: an unknown target, a ``block`` naming nothing.
+        UsageError: an unknown target, a ``block`` naming nothing, a bad budget.
     """
     try:
         target = Target(to) if not isinstance(to, Target) else to
     except ValueError:
         raise UsageError(f"precision --to '{to}' is unknown; use fp16 or bf16") from None
+    tolerance = _tolerance(budget)
     m = as_model(model)
     index = indexed(m)
     proto = index.model
@@ -602,7 +612,8 @@ def precision(
     result = PrecisionResult(to=target.value, keep_io_types=keep_io_types, blocked=resolved,
                              kept=dict(plan.kept), framework=framework,
                              converted=plan.converted, initializers=plan.initializers,
-                             clipped=tuple(plan.clipped), casts=tuple(plan.casts))
+                             clipped=tuple(plan.clipped), casts=tuple(plan.casts),
+                             budget=tolerance)
     add_rewrite(proto, result.record())
     return result
 

@@ -44,7 +44,10 @@ def _check_precision(ctx: Context, record: PrecisionRecord, check: Check) -> Non
     raw = run_all(new, new_feeds, names)
     new_vals = [{k: (v.astype(np.float32) if getattr(v, "dtype", None) == np.float16 else v)
                  for k, v in r.items()} for r in raw]
-    check.rtol, check.atol = precision_budget(record.to, check.rtol, check.atol)
+    given = record.budget or {}  # the budget the conversion was made under; a given one wins
+    check.rtol, check.atol = precision_budget(
+        record.to, given.get("rtol") if check.rtol is None else check.rtol,
+        given.get("atol") if check.atol is None else check.atol)
     check.notes.append(f"{record.to} outputs compared within rtol={check.rtol:g}, "
                        f"atol={check.atol:g} (the precision budget)")
 
@@ -156,7 +159,8 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
             if not found:
                 break
             keep.update(found)
-    result = precision(model, to=to, keep_io_types=keep_io_types, block=block, keep=tried)
+    result = precision(model, to=to, keep_io_types=keep_io_types, block=block, keep=tried,
+                       budget=(b_rtol, b_atol))
     return AutoBlock(result, done, met, worst, b_rtol, b_atol)
 
 
