@@ -156,23 +156,35 @@ def _bytes(staged: Staged, name: str, dims: Mapping[str, int]) -> int:
     return max(1, size)
 
 
-def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
-            max_tensors: int = DEEP_MAX_TENSORS) -> list[list[Shared]]:
-    """``items`` split in order into batches of estimated size at most ``budget`` bytes (a
-    tensor larger than the budget gets a batch of its own)."""
-    out: list[list[Shared]] = []
-    current: list[Shared] = []
+def tensor_batches(staged: Staged, names: Sequence[str], *, budget: int, dims: Mapping[str, int],
+                   max_tensors: int = DEEP_MAX_TENSORS) -> list[list[str]]:
+    """Tensor ``names`` of ``staged`` split in order into batches of estimated size (one
+    sample) at most ``budget`` bytes and at most ``max_tensors`` tensors (a tensor larger than
+    the budget gets a batch of its own). O(names)."""
+    out: list[list[str]] = []
+    current: list[str] = []
     used = 0
-    for item in items:
-        size = _bytes(staged, item.ref, dims)
+    for name in names:
+        size = _bytes(staged, name, dims)
         if current and (used + size > budget or len(current) >= max_tensors):
             out.append(current)
             current, used = [], 0
-        current.append(item)
+        current.append(name)
         used += size
     if current:
         out.append(current)
     return out
+
+
+def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
+            max_tensors: int = DEEP_MAX_TENSORS) -> list[list[Shared]]:
+    """``items`` split in order into batches of estimated size at most ``budget`` bytes (a
+    tensor larger than the budget gets a batch of its own): :func:`tensor_batches` of their
+    reference names."""
+    rest = iter(items)
+    return [[next(rest) for _ in group] for group in
+            tensor_batches(staged, [item.ref for item in items], budget=budget, dims=dims,
+                           max_tensors=max_tensors)]
 
 
 def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],

@@ -22,7 +22,8 @@ from ..record import PrecisionRecord
 from ..surgery.precision import FP16_MAX, PrecisionResult
 from .accumulate import precision_budget
 from .compare import make_samples
-from .inputs import InputsLike, Range
+from .deep import DEEP_BUDGET_BYTES, tensor_batches
+from .inputs import InputsLike, Range, Sample
 from .invariant import Check, Context, dtype_of, rewrite_check, run_all
 from .locate import Side
 from .run import Staged, Workspace
@@ -73,6 +74,8 @@ class AutoBlock:
         met: the graph outputs meet the budget on the inputs.
         worst: graph output -> its largest error as a multiple of the budget (<= 1 meets it).
         rtol, atol: the budget.
+        batches: tensor batches each model ran in, per sample, in the last round (memory is
+            one batch of one sample per model).
     """
 
     result: PrecisionResult
@@ -81,6 +84,7 @@ class AutoBlock:
     worst: dict[str, float]
     rtol: float
     atol: float
+    batches: int = 1
 
 
 def _excess(ref: np.ndarray, cand: np.ndarray, rtol: float, atol: float) -> float:
@@ -105,7 +109,7 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
                ranges: Mapping[str, Range] | None = None, seed: int = 0,
                dims: Mapping[str, int] | None = None, samples: int | None = None,
                rtol: float | None = None, atol: float | None = None,
-               rounds: int = AUTO_ROUNDS) -> AutoBlock:
+               rounds: int = AUTO_ROUNDS, batch_bytes: int = DEEP_BUDGET_BYTES) -> AutoBlock:
     """Convert ``model`` (:func:`~onnxsurgeon.surgery.precision`), keeping float32 the nodes
     where the error starts. Mutates model.
 
@@ -116,11 +120,15 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
     that overflows is kept float32 even when the outputs meet the budget (onnxruntime's CPU
     provider computes many float16 ops in float32; a device computing in float16 would not).
     Rounds repeat until the graph outputs meet the budget and nothing overflows, nothing new is
-    found, or ``rounds`` ran. The model gets
-    the last conversion, its record naming each auto-kept node and why.
+    found, or ``rounds`` ran. The model gets the last conversion, its record naming each
+    auto-kept node and why, and the budget.
 
-    Cost: per round one conversion and one run of each model with all float tensors exposed
-    (memory: every float activation of one sample per model).
+    The tensors are streamed as verify's deep comparison streams them
+    (:func:`~.deep.tensor_batches`): exposed in batches of at most ``batch_bytes`` estimated
+    bytes a sample, one session per model and batch, every sample run through both, only the
+    largest error (and, first, the float32 peak) of each tensor kept. Cost: per round one
+    conversion and (batches x samples) runs of each model; memory: one batch of one sample per
+    model, whatever the model's size.
 
     Raises:
         UsageError: unusable inputs or options (as :func:`~onnxsurgeon.verify.compare`).
@@ -131,7 +139,8 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
     original = snapshot(model)
     keep: dict[str, str] = {}
     tried: dict[str, str] = {}
-    met, worst, done = False, {}, 0
+    met, worst, done, groups = False, {}, 0, 0
+    sizes = dict(dims or {})
     with Workspace() as ws:
         ref = Staged(original, ws, "float32")
         feeds = make_samples([ref], inputs=inputs, seed=seed, dims=dims, samples=samples,
@@ -140,19 +149,19 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
         floats = [o for node in index.graph.node for o in node.output
                   if o and ref.is_tensor(o) and ref.elem_type(o) == onnx.TensorProto.FLOAT]
         outputs = list(ref.output_names)
-        ref_vals = run_all(ref, feeds, [*floats, *outputs])
         if to == "fp16":
-            keep.update(_out_of_range(index, ref_vals, floats))
+            peaks = _peaks(ref, feeds, tensor_batches(ref, floats, budget=batch_bytes,
+                                                      dims=sizes))
+            keep.update(_out_of_range(index, peaks))
         for done in range(1, rounds + 1):  # noqa: B007 - the count is reported
             trial = snapshot(original)
             tried = dict(keep)  # what the model gets: the conversion measured last
             res = precision(trial, to=to, keep_io_types=True, block=block, keep=tried)
             cand = Staged(trial, ws, f"round{done}")
             names = [n for n in dict.fromkeys([*floats, *outputs]) if cand.is_tensor(n)]
-            cand_vals = run_all(cand, feeds, names)
-            excess = {n: max(_excess(r[n], c[n], b_rtol, b_atol)
-                             for r, c in zip(ref_vals, cand_vals, strict=True))
-                      for n in names}
+            batched = tensor_batches(ref, names, budget=batch_bytes, dims=sizes)
+            excess = _excesses(ref, cand, feeds, batched, b_rtol, b_atol)
+            groups = len(batched)
             worst = {n: excess.get(n, float("inf")) for n in outputs}
             met = all(v <= 1.0 for v in worst.values())
             found = _local_errors(index, excess, res.kept, keep, overflow_only=met)
@@ -161,7 +170,46 @@ def auto_block(model: Model, /, *, to: str = "fp16", keep_io_types: bool = False
             keep.update(found)
     result = precision(model, to=to, keep_io_types=keep_io_types, block=block, keep=tried,
                        budget=(b_rtol, b_atol))
-    return AutoBlock(result, done, met, worst, b_rtol, b_atol)
+    return AutoBlock(result, done, met, worst, b_rtol, b_atol, batches=groups)
+
+
+def _peaks(ref: Staged, feeds: Sequence[Sample], groups: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Tensor -> its largest finite magnitude over the samples, batch by batch."""
+    peak: dict[str, float] = {}
+    for group in groups:
+        with ref.session(list(group)) as run:
+            for feed in feeds:
+                values = run.run(feed)
+                for n in group:
+                    v = values.get(n)
+                    if isinstance(v, np.ndarray) and v.size:
+                        finite = np.abs(v[np.isfinite(v)])
+                        if finite.size:
+                            peak[n] = max(peak.get(n, 0.0), float(finite.max()))
+                del values
+    return peak
+
+
+def _excesses(ref: Staged, cand: Staged, feeds: Sequence[Sample],
+              groups: Sequence[Sequence[str]], rtol: float, atol: float) -> dict[str, float]:
+    """Tensor -> its largest error over the samples as a multiple of the budget (inf: not
+    finite where float32 is), batch by batch: both models' sessions of a batch open together,
+    each sample run through both, the arrays dropped.
+
+    onnxruntime's CPU provider computes float16 ops that lack a kernel in float32 and drops the
+    Cast pair between two such ops unless the tensor between is a graph output, so a tensor's
+    float16 error can depend on which others a batch exposes (a few percent of the budget on
+    the committed CNN); a planted overflow is found whatever the batches."""
+    excess: dict[str, float] = {}
+    for group in groups:
+        with ref.session(list(group)) as rrun, cand.session(list(group)) as crun:
+            for feed in feeds:
+                rvals, cvals = rrun.run(feed), crun.run(feed)
+                for n in group:
+                    e = _excess(rvals[n], cvals[n], rtol, atol)
+                    excess[n] = max(excess.get(n, e), e)
+                del rvals, cvals
+    return excess
 
 
 def _local_errors(index: GraphIndex, excess: Mapping[str, float], kept: Mapping[str, str],
@@ -216,15 +264,10 @@ def _rounding_sources(index: GraphIndex, i: int, excess: Mapping[str, float],
     return found
 
 
-def _out_of_range(index: GraphIndex, values: Sequence[Mapping[str, np.ndarray]],
-                  floats: Sequence[str]) -> dict[str, str]:
+def _out_of_range(index: GraphIndex, peak: Mapping[str, float]) -> dict[str, str]:
     """Main-graph node label -> why it stays float32: a float tensor it makes or reads reaches
-    beyond float16's range (65504) in the float32 model, so it would overflow whichever runtime
-    computes it in float16. O(nodes + elements of the float tensors)."""
-    peak: dict[str, float] = {}
-    for n in floats:
-        finite = [np.abs(v[n][np.isfinite(v[n])]) for v in values if n in v]
-        peak[n] = max((float(f.max()) for f in finite if f.size), default=0.0)
+    beyond float16's range (65504) in the float32 model (``peak``: its largest magnitude), so
+    it would overflow whichever runtime computes it in float16. O(nodes + edges)."""
     over = {n for n, p in peak.items() if p > FP16_MAX}
     found: dict[str, str] = {}
     for i, node in enumerate(index.graph.node):
