@@ -15,7 +15,6 @@ float32 (one Cast per tensor and direction in each graph).
 
 from __future__ import annotations
 
-import contextlib
 import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,10 +30,10 @@ from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..ortinfer import missing_kernel
-from ..protos import weightless_copy
 from ..record import PrecisionRecord, add_rewrite
 from ..select import Selector, is_selector
 from ..session import indexed
+from ._lowtypes import captured, float_types, slot, slot_kind
 from .replace import _tolerance
 
 FLOAT = TensorProto.FLOAT
@@ -106,28 +105,6 @@ class PrecisionResult:
                                blocked=tuple(self.blocked), kept=dict(self.kept), budget=budget)
 
 
-# ------------------------------------------------------------------ schema questions
-def _slot(params: Sequence[defs.OpSchema.FormalParameter], k: int) -> defs.OpSchema.FormalParameter | None:
-    if k < len(params):
-        return params[k]
-    if params and params[-1].option == defs.OpSchema.FormalParameterOption.Variadic:
-        return params[-1]
-    return None
-
-
-def _slot_kind(schema: defs.OpSchema, param: defs.OpSchema.FormalParameter | None,
-               target: Target) -> str:
-    """'low' (the slot takes the target type), 'fixed' (a fixed non-generic type, e.g. Resize
-    scales: stays float32) or 'no' (a type variable without the target type)."""
-    if param is None:
-        return "no"
-    constraints = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
-    allowed = constraints.get(param.type_str)
-    if allowed is None:
-        return "low" if param.type_str == target.type_str else "fixed"
-    return "low" if target.type_str in allowed else "no"
-
-
 @dataclass
 class _Plan:
     """What one conversion decides and adds, shared by the main graph and every body."""
@@ -173,8 +150,9 @@ def _decide(plan: _Plan, node: onnx.NodeProto, blocked: bool) -> tuple[str | Non
     schema = plan.schema(node)
     if schema is None:
         return f"no onnx schema for {node.domain or 'ai.onnx'}.{node.op_type}", [], []
-    ins = [_slot_kind(schema, _slot(schema.inputs, k), plan.target) for k in range(len(node.input))]
-    outs = [_slot_kind(schema, _slot(schema.outputs, k), plan.target)
+    ins = [slot_kind(schema, slot(schema.inputs, k), plan.target.type_str)
+           for k in range(len(node.input))]
+    outs = [slot_kind(schema, slot(schema.outputs, k), plan.target.type_str)
             for k in range(len(node.output))]
     for k, is_float in enumerate(floats_in):
         if is_float and ins[k] == "no":
@@ -228,7 +206,7 @@ def _feeding_fixed_slots(plan: _Plan, g: onnx.GraphProto,
         for k, n in enumerate(node.input):
             if n:
                 uses.setdefault(n, []).append((i, k))
-        for n in _captured(node):
+        for n in captured(node):
             uses.setdefault(n, []).append((i, -1))
     for vi in g.output:
         uses.setdefault(vi.name, []).append((-1, -1))
@@ -306,7 +284,7 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
             for k, n in enumerate(node.input):
                 if n and d[1][k] == "low" and _dtype(plan, n) == FLOAT:
                     wants_low.add(n)
-            wants_low.update(n for n in _captured(node) if _dtype(plan, n) == FLOAT)
+            wants_low.update(n for n in captured(node) if _dtype(plan, n) == FLOAT)
     inputs = []
     for vi in g.input:
         if _dtype(plan, vi.name) == FLOAT or vi.type.tensor_type.elem_type == FLOAT:
@@ -474,52 +452,6 @@ def _body(plan: _Plan, g: onnx.GraphProto, home: Mapping[str, int], reads: Mappi
     return body
 
 
-def _captured(node: onnx.NodeProto) -> set[str]:
-    """Names the bodies of ``node`` read from enclosing scopes (defined in none of them).
-    Iterative; O(size of the bodies)."""
-    reads: set[str] = set()
-    defined: set[str] = set()
-    stack = [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH
-                                                 else a.graphs)]
-    while stack:
-        g = stack.pop()
-        defined.update(vi.name for vi in g.input)
-        defined.update(t.name for t in g.initializer)
-        for inner in g.node:
-            reads.update(n for n in inner.input if n)
-            defined.update(inner.output)
-            for a in inner.attribute:
-                stack.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
-    return reads - defined
-
-
-def _float_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Name -> elem type of every typed tensor in the model and its bodies (declared, then onnx
-    inference on a weight-free copy)."""
-    light = weightless_copy(model)
-    with contextlib.suppress(Exception):  # inference is best effort; declared types remain
-        light = onnx.shape_inference.infer_shapes(light)
-    types: dict[str, int] = {}
-    stack = [light.graph]
-    while stack:
-        g = stack.pop()
-        for vi in [*g.input, *g.output, *g.value_info]:
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                types.setdefault(vi.name, vi.type.tensor_type.elem_type)
-        for t in g.initializer:
-            types[t.name] = t.data_type
-        for node in g.node:
-            if node.op_type == "Constant" and not node.domain and node.output:
-                for a in node.attribute:
-                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                        types[node.output[0]] = a.t.data_type
-                    elif a.name in ("value_float", "value_floats"):
-                        types[node.output[0]] = FLOAT
-            for a in node.attribute:
-                stack.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
-    return types
-
-
 def _resolve_blocks(index: GraphIndex, block: Sequence[str]) -> tuple[set[str], set[int]]:
     """Op types and main-graph node numbers named by ``block`` (a node name, a selector, an op
     type of the model or of the ONNX standard, else any name ``resolve_node`` knows)."""
@@ -586,7 +518,7 @@ def precision(
     if keep:
         nodes.update(i for i in range(len(index.graph.node)) if index.node_label(i) in keep)
     versions = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in proto.opset_import}
-    plan = _Plan(target=target, types=_float_types(proto), opsets=list(proto.opset_import),
+    plan = _Plan(target=target, types=float_types(proto), opsets=list(proto.opset_import),
                  versions=versions, block_ops=ops, block_nodes=nodes,
                  base_dir=m.base_dir, names=NameAllocator.for_model(proto))
     low = target.elem_type
