@@ -1,6 +1,6 @@
 """precision, issue 31's list item by item: float initializers, Constants, value_info, the
 attributes that carry a dtype (Cast ``to``, ConstantOfShape ``value``, EyeLike/RandomX ``dtype``),
-bodies, Casts only at the float32 boundaries, Resize scales (given and computed) exact. One
+bodies (If, Scan), Casts only at the float32 boundaries, Resize scales (given and computed) exact. One
 hand-built graph per item; each converted to fp16 with kept io types, checked by structure and,
 where the values are deterministic, against the float32 model in onnxruntime."""
 
@@ -90,6 +90,13 @@ def _body(m: onnx.ModelProto) -> None:
     assert then.output[0].type.tensor_type.elem_type == F16
 
 
+def _scan_body(m: onnx.ModelProto) -> None:
+    body = _attr(_by(m)["scan"], "body").g
+    assert [v.type.tensor_type.elem_type for v in [*body.input, *body.output]] == [F16] * 4
+    assert _attr(body.node[0], "value").t.data_type == F16
+    assert {t.name: t.data_type for t in m.graph.initializer} == {"s0": F16}
+
+
 def _boundaries(m: onnx.ModelProto) -> None:
     # x -> Cast -> relu (fp16) -> Cast -> sm (kept fp32) -> Cast -> neg (fp16) -> Cast -> y
     assert _added_casts(m) == [("x", "x/fp16"), ("a", "a/fp32"), ("b", "b/fp16"),
@@ -163,6 +170,17 @@ CASES: dict[str, tuple[Callable[[], onnx.ModelProto], Callable[[onnx.ModelProto]
              else_branch=helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [],
                                            [helper.make_tensor_value_info("e", T.FLOAT, None)]))],
         inputs=(X, helper.make_tensor_value_info("cond", T.BOOL, []))), _body, True),
+    "scan_body": (lambda: _model(
+        [helper.make_node("Scan", ["s0", "x"], ["sf", "y"], num_scan_inputs=1, name="scan",
+                          body=helper.make_graph(
+                              [helper.make_node("Constant", [], ["k"], value_float=0.5),
+                               helper.make_node("Add", ["s", "xt"], ["s2"]),
+                               helper.make_node("Mul", ["s2", "k"], ["yt"])], "body",
+                              [helper.make_tensor_value_info("s", T.FLOAT, [1, 10, 10]),
+                               helper.make_tensor_value_info("xt", T.FLOAT, [1, 10, 10])],
+                              [helper.make_tensor_value_info("s2", T.FLOAT, [1, 10, 10]),
+                               helper.make_tensor_value_info("yt", T.FLOAT, [1, 10, 10])]))],
+        [helper.make_tensor("s0", T.FLOAT, [1, 10, 10], [0.25] * 100)]), _scan_body, True),
     "boundaries": (lambda: _model([helper.make_node("Relu", ["x"], ["a"], name="relu"),
                                    helper.make_node("Softmax", ["a"], ["b"], name="sm"),
                                    helper.make_node("Neg", ["b"], ["y"], name="neg")]),
