@@ -1,8 +1,9 @@
 """precision, issue 31's list item by item: float initializers, Constants, value_info, the
-attributes that carry a dtype (Cast ``to``, ConstantOfShape ``value``, EyeLike/RandomX ``dtype``),
-bodies (If, Scan), Casts only at the float32 boundaries, Resize scales (given and computed) exact. One
-hand-built graph per item; each converted to fp16 with kept io types, checked by structure and,
-where the values are deterministic, against the float32 model in onnxruntime."""
+attributes that carry a dtype (Cast ``to``, ConstantOfShape ``value``, EyeLike/RandomX
+``dtype``), bodies (If, Scan), Casts only at the float32 boundaries, Resize scales (given and
+computed) exact. One hand-built graph per item; each converted to fp16 with kept io types,
+checked by structure and, where the values are deterministic, against the float32 model in
+onnxruntime."""
 
 from __future__ import annotations
 
