@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +78,25 @@ class Step:
 
 
 Plan = dict[int, Step]
+
+
+@dataclass(frozen=True)
+class Row:
+    """A constant whose slices along ``axis`` are all the same, joined (``Concat``, a
+    broadcast) with a tensor carrying the batch there: it becomes ``Expand(first, shape)``, the
+    shape's ``axis`` entry read from ``Shape`` (times ``factor``)."""
+
+    name: str
+    axis: int
+    first: np.ndarray
+    dims: tuple[int, ...]
+    out: tuple[Dim, ...]
+    elem: int
+    factor: int = 1
+
+
+Rows = dict[tuple[int, int], Row]
+"""(node, input slot) -> the row constant feeding it."""
 
 
 def factors_of(dim: Dim) -> tuple[Factor, ...] | None:
@@ -149,16 +168,27 @@ def with_dims(vi: onnx.ValueInfoProto, dims: Sequence[Dim] | None) -> onnx.Value
 
 
 def probe(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[Dim]], plan: Plan,
-          outer: Mapping[int, tuple[Dim, ...]] | None = None) -> onnx.ModelProto:
+          outer: Mapping[int, tuple[Dim, ...]] | None = None, rows: Rows | None = None,
+          row_outer: Mapping[tuple[int, int], tuple[Dim, ...]] | None = None
+          ) -> onnx.ModelProto:
     """A weight-free copy with the new input shapes, each planned node cut out (its output a
-    probe input shaped ``outer[i]``, default its planned shape), no value_info and shapeless
-    outputs: what inference runs on. O(model without weights)."""
+    probe input shaped ``outer[i]``, default its planned shape), each row read from a probe
+    input shaped like the rewritten row, no value_info and shapeless outputs: what inference
+    runs on. O(model without weights)."""
     light = weightless_copy(proto)
     e = Edit.of(light)
     graph = light.graph
     cut = [onnx.helper.make_tensor_value_info(
         graph.node[i].output[0], step.elem, list((outer or {}).get(i, step.out)))
         for i, step in sorted(plan.items())]
+    if rows:
+        idx = GraphIndex(light)
+        for (i, slot), row in sorted(rows.items()):
+            name = f"{SYMBOL}row{i}_{slot}"
+            e.rewire([u for u in idx.uses_of(row.name) if u.node == i and u.slot == slot], name,
+                     idx)
+            cut.append(onnx.helper.make_tensor_value_info(
+                name, row.elem, list((row_outer or {}).get((i, slot), row.out))))
     if plan:
         e.keep_nodes([i for i in range(len(graph.node)) if i not in plan])
     e.set_inputs([with_dims(vi, shapes[vi.name]) if vi.name in shapes else vi
@@ -404,8 +434,78 @@ def _data_type(index: GraphIndex, typed: Mapping[str, onnx.ValueInfoProto], name
     return shape_of(vi), vi.type.tensor_type.elem_type or onnx.TensorProto.FLOAT
 
 
-def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, str]:
-    """The planned nodes and the input whose dim 0 is the batch (the Shape route's source).
+def _array(index: GraphIndex, name: str) -> np.ndarray | None:
+    """The values of a constant (initializer or Constant output) of any type, else None."""
+    k = index.initializers.get(name)
+    if k is not None and name not in index.inputs:
+        t = index.graph.initializer[k]
+        return None if t.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(t)
+    j = index.producer.get(name)
+    if j is not None and index.graph.node[j].op_type == "Constant":
+        for a in index.graph.node[j].attribute:
+            if a.name == "value":
+                return numpy_helper.to_array(a.t)
+    return None
+
+
+def _joins(index: GraphIndex, typed: Mapping[str, onnx.ValueInfoProto], b: int, rows: Rows,
+           left: dict[int, tuple[int, str]], live: Collection[str]) -> bool:
+    """Find the Concat and broadcasting nodes joining a tensor that carries the batch on an
+    axis with one whose dim there is fixed at the batch's old size: a constant of equal slices
+    becomes a row (added to ``rows``), anything else goes to ``left`` (refused unless a later
+    round proves it). True when a row was added. O(nodes)."""
+    graph = index.graph
+    added = False
+    for i, node in enumerate(graph.node):
+        op = node.op_type
+        if (op != "Concat" and op not in _BROADCAST) or node.domain not in ("", "ai.onnx"):
+            continue
+        dims = [_data_type(index, typed, n)[0] if n else None for n in node.input]
+        known = [d for d in dims if d is not None]
+        if len(known) < 2:
+            continue
+        rank = max(len(d) for d in known)
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % max(rank, 1)
+        for a in range(rank):
+            if op == "Concat" and a == axis:
+                continue
+            carried = [f for d in known if 0 <= (k := a - rank + len(d)) < len(d)
+                       and (f := factors_of(d[k])) is not None]
+            if not carried:
+                continue
+            f = carried[0]
+            value = _value(f, b)
+            for slot, (name, d) in enumerate(zip(node.input, dims, strict=True)):
+                k = a - rank + len(d) if d is not None else -1
+                if (d is not None and 0 <= k < len(d) and not isinstance(d[k], int)
+                        and factors_of(d[k]) is None and name and name not in live
+                        and name in index.producer and op == "Concat"):
+                    left.setdefault(i, (slot, f"input {slot} ('{name}') is computed from "
+                                              "constants to a size inference cannot tell; "
+                                              "run 'fold' first"))
+                    continue
+                if d is None or not 0 <= k < len(d) or d[k] != value or (
+                        value == 1 and op != "Concat") or (i, slot) in rows:
+                    continue
+                arr = _array(index, name)
+                if arr is not None and arr.ndim == len(d) and bool(
+                        np.all(arr == arr.take([0], axis=k))):
+                    out: list[Dim] = list(arr.shape)
+                    out[k] = symbol_of(f)
+                    rows[(i, slot)] = Row(name, k, arr.take([0], axis=k), tuple(arr.shape),
+                                          tuple(out), _data_type(index, typed, name)[1],
+                                          static_factor(f))
+                    added = True
+                else:
+                    left.setdefault(i, (slot, f"input {slot} ('{name}') has dim {k} fixed at "
+                                              "the old batch where another input carries the "
+                                              "batch"))
+    return added
+
+
+def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows, str]:
+    """The planned nodes, the rows and the input whose dim 0 is the batch (the Shape route's
+    source).
 
     Raises:
         UsageError: a constant hard-codes the old batch and following the input cannot be
@@ -417,7 +517,7 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, str]
     olds = {old0[n] for n in changed}
     b = next(iter(olds)) if len(olds) == 1 else None
     if not isinstance(b, int):  # no static batch changed: nothing can hard-code it
-        return {}, ""
+        return {}, {}, ""
     graph = index.graph
     candidates: list[tuple[int, np.ndarray]] = []
     for i, node in enumerate(graph.node):
@@ -429,8 +529,10 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, str]
         values = const_values(index, node.input[slot])
         if values is not None and values.ndim == 1 and len(values):
             candidates.append((i, values))
-    if not candidates:
-        return {}, ""
+    joins = any(n.op_type == "Concat" or (b != 1 and n.op_type in _BROADCAST)
+                for n in graph.node)  # where a batch 1 meets a 1, it broadcasts
+    if not candidates and not joins:
+        return {}, {}, ""
     source = next(vi.name for vi in graph.input if vi.name in changed)
     probe_shapes = {n: ([SYMBOL, *s[1:]] if n in changed else s) for n, s in shapes.items()}
     live = _live(index, set(changed))
@@ -439,11 +541,12 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, str]
         for s, name in enumerate(node.input):
             consumers.setdefault(name, []).append((i, s))
     planned: Plan = {}
+    rows: Rows = {}
     left: dict[int, tuple[int, str]] = {}  # node -> (entry, why) while not proved
     for _ in range(_MAX_ROUNDS):
-        typed = _typed(infer(probe(index.model, probe_shapes, planned)))
-        progress = False
+        typed = _typed(infer(probe(index.model, probe_shapes, planned, rows=rows)))
         left = {}
+        progress = _joins(index, typed, b, rows, left, live)
         for i, values in candidates:
             if i in planned:
                 continue
@@ -477,10 +580,12 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, str]
     if left:
         i, (entry, why) = min(left.items())
         node = graph.node[i]
-        raise UsageError(f"node '{index.node_label(i)}' ({node.op_type}) reads a constant "
-                         f"whose entry {entry} is the old batch {b}; cannot make it follow the "
-                         f"input: {why}; fix the model's shape computation (or keep the batch)")
-    return planned, source
+        what = (f"reads a constant whose entry {entry} is the old batch {b}"
+                if node.op_type in _OPS else f"joins tensors at the old batch {b}")
+        fix = "" if "'fold'" in why else "; fix the model's shape computation (or keep the batch)"
+        raise UsageError(f"node '{index.node_label(i)}' ({node.op_type}) {what}; cannot make "
+                         f"it follow the input: {why}{fix}")
+    return planned, rows, source
 
 
 def _expand(values: np.ndarray, data: list[Dim], b: int, elem: int) -> Step | None:

@@ -29,7 +29,7 @@ from ..names import NameAllocator
 from ..record import DimsRecord, add_rewrite
 from ..session import indexed
 from ..types import shape_of
-from ._dimsplan import Dim, Plan, factors_of, infer, plan, probe, static_factor, with_dims
+from ._dimsplan import Dim, Rows, factors_of, infer, plan, probe, static_factor, with_dims
 from ._edgewalk import propagate_edges
 
 _with_dims = with_dims
@@ -165,14 +165,13 @@ def _new_batch(shapes: Mapping[str, list[Dim]], source: str) -> Dim:
     return shapes[source][0] if source else None
 
 
-def _shape_route(index: GraphIndex, names: NameAllocator, plan: Plan, source: str
-                 ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], dict[int, str]]:
+def _shape_route(names: NameAllocator, routed: Sequence[tuple[str, np.ndarray, int, int]],
+                 source: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
     """The nodes reading the batch from ``Shape(source)`` (one shared Shape->Gather, then per
-    planned node a Mul by its static factor and a Concat with its constant entries), their
-    initializers, and node -> the tensor feeding its shape slot. Deterministic names."""
-    routed = [(i, step) for i, step in sorted(plan.items()) if step.batch_at >= 0]
+    ``(base name, shape values, batch entry, factor)`` a Mul by the factor and a Concat with the
+    other entries), their initializers, and the shape tensor of each. Deterministic names."""
     if not routed:
-        return [], [], {}
+        return [], [], []
     make = onnx.helper.make_node
     shape, at0, batch = (names.fresh(f"{source}/dims_shape"), names.fresh(f"{source}/dims_at0"),
                          names.fresh(f"{source}/dims_batch"))
@@ -180,18 +179,15 @@ def _shape_route(index: GraphIndex, names: NameAllocator, plan: Plan, source: st
              make("Gather", [shape, at0], [batch], name=names.fresh(f"{source}/dims_Gather"),
                   axis=0)]
     inits = [numpy_helper.from_array(np.array([0], np.int64), at0)]
-    feeds: dict[int, str] = {}
-    for i, step in routed:
-        base = index.graph.node[i].input[step.slot]
-        assert step.values is not None
+    feeds: list[str] = []
+    for base, values, at, factor in routed:
         read = batch
-        if step.factor != 1:
+        if factor != 1:
             k, read = names.fresh(f"{base}/dims_factor"), names.fresh(f"{base}/dims_batch")
-            inits.append(numpy_helper.from_array(np.array([step.factor], np.int64), k))
+            inits.append(numpy_helper.from_array(np.array([factor], np.int64), k))
             nodes.append(make("Mul", [batch, k], [read], name=names.fresh(f"{base}/dims_Mul")))
         parts: list[str] = []
-        head, tail = step.values[:step.batch_at], step.values[step.batch_at + 1:]
-        for piece, label in ((head, "head"), (None, ""), (tail, "tail")):
+        for piece, label in ((values[:at], "head"), (None, ""), (values[at + 1:], "tail")):
             if piece is None:
                 parts.append(read)
             elif len(piece):
@@ -199,11 +195,27 @@ def _shape_route(index: GraphIndex, names: NameAllocator, plan: Plan, source: st
                 inits.append(numpy_helper.from_array(piece.astype(np.int64), k))
                 parts.append(k)
         if len(parts) == 1:
-            feeds[i] = read
+            feeds.append(read)
             continue
-        feeds[i] = names.fresh(f"{base}/dims")
-        nodes.append(make("Concat", parts, [feeds[i]], name=names.fresh(f"{base}/dims_Concat"),
+        feeds.append(names.fresh(f"{base}/dims"))
+        nodes.append(make("Concat", parts, [feeds[-1]], name=names.fresh(f"{base}/dims_Concat"),
                           axis=0))
+    return nodes, inits, feeds
+
+
+def _rows(names: NameAllocator, rows: Rows, shapes: Sequence[str]
+          ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], dict[tuple[int, int], str]]:
+    """Per row: ``Expand(first slice, its shape tensor)``; the nodes, the slices, and
+    (node, slot) -> the expanded tensor."""
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    feeds: dict[tuple[int, int], str] = {}
+    for (key, row), shape in zip(sorted(rows.items()), shapes, strict=True):
+        first, out = names.fresh(f"{row.name}/dims_row"), names.fresh(f"{row.name}/dims")
+        inits.append(numpy_helper.from_array(row.first, first))
+        nodes.append(onnx.helper.make_node("Expand", [first, shape], [out],
+                                           name=names.fresh(f"{row.name}/dims_Expand")))
+        feeds[key] = out
     return nodes, inits, feeds
 
 
@@ -239,15 +251,16 @@ def dims(model: Model | onnx.ModelProto, /, *,
     shapes = _new_shapes(index, dict(inputs or {}), batch)
     if not shapes:
         raise UsageError("no graph input has a shape to change; give --input NAME=SHAPE")
-    planned, source = plan(index, shapes)
+    planned, rows, source = plan(index, shapes)
     produced = index.producer
     kept_vi = [vi for vi in proto.graph.value_info if vi.name in produced]
     wanted = {vi.name for vi in proto.graph.output} | {vi.name for vi in kept_vi}
-    found = None if planned else _cheap_shapes(index, shapes, wanted)
+    found = None if planned or rows else _cheap_shapes(index, shapes, wanted)
     if found is None:
         new_b = _new_batch(shapes, source)
         outer = {i: tuple(_final(d, new_b) for d in step.out) for i, step in planned.items()}
-        inferred = infer(probe(proto, shapes, planned, outer))
+        row_outer = {k: tuple(_final(d, new_b) for d in row.out) for k, row in rows.items()}
+        inferred = infer(probe(proto, shapes, planned, outer, rows, row_outer))
         typed = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output]}
         typed.update({proto.graph.node[i].output[0]: with_dims(
             onnx.helper.make_tensor_value_info("", step.elem, None), outer[i])
@@ -262,21 +275,37 @@ def dims(model: Model | onnx.ModelProto, /, *,
                   for vi in proto.graph.input]
     rewrites = {i: step for i, step in sorted(planned.items()) if step.values is not None}
     rewritten = {index.node_label(i): step.how for i, step in rewrites.items()}
+    for (i, slot), row in sorted(rows.items()):
+        rewritten.setdefault(index.node_label(i), f"input {slot} ('{row.name}', equal slices) "
+                             f"is expanded to the batch read from Shape on axis {row.axis}")
+    node_field = proto.graph.node
     names = NameAllocator.for_index(index)
-    route, route_inits, feeds = _shape_route(index, names, rewrites, source)
+    routed = [(node_field[i].input[step.slot], step.values, step.batch_at, step.factor)
+              for i, step in rewrites.items() if step.batch_at >= 0 and step.values is not None]
+    routed += [(row.name, np.array(row.dims, np.int64), row.axis, row.factor)
+               for _, row in sorted(rows.items())]
+    route, route_inits, shape_feeds = _shape_route(names, routed, source)
+    k_rows = len(routed) - len(rows)
+    feeds: dict[tuple[int, int], str] = dict(zip(
+        [(i, step.slot) for i, step in rewrites.items() if step.batch_at >= 0],
+        shape_feeds[:k_rows], strict=True))
+    row_nodes, row_inits, row_feeds = _rows(names, rows, shape_feeds[k_rows:])
+    route += row_nodes
+    route_inits += row_inits
+    feeds.update(row_feeds)
     for i, step in rewrites.items():
-        if i not in feeds:
-            feeds[i] = names.fresh(f"{proto.graph.node[i].input[step.slot]}/dims")
-    uses = {i: index.uses_of(proto.graph.node[i].input[step.slot]) for i, step in
-            rewrites.items()}
+        if (i, step.slot) not in feeds:
+            feeds[(i, step.slot)] = names.fresh(f"{node_field[i].input[step.slot]}/dims")
+    uses = {key: index.uses_of(node_field[key[0]].input[key[1]]) for key in feeds}
     # ------------------------------------------------------------------ mutate (all checked)
     e = Edit(index)
-    if rewrites:
-        e.add_initializers([*(numpy_helper.from_array(step.values.astype(np.int64), feeds[i])
+    if feeds:
+        e.add_initializers([*(numpy_helper.from_array(step.values.astype(np.int64),
+                                                      feeds[(i, step.slot)])
                               for i, step in rewrites.items() if step.batch_at < 0
                               and step.values is not None), *route_inits], made=True)
-        for i, step in rewrites.items():
-            e.rewire([u for u in uses[i] if u.node == i and u.slot == step.slot], feeds[i])
+        for (i, slot), feed in sorted(feeds.items()):
+            e.rewire([u for u in uses[(i, slot)] if u.node == i and u.slot == slot], feed)
         if route:
             e.insert_nodes(0, route)
     e.set_inputs(new_inputs)
