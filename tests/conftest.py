@@ -194,3 +194,54 @@ def keras_fixed_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("keras_fixed") / "cnn.onnx"
     from_tf(keras.Model(inp, out), path, check=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def tf_batch_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ``tf.function`` at a fixed batch of 2 converted by tf2onnx (``converters.from_tf``):
+    ``tf.reshape(x, [6, 8])`` merges the batch with the tokens, a MatMul, ``tf.reshape(., [2,
+    3, 8])`` splits it back, a tiled class row (folded by tf2onnx into a [2, 1, 8] constant)
+    is concatenated on axis 1, and ``tf.reshape(., [2, -1])`` flattens."""
+    tf = pytest.importorskip("tensorflow")
+    from onnxsurgeon.converters import from_tf
+
+    cls = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 1, 8))
+    w = tf.constant(np.linspace(-0.5, 0.5, 64, dtype=np.float32).reshape(8, 8))
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3, 8], tf.float32, name="x")])
+    def f(x):  # type: ignore[no-untyped-def]
+        h = tf.reshape(tf.nn.relu(tf.matmul(tf.reshape(x, [6, 8]), w)), [2, 3, 8])
+        return tf.reshape(tf.concat([tf.tile(cls, [2, 1, 1]), h], axis=1), [2, -1])
+
+    path = tmp_path_factory.mktemp("tf_batch_two") / "f.onnx"
+    from_tf(f, path, check=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def torch_batch_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torch export (TorchScript exporter, its constant folding off) at batch 2:
+    ``x.reshape(6, 8)`` merges the batch, a Linear, ``.view(2, 3, 8)`` splits it, and a class
+    token ``expand(2, -1, -1)`` is concatenated on axis 1."""
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            h = self.fc(x.reshape(6, 8)).view(2, 3, 8)
+            return torch.cat([self.cls.expand(2, -1, -1), h], 1)
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("torch_batch_two") / "net.onnx"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), (torch.randn(2, 3, 8),), str(path), dynamo=False,
+                          do_constant_folding=False, input_names=["x"], output_names=["y"],
+                          opset_version=17)
+    return path

@@ -248,3 +248,42 @@ def test_dims_refuses_a_constant_batch_that_meets_nothing(tmp_path, capsys):
                        "node 'make_rows' (Tile) reads a constant whose entry 0 is the old batch "
                        "2; cannot make it follow the input: the dataflow of shapes does not "
                        "prove it is the batch", src=src, out=out)
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_dims_on_a_tf2onnx_model_merging_and_splitting_the_batch(tf_batch_two, tmp_path, capsys):
+    """tf2onnx's batch-2 constants: the merge reads -1, the split and the flatten follow the
+    input, the folded tile of class rows becomes an Expand from Shape; --verify passes at
+    batch 2 and 6 sample by sample."""
+    out = tmp_path / "dyn.onnx"
+    code, stdout, err = cli_main(capsys, "dims", tf_batch_two, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass", doc["verify"]
+    assert {p["check"] for p in doc["verify"]["pairs"]} == {"dims:batch 2", "dims:batch 6"}
+    hows = sorted(doc["rewritten"].values())
+    assert len(hows) == 4 and any("times 3" in h for h in hows), hows
+    assert any("expanded to the batch read from Shape" in h for h in hows), hows
+    assert shape_of(onnx.load(out).graph.output[0])[0] == "batch"
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_dims_on_a_torch_export_merging_the_batch_and_expanding_a_token(
+        torch_batch_two, tmp_path, capsys):
+    """Unfolded, the token's expand shape is computed from constants: refused, naming the
+    Concat and 'fold'; folded, every constant follows the input and --verify passes."""
+    out = tmp_path / "dyn.onnx"
+    refused_in_process(capsys, ["dims", torch_batch_two, "-o", out, "--batch", "dynamic"],
+                       "node '/Concat' (Concat) joins tensors at the old batch 2", src=torch_batch_two,
+                       out=out)
+    folded = tmp_path / "folded.onnx"
+    assert cli_main(capsys, "fold", torch_batch_two, "-o", folded)[0] == 0
+    code, stdout, err = cli_main(capsys, "dims", folded, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass", doc["verify"]
+    assert set(doc["rewritten"]) == {"/Reshape", "/Reshape_1", "/Concat"}
