@@ -569,8 +569,8 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows
                     step = _created(index, i, node, values, data, b, elem, consumers, typed)
                 else:
                     step = None
-            except _Refused as why:
-                left[i] = (why.entry, why.why)
+            except _Refused as refused:
+                left[i] = (refused.entry, refused.why)
                 continue
             if step is not None:
                 planned[i] = step
