@@ -20,11 +20,22 @@ proved. A constant entry follows the batch when:
 * ``Expand``/``Tile``/``ConstantOfShape`` entry 0 equal to the old batch where the data does
   not carry it: proved when the output (through elementwise ops) meets a tensor carrying the
   batch on that axis in a ``Concat`` (dims must agree) or, with an old batch above 1, in a
-  broadcasting op; it then reads the batch from ``Shape``.
+  broadcasting op; it then reads the batch from ``Shape``;
+* a constant joined (``Concat``, or a broadcast with an old batch above 1) with a tensor that
+  carries the batch on an axis where the constant is fixed at the old size (torch's folded
+  ``cls.expand(b, -1, -1)``, tf2onnx's folded tile): when its slices along that axis are all
+  equal it becomes ``Expand(one slice, shape read from Shape)``; otherwise the join is refused
+  (``run 'fold' first`` where the fixed tensor is computed from constants to a size inference
+  cannot tell).
 
 Anything else starting with the old batch ``b`` is refused naming the node, the entry and why
 (with ``b`` = 1 an entry not met by the batch is left: a 1 broadcasts, and a tile or expand by 1
-changes nothing).
+changes nothing). A batch merged behind a static factor (``[4*B]`` from a transposed input) is
+refused: the samples would interleave.
+
+Cost: one onnx inference over the weight-free probe per round, only when the batch changes from
+a static size and some node reads a constant shape or joins tensors (a Concat; with an old
+batch above 1 also a broadcast). O(nodes) per round.
 """
 
 from __future__ import annotations
