@@ -274,10 +274,12 @@ def test_dims_on_a_tf2onnx_model_merging_and_splitting_the_batch(tf_batch_two, t
 def test_dims_on_a_torch_export_merging_the_batch_and_expanding_a_token(
         torch_batch_two, tmp_path, capsys):
     """Unfolded, the token's expand shape is computed from constants: refused, naming the
-    Concat and 'fold'; folded, every constant follows the input and --verify passes."""
+    Expand and 'fold'; folded, every constant follows the input and --verify passes."""
     out = tmp_path / "dyn.onnx"
     refused_in_process(capsys, ["dims", torch_batch_two, "-o", out, "--batch", "dynamic"],
-                       "node '/Concat' (Concat) joins tensors at the old batch 2", src=torch_batch_two,
+                       "node '/Expand' (Expand) reads a computed shape; cannot make it follow "
+                       "the input: its shape '/Where_output_0' is computed from constants, so the "
+                       "batch it hard-codes cannot be seen; run 'fold' first", src=torch_batch_two,
                        out=out)
     folded = tmp_path / "folded.onnx"
     assert cli_main(capsys, "fold", torch_batch_two, "-o", folded)[0] == 0
@@ -287,3 +289,27 @@ def test_dims_on_a_torch_export_merging_the_batch_and_expanding_a_token(
     doc = json.loads(stdout)
     assert doc["verify"]["verdict"] == "pass", doc["verify"]
     assert set(doc["rewritten"]) == {"/Reshape", "/Reshape_1", "/Concat"}
+
+
+def test_dims_on_the_bundled_bert_export_asks_for_fold_then_follows_the_batch(tmp_path, capsys):
+    """models/tiny_bert.onnx (a torch export at batch 1, its constant folding off): the token
+    type Expand's shape is computed from constants, so dims refuses naming it and 'fold';
+    folded, the attention Reshapes read 0 and --verify passes at two batch sizes."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "models" / "tiny_bert.onnx"
+    out = tmp_path / "dyn.onnx"
+    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "dynamic"],
+                       "node '/bert/embeddings/Expand' (Expand) reads a computed shape; cannot "
+                       "make it follow the input: its shape '/bert/embeddings/Where_output_0' is "
+                       "computed from constants, so the batch it hard-codes cannot be seen; run "
+                       "'fold' first", src=src, out=out)
+    folded = tmp_path / "folded.onnx"
+    assert cli_main(capsys, "fold", src, "-o", folded)[0] == 0
+    code, stdout, err = cli_main(capsys, "dims", folded, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass", doc["verify"]
+    assert len(doc["rewritten"]) == 10 and all(h.startswith("entry 0 reads 0")
+                                               for h in doc["rewritten"].values())

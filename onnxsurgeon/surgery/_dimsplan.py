@@ -282,6 +282,7 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows
         return {}, {}, ""
     graph = index.graph
     candidates: list[tuple[int, np.ndarray]] = []
+    computed: list[int] = []  # shape inputs computed by nodes from constants only
     for i, node in enumerate(graph.node):
         if node.op_type not in OPS or node.domain not in ("", "ai.onnx"):
             continue
@@ -291,13 +292,17 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows
         values = const_values(index, node.input[slot])
         if values is not None and values.ndim == 1 and len(values):
             candidates.append((i, values))
+        elif values is None and node.op_type != "ConstantOfShape" and \
+                node.input[slot] in index.producer:
+            computed.append(i)
     joins = any(n.op_type == "Concat" or (b != 1 and n.op_type in BROADCAST)
                 for n in graph.node)  # where a batch 1 meets a 1, it broadcasts
-    if not candidates and not joins:
+    if not candidates and not joins and not computed:
         return {}, {}, ""
     source = next(vi.name for vi in graph.input if vi.name in changed)
     probe_shapes = {n: ([SYMBOL, *s[1:]] if n in changed else s) for n, s in shapes.items()}
     live = _live(index, set(changed))
+    computed = [i for i in computed if graph.node[i].input[1] not in live]
     consumers: dict[str, list[tuple[int, int]]] = {}
     for i, node in enumerate(graph.node):
         for s, name in enumerate(node.input):
@@ -339,11 +344,20 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows
                 progress = True
         if not progress:
             break
+    for i in computed:  # a batch it cannot see: the shape's values are known only folded
+        data = _data_type(index, typed, graph.node[i].input[0])[0]
+        out = shape_of(typed.get(graph.node[i].output[0]))
+        if (data and any(factors_of(d) is not None for d in data)) or (
+                out and not isinstance(out[0], int) and factors_of(out[0]) is None):
+            left.setdefault(i, (-1, f"its shape '{graph.node[i].input[1]}' is computed from "
+                                    "constants, so the batch it hard-codes cannot be seen; run "
+                                    "'fold' first"))
     if left:
         i, (entry, why) = min(left.items())
         node = graph.node[i]
-        what = (f"reads a constant whose entry {entry} is the old batch {b}"
-                if node.op_type in OPS else f"joins tensors at the old batch {b}")
+        what = (f"joins tensors at the old batch {b}" if node.op_type not in OPS else
+                "reads a computed shape" if entry < 0 else
+                f"reads a constant whose entry {entry} is the old batch {b}")
         fix = "" if "'fold'" in why else "; fix the model's shape computation (or keep the batch)"
         raise UsageError(f"node '{index.node_label(i)}' ({node.op_type}) {what}; cannot make "
                          f"it follow the input: {why}{fix}")
