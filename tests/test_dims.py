@@ -165,6 +165,12 @@ def batch_two(case: str) -> onnx.ModelProto:
         x_shape, y_shape = [2, 8], [1, 16]
         inits += [_i64("s1", [1, 16])]
         nodes = [helper.make_node("Reshape", ["x", "s1"], ["y"], name="merge")]
+    elif case in ("bias_rows", "bias_mixed"):  # Add(x, a constant at the old batch)
+        bias = np.tile(np.linspace(0, 1, 32, dtype=np.float32).reshape(1, 4, 8), (2, 1, 1))
+        if case == "bias_mixed":
+            bias[1] += 1
+        inits += [numpy_helper.from_array(bias, "bias")]
+        nodes = [helper.make_node("Add", ["x", "bias"], ["y"], name="add_bias")]
     elif case == "shape_route":
         y_shape = [8, 8]
         inits += [_i64("s1", [8, -1])]
@@ -200,6 +206,7 @@ def batch_two(case: str) -> onnx.ModelProto:
     ("tile", {"make_rows": "Shape, [1, 1]"}, ["batch", 4, 8]),
     ("constant_of_shape", {"make_rows": "Shape, [1, 8]"}, ["batch", 4, 8]),
     ("expand", {"make_rows": "Shape, [1, 8]"}, ["batch", 4, 8]),
+    ("bias_rows", {"add_bias": "Expand"}, ["batch", 4, 8]),
 ])
 def test_dims_makes_merged_and_created_batches_follow_the_input(tmp_path, capsys, case, reads,
                                                                 out_shape):
@@ -222,6 +229,11 @@ def test_dims_makes_merged_and_created_batches_follow_the_input(tmp_path, capsys
     by_out = {o: n for n in m.graph.node for o in n.output}
     for label, want in reads.items():
         node = next(n for n in m.graph.node if n.name == label)
+        if want == "Expand":  # the constant of equal slices: one slice expanded to the batch
+            expand = by_out[node.input[1]]
+            assert expand.op_type == "Expand" and consts[expand.input[0]] == \
+                numpy_helper.to_array(batch_two(case).graph.initializer[1])[:1].tolist()
+            continue
         feed = node.input[0 if node.op_type == "ConstantOfShape" else 1]
         if isinstance(want, list):
             assert consts[feed] == want
@@ -240,14 +252,19 @@ def test_dims_makes_merged_and_created_batches_follow_the_input(tmp_path, capsys
     assert again.proto.graph.node == m.graph.node  # the same command: the same nodes
 
 
-def test_dims_refuses_a_constant_batch_that_meets_nothing(tmp_path, capsys):
+@pytest.mark.parametrize("case, needle", [
+    ("tile_alone", "node 'make_rows' (Tile) reads a constant whose entry 0 is the old batch 2; "
+                   "cannot make it follow the input: the dataflow of shapes does not prove it is "
+                   "the batch"),
+    ("bias_mixed", "node 'add_bias' (Add) joins tensors at the old batch 2; cannot make it "
+                   "follow the input: input 1 ('bias') has dim 0 fixed at the old batch"),
+])
+def test_dims_refuses_a_constant_batch_it_cannot_prove(tmp_path, capsys, case, needle):
     src = tmp_path / "m.onnx"
-    onnx.save(batch_two("tile_alone"), src)
+    onnx.save(batch_two(case), src)
     out = tmp_path / "o.onnx"
-    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "dynamic"],
-                       "node 'make_rows' (Tile) reads a constant whose entry 0 is the old batch "
-                       "2; cannot make it follow the input: the dataflow of shapes does not "
-                       "prove it is the batch", src=src, out=out)
+    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "dynamic"], needle, src=src,
+                       out=out)
 
 
 @pytest.mark.slow
@@ -313,3 +330,32 @@ def test_dims_on_the_bundled_bert_export_asks_for_fold_then_follows_the_batch(tm
     assert doc["verify"]["verdict"] == "pass", doc["verify"]
     assert len(doc["rewritten"]) == 10 and all(h.startswith("entry 0 reads 0")
                                                for h in doc["rewritten"].values())
+
+
+def test_dims_on_an_elementwise_chain_takes_the_cheap_pass_and_keeps_value_info(tmp_path, capsys):
+    """x[2,4] -> MatMul -> Add -> Relu -> y at batch 2 (a broadcast bias, no shape constant):
+    the shapes come from the forward pass on the int graph; only the value_info entries the
+    model had are written, with the new batch; --verify passes."""
+    f = TensorProto.FLOAT
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, "W")
+    bias = numpy_helper.from_array(np.arange(4, dtype=np.float32), "B")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+         helper.make_node("Add", ["mm", "B"], ["add"], name="add"),
+         helper.make_node("Relu", ["add"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", f, [2, 4])],
+        [helper.make_tensor_value_info("y", f, [2, 4])], [w, bias],
+        value_info=[helper.make_tensor_value_info("mm", f, [2, 4]),
+                    helper.make_tensor_value_info("add", f, [2, 4])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), src)
+    out = tmp_path / "o.onnx"
+    code, stdout, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    assert json.loads(stdout)["verify"]["verdict"] == "pass"
+    g = onnx.load(out).graph
+    assert shape_of(g.output[0]) == ["batch", 4]
+    assert {vi.name: shape_of(vi) for vi in g.value_info} == {"mm": ["batch", 4],
+                                                              "add": ["batch", 4]}

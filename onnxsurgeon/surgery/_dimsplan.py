@@ -68,6 +68,7 @@ from ._dimsops import (
     symbol_of,
     value_of,
 )
+from ._edgewalk import propagate_edges
 
 __all__ = ["SYMBOL", "Dim", "Plan", "Row", "Rows", "Step", "factors_of", "infer", "plan",
            "probe", "static_factor", "with_dims"]
@@ -265,6 +266,23 @@ def _joins(index: GraphIndex, typed: Mapping[str, onnx.ValueInfoProto], b: int, 
     return added
 
 
+def _agrees(index: GraphIndex, shapes: Mapping[str, list[Dim]], changed: Sequence[str],
+            b: int) -> bool:
+    """True when the cheap forward pass on the int dataflow graph covers every node and, with
+    the changed inputs at a batch no dim can equal by chance, no broadcast meets a dim fixed at
+    the old batch ``b`` (it would leave a dim it cannot tell). O(nodes), ~0.5 us per node,
+    instead of an onnx inference round."""
+    if index.int_graph() is None:
+        return False
+    odd = 7919 if b != 7919 else 7907
+    real = {vi.name: vi for vi in real_inputs(index.model)}
+    typed = {n: with_dims(real[n], [odd, *s[1:]] if n in changed else s)
+             for n, s in shapes.items()}
+    types: dict[int, tuple[int, tuple[Dim, ...]]] = {}
+    found = propagate_edges(index, range(len(index.graph.node)), typed, (), cache=types)
+    return found is not None and all(None not in t[1] for t in types.values())
+
+
 def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows, str]:
     """The planned nodes, the rows and the input whose dim 0 is the batch (the Shape route's
     source).
@@ -295,9 +313,10 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows
         elif values is None and node.op_type != "ConstantOfShape" and \
                 node.input[slot] in index.producer:
             computed.append(i)
-    joins = any(n.op_type == "Concat" or (b != 1 and n.op_type in BROADCAST)
-                for n in graph.node)  # where a batch 1 meets a 1, it broadcasts
-    if not candidates and not joins and not computed:
+    concat = any(n.op_type == "Concat" for n in graph.node)
+    joins = concat or (b != 1 and any(n.op_type in BROADCAST for n in graph.node))
+    if not candidates and not computed and (not joins or (not concat and _agrees(
+            index, shapes, changed, b))):  # where a batch 1 meets a 1, it broadcasts
         return {}, {}, ""
     source = next(vi.name for vi in graph.input if vi.name in changed)
     probe_shapes = {n: ([SYMBOL, *s[1:]] if n in changed else s) for n, s in shapes.items()}
