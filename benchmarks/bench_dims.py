@@ -7,7 +7,8 @@ Usage: ``python benchmarks/bench_dims.py [--blocks B] [--repeat R] [--external-m
    shared weight, x[1,4]): ``onnxsurgeon dims --batch dynamic`` against
    ``python -c "onnx.save(onnx.load())"``, interleaved, median of ``--repeat`` rounds (target:
    at most 1.2x the floor); ``--before DIR`` adds the same command run from another checkout
-   (an A/B against earlier code).
+   (an A/B against earlier code). The same on the chain at a static batch of 8 (a broadcast
+   meets the old batch: the cheap pass proves no dim hard-codes it).
 2. On each ~``MB`` MB external-data chain (``run.build_external``; default 1200 and 2300): the
    same command, one round: wall and peak RSS (target: under 200 MB) beside ``cp`` of the data
    file and the graph's own load+save (dims writes the output's data file: a copy).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +30,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from run import FLOOR, GRAPH_FLOOR, PY, build_in_child, compile_sources, load_average, run_once  # noqa: E402
 
+AT_BATCH_8 = ("import onnx, sys; m = onnx.load(sys.argv[1]); "
+              "[setattr(v.type.tensor_type.shape.dim[0], 'dim_value', 8) "
+              "for v in (m.graph.input[0], m.graph.output[0])]; onnx.save(m, sys.argv[2])")
 BEFORE = ("import runpy, sys; sys.path.insert(0, {dir!r}); "
           "runpy.run_module('onnxsurgeon', run_name='__main__')")
 
@@ -76,6 +81,19 @@ def main() -> int:
                   "| job | wall s | x floor | peak RSS MB |", "|---|---|---|---|"]
         lines += [f"| {k} | {w:.3f} | {w / floor:.2f} | {r:.0f} |" for k, (w, r) in res.items()]
         lines.append(f"\nLoad average after the chain: {load_average()}")
+        src8 = tmp / "chain8.onnx"  # the same chain at a static batch of 8
+        subprocess.run([PY, "-c", AT_BATCH_8, str(src), str(src8)], check=True)
+        jobs8 = {"floor: onnx load+save": [PY, "-c", FLOOR, str(src8), str(tmp / "f8.onnx")],
+                 "onnxsurgeon dims --batch dynamic": _dims(src8, tmp / "dims8.onnx")}
+        if args.before:
+            jobs8["the same, code of --before"] = _dims(src8, tmp / "before8.onnx", args.before)
+        res8 = _median(jobs8, args.repeat)
+        floor8 = res8["floor: onnx load+save"][0]
+        lines += ["", f"## the same chain at batch 8 (x[8,4]; median of {args.repeat}, "
+                  "interleaved)", "", "| job | wall s | x floor | peak RSS MB |",
+                  "|---|---|---|---|"]
+        lines += [f"| {k} | {w:.3f} | {w / floor8:.2f} | {r:.0f} |" for k, (w, r) in res8.items()]
+        lines.append(f"\nLoad average after the batch-8 chain: {load_average()}")
         for mb in args.external_mb:
             ext = tmp / f"ext{mb}"
             blocks = int(build_in_child("external", ext, mb, "big.onnx"))
