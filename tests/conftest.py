@@ -197,24 +197,25 @@ def keras_fixed_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tf_batch_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``tf.function`` at a fixed batch of 2 converted by tf2onnx (``converters.from_tf``):
-    ``tf.reshape(x, [6, 8])`` merges the batch with the tokens, a MatMul, ``tf.reshape(., [2,
-    3, 8])`` splits it back, a tiled class row (folded by tf2onnx into a [2, 1, 8] constant)
-    is concatenated on axis 1, and ``tf.reshape(., [2, -1])`` flattens."""
+def keras_batch_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Keras model at a fixed batch of 2 (``Input(batch_size=2)``) converted by tf2onnx
+    (``converters.from_tf``): ``tf.reshape(x, [6, 8])`` merges the batch with the tokens, a
+    Dense, ``tf.reshape(., [2, 3, 8])`` splits it back, a tiled class row (folded by tf2onnx
+    into a [2, 1, 8] constant) is concatenated on axis 1, and Flatten reads [2, 32]."""
+    keras = pytest.importorskip("keras")
     tf = pytest.importorskip("tensorflow")
     from onnxsurgeon.converters import from_tf
 
-    cls = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 1, 8))
-    w = tf.constant(np.linspace(-0.5, 0.5, 64, dtype=np.float32).reshape(8, 8))
-
-    @tf.function(input_signature=[tf.TensorSpec([2, 3, 8], tf.float32, name="x")])
-    def f(x):  # type: ignore[no-untyped-def]
-        h = tf.reshape(tf.nn.relu(tf.matmul(tf.reshape(x, [6, 8]), w)), [2, 3, 8])
-        return tf.reshape(tf.concat([tf.tile(cls, [2, 1, 1]), h], axis=1), [2, -1])
-
-    path = tmp_path_factory.mktemp("tf_batch_two") / "f.onnx"
-    from_tf(f, path, check=False)
+    keras.utils.set_random_seed(0)
+    cls = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 1, 8)
+    inp = keras.Input((3, 8), batch_size=2, name="x")
+    h = keras.layers.Lambda(lambda t: tf.reshape(t, [6, 8]))(inp)
+    h = keras.layers.Dense(8, activation="relu")(h)
+    h = keras.layers.Lambda(lambda t: tf.reshape(t, [2, 3, 8]))(h)
+    h = keras.layers.Lambda(
+        lambda t: tf.concat([tf.tile(tf.constant(cls), [2, 1, 1]), t], axis=1))(h)
+    path = tmp_path_factory.mktemp("keras_batch_two") / "model.onnx"
+    from_tf(keras.Model(inp, keras.layers.Flatten()(h)), path, check=False)
     return path
 
 

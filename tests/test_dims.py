@@ -269,12 +269,13 @@ def test_dims_refuses_a_constant_batch_it_cannot_prove(tmp_path, capsys, case, n
 
 @pytest.mark.slow
 @pytest.mark.tf
-def test_dims_on_a_tf2onnx_model_merging_and_splitting_the_batch(tf_batch_two, tmp_path, capsys):
-    """tf2onnx's batch-2 constants: the merge reads -1, the split and the flatten follow the
+def test_dims_on_a_keras_model_merging_and_splitting_the_batch(keras_batch_two, tmp_path,
+                                                              capsys):
+    """tf2onnx's batch-2 constants: the merge reads -1, the split and the Flatten follow the
     input, the folded tile of class rows becomes an Expand from Shape; --verify passes at
     batch 2 and 6 sample by sample."""
     out = tmp_path / "dyn.onnx"
-    code, stdout, err = cli_main(capsys, "dims", tf_batch_two, "-o", out, "--batch", "dynamic",
+    code, stdout, err = cli_main(capsys, "dims", keras_batch_two, "-o", out, "--batch", "dynamic",
                                  "--verify", "--json")
     assert code == 0, stdout + err
     doc = json.loads(stdout)
