@@ -360,3 +360,28 @@ def test_dims_on_an_elementwise_chain_takes_the_cheap_pass_and_keeps_value_info(
     assert shape_of(g.output[0]) == ["batch", 4]
     assert {vi.name: shape_of(vi) for vi in g.value_info} == {"mm": ["batch", 4],
                                                               "add": ["batch", 4]}
+
+
+def test_dims_expands_a_class_token_joined_at_batch_one(tmp_path, capsys):
+    """Concat(row[1,1,8], x[1,3,8], axis=1) (a class token at batch 1, as a folded export
+    leaves it): at any other batch the row must repeat per sample, so it becomes
+    Expand(row, Shape(x)[0] x 1 x 8); --verify passes at batch 1 and 3."""
+    f = TensorProto.FLOAT
+    row = numpy_helper.from_array(np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 1, 8), "row")
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["row", "x"], ["y"], name="join", axis=1)], "g",
+        [helper.make_tensor_value_info("x", f, [1, 3, 8])],
+        [helper.make_tensor_value_info("y", f, [1, 4, 8])], [row])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), src)
+    out = tmp_path / "o.onnx"
+    code, stdout, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass" and list(doc["rewritten"]) == ["join"]
+    m = onnx.load(out)
+    join = next(n for n in m.graph.node if n.name == "join")
+    assert {n.output[0]: n.op_type for n in m.graph.node}[join.input[0]] == "Expand"
+    assert shape_of(m.graph.output[0]) == ["batch", 4, 8]
