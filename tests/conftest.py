@@ -197,6 +197,58 @@ def keras_fixed_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def keras_batch_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Keras model at a fixed batch of 2 (``Input(batch_size=2)``) converted by tf2onnx
+    (``converters.from_tf``): ``tf.reshape(x, [6, 8])`` merges the batch with the tokens, a
+    Dense, ``tf.reshape(., [2, 3, 8])`` splits it back, a tiled class row (folded by tf2onnx
+    into a [2, 1, 8] constant) is concatenated on axis 1, and Flatten reads [2, 32]."""
+    keras = pytest.importorskip("keras")
+    tf = pytest.importorskip("tensorflow")
+    from onnxsurgeon.converters import from_tf
+
+    keras.utils.set_random_seed(0)
+    cls = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 1, 8)
+    inp = keras.Input((3, 8), batch_size=2, name="x")
+    h = keras.layers.Lambda(lambda t: tf.reshape(t, [6, 8]))(inp)
+    h = keras.layers.Dense(8, activation="relu")(h)
+    h = keras.layers.Lambda(lambda t: tf.reshape(t, [2, 3, 8]))(h)
+    h = keras.layers.Lambda(
+        lambda t: tf.concat([tf.tile(tf.constant(cls), [2, 1, 1]), t], axis=1))(h)
+    path = tmp_path_factory.mktemp("keras_batch_two") / "model.onnx"
+    from_tf(keras.Model(inp, keras.layers.Flatten()(h)), path, check=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def torch_batch_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torch export (TorchScript exporter, its constant folding off) at batch 2:
+    ``x.reshape(6, 8)`` merges the batch, a Linear, ``.view(2, 3, 8)`` splits it, and a class
+    token ``expand(2, -1, -1)`` is concatenated on axis 1."""
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            h = self.fc(x.reshape(6, 8)).view(2, 3, 8)
+            return torch.cat([self.cls.expand(2, -1, -1), h], 1)
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("torch_batch_two") / "net.onnx"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), (torch.randn(2, 3, 8),), str(path), dynamo=False,
+                          do_constant_folding=False, input_names=["x"], output_names=["y"],
+                          opset_version=17)
+    return path
+
+
+@pytest.fixture(scope="session")
 def keras_app(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """``get(app)``: a Keras application at 32x32 with random weights (seed 0) and BatchNorm
     statistics from one pass over random images, converted by tf2onnx at opset 17 (NHWC, softmax

@@ -77,7 +77,7 @@ def test_dims_makes_hard_coded_reshapes_follow_the_batch_and_verify_proves_it(
     assert doc["verify"]["verdict"] == "pass"
     checks = {p["check"] for p in doc["verify"]["pairs"]}
     assert checks == ({"dims:batch 1", "dims:batch 3"} if first == "batch" else {"dims:batch 4"})
-    assert set(doc["rewritten"]) == {"reshape1", "reshape2", "expand"}
+    assert set(doc["rewritten"]) == {"reshape1", "reshape2"}  # Expand by 1 keeps the batch
     m = onnx.load(out)
     g = m.graph
     assert shape_of(g.input[0]) == [first, 4, 4] and shape_of(g.output[0]) == [first, 16]
@@ -92,7 +92,8 @@ def test_dims_refuses_a_reshape_whose_input_does_not_carry_the_batch(tmp_path, c
     onnx.save(hard_coded(transpose=True), src)
     out = tmp_path / "o.onnx"
     refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "dynamic"],
-                       "node 'reshape2' (Reshape) reads a constant starting with the old batch 1",
+                       "node 'reshape2' (Reshape) reads a constant whose entry 1 is the old batch 1; "
+                       "cannot make it follow the input: the batch would not lead entry 1",
                        src=src, out=out)
 
 
@@ -143,3 +144,244 @@ def test_dims_on_a_keras_model_with_a_hard_coded_batch(keras_fixed_batch, tmp_pa
     doc = json.loads(stdout)
     assert doc["verify"]["verdict"] == "pass" and doc["rewritten"], doc["rewritten"]
     assert shape_of(onnx.load(out).graph.output[0])[0] == "batch"
+
+
+def batch_two(case: str) -> onnx.ModelProto:
+    """Hand-built graphs at batch 2 whose shape constants hard-code it (``x[2,4,8]``, or
+    ``x[2,3,8]`` joined to a constant row on axis 1): a merge then the split undoing it, a merge
+    behind a leading 1, a merge next to a -1 (the Shape route), and a Tile / ConstantOfShape /
+    Expand making a batch of constant rows for a Concat; ``tile_alone``: a Tile meeting
+    nothing."""
+    f = TensorProto.FLOAT
+    row = numpy_helper.from_array(np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 1, 8), "row")
+    x_shape, y_shape = [2, 4, 8], [2, 4, 8]
+    inits = [row]
+    if case == "merge_split":
+        inits += [_i64("s1", [8, 8]), _i64("s2", [2, 4, 8])]
+        nodes = [helper.make_node("Reshape", ["x", "s1"], ["m"], name="merge"),
+                 helper.make_node("Tanh", ["m"], ["t"], name="tanh"),
+                 helper.make_node("Reshape", ["t", "s2"], ["y"], name="split")]
+    elif case == "merge_lead1":
+        x_shape, y_shape = [2, 8], [1, 16]
+        inits += [_i64("s1", [1, 16])]
+        nodes = [helper.make_node("Reshape", ["x", "s1"], ["y"], name="merge")]
+    elif case in ("bias_rows", "bias_mixed"):  # Add(x, a constant at the old batch)
+        bias = np.tile(np.linspace(0, 1, 32, dtype=np.float32).reshape(1, 4, 8), (2, 1, 1))
+        if case == "bias_mixed":
+            bias[1] += 1
+        inits += [numpy_helper.from_array(bias, "bias")]
+        nodes = [helper.make_node("Add", ["x", "bias"], ["y"], name="add_bias")]
+    elif case == "shape_route":
+        y_shape = [8, 8]
+        inits += [_i64("s1", [8, -1])]
+        nodes = [helper.make_node("Reshape", ["x", "s1"], ["y"], name="merge")]
+    else:
+        x_shape = [2, 3, 8]
+        make = {"tile": ("Tile", ["row", "s"], [2, 1, 1]),
+                "tile_alone": ("Tile", ["row", "s"], [2, 1, 1]),
+                "constant_of_shape": ("ConstantOfShape", ["s"], [2, 1, 8]),
+                "expand": ("Expand", ["row", "s"], [2, 1, 8])}[case]
+        op, ins, values = make
+        inits.append(_i64("s", values))
+        extra = {"value": numpy_helper.from_array(np.array([0.5], np.float32))} \
+            if op == "ConstantOfShape" else {}
+        nodes = [helper.make_node(op, ins, ["rows"], name="make_rows", **extra)]
+        if case == "tile_alone":
+            nodes.append(helper.make_node("Relu", ["x"], ["y"], name="relu"))
+            y_shape = [2, 3, 8]
+        else:
+            nodes.append(helper.make_node("Concat", ["rows", "x"], ["y"], name="join", axis=1))
+    outputs = [helper.make_tensor_value_info("y", f, y_shape)]
+    if case == "tile_alone":
+        outputs.append(helper.make_tensor_value_info("rows", f, [2, 1, 8]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, x_shape)],
+                              outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("case, reads, out_shape", [
+    ("merge_split", {"merge": [-1, 8], "split": [-1, 4, 8]}, ["batch", 4, 8]),
+    ("merge_lead1", {"merge": [1, -1]}, [1, None]),
+    ("shape_route", {"merge": "Shape x 4, [-1]"}, [None, 8]),
+    ("tile", {"make_rows": "Shape, [1, 1]"}, ["batch", 4, 8]),
+    ("constant_of_shape", {"make_rows": "Shape, [1, 8]"}, ["batch", 4, 8]),
+    ("expand", {"make_rows": "Shape, [1, 8]"}, ["batch", 4, 8]),
+    ("bias_rows", {"add_bias": "Expand"}, ["batch", 4, 8]),
+])
+def test_dims_makes_merged_and_created_batches_follow_the_input(tmp_path, capsys, case, reads,
+                                                                out_shape):
+    """Each constant that hard-codes batch 2 follows the input (-1, or the batch read from
+    Shape(x) times the merged static dims, joined to its other entries); --verify runs batch 2
+    and 6 against the original sample by sample (a merged batch joined on its own axis)."""
+    src = tmp_path / "m.onnx"
+    onnx.save(batch_two(case), src)
+    out = tmp_path / "o.onnx"
+    code, stdout, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass", doc["verify"]
+    assert {p["check"] for p in doc["verify"]["pairs"]} == {"dims:batch 2", "dims:batch 6"}
+    assert set(doc["rewritten"]) == set(reads)
+    m = onnx.load(out)
+    assert shape_of(m.graph.output[0]) == out_shape
+    consts = {t.name: numpy_helper.to_array(t).tolist() for t in m.graph.initializer}
+    by_out = {o: n for n in m.graph.node for o in n.output}
+    for label, want in reads.items():
+        node = next(n for n in m.graph.node if n.name == label)
+        if want == "Expand":  # the constant of equal slices: one slice expanded to the batch
+            expand = by_out[node.input[1]]
+            assert expand.op_type == "Expand" and consts[expand.input[0]] == \
+                numpy_helper.to_array(batch_two(case).graph.initializer[1])[:1].tolist()
+            continue
+        feed = node.input[0 if node.op_type == "ConstantOfShape" else 1]
+        if isinstance(want, list):
+            assert consts[feed] == want
+            continue
+        concat = by_out[feed]  # Concat(batch [* k], tail)
+        assert concat.op_type == "Concat", concat
+        batch = by_out[concat.input[0]]
+        if "x 4" in want:
+            assert batch.op_type == "Mul" and consts[batch.input[1]] == [4]
+            batch = by_out[batch.input[0]]
+        assert batch.op_type == "Gather" and by_out[batch.input[0]].op_type == "Shape"
+        assert by_out[batch.input[0]].input[0] == "x"
+        assert str(consts[concat.input[1]]) == want.split(", ", 1)[1]
+    again = load(src)
+    replay(again, DimsRecord(shapes=doc["shapes"], batch="dynamic", rewritten=doc["rewritten"]))
+    assert again.proto.graph.node == m.graph.node  # the same command: the same nodes
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("tile_alone", "node 'make_rows' (Tile) reads a constant whose entry 0 is the old batch 2; "
+                   "cannot make it follow the input: the dataflow of shapes does not prove it is "
+                   "the batch"),
+    ("bias_mixed", "node 'add_bias' (Add) joins tensors at the old batch 2; cannot make it "
+                   "follow the input: input 1 ('bias') has dim 0 fixed at the old batch"),
+])
+def test_dims_refuses_a_constant_batch_it_cannot_prove(tmp_path, capsys, case, needle):
+    src = tmp_path / "m.onnx"
+    onnx.save(batch_two(case), src)
+    out = tmp_path / "o.onnx"
+    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "dynamic"], needle, src=src,
+                       out=out)
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_dims_on_a_keras_model_merging_and_splitting_the_batch(keras_batch_two, tmp_path,
+                                                              capsys):
+    """tf2onnx's batch-2 constants: the merge reads -1, the split and the Flatten follow the
+    input, the folded tile of class rows becomes an Expand from Shape; --verify passes at
+    batch 2 and 6 sample by sample."""
+    out = tmp_path / "dyn.onnx"
+    code, stdout, err = cli_main(capsys, "dims", keras_batch_two, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass", doc["verify"]
+    assert {p["check"] for p in doc["verify"]["pairs"]} == {"dims:batch 2", "dims:batch 6"}
+    hows = sorted(doc["rewritten"].values())
+    assert len(hows) == 4 and any("times 3" in h for h in hows), hows
+    assert any("expanded to the batch read from Shape" in h for h in hows), hows
+    assert shape_of(onnx.load(out).graph.output[0])[0] == "batch"
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_dims_on_a_torch_export_merging_the_batch_and_expanding_a_token(
+        torch_batch_two, tmp_path, capsys):
+    """Unfolded, the token's expand shape is computed from constants: refused, naming the
+    Expand and 'fold'; folded, every constant follows the input and --verify passes."""
+    out = tmp_path / "dyn.onnx"
+    refused_in_process(capsys, ["dims", torch_batch_two, "-o", out, "--batch", "dynamic"],
+                       "node '/Expand' (Expand) reads a computed shape; cannot make it follow "
+                       "the input: its shape '/Where_output_0' is computed from constants, so the "
+                       "batch it hard-codes cannot be seen; run 'fold' first", src=torch_batch_two,
+                       out=out)
+    folded = tmp_path / "folded.onnx"
+    assert cli_main(capsys, "fold", torch_batch_two, "-o", folded)[0] == 0
+    code, stdout, err = cli_main(capsys, "dims", folded, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass", doc["verify"]
+    assert set(doc["rewritten"]) == {"/Reshape", "/Reshape_1", "/Concat"}
+
+
+def test_dims_on_the_bundled_bert_export_asks_for_fold_then_follows_the_batch(tmp_path, capsys):
+    """models/tiny_bert.onnx (a torch export at batch 1, its constant folding off): the token
+    type Expand's shape is computed from constants, so dims refuses naming it and 'fold';
+    folded, the attention Reshapes read 0 and --verify passes at two batch sizes."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "models" / "tiny_bert.onnx"
+    out = tmp_path / "dyn.onnx"
+    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "dynamic"],
+                       "node '/bert/embeddings/Expand' (Expand) reads a computed shape; cannot "
+                       "make it follow the input: its shape '/bert/embeddings/Where_output_0' is "
+                       "computed from constants, so the batch it hard-codes cannot be seen; run "
+                       "'fold' first", src=src, out=out)
+    folded = tmp_path / "folded.onnx"
+    assert cli_main(capsys, "fold", src, "-o", folded)[0] == 0
+    code, stdout, err = cli_main(capsys, "dims", folded, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass", doc["verify"]
+    assert len(doc["rewritten"]) == 10 and all(h.startswith("entry 0 reads 0")
+                                               for h in doc["rewritten"].values())
+
+
+def test_dims_on_an_elementwise_chain_takes_the_cheap_pass_and_keeps_value_info(tmp_path, capsys):
+    """x[2,4] -> MatMul -> Add -> Relu -> y at batch 2 (a broadcast bias, no shape constant):
+    the shapes come from the forward pass on the int graph; only the value_info entries the
+    model had are written, with the new batch; --verify passes."""
+    f = TensorProto.FLOAT
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, "W")
+    bias = numpy_helper.from_array(np.arange(4, dtype=np.float32), "B")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+         helper.make_node("Add", ["mm", "B"], ["add"], name="add"),
+         helper.make_node("Relu", ["add"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", f, [2, 4])],
+        [helper.make_tensor_value_info("y", f, [2, 4])], [w, bias],
+        value_info=[helper.make_tensor_value_info("mm", f, [2, 4]),
+                    helper.make_tensor_value_info("add", f, [2, 4])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), src)
+    out = tmp_path / "o.onnx"
+    code, stdout, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    assert json.loads(stdout)["verify"]["verdict"] == "pass"
+    g = onnx.load(out).graph
+    assert shape_of(g.output[0]) == ["batch", 4]
+    assert {vi.name: shape_of(vi) for vi in g.value_info} == {"mm": ["batch", 4],
+                                                              "add": ["batch", 4]}
+
+
+def test_dims_expands_a_class_token_joined_at_batch_one(tmp_path, capsys):
+    """Concat(row[1,1,8], x[1,3,8], axis=1) (a class token at batch 1, as a folded export
+    leaves it): at any other batch the row must repeat per sample, so it becomes
+    Expand(row, Shape(x)[0] x 1 x 8); --verify passes at batch 1 and 3."""
+    f = TensorProto.FLOAT
+    row = numpy_helper.from_array(np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 1, 8), "row")
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["row", "x"], ["y"], name="join", axis=1)], "g",
+        [helper.make_tensor_value_info("x", f, [1, 3, 8])],
+        [helper.make_tensor_value_info("y", f, [1, 4, 8])], [row])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), src)
+    out = tmp_path / "o.onnx"
+    code, stdout, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "dynamic",
+                                 "--verify", "--json")
+    assert code == 0, stdout + err
+    doc = json.loads(stdout)
+    assert doc["verify"]["verdict"] == "pass" and list(doc["rewritten"]) == ["join"]
+    m = onnx.load(out)
+    join = next(n for n in m.graph.node if n.name == "join")
+    assert {n.output[0]: n.op_type for n in m.graph.node}[join.input[0]] == "Expand"
+    assert shape_of(m.graph.output[0]) == ["batch", 4, 8]

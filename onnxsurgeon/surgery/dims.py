@@ -1,23 +1,14 @@
 """``dims``: set graph input shapes (or just the batch), propagate them, and make the constants
 that hard-code the old batch follow the input.
 
-The new shapes are propagated by onnx's shape inference over a weight-free copy: graph outputs
-and value_info get the inferred shapes (stale value_info is dropped first). When the batch (dim
-0 of an input) changes from a static size ``b``, each ``Reshape``/``Expand``/``Tile``/
-``ConstantOfShape`` whose shape constant starts with ``b`` and whose data comes from the inputs
-is looked at, with the batch as a private symbol in the inference:
-
-* ``Reshape(data, [b, ...])`` whose data's dim 0 is the batch: the constant reads ``0`` there
-  (copy dim 0 of the input; provably the batch);
-* ``Expand(x, [b, ...])`` whose ``x`` has the rank of the shape and the batch as dim 0: the
-  constant reads ``1`` (broadcast keeps the batch);
-* anything else whose constant starts with ``b`` while its data carries the batch (a Tile, a
-  ConstantOfShape, a Reshape of a tensor whose dim 0 is not the batch): refused, naming the node
-  and why (with ``b`` = 1 a node whose data does not carry the batch is left alone: a 1 there
-  broadcasts).
-
-Rounds repeat until nothing more can be proved (a rewritten Reshape lets the next one see the
-batch), so a chain of reshapes is followed.
+The new shapes reach the graph outputs and the value_info entries the model has (an entry
+that can no longer be told is dropped): by the cheap forward pass on the int dataflow graph
+where it covers every node (elementwise, broadcasting arithmetic, MatMul), else by onnx's
+inference over a weight-free copy. When the batch (dim 0 of the inputs) changes from a static
+size, the shape constants of ``Reshape``/``Expand``/``Tile``/``ConstantOfShape`` that hard-code
+it are traced and rewritten to follow the input, or refused naming the node and the entry:
+:mod:`onnxsurgeon.surgery._dimsplan` says when each is proved and how it then reads (``0``,
+``-1``, ``1``, or the batch from ``Shape`` of the input, one shared ``Shape -> Gather`` chain).
 """
 
 from __future__ import annotations
@@ -35,14 +26,13 @@ from ..errors import NotFoundError, UsageError
 from ..index import GraphIndex, real_inputs
 from ..io import Model, as_model
 from ..names import NameAllocator
-from ..protos import weightless_copy
 from ..record import DimsRecord, add_rewrite
 from ..session import indexed
 from ..types import shape_of
+from ._dimsplan import Dim, Rows, factors_of, infer, plan, probe, static_factor, with_dims
+from ._edgewalk import propagate_edges
 
-Dim = int | str | None
-_SYMBOL = "__onnxsurgeon_batch__"
-_MAX_ROUNDS = 16
+_with_dims = with_dims
 _SPLIT = re.compile(r"(?<=[\d?])x|x(?=[\d?])")
 
 
@@ -145,165 +135,88 @@ def _new_shapes(index: GraphIndex, inputs: Mapping[str, str | Sequence[Dim]],
     return shapes
 
 
-def _const_values(index: GraphIndex, name: str) -> np.ndarray | None:
-    """The int values of a small constant (initializer or Constant output), else None."""
-    k = index.initializers.get(name)
-    if k is not None and name not in index.inputs:
-        t = index.graph.initializer[k]
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            return None
-        return numpy_helper.to_array(t)
-    j = index.producer.get(name)
-    if j is not None:
-        node = index.graph.node[j]
-        if node.op_type == "Constant":
-            for a in node.attribute:
-                if a.name == "value":
-                    return numpy_helper.to_array(a.t)
-                if a.name == "value_ints":
-                    return np.array(list(a.ints), dtype=np.int64)
-    return None
+def _cheap_shapes(index: GraphIndex, shapes: Mapping[str, Sequence[Dim]],
+                  wanted: Collection[str]) -> dict[str, list[Dim] | None] | None:
+    """The shapes of ``wanted`` node outputs by the cheap forward pass on the int dataflow
+    graph (elementwise, broadcasting arithmetic, MatMul: what most of a long chain is), the new
+    input shapes as its boundary; None when a node falls outside that set (onnx's inference
+    then runs). O(nodes), ~0.5 us per node, no model copy."""
+    edges = index.int_graph()
+    if edges is None:
+        return None
+    real = {vi.name: vi for vi in real_inputs(index.model)}
+    typed = {n: _with_dims(real[n], s) for n, s in shapes.items()}
+    found = propagate_edges(index, range(len(index.graph.node)), typed, wanted)
+    return None if found is None else {n: shape_of(vi) for n, vi in found.items()}
 
 
-def _with_dims(vi: onnx.ValueInfoProto, dims: Sequence[Dim] | None) -> onnx.ValueInfoProto:
-    """A copy of ``vi`` with ``dims`` (None: the shape cleared)."""
-    nv = onnx.ValueInfoProto()
-    nv.CopyFrom(vi)
-    if nv.type.HasField("tensor_type"):
-        tt = nv.type.tensor_type
-        tt.ClearField("shape")
-        if dims is not None:
-            shape = tt.shape
-            for d in dims:
-                dim = shape.dim.add()
-                if isinstance(d, int):
-                    dim.dim_value = d
-                elif d:
-                    dim.dim_param = d
-    return nv
+def _final(dim: Dim, batch: Dim) -> Dim:
+    """A probe dim in the rewritten model: the batch symbol -> the new batch; a merged one ->
+    its size when the batch is static, else unnamed."""
+    factors = factors_of(dim)
+    if factors is None:
+        return dim
+    if factors == ("B",):
+        return batch
+    return static_factor(factors) * batch if isinstance(batch, int) else None
 
 
-Plan = dict[int, tuple[str, np.ndarray, str]]
-"""Node -> (its shape constant's name, the new values, how they follow the input)."""
+def _new_batch(shapes: Mapping[str, list[Dim]], source: str) -> Dim:
+    return shapes[source][0] if source else None
 
 
-def _slot(node: onnx.NodeProto) -> int:
-    return 0 if node.op_type == "ConstantOfShape" else 1
-
-
-def _probe(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[Dim]], plan: Plan,
-           fresh: Mapping[int, str]) -> onnx.ModelProto:
-    """A weight-free copy with the new input shapes, the planned constants in place (as the
-    initializers ``fresh`` names), no value_info and shapeless outputs: what inference runs on.
-    O(model without weights)."""
-    light = weightless_copy(proto)
-    e = Edit.of(light)
-    if plan:
-        idx = GraphIndex(light)
-        e.add_initializers([numpy_helper.from_array(v.astype(np.int64), fresh[i])
-                            for i, (_, v, _) in sorted(plan.items())])
-        for i, (name, _, _) in sorted(plan.items()):
-            slot = _slot(light.graph.node[i])
-            e.rewire([u for u in idx.uses_of(name) if u.node == i and u.slot == slot], fresh[i],
-                     idx)
-    e.set_inputs([_with_dims(vi, shapes[vi.name]) if vi.name in shapes else vi
-                  for vi in light.graph.input])
-    e.set_outputs([_with_dims(vi, None) for vi in light.graph.output])
-    e.set_value_info([], copy=False)
-    return light
-
-
-def _infer(light: onnx.ModelProto, wanted: Collection[str] = ()) -> tuple[
-        dict[str, list[Dim] | None], onnx.ModelProto]:
-    """The shapes of ``wanted`` tensors of ``light`` by onnx's inference (data propagation on),
-    and the inferred model."""
-    inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
-    found: dict[str, list[Dim] | None] = {}
-    if wanted:
-        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
-            if vi.name in wanted:
-                found[vi.name] = shape_of(vi)
-    return found, inferred
-
-
-def _depends_on_inputs(index: GraphIndex, names: set[str]) -> set[str]:
-    """Tensors computed (at any distance) from a graph input. O(nodes)."""
-    live = set(names)
-    for node in index.graph.node:
-        if any(i in live for i in node.input):
-            live.update(o for o in node.output if o)
-    return live
-
-
-def _plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> Plan:
-    """The constants that must follow the new batch (see the module docstring).
-
-    Raises:
-        UsageError: a constant hard-codes the old batch and following the input cannot be
-            proved.
-    """
-    real = {vi.name: shape_of(vi) for vi in real_inputs(index.model)}
-    old0 = {n: s[0] for n, s in real.items() if s}
-    changed = {n for n, s in shapes.items() if n in old0 and s and old0[n] != s[0]}
-    olds = {old0[n] for n in changed}
-    b = next(iter(olds)) if len(olds) == 1 else None
-    if not isinstance(b, int):  # no static batch changed: nothing can hard-code it
-        return {}
-    probe_shapes = {n: ([_SYMBOL, *s[1:]] if n in changed else s) for n, s in shapes.items()}
-    candidates: list[tuple[int, str, np.ndarray]] = []
-    for i, node in enumerate(index.graph.node):
-        if node.op_type not in ("Reshape", "Expand", "Tile", "ConstantOfShape"):
+def _shape_route(names: NameAllocator, routed: Sequence[tuple[str, np.ndarray, int, int]],
+                 source: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
+    """The nodes reading the batch from ``Shape(source)`` (one shared Shape->Gather, then per
+    ``(base name, shape values, batch entry, factor)`` a Mul by the factor and a Concat with the
+    other entries), their initializers, and the shape tensor of each. Deterministic names."""
+    if not routed:
+        return [], [], []
+    make = onnx.helper.make_node
+    shape, at0, batch = (names.fresh(f"{source}/dims_shape"), names.fresh(f"{source}/dims_at0"),
+                         names.fresh(f"{source}/dims_batch"))
+    nodes = [make("Shape", [source], [shape], name=names.fresh(f"{source}/dims_Shape")),
+             make("Gather", [shape, at0], [batch], name=names.fresh(f"{source}/dims_Gather"),
+                  axis=0)]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), at0)]
+    feeds: list[str] = []
+    for base, values, at, factor in routed:
+        read = batch
+        if factor != 1:
+            k, read = names.fresh(f"{base}/dims_factor"), names.fresh(f"{base}/dims_batch")
+            inits.append(numpy_helper.from_array(np.array([factor], np.int64), k))
+            nodes.append(make("Mul", [batch, k], [read], name=names.fresh(f"{base}/dims_Mul")))
+        parts: list[str] = []
+        for piece, label in ((values[:at], "head"), (None, ""), (values[at + 1:], "tail")):
+            if piece is None:
+                parts.append(read)
+            elif len(piece):
+                k = names.fresh(f"{base}/dims_{label}")
+                inits.append(numpy_helper.from_array(piece.astype(np.int64), k))
+                parts.append(k)
+        if len(parts) == 1:
+            feeds.append(read)
             continue
-        slot = _slot(node)
-        if len(node.input) <= slot:
-            continue
-        values = _const_values(index, node.input[slot])
-        if values is None or values.ndim != 1 or not len(values) or int(values[0]) != b:
-            continue
-        candidates.append((i, node.input[slot], values))
-    plan: Plan = {}
-    if not candidates:
-        return plan
-    live = _depends_on_inputs(index, set(changed))
-    fresh = {i: f"{name}/dims_probe{i}" for i, name, _ in candidates}
-    wanted = {index.graph.node[i].input[0] for i, _, _ in candidates}
-    for _ in range(_MAX_ROUNDS):
-        found, _inferred = _infer(_probe(index.model, probe_shapes, plan, fresh), wanted)
-        progress = False
-        for i, name, values in candidates:
-            if i in plan:
-                continue
-            node = index.graph.node[i]
-            data = node.input[0] if node.op_type != "ConstantOfShape" else ""
-            dims = found.get(data) if data else None
-            if node.op_type == "Reshape" and dims and dims[0] == _SYMBOL and not any(
-                    a.name == "allowzero" and a.i for a in node.attribute):
-                new = values.copy()
-                new[0] = 0
-                plan[i] = (name, new, "0: dim 0 of its input (the batch)")
-                progress = True
-            elif node.op_type == "Expand" and dims and len(dims) == len(values) and \
-                    dims[0] == _SYMBOL:
-                new = values.copy()
-                new[0] = 1
-                plan[i] = (name, new, "1: broadcast keeps the input's batch")
-                progress = True
-        if not progress:
-            break
-    for i, _name, _values in candidates:
-        if i in plan:
-            continue
-        node = index.graph.node[i]
-        data = node.input[0] if node.op_type != "ConstantOfShape" else ""
-        if b == 1 and (not data or data not in live):
-            continue  # a 1 that does not meet the batch broadcasts
-        why = {"Reshape": "its input's dim 0 is not provably the batch",
-               "Expand": "its input does not carry the batch as dim 0 at the shape's rank",
-               }.get(node.op_type, "that element cannot be proved to be the batch")
-        raise UsageError(f"node '{index.node_label(i)}' ({node.op_type}) reads a constant "
-                         f"starting with the old batch {b}; cannot make it follow the input: "
-                         f"{why}; fix the model's shape computation (or keep the batch)")
-    return plan
+        feeds.append(names.fresh(f"{base}/dims"))
+        nodes.append(make("Concat", parts, [feeds[-1]], name=names.fresh(f"{base}/dims_Concat"),
+                          axis=0))
+    return nodes, inits, feeds
+
+
+def _rows(names: NameAllocator, rows: Rows, shapes: Sequence[str]
+          ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], dict[tuple[int, int], str]]:
+    """Per row: ``Expand(first slice, its shape tensor)``; the nodes, the slices, and
+    (node, slot) -> the expanded tensor."""
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    feeds: dict[tuple[int, int], str] = {}
+    for (key, row), shape in zip(sorted(rows.items()), shapes, strict=True):
+        first, out = names.fresh(f"{row.name}/dims_row"), names.fresh(f"{row.name}/dims")
+        inits.append(numpy_helper.from_array(row.first, first))
+        nodes.append(onnx.helper.make_node("Expand", [first, shape], [out],
+                                           name=names.fresh(f"{row.name}/dims_Expand")))
+        feeds[key] = out
+    return nodes, inits, feeds
 
 
 def dims(model: Model | onnx.ModelProto, /, *,
@@ -317,7 +230,13 @@ def dims(model: Model | onnx.ModelProto, /, *,
     Before:  x[1,3,8,8] -> Conv -> Reshape(., [1, -1]) -> y[1,192]
     After (batch=dynamic):  x[batch,3,8,8] -> Conv -> Reshape(., [0, -1]) -> y[batch,192]
 
-    O(nodes) per shape-inference round (one, or one more per Reshape chain link proved).
+    Before:  x[2,4,8] -> Reshape(., [8, 8]) -> Tanh -> Reshape(., [2, 4, 8]) -> y[2,4,8]
+    After (batch=dynamic):  x[batch,4,8] -> Reshape(., [-1, 8]) -> Tanh -> Reshape(., [0, 4, 8])
+      -> y[batch,4,8]  (a merge, then the split undoing it)
+
+    O(nodes) by the cheap forward pass where it covers the graph (elementwise, broadcasting
+    arithmetic, MatMul), else one onnx inference over a weight-free copy; plus one inference
+    per round proving shape constants when some read the old batch.
 
     Raises:
         NotFoundError: an input name that is not a graph input (did-you-mean).
@@ -332,25 +251,63 @@ def dims(model: Model | onnx.ModelProto, /, *,
     shapes = _new_shapes(index, dict(inputs or {}), batch)
     if not shapes:
         raise UsageError("no graph input has a shape to change; give --input NAME=SHAPE")
-    plan = _plan(index, shapes)
-    names = NameAllocator.for_index(index)
-    fresh = {i: names.fresh(f"{name}/dims") for i, (name, _, _) in sorted(plan.items())}
-    _, inferred = _infer(_probe(proto, shapes, plan, fresh))
-    value_info = list(inferred.graph.value_info)
-    outputs = [_with_dims(out, shape_of(new)) for out, new in
-               zip(proto.graph.output, inferred.graph.output, strict=True)]
+    planned, rows, source = plan(index, shapes)
+    produced = index.producer
+    kept_vi = [vi for vi in proto.graph.value_info if vi.name in produced]
+    wanted = {vi.name for vi in proto.graph.output} | {vi.name for vi in kept_vi}
+    found = None if planned or rows else _cheap_shapes(index, shapes, wanted)
+    if found is None:
+        new_b = _new_batch(shapes, source)
+        outer = {i: tuple(_final(d, new_b) for d in step.out) for i, step in planned.items()}
+        row_outer = {k: tuple(_final(d, new_b) for d in row.out) for k, row in rows.items()}
+        inferred = infer(probe(proto, shapes, planned, outer, rows, row_outer))
+        typed = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output]}
+        typed.update({proto.graph.node[i].output[0]: with_dims(
+            onnx.helper.make_tensor_value_info("", step.elem, None), outer[i])
+            for i, step in planned.items()})
+        found = {n: shape_of(typed.get(n)) for n in wanted}
+    outputs = [_with_dims(out, found.get(out.name)) if out.name in produced else
+               _with_dims(out, shapes[out.name]) if out.name in shapes else out
+               for out in proto.graph.output]
+    value_info = [_with_dims(vi, found.get(vi.name)) for vi in kept_vi
+                  if found.get(vi.name) is not None]
     new_inputs = [_with_dims(vi, shapes[vi.name]) if vi.name in shapes else vi
                   for vi in proto.graph.input]
-    rewritten = {index.node_label(i): how for i, (_, _, how) in sorted(plan.items())}
-    uses = {i: index.uses_of(name) for i, (name, _, _) in plan.items()}
+    rewrites = {i: step for i, step in sorted(planned.items()) if step.values is not None}
+    rewritten = {index.node_label(i): step.how for i, step in rewrites.items()}
+    for (i, slot), row in sorted(rows.items()):
+        rewritten.setdefault(index.node_label(i), f"input {slot} ('{row.name}', equal slices) "
+                             f"is expanded to the batch read from Shape on axis {row.axis}")
+    node_field = proto.graph.node
+    names = NameAllocator.for_index(index)
+    routed = [(node_field[i].input[step.slot], step.values, step.batch_at, step.factor)
+              for i, step in rewrites.items() if step.batch_at >= 0 and step.values is not None]
+    routed += [(row.name, np.array(row.dims, np.int64), row.axis, row.factor)
+               for _, row in sorted(rows.items())]
+    route, route_inits, shape_feeds = _shape_route(names, routed, source)
+    k_rows = len(routed) - len(rows)
+    feeds: dict[tuple[int, int], str] = dict(zip(
+        [(i, step.slot) for i, step in rewrites.items() if step.batch_at >= 0],
+        shape_feeds[:k_rows], strict=True))
+    row_nodes, row_inits, row_feeds = _rows(names, rows, shape_feeds[k_rows:])
+    route += row_nodes
+    route_inits += row_inits
+    feeds.update(row_feeds)
+    for i, step in rewrites.items():
+        if (i, step.slot) not in feeds:
+            feeds[(i, step.slot)] = names.fresh(f"{node_field[i].input[step.slot]}/dims")
+    uses = {key: index.uses_of(node_field[key[0]].input[key[1]]) for key in feeds}
     # ------------------------------------------------------------------ mutate (all checked)
     e = Edit(index)
-    if plan:
-        e.add_initializers([numpy_helper.from_array(v.astype(np.int64), fresh[i])
-                            for i, (_, v, _) in sorted(plan.items())], made=True)
-        for i, (_name, _, _) in sorted(plan.items()):
-            slot = _slot(proto.graph.node[i])
-            e.rewire([u for u in uses[i] if u.node == i and u.slot == slot], fresh[i])
+    if feeds:
+        e.add_initializers([*(numpy_helper.from_array(step.values.astype(np.int64),
+                                                      feeds[(i, step.slot)])
+                              for i, step in rewrites.items() if step.batch_at < 0
+                              and step.values is not None), *route_inits], made=True)
+        for (i, slot), feed in sorted(feeds.items()):
+            e.rewire([u for u in uses[(i, slot)] if u.node == i and u.slot == slot], feed)
+        if route:
+            e.insert_nodes(0, route)
     e.set_inputs(new_inputs)
     e.set_outputs(outputs)
     e.set_value_info(value_info, copy=False)

@@ -110,6 +110,19 @@ def _split(feed: Mapping[str, np.ndarray], size: int, inputs: Sequence[str]) -> 
             for k in range(0, total, size)]
 
 
+def _joined(parts: Sequence[np.ndarray], shape: tuple[int, ...] | None) -> np.ndarray:
+    """The original's outputs of consecutive sample groups joined along the axis where the
+    batch sits in the rewritten output of shape ``shape`` (axis 0 unless the batch was merged
+    into another dim: the axis whose size is the parts' sum, the others equal)."""
+    if not parts[0].ndim or len(parts) == 1:
+        return parts[0]
+    first = parts[0].shape
+    axes = [a for a in range(len(first)) if shape is not None and len(shape) == len(first)
+            and shape[a] == sum(p.shape[a] for p in parts)
+            and all(shape[k] == first[k] for k in range(len(first)) if k != a)]
+    return np.concatenate(parts, axis=0 if not axes or 0 in axes else axes[0])
+
+
 @rewrite_check(DimsRecord)
 def _check_dims(ctx: Context, record: DimsRecord, check: Check) -> None:
     orig, new = ctx.orig, ctx.new
@@ -127,13 +140,14 @@ def _check_dims(ctx: Context, record: DimsRecord, check: Check) -> None:
         made = make_samples([new], inputs=None, seed=7 + size, samples=2, ranges=None,
                             dims=dict.fromkeys(symbols, size))
         feeds = made.samples
+        new_vals = run_all(new, feeds, outs)
+        new_shapes = {n: new_vals[0][n].shape for n in outs}
         per_orig = old if isinstance(old, int) and old > 0 and size % old == 0 else size
         orig_vals: list[dict[str, np.ndarray]] = []
         for feed in feeds:
             parts = run_all(orig, _split(feed, per_orig, names), outs)
-            orig_vals.append({n: np.concatenate([p[n] for p in parts], axis=0)
-                              if parts[0][n].ndim else parts[0][n] for n in outs})
-        new_vals = run_all(new, feeds, outs)
+            orig_vals.append({n: _joined([p[n] for p in parts], new_shapes.get(n))
+                              for n in outs})
         for n in outs:
             check.compare(f"dims:batch {size}", n, n, orig_vals, new_vals,
                           dtype=dtype_of(orig, n), exact=False)
