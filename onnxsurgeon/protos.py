@@ -64,6 +64,12 @@ def _stub(t: TensorProto) -> None:
     entry.key, entry.value = "location", _STUB_LOCATION
 
 
+def is_stub(t: TensorProto) -> bool:
+    """True when ``t`` is a bytes-free stub a weight-free copy made (see :func:`weightless_copy`)."""
+    return t.data_location == TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == _STUB_LOCATION for e in t.external_data)
+
+
 def light_tensor(t: TensorProto) -> TensorProto:
     """``t`` itself when small, else a bytes-free stub of it (a new message either way)."""
     light = TensorProto()
