@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
+from typing import Any
 
 import onnx
 from onnx import TensorProto
@@ -83,25 +84,35 @@ def light_tensor(t: TensorProto) -> TensorProto:
     return light
 
 
+def _copy_fields(src: Any, dst: Any, skip: str = "") -> None:
+    """Copy every set field of message ``src`` into the empty ``dst`` but ``skip``."""
+    for fd, value in src.ListFields():
+        if fd.name == skip:
+            continue
+        if fd.is_repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
 def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose heavy inline initializers are bytes-free stubs; the bytes are
-    never copied (they are detached from ``model`` during the copy and put back). O(model size
-    without weights)."""
+    never read, copied or touched (the model is copied field by field, each initializer by
+    the rule of :func:`light_tensor`: detaching and restoring the bytes instead grew the proto's memory by
+    the weights on every copy). O(model size without weights)."""
     light = onnx.ModelProto()
-    held: list[tuple[TensorProto, bytes]] = []
-    for t in model.graph.initializer:
-        if t.HasField("raw_data") and heavy(t):
-            held.append((t, t.raw_data))
-            t.ClearField("raw_data")
-    try:
-        light.CopyFrom(model)
-    finally:
-        for t, raw in held:
-            t.raw_data = raw
-    if held:
-        by_name = {t.name: t for t in light.graph.initializer}
-        for t, _ in held:
-            _stub(by_name[t.name])
+    _copy_fields(model, light, skip="graph")
+    if model.HasField("graph"):
+        _copy_fields(model.graph, light.graph, skip="initializer")
+        for t in model.graph.initializer:
+            if t.HasField("raw_data") and heavy(t):
+                stub = light.graph.initializer.add()
+                _copy_fields(t, stub, skip="raw_data")   # all but the bytes
+                _stub(stub)
+            else:
+                light.graph.initializer.append(t)
     return light
 
 
