@@ -61,6 +61,9 @@ def test_gpt2_in_three_stages_chains_to_the_whole_bit_for_bit(gpt2, tmp_path, ca
     # each stage says where it sits
     meta = {p.key: p.value for p in stages[1].metadata_props}
     assert json.loads(meta["onnxsurgeon.split"])["stage"] == 1
+    # and its rewrite log ends in its split: verify proves the middle stage against the whole
+    code, text, err = cli_main(capsys, "verify", gpt2, out / "stage_1.onnx", "--rewrite-log")
+    assert code == 0 and text.splitlines()[-1].startswith("ok:"), err
     # merge(stage 0, stage 1, stage 2) along the manifest's cuts is the whole again
     merged = stages[0]
     for k, cut in enumerate(manifest["cuts"], start=1):
