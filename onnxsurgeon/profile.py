@@ -227,9 +227,8 @@ _INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.Ten
 
 def _static(vi: onnx.ValueInfoProto | None) -> list[int] | None:
     shape = shape_of(vi) if vi is not None else None
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return [int(d) for d in shape]
+    ints = [d for d in shape or () if isinstance(d, int)]
+    return ints if shape is not None and len(ints) == len(shape) else None
 
 
 def _invented(infos: Mapping[str, onnx.ValueInfoProto], declared: set[str]) -> bool:

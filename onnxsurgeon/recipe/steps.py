@@ -150,7 +150,7 @@ def _set_values(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str,
 
 
 def _split(model: Any, p: Mapping[str, Any], ctx: StepContext) -> tuple[dict[str, Any], Any]:
-    from ..surgery import SplitBy, split
+    from ..surgery.split import SplitBy, split
 
     result = split(model, stages=p.get("stages"), by=SplitBy(p["by"]), at=p.get("at") or (),
                    dims=dict(p.get("dims") or {}))
@@ -158,7 +158,7 @@ def _split(model: Any, p: Mapping[str, Any], ctx: StepContext) -> tuple[dict[str
 
 
 def _split_stage(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-    from ..surgery import split_stage
+    from ..surgery.split import split_stage
 
     s = split_stage(model, at=p["at"], stage=p["stage"], by=p["by"],
                     dims=dict(p.get("dims") or {}))
