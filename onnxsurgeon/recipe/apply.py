@@ -44,7 +44,8 @@ class StepOutcome:
     result: dict[str, Any]
     plan: dict[str, Any] | None = None
     report: Any = None
-    """For ``verify`` steps: the :class:`~onnxsurgeon.verify.VerifyReport` (None in a plan)."""
+    """For ``verify`` steps (and a last ``split`` step under ``verify``): the
+    :class:`~onnxsurgeon.verify.VerifyReport` (None in a plan)."""
     made: Any = None
     """For a last ``split`` step: the :class:`~onnxsurgeon.surgery.SplitResult` to write."""
 
@@ -310,7 +311,7 @@ def _make(m: Model, session: Session, step: Step, recipe: Recipe, ctx: StepConte
         from ..verify.split import verify_split
 
         report = verify_split(m, [s.model for s in made.stages], **options)
-    return StepOutcome(step, payload, made=made), report
+    return StepOutcome(step, payload, made=made, report=report), report
 
 
 def _checkpoint(model: Model, pending: list[tuple[Model, RewriteRecord, Step]],

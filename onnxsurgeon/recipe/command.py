@@ -62,6 +62,14 @@ def _print_text(result: ApplyResult, out: str, planned: bool) -> None:
                     _out(s.report.to_text())
             continue
         line = f"step {s.step.number} {s.step.verb}: {_summary(s.result)}"
+        if s.made is not None:   # a last split step: its stages, as the split command says
+            costs = ", ".join(str(st.cost) for st in s.made.stages)
+            line = (f"step {s.step.number} {s.step.verb}: {len(s.made.stages)} stages "
+                    f"({s.made.by}: {costs}; crossing "
+                    f"{', '.join(map(str, s.made.crossing_bytes))} bytes)")
+            if s.report is not None:
+                line += (" chained equal the model" if s.report.ok
+                         else f" FAILED --verify\n{s.report.to_text()}")
         if s.plan is not None:
             line += f"\n    {_plan_line(s.plan)}"
         _out(line)
