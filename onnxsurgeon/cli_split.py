@@ -41,7 +41,8 @@ def add_split_parser(sub: Any, dim: Any) -> None:
     _add_verify_flag(p)
 
 
-def _check_folder(folder: Path) -> None:
+def check_folder(folder: Path) -> None:
+    """Refuse ``-o`` when it is a file, or a folder holding other files than a split's."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"-o '{folder}' is a file; give a folder for the stages")
     if folder.is_dir():
@@ -52,14 +53,38 @@ def _check_folder(folder: Path) -> None:
                              "empty or new folder for -o")
 
 
+def write_stages(result: Any, folder: Path, source: str, output: str | None = None) -> dict[str, Any]:
+    """Write each stage of ``result`` (a :class:`~onnxsurgeon.surgery.SplitResult`) to
+    ``folder/stage_K.onnx`` (checked, atomic; external data streamed from ``source``'s files),
+    then ``folder/manifest.json``; returns the manifest (the ``split`` command's ``--json``;
+    ``output``: the folder as the user wrote it, for the manifest)."""
+    from .atomic import file_mode
+    from .cli_io import _write
+    from .schema import stamp
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [f"stage_{k}.onnx" for k in range(len(result.stages))]
+    for name, stage in zip(files, result.stages, strict=True):
+        _write(stage.model, str(folder / name), source, check="full")
+    manifest = stamp("split", {"model": source, "output": output or str(folder),
+                               **result.manifest(files)})
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest.", suffix=".tmp")
+    os.fchmod(fd, file_mode())
+    with os.fdopen(fd, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, folder / MANIFEST)
+    return manifest
+
+
 def _cmd_split(args: argparse.Namespace) -> int:
-    from .cli_io import EXIT_OK, _load, _out, _write
+    from .cli_io import EXIT_OK, _load, _out
     from .cli_output import verify_json
     from .schema import stamp
     from .surgery.split import SplitBy, split
 
     folder = Path(args.output)
-    _check_folder(folder)
+    check_folder(folder)
     if args.stages is not None and args.stages < 2:
         raise UsageError("--stages takes a whole number >= 2")
     model = _load(args.model)
@@ -84,20 +109,8 @@ def _cmd_split(args: argparse.Namespace) -> int:
                                                 "verify": verify_json(report)}), indent=2))
             sys.stderr.write(f"onnxsurgeon: nothing written to {folder} (--verify did not pass)\n")
             return code
-    folder.mkdir(parents=True, exist_ok=True)
-    files = [f"stage_{k}.onnx" for k in range(len(result.stages))]
-    for name, stage in zip(files, result.stages, strict=True):
-        _write(stage.model, str(folder / name), args.model, check="full")
-    manifest = stamp("split", {"model": args.model, "output": args.output,
-                               **result.manifest(files)})
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest.", suffix=".tmp")
-    from .atomic import file_mode
-
-    os.fchmod(fd, file_mode())
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, folder / MANIFEST)
+    manifest = write_stages(result, folder, args.model, args.output)
+    files = [s["file"] for s in manifest["stages"]]
     if args.json:
         shown = manifest if report is None else {**manifest, "verify": verify_json(report)}
         _out(json.dumps(shown, indent=2))

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import numpy as np
 import onnx
 
 from .errors import UsageError
@@ -212,8 +213,102 @@ def _check_inputs(index: GraphIndex, dims: Mapping[str, int]) -> None:
                                  "a size for it in the model (the profile needs input shapes)")
 
 
+_SHAPE_OPS = _ops(
+    "Shape Size Constant Gather Unsqueeze Squeeze Concat Cast Slice Add Sub Mul Div Mod Neg Abs "
+    "Max Min Equal Less Greater Not Where Identity Reshape Range ReduceProd ReduceMax ReduceMin "
+    "ReduceSum Floor Ceil ConstantOfShape Expand Tile Transpose Flatten And Or Sign")
+"""Ops of the small int computations exporters make of shapes (TorchScript: ``Shape -> Gather
+-> Range``), folded when onnx's data propagation leaves a size it invented (``unk__0``)."""
+_SHAPE_ELEMENTS = 64
+"""A folded shape tensor has at most this many elements (a rank-0 or rank-1 int tensor)."""
+_INT_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL})
+"""The types of shape computations (sizes, and the masks ``Where`` picks them by)."""
+
+
+def _static(vi: onnx.ValueInfoProto | None) -> list[int] | None:
+    shape = shape_of(vi) if vi is not None else None
+    ints = [d for d in shape or () if isinstance(d, int)]
+    return ints if shape is not None and len(ints) == len(shape) else None
+
+
+def _invented(infos: Mapping[str, onnx.ValueInfoProto], declared: set[str]) -> bool:
+    """Whether inference named a size no graph input declares (``unk__0``): a size it could not
+    derive from the inputs."""
+    return any(isinstance(d, str) and d not in declared
+               for vi in infos.values() for d in (shape_of(vi) or ()))
+
+
+def _fold_shapes(light: onnx.ModelProto, infos: Mapping[str, onnx.ValueInfoProto]) -> bool:
+    """Replace, in the weight-free copy ``light``, the small int shape computations whose
+    inputs are constants or ``Shape`` of statically shaped tensors by their values (onnx's
+    reference evaluator, the core's evaluator), so a second inference derives the sizes the
+    first one invented. Mutates light (a private copy). True when anything folded. O(nodes)."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from .protos import is_stub
+
+    g = light.graph
+    known = {t.name for t in g.initializer if not is_stub(t) and t.data_type in _INT_TYPES
+             and math.prod(t.dims) <= _SHAPE_ELEMENTS}
+    fold: list[int] = []
+    seeds: list[onnx.TensorProto] = []
+    for i, node in enumerate(g.node):
+        outs = [o for o in node.output if o]
+        if node.op_type not in _SHAPE_OPS or node.domain not in ("", "ai.onnx") or not outs:
+            continue
+        small = all((infos.get(o) is not None and infos[o].type.tensor_type.elem_type
+                     in _INT_TYPES and (sh := _static(infos[o])) is not None
+                     and math.prod(sh) <= _SHAPE_ELEMENTS) for o in outs)
+        if not small:
+            continue
+        if node.op_type in ("Shape", "Size"):
+            shape = _static(infos.get(node.input[0]))
+            if shape is None:
+                continue
+            start, end = _attr(node, "start", 0), _attr(node, "end", None)
+            value = np.array(shape[start:end] if node.op_type == "Shape" else math.prod(shape),
+                             dtype=np.int64)
+            seeds.append(numpy_helper.from_array(value, outs[0]))
+        elif not all(n in known for n in node.input if n):
+            continue
+        known.update(outs)
+        fold.append(i)
+    computed = [i for i in fold if g.node[i].op_type not in ("Shape", "Size")]
+    if not fold:
+        return False
+    values: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in seeds}
+    if computed:
+        names = [o for i in computed for o in g.node[i].output if o]
+        needed = {n for i in computed for n in g.node[i].input if n} - set(names)
+        inits = [t for t in g.initializer if t.name in needed] + \
+            [t for t in seeds if t.name in needed]
+        sub = onnx.helper.make_graph([g.node[i] for i in computed], "shapes", [],
+                                     [onnx.helper.make_empty_tensor_value_info(n) for n in names],
+                                     inits)
+        probe = onnx.helper.make_model(sub, opset_imports=light.opset_import,
+                                       ir_version=light.ir_version)
+        try:
+            got = ReferenceEvaluator(probe).run(None, {})
+        except Exception:  # noqa: BLE001 - best effort: the sizes stay unknown
+            return False
+        values.update(zip(names, got, strict=True))
+    drop = set(fold)
+    kept = [n for i, n in enumerate(g.node) if i not in drop]
+    del g.node[:]
+    g.node.extend(kept)
+    g.initializer.extend(numpy_helper.from_array(np.asarray(v), n) for n, v in values.items())
+    return True
+
+
 class Shapes:
-    """Concrete shapes and dtypes of main-graph tensors at the given dims."""
+    """Concrete shapes and dtypes of main-graph tensors at the given dims.
+
+    A size onnx's inference cannot derive from the inputs (it names it ``unk__N``: TorchScript
+    exports compute positions with ``Range`` over ``Shape``) is derived by folding the small int
+    shape computations at the given dims and inferring again; one still not derived makes its
+    tensor's shape unknown (its node is not counted), never a ``--dim`` the user cannot set.
+    """
 
     def __init__(self, index: GraphIndex, dims: Mapping[str, int]) -> None:
         light = weightless_copy(index.model)
@@ -222,6 +317,14 @@ class Shapes:
         _fix_dims(g.output, dims)
         del g.value_info[:]  # symbolic declarations would stay symbolic: infer from the inputs
         self._inferred = infer_value_infos(light, data_prop=True)
+        self._declared = {d for vi in index.graph.input for d in (shape_of(vi) or ())
+                          if isinstance(d, str)} | set(dims)
+        for _ in range(4):   # each pass folds what the last inference made static
+            if not _invented(self._inferred, self._declared) or not _fold_shapes(
+                    light, self._inferred):
+                break
+            # folded tensors keep the static shapes they had (they are initializers now)
+            self._inferred = {**self._inferred, **infer_value_infos(light, data_prop=True)}
         self._index = index
         self._dims = dims
 
@@ -240,6 +343,8 @@ class Shapes:
         out: list[int] = []
         for d in shape:
             if isinstance(d, str):
+                if d not in self._declared:
+                    return None   # a size inference invented: not the user's to give
                 if d not in self._dims:
                     raise UsageError(f"dim '{d}' of tensor '{name}' has no size: give it with "
                                      f"--dim {d}=SIZE")

@@ -559,6 +559,31 @@ class OpsetRecord(RewriteRecord):
         return VerbCall("opset", {}, {"to": self.target})
 
 
+@dataclass(frozen=True)
+class SplitRecord(RewriteRecord):
+    """split (op ``split_stage``, the verb that replays it): this model is stage ``stage`` of
+    ``stages`` of the model the log continues, cut
+    right after the producers of ``at`` (every cut of the split) balancing ``by`` at ``dims``;
+    the stage reads ``inputs`` from earlier stages (the graph inputs it reads besides), writes
+    ``outputs`` and costs ``cost`` (of ``by``)."""
+
+    op: ClassVar[str] = "split_stage"
+    stage: int
+    stages: int
+    at: tuple[str, ...]
+    by: str
+    dims: dict[str, int]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cost: int
+
+    def replay_call(self) -> VerbCall:
+        options: dict[str, Any] = {"at": list(self.at), "stage": self.stage, "by": self.by}
+        if self.dims:
+            options["dims"] = dict(self.dims)
+        return VerbCall("split_stage", {}, options)
+
+
 class Recorded(Protocol):
     """A verb's result (``onnxsurgeon.surgery.<Verb>Result``): it carries every resolved name,
     and its record, its ``--json`` payload (:mod:`onnxsurgeon.cli_output`) and its recipe step
@@ -593,6 +618,13 @@ def records(model: onnx.ModelProto) -> list[RewriteRecord]:
 def as_record(record: RewriteRecord | Mapping[str, Any]) -> RewriteRecord:
     """``record`` typed (a JSON object is read strictly)."""
     return record if isinstance(record, RewriteRecord) else RewriteRecord.from_json(record)
+
+
+def replace_last_rewrite(model: onnx.ModelProto, record: RewriteRecord) -> None:
+    """Make ``record`` the last entry of the model's log in place of the one there (a verb
+    built on another verb logs its own record only). Mutates model."""
+    log = rewrites(model)[:-1] + [record.to_json()]
+    set_metadata(model, {REWRITES_KEY: json.dumps(log, sort_keys=True, separators=(",", ":"))})
 
 
 def in_ipython() -> bool:

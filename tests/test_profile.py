@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -125,3 +126,105 @@ def test_tf_scopes_group_by_node_name_prefix_with_their_hand_count():
     assert rows["network/aux"].macs == dense
     assert rows["network"].macs == conv + fc + dense
     assert rows["network/flatten"].flops == 0
+
+
+def _positions_model() -> onnx.ModelProto:
+    """What a TorchScript export of a GPT-2 embedding computes: position ids as
+    ``Range(0, Shape(input_ids)[1], 1)`` (onnx's inference names their length ``unk__0``), a
+    position table gathered by them and added to the token embeddings, then a 4 -> 8 MatMul."""
+    rng = np.random.default_rng(0)
+
+    def init(name: str, value: object) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array(np.asarray(value), name)
+
+    nodes = [
+        helper.make_node("Shape", ["input_ids"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "one"], ["seq_len"], name="seq_len", axis=0),
+        helper.make_node("Range", ["zero", "seq_len", "one"], ["pos"], name="range"),
+        helper.make_node("Unsqueeze", ["pos", "axes0"], ["pos_ids"], name="pos_ids"),
+        helper.make_node("Gather", ["wte", "input_ids"], ["tok"], name="wte"),
+        helper.make_node("Gather", ["wpe", "pos_ids"], ["posv"], name="wpe"),
+        helper.make_node("Add", ["tok", "posv"], ["h"], name="add"),
+        helper.make_node("MatMul", ["h", "w"], ["y"], name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes, "positions",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [init("zero", np.int64(0)), init("one", np.int64(1)),
+         init("axes0", np.array([0], dtype="int64")),
+         init("wte", rng.standard_normal((64, 4)).astype("float32")),
+         init("wpe", rng.standard_normal((16, 4)).astype("float32")),
+         init("w", rng.standard_normal((4, 8)).astype("float32"))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_size_inference_invents_is_derived_not_asked_for(tmp_path, capsys):
+    """Before: 'dim unk__0 of tensor pos has no size: give it with --dim unk__0=SIZE', a name
+    the user cannot set. Now: the Range's length is derived from --dim seq, counts exact."""
+    path = tmp_path / "positions.onnx"
+    onnx.save(_positions_model(), str(path))
+    code, out, err = cli_main(capsys, "inspect", path, "--profile", "--dim", "batch=2", "seq=5",
+                              "--json")
+    assert code == 0, err
+    doc = json.loads(out)["profile"]
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert rows["fc"]["macs"] == 2 * 5 * 4 * 8
+    assert rows["add"]["flops"] == 2 * 5 * 4
+    assert rows["range"]["activation_bytes"] == 5 * 8 and doc["uncounted"] == {}
+    code, _, err = cli_main(capsys, "inspect", path, "--profile", "--dim", "batch=2")
+    assert code == 2 and "--dim seq=SIZE" in err and "unk__" not in err
+
+
+@pytest.fixture(scope="module")
+def gpt2_torchscript(tmp_path_factory: pytest.TempPathFactory):
+    """The GPT-2 of the ``gpt2`` fixture's config exported by the TorchScript exporter with
+    dynamic ``batch`` and ``seq`` axes (its position ids: ``Range`` over ``Shape``)."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    d = GPT2_DIMS
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=d["layers"], n_embd=d["embd"], n_head=d["heads"],
+                                  vocab_size=d["vocab"], n_positions=16, use_cache=False,
+                                  return_dict=False)
+    inner = transformers.GPT2Model(cfg).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_ids):  # type: ignore[no-untyped-def]
+            return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))[0]
+
+    path = tmp_path_factory.mktemp("gpt2_ts") / "gpt2_ts.onnx"
+    ids = torch.zeros((d["batch"], d["seq"]), dtype=torch.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Wrap().eval(), (ids,), str(path), dynamo=False, opset_version=17,
+                          input_names=["input_ids"], output_names=["h"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                        "h": {0: "batch", 1: "seq"}})
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_torchscript_gpt2_profiles_at_its_input_dims_with_the_hand_count(gpt2_torchscript,
+                                                                        capsys):
+    """Was: 'give it with --dim unk__0=SIZE'. The hand count of test_gpt2_profile... per layer,
+    at seq 8 and at seq 4 (the position Range follows --dim seq)."""
+    d = GPT2_DIMS
+    b, e = d["batch"], d["embd"]
+    for t in (d["seq"], 4):
+        layer = b * t * e * 3 * e + 2 * b * t * t * e + b * t * e * e + 2 * b * t * e * 4 * e
+        code, out, err = cli_main(capsys, "inspect", gpt2_torchscript, "--profile", "--by",
+                                  "module", "--dim", f"batch={b}", f"seq={t}", "--json")
+        assert code == 0, err
+        doc = json.loads(out)["profile"]
+        rows = {r["name"]: r for r in doc["rows"]}
+        for i in range(d["layers"]):
+            assert rows[f"m.h.{i}"]["macs"] == layer, (t, i)
+        assert doc["total"]["macs"] == d["layers"] * layer

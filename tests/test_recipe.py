@@ -140,6 +140,9 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[osg.Model, Path], Any]]] = {
     "fold": ({"max_bytes": 1024}, lambda m, d: fold(m, max_bytes=1024, evaluate=ort_evaluator)),
     "dims": ({"inputs": {"input:0": "2x8x8x3"}}, lambda m, d: dims(m, inputs={"input:0": "2x8x8x3"})),
     "opset": ({"to": 18}, lambda m, d: opset(m, to=18)),
+    "split_stage": ({"at": [CONV], "stage": 1, "dims": {"batch": 1}},
+                    lambda m, d: osg.surgery.split_stage(m, at=[CONV], stage=1,
+                                                         dims={"batch": 1})),
 }
 EXTRA_CASES = {
     "rename-nodes": ("rename", {"map": {"network/fc1/MatMul": "fc/mm"}, "nodes": True},
@@ -560,7 +563,13 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
 
     from onnxsurgeon import surgery
     from onnxsurgeon.recipe.steps import ALIASES
-    from onnxsurgeon.record import CleanupRecord, OutputsRecord, SetRecord, ToposortRecord
+    from onnxsurgeon.record import (
+        CleanupRecord,
+        OutputsRecord,
+        SetRecord,
+        SplitRecord,
+        ToposortRecord,
+    )
 
     examples = {
         "extract": ExtractRecord(outputs=("y",), inputs=("x",)),
@@ -588,6 +597,8 @@ def test_every_replayable_record_maps_to_its_verb_and_recipe_step(op):
         "fold": FoldRecord(folded=("c",), removed=("n",), kept=(), body_folded=(), max_bytes=8),
         "dims": DimsRecord(shapes={"x": "batchx3"}, batch="dynamic", rewritten={}),
         "opset": OpsetRecord(source=17, target=18),
+        "split_stage": SplitRecord(stage=1, stages=3, at=("a", "b"), by="params",
+                                   dims={"batch": 2}, inputs=("a",), outputs=("b",), cost=7),
     }
     record = examples[op]
     call = record.replay_call()

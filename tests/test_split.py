@@ -61,6 +61,9 @@ def test_gpt2_in_three_stages_chains_to_the_whole_bit_for_bit(gpt2, tmp_path, ca
     # each stage says where it sits
     meta = {p.key: p.value for p in stages[1].metadata_props}
     assert json.loads(meta["onnxsurgeon.split"])["stage"] == 1
+    # and its rewrite log ends in its split: verify proves the middle stage against the whole
+    code, text, err = cli_main(capsys, "verify", gpt2, out / "stage_1.onnx", "--rewrite-log")
+    assert code == 0 and text.splitlines()[-1].startswith("ok:"), err
     # merge(stage 0, stage 1, stage 2) along the manifest's cuts is the whole again
     merged = stages[0]
     for k, cut in enumerate(manifest["cuts"], start=1):
@@ -150,3 +153,160 @@ def test_an_external_data_model_splits_into_stages_with_their_own_weights(tmp_pa
     for k in range(2):
         pool.update(run(out / f"stage_{k}.onnx", {n: pool[n] for n in (["x"], ["r1"])[k]}))
     assert np.array_equal(pool[prev], run(src, feeds)[prev])
+
+
+def _costs_line() -> onnx.ModelProto:
+    """x[1,16] -> fc0 (16x1024 weight) -> relu -> expand1 (to 16x1024) -> sum1 -> expand2 ->
+    sum2 -> fc1 (1024x1 weight) -> y: its weights, FLOPs and activation bytes sit in different
+    places, so each cost puts the cut of 2 stages elsewhere."""
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    ints = [onnx.numpy_helper.from_array(np.array(v, dtype=np.int64), n)
+            for n, v in (("wide", [16, 1024]), ("axis0", [0]))]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["a"], name="fc0"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Expand", ["r", "wide"], ["e1"], name="expand1"),
+             helper.make_node("ReduceSum", ["e1", "axis0"], ["s1"], name="sum1"),
+             helper.make_node("Expand", ["s1", "wide"], ["e2"], name="expand2"),
+             helper.make_node("ReduceSum", ["e2", "axis0"], ["s2"], name="sum2"),
+             helper.make_node("MatMul", ["s2", "w1"], ["y"], name="fc1")]
+    graph = helper.make_graph(
+        nodes, "costs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        [weight("w0", 16, 1024), *ints, weight("w1", 1024, 1)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("by, cut, costs", [
+    # FLOPs per node: 32768, 1024, 0, 16384, 0, 16384, 2048 (half: 34304); after relu is 512
+    # off, after fc0 1536 off: both in the window, both cross 4 kB, the closer wins
+    ("flops", 2, [33792, 34816]),
+    # weight bytes: 65536 in fc0, 4096 in fc1: every cut after fc0 is as balanced; the first
+    # with the fewest bytes crossing (4 kB) is taken
+    ("params", 1, [65536, 4096]),
+    # activation bytes: 4k, 4k, 64k, 4k, 64k, 4k, 4 (half 73730): after expand1 is 2 off but
+    # crosses 64 kB, after sum1 is 4094 off (in the window) and crosses 4 kB
+    ("activations", 4, [77824, 69636]),
+], ids=["flops", "params", "activations"])
+def test_each_cost_places_the_cut_by_its_own_balance(tmp_path, capsys, by, cut, costs):
+    path = tmp_path / "costs.onnx"
+    onnx.save(_costs_line(), str(path))
+    code, out, err = cli_main(capsys, "split", path, "-o", tmp_path / "s", "--stages", 2,
+                              "--by", by, "--json")
+    assert code == 0, err
+    manifest = json.loads(out)
+    assert manifest["by"] == by and [c["after_node"] + 1 for c in manifest["cuts"]] == [cut]
+    field = {"flops": "flops", "params": "param_bytes", "activations": "activation_bytes"}[by]
+    assert [s["cost"] for s in manifest["stages"]] == [s[field] for s in manifest["stages"]] \
+        == costs
+    assert [c["bytes"] for c in manifest["cuts"]] == [4096]
+
+
+def _weighted_line() -> onnx.ModelProto:
+    """x[2,64] -> (MatMul 64x64 inline weight -> Relu) x 4 -> y."""
+    rng = np.random.default_rng(1)
+    inits, nodes, prev = [], [], "x"
+    for i in range(4):
+        w = rng.standard_normal((64, 64)).astype(np.float32)
+        inits.append(onnx.numpy_helper.from_array(w, f"w{i}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name=f"mm{i}"),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev = f"r{i}"
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 64]) for n in ("x", prev)]
+    return helper.make_model(helper.make_graph(nodes, "g", vi[:1], vi[1:], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_stage_records_its_split_is_proven_against_the_source_and_replays(tmp_path, capsys):
+    """Each stage's log ends in a split_stage record (which stage, the cuts, its cost):
+    ``verify --rewrite-log SOURCE STAGE`` proves it (and catches a changed weight), ``recipe
+    STAGE`` writes the split_stage step that makes the same stage from the source."""
+    from onnxsurgeon.record import SplitRecord, records
+
+    src = tmp_path / "m.onnx"
+    onnx.save(_weighted_line(), str(src))
+    out = tmp_path / "out"
+    assert cli_main(capsys, "split", src, "-o", out, "--stages", 2)[0] == 0
+    stage = onnx.load(str(out / "stage_1.onnx"))
+    (record,) = records(stage)
+    assert record == SplitRecord(stage=1, stages=2, at=("r1",), by="flops", dims={},
+                                 inputs=("r1",), outputs=("r3",), cost=record.cost)
+    assert record.cost == 2 * (2 * 64 * 64 * 2 + 2 * 64)          # 2 x (MatMul + Relu)
+    assert [t.name for t in stage.graph.initializer] == ["w2", "w3"]   # its own, inline
+    assert all(t.HasField("raw_data") for t in stage.graph.initializer)
+    code, text, err = cli_main(capsys, "verify", src, out / "stage_1.onnx", "--rewrite-log")
+    assert code == 0 and "split" in text, err
+    bad = onnx.ModelProto()
+    bad.CopyFrom(stage)
+    w = onnx.numpy_helper.to_array(bad.graph.initializer[0]) + 1
+    bad.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, "w2"))
+    onnx.save(bad, str(tmp_path / "bad.onnx"))
+    assert cli_main(capsys, "verify", src, tmp_path / "bad.onnx", "--rewrite-log")[0] == 1
+    code, text, err = cli_main(capsys, "recipe", out / "stage_1.onnx")
+    assert code == 0 and "split_stage: {at: [r1], by: flops, stage: 1}" in text, err
+    (tmp_path / "r.yaml").write_text(text)
+    assert cli_main(capsys, "apply", tmp_path / "r.yaml", src, "-o", tmp_path / "s1.onnx")[0] == 0
+    assert onnx.load(str(tmp_path / "s1.onnx")).graph == stage.graph
+
+
+def test_a_recipe_ending_in_split_writes_the_stages_to_its_output_folder(tmp_path, capsys):
+    """``apply R MODEL -o DIR``: the steps before run in memory, the last split step writes DIR
+    as ``split`` does (stamped with the recipe); --verify proves the chain equals the model."""
+    src = tmp_path / "m.onnx"
+    onnx.save(_weighted_line(), str(src))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("onnxsurgeon: 1\nsteps:\n  - rename: {mapping: {r1: mid}}\n"
+                      "  - split: {stages: 2}\n")
+    out = tmp_path / "stages"
+    code, text, err = cli_main(capsys, "apply", recipe, src, "-o", out, "--verify", "--json")
+    assert code == 0, err
+    doc = json.loads(text)
+    validate("apply", doc)
+    assert doc["output"] == str(out) and doc["verify"]["ok"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert doc["steps"][1]["result"]["stages"] == manifest["stages"]
+    assert manifest["cuts"][0]["tensors"] == ["mid"]                  # after the rename
+    stages = [onnx.load(str(out / s["file"])) for s in manifest["stages"]]
+    assert all(any(p.key == "onnxsurgeon.recipe" for p in s.metadata_props) for s in stages)
+    feeds = {"x": np.random.default_rng(2).standard_normal((2, 64)).astype(np.float32)}
+    assert np.array_equal(_chain(stages, feeds)["r3"], run(src, feeds)["r3"])
+    # a split before the last step, and a split recipe over several models: one line, exit 2
+    recipe.write_text("onnxsurgeon: 1\nsteps:\n  - split: {stages: 2}\n  - cleanup: {}\n")
+    code, _, err = cli_main(capsys, "apply", recipe, src, "-o", tmp_path / "x")
+    assert code == 2 and "must be the last step" in err and err.count("\n") == 1, err
+    recipe.write_text("onnxsurgeon: 1\nsteps:\n  - split: {stages: 2}\n")
+    code, _, err = cli_main(capsys, "apply", recipe, src, src, "-o", tmp_path / "y")
+    assert code == 2 and "one model at a time" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def test_splitting_inline_weights_holds_them_once_not_once_per_stage():
+    """Each stage is cut from a weight-free copy and given only its own weights: splitting a
+    model of 32 MB inline weights into 4 stages grows memory by about the weights once (the
+    stages), not by a copy per stage (it grew 5x the weights: a whole copy per stage, and every
+    weight-free copy re-wrote the bytes it had detached)."""
+    rng = np.random.default_rng(3)
+    inits, nodes, prev = [], [], "x"
+    for i in range(8):
+        inits.append(onnx.numpy_helper.from_array(
+            rng.standard_normal((1024, 1024)).astype(np.float32), f"w{i}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name=f"mm{i}"),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev = f"r{i}"
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 1024]) for n in ("x", prev)]
+    model = helper.make_model(helper.make_graph(nodes, "g", vi[:1], vi[1:], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    weights = 8 * 4.0
+    before = _resident_mb()
+    result = split(model, stages=4)
+    grown = _resident_mb() - before
+    assert [len(s.model.proto.graph.initializer) for s in result.stages] == [2, 2, 2, 2]
+    assert grown < 1.75 * weights, f"split grew {grown:.0f} MB for {weights:.0f} MB of weights"

@@ -44,7 +44,10 @@ class StepOutcome:
     result: dict[str, Any]
     plan: dict[str, Any] | None = None
     report: Any = None
-    """For ``verify`` steps: the :class:`~onnxsurgeon.verify.VerifyReport` (None in a plan)."""
+    """For ``verify`` steps (and a last ``split`` step under ``verify``): the
+    :class:`~onnxsurgeon.verify.VerifyReport` (None in a plan)."""
+    made: Any = None
+    """For a last ``split`` step: the :class:`~onnxsurgeon.surgery.SplitResult` to write."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"step": self.step.number, "verb": self.step.verb,
@@ -250,6 +253,16 @@ def _run(m: Model, session: Session, recipe: Recipe, *, plan: bool, verify: bool
             if not report.ok:
                 break
             continue
+        make = STEPS[step.verb].make
+        if make is not None:   # the last step (parse_recipe): it makes the stages
+            outcome, report = _make(m, session, step, recipe, ctx, make, plan=plan,
+                                    verify=verify, options=base_options)
+            outcomes.append(outcome)
+            if report is not None:
+                reports.append((step.number, report))
+            if progress is not None:
+                progress(k + 1, len(steps))
+            continue
         before = _snapshot(m) if (k < last_check or plan) else None
         logged = len(rewrites(m.proto))
         run = STEPS[step.verb].run
@@ -275,7 +288,30 @@ def _run(m: Model, session: Session, recipe: Recipe, *, plan: bool, verify: bool
         reports.append(("final", _checkpoint(m, pending, base_options, recipe.base_dir)))
     if not plan and len(outcomes) == len(steps) and all(r.ok for _, r in reports):
         stamp(m.proto, recipe)
+        if outcomes[-1].made is not None:
+            for stage in outcomes[-1].made.stages:
+                stamp(stage.model.proto, recipe)
     return ApplyResult(tuple(outcomes), recipe.sha256(), plan, len(steps), tuple(reports))
+
+
+def _make(m: Model, session: Session, step: Step, recipe: Recipe, ctx: StepContext,
+          make: Any, *, plan: bool, verify: bool,
+          options: Mapping[str, Any]) -> tuple[StepOutcome, Any]:
+    """Run a last step that makes something else than the model (``split``); with ``verify``
+    (not a plan) prove it: the stages chained equal the model bit for bit."""
+    params = step.resolved(recipe.base_dir)
+    try:
+        payload, made = make(m, params, ctx)
+    except SurgeryError as exc:
+        raise step_error(recipe, step, params, exc) from None
+    finally:
+        session.forget()
+    report = None
+    if verify and not plan:
+        from ..verify.split import verify_split
+
+        report = verify_split(m, [s.model for s in made.stages], **options)
+    return StepOutcome(step, payload, made=made, report=report), report
 
 
 def _checkpoint(model: Model, pending: list[tuple[Model, RewriteRecord, Step]],

@@ -62,6 +62,14 @@ def _print_text(result: ApplyResult, out: str, planned: bool) -> None:
                     _out(s.report.to_text())
             continue
         line = f"step {s.step.number} {s.step.verb}: {_summary(s.result)}"
+        if s.made is not None:   # a last split step: its stages, as the split command says
+            costs = ", ".join(str(st.cost) for st in s.made.stages)
+            line = (f"step {s.step.number} {s.step.verb}: {len(s.made.stages)} stages "
+                    f"({s.made.by}: {costs}; crossing "
+                    f"{', '.join(map(str, s.made.crossing_bytes))} bytes)")
+            if s.report is not None:
+                line += (" chained equal the model" if s.report.ok
+                         else f" FAILED --verify\n{s.report.to_text()}")
         if s.plan is not None:
             line += f"\n    {_plan_line(s.plan)}"
         _out(line)
@@ -92,7 +100,13 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
     from ..cli_io import _check_paths, _load, _paused_gc, _write
     from ..session import Session
 
-    _check_paths(source, output, force)
+    stages = _ends_in_split(recipe)
+    if stages:
+        from ..cli_split import check_folder
+
+        check_folder(Path(output))
+    else:
+        _check_paths(source, output, force)
     context = StepContext()
     exports = any("func" in s.params for s in recipe.steps)
     if exports:
@@ -106,11 +120,24 @@ def apply_one(recipe: Recipe, source: str, output: str, *, plan: bool = False,
         result = apply_recipe(model, recipe, plan=plan, verify=verify,
                               verify_options=isolation or {}, progress=progress,
                               context=context, session=session)
-        if not plan and result.ok:
+        if not plan and result.ok and stages:   # -o is the folder of the stages
+            from ..cli_split import write_stages
+
+            last = result.steps[-1]
+            written = write_stages(last.made, Path(output), source, output)
+            last.result.update(last.made.manifest([st["file"] for st in written["stages"]]))
+        elif not plan and result.ok:
             _write(model, output, source, journal=session.journal)
     if done is not None:
         done(model)
     return result
+
+
+def _ends_in_split(recipe: Recipe) -> bool:
+    """Whether the recipe's last step makes stages (``split``): ``-o`` is then their folder."""
+    from .steps import STEPS
+
+    return STEPS[recipe.steps[-1].verb].make is not None
 
 
 def run_task(recipe_path: str, source: str, output: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +171,10 @@ def cmd_apply(args: argparse.Namespace, isolation: dict[str, Any]) -> int:
     from ..cli_io import _out, _Progress
 
     recipe = load_recipe(args.recipe)
-    if _is_fleet(args):
+    if _ends_in_split(recipe) and len(args.models) > 1:
+        raise UsageError(f"recipe '{args.recipe}' ends in split, which writes a folder of stages "
+                         "per model; apply it to one model at a time (-o DIR)")
+    if not _ends_in_split(recipe) and _is_fleet(args):
         from .fleet import run_fleet
 
         if args.plan or args.html:

@@ -198,6 +198,10 @@ def parse_recipe(data: Any, *, base_dir: str | Path = ".", source: str = "recipe
     steps = tuple(parse_step(k + 1, item, source) for k, item in enumerate(items))
     pending = False
     for step in steps:
+        if STEPS[step.verb].make is not None and step is not steps[-1]:
+            raise _fail(source, f"{step.label[0].lower()}{step.label[1:]}: a {step.verb} step "
+                        "writes a folder of models, so it must be the last step; move it last "
+                        "(or use split_stage to keep one stage and go on)")
         if STEPS[step.verb].rewrites:
             pending = True
         elif step.verb == "verify":

@@ -73,6 +73,9 @@ class StepContext:
 
 StepRun = Callable[[Any, Mapping[str, Any], StepContext], dict[str, Any]]
 """Runs one step on a model (mutating it) and returns the verb's own ``--json`` result."""
+StepMake = Callable[[Any, Mapping[str, Any], StepContext], tuple[dict[str, Any], Any]]
+"""Runs a step that ends a recipe: (its ``--json`` result, what it made instead of changing the
+model: ``split``'s :class:`~onnxsurgeon.surgery.SplitResult`)."""
 StepCheck = Callable[[Any, Any, Any, Mapping[str, Any], Mapping[str, Any]], Any]
 """(model before, model after, rewrite record, step keys, verify options) -> VerifyReport."""
 
@@ -90,6 +93,8 @@ class Verb:
         help: one line for the README's table.
         rewrites: whether the step changes the model (and leaves a rewrite record).
         check: proves one such step at a checkpoint (default: ``verify_rewrite`` of its record).
+        make: for a step that must be the last (``split``): it leaves the model as it is and
+            makes something else (the stages), which the caller writes.
     """
 
     name: str
@@ -101,6 +106,7 @@ class Verb:
     requires: Mapping[str, str] = field(default_factory=dict)
     """key -> the key it needs (e.g. ``framework`` goes with ``func``)."""
     check: StepCheck | None = None
+    make: StepMake | None = None
 
     def param(self, key: str) -> Param | None:
         return next((p for p in self.params if p.key == key), None)

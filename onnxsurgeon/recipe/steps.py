@@ -169,6 +169,23 @@ def _set_values(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str,
                                   reshape=p.get("reshape", False)))
 
 
+def _split(model: Any, p: Mapping[str, Any], ctx: StepContext) -> tuple[dict[str, Any], Any]:
+    from ..surgery.split import SplitBy, split
+
+    result = split(model, stages=p.get("stages"), by=SplitBy(p["by"]), at=p.get("at") or (),
+                   dims=dict(p.get("dims") or {}))
+    return result.manifest([]), result
+
+
+def _split_stage(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    from ..surgery.split import split_stage
+
+    s = split_stage(model, at=p["at"], stage=p["stage"], by=p["by"],
+                    dims=dict(p.get("dims") or {}))
+    return {"stage": s.stage, "stages": s.stages, "inputs": s.inputs, "outputs": s.outputs,
+            "nodes": [s.first_node, s.last_node], "cost": s.cost}
+
+
 def _fold(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import fold
     from ..verify.folding import ort_evaluator
@@ -297,6 +314,22 @@ STEPS: dict[str, Verb] = {
         Verb("opset", (
             Param("to", Kind.NATURAL, required=True, help="the opset to convert to"),
         ), _opset, help="convert the default-domain opset (onnx's version converter)"),
+        Verb("split", (
+            Param("stages", Kind.COUNT, help="the number of stages (>= 2)"),
+            Param("by", Kind.CHOICE, default="flops", choices=("flops", "params", "activations"),
+                  help="the cost the stages balance"),
+            Param("at", Kind.NAMES, help="cut right after the nodes computing these tensors"),
+            Param("dims", Kind.DIMS, help="sizes of symbolic dimensions for the costs"),
+        ), None, rewrites=False, make=_split,
+            help="the last step only: cut into stages, written as `-o DIR` (stage_K.onnx + "
+                 "manifest.json)"),
+        Verb("split_stage", (
+            Param("at", Kind.NAMES, required=True, help="every cut tensor of the split"),
+            Param("stage", Kind.NATURAL, required=True, help="the stage kept (0 is the first)"),
+            Param("by", Kind.CHOICE, default="flops", choices=("flops", "params", "activations"),
+                  help="the cost the stage's record reports"),
+            Param("dims", Kind.DIMS, help="sizes of symbolic dimensions for the costs"),
+        ), _split_stage, help="keep one stage of a split (what `split` writes as stage_K)"),
         Verb("verify", (
             Param("samples", Kind.COUNT, help="random input samples"),
             Param("seed", Kind.NATURAL, default=0, help="seed of the random inputs"),

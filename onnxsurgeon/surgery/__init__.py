@@ -63,6 +63,7 @@ _HOME_OF = {
     "outputs": "outputs", "OutputsResult": "outputs",
     "set_values": "setvalues", "SetResult": "setvalues",
     "split": "split", "SplitResult": "split", "SplitBy": "split", "Stage": "split",
+    "split_stage": "split",
 }
 
 __all__ = sorted(_HOME_OF)

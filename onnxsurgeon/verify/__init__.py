@@ -25,6 +25,7 @@ import numpy as np
 from . import folding as folding  # registers the fold, dims and opset checks
 from . import hygiene as hygiene  # registers the cleanup/toposort/outputs/set checks
 from . import precision as _precision  # noqa: F401 - registers the precision check
+from . import split as _split  # noqa: F401 - registers the split stage check
 from .accumulate import TOLERANCES, PairAccumulator, compare_arrays, default_tolerance
 from .against import verify_against
 from .compare import compare, default_samples

@@ -126,13 +126,20 @@ def _fresh_block(record: InsertRecord, elem_type: int, opset: int,
 
 @rewrite_check(ExtractRecord)
 def _check_extract(ctx: Context, record: ExtractRecord, check: Check) -> None:
+    check_closure(ctx, record.inputs, check, "extract")
+
+
+def check_closure(ctx: Context, inputs: Sequence[str], check: Check, label: str) -> None:
+    """Each graph output of the new model equals the original's tensor of that name exactly,
+    the new model fed the original's values of the stop tensors ``inputs`` (extract, and a
+    split's stage); pairs are labelled ``label``."""
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     outs = list(new.output_names)
-    stops = [s for s in record.inputs if s in new.index.inputs]
+    stops = [s for s in inputs if s in new.index.inputs]
     known = [n for n in outs + stops if orig.is_tensor(n)]
     for n in outs:
         if not orig.is_tensor(n):
-            check.missing("extract", n, f"'{n}' is not a tensor of the original model")
+            check.missing(label, n, f"'{n}' is not a tensor of the original model")
     orig_vals = run_all(orig, feeds, known)
     new_feeds = [{**{k: v for k, v in f.items() if k in new.index.inputs},
                   **{s: ov[s] for s in stops if s in ov}} for f, ov in zip(feeds, orig_vals,
@@ -144,7 +151,7 @@ def _check_extract(ctx: Context, record: ExtractRecord, check: Check) -> None:
 
     for n in outs:
         if orig.is_tensor(n):
-            check.compare("extract", n, n, orig_vals, new_vals, dtype=dtype_of(orig, n), exact=True,
+            check.compare(label, n, n, orig_vals, new_vals, dtype=dtype_of(orig, n), exact=True,
                           sides=sides, fed=stops)
 
 

@@ -1,4 +1,5 @@
-"""``split --verify``: the stages, joined in order, compute the whole model bit for bit."""
+"""``split --verify``: the stages, joined in order, compute the whole model bit for bit; and the
+check of one stage's record (``verify --rewrite-log SOURCE STAGE``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 import onnx
 
 from ..io import Model, snapshot
+from ..record import SplitRecord
 from ..surgery.merge import merge
 from .compare import compare
+from .invariant import Check, Context, rewrite_check
 from .report import VerifyReport
+from .rewrite import check_closure
 
 
 def join_stages(stages: Sequence[Model]) -> Model:
@@ -33,3 +37,10 @@ def verify_split(original: Model | onnx.ModelProto, stages: Sequence[Model],
     options.pop("rtol", None)
     options.pop("atol", None)
     return compare(original, join_stages(stages), exact=True, **options)
+
+
+@rewrite_check(SplitRecord)
+def _check_split_stage(ctx: Context, record: SplitRecord, check: Check) -> None:
+    """A stage computes its outputs exactly as the source does, fed the source's values of the
+    tensors earlier stages pass it."""
+    check_closure(ctx, record.inputs, check, "split")
