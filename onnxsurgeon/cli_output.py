@@ -79,7 +79,9 @@ def insert_payload(result: InsertResult, *, block: str | None = None) -> dict[st
             "block_nodes": list(result.block_nodes),
             "sites": [{"at": r.at, "processed": r.processed, "rerouted": list(r.rerouted),
                        "rerouted_outputs": list(r.rerouted_outputs), "renamed": dict(r.renamed),
-                       "block_nodes": list(r.block_nodes)} for r in result.each()]}
+                       "block_nodes": list(r.block_nodes), **({"graph": r.graph} if r.graph
+                                                             else {})}
+                      for r in result.each()]}
 
 
 def reroute_payload(result: RerouteResult) -> dict[str, Any]:

@@ -580,6 +580,19 @@ class Edit:
                   [k for k, t in enumerate(graph.initializer) if t.name not in dead])
         graph.initializer.extend(values)
 
+    def set_body(self, graph: onnx.GraphProto, new: onnx.GraphProto,
+                 inputs: Sequence[onnx.ValueInfoProto]) -> None:
+        """The nested body ``graph`` (an If/Loop/Scan graph of this model) takes the nodes,
+        initializers, sparse initializers, value_info and outputs of ``new`` (copied) and
+        ``inputs`` as its inputs: a verb edited it as the main graph of a model of its own
+        (``surgery/_bodies.py``). The upkeep does not follow bodies: the next verb rebuilds.
+        O(size of the body)."""
+        self.give_up()
+        self._structural = True
+        for name in ("node", "initializer", "sparse_initializer", "value_info", "output"):
+            _replace_all(getattr(graph, name), list(getattr(new, name)))
+        _replace_all(graph.input, list(inputs))
+
     def set_all_nodes(self, nodes: Sequence[onnx.NodeProto]) -> None:
         """The main graph's nodes are ``nodes`` now (moved in, not copied: the caller's list
         must not be used after). The upkeep cannot follow a whole new node list: the next verb

@@ -234,12 +234,15 @@ SITE_KEYS = ("at", "processed", "block_nodes", "rerouted", "rerouted_outputs")
 
 
 def site_entry(at: str, processed: str, block_nodes: Any, rerouted: Any, rerouted_outputs: Any,
-               renamed: Mapping[str, str]) -> dict[str, Any]:
-    """One site of a multi-site insert record (JSON-ready)."""
+               renamed: Mapping[str, str], graph: str = "") -> dict[str, Any]:
+    """One site of a multi-site insert record (JSON-ready); ``graph``: the path of the body
+    holding it ("" for the main graph: no key)."""
     entry: dict[str, Any] = {"at": at, "processed": processed, "block_nodes": list(block_nodes),
                              "rerouted": list(rerouted), "rerouted_outputs": list(rerouted_outputs)}
     if renamed:
         entry["renamed"] = dict(renamed)
+    if graph:
+        entry["graph"] = graph
     return entry
 
 
@@ -248,9 +251,11 @@ class InsertRecord(RewriteRecord):
     """insert: the activation, the processed tensor, the block (a built-in name and its
     parameters, or ``"graph"``), its nodes, and what was rerouted.
 
-    Version 2 (a selector matching several tensors) adds ``sites``: every site, in node order,
-    each ``{at, processed, block_nodes, rerouted, rerouted_outputs[, renamed]}``; the flat
-    fields repeat the first site. A one-site record stays version 1, byte for byte."""
+    Version 2 (a selector matching several tensors, or a site inside an If/Loop/Scan body) adds
+    ``sites``: every site, in node order, each ``{at, processed, block_nodes, rerouted,
+    rerouted_outputs[, renamed][, graph]}`` (``graph``: the body's path, for a body site); the
+    flat fields repeat the first site. A one-site main-graph record stays version 1, byte for
+    byte."""
 
     op: ClassVar[str] = "insert"
     VERSION: ClassVar[int] = 2
@@ -266,17 +271,20 @@ class InsertRecord(RewriteRecord):
     """When ``at`` was a graph output that kept its name: ``{at: <new name of the unprocessed
     tensor>}`` (absent otherwise, so older records read the same)."""
     sites: tuple[dict[str, Any], ...] | None = None
+    graph: str | None = None
+    """The path of the If/Loop/Scan body holding the (first) site; absent for the main graph."""
 
     def __post_init__(self) -> None:
         for k, site in enumerate(self.sites or ()):
-            keys = set(site) - {"renamed"}
+            keys = set(site) - {"renamed", "graph"}
             ok = keys == set(SITE_KEYS) and all(isinstance(site[key], str)
                                                 for key in ("at", "processed")) and all(
                 isinstance(site[key], (list, tuple)) and all(isinstance(v, str) for v in site[key])
-                for key in SITE_KEYS[2:]) and isinstance(site.get("renamed", {}), dict)
+                for key in SITE_KEYS[2:]) and isinstance(site.get("renamed", {}), dict) and (
+                isinstance(site.get("graph", ""), str))
             if not ok:
                 raise UsageError(f"rewrite record 'insert' site {k} is {json.dumps(site)[:80]}; "
-                                 f"a site has the keys {list(SITE_KEYS)} (+ renamed); give the "
+                                 f"a site has the keys {list(SITE_KEYS)} (+ renamed, graph); give the "
                                  "record the verb wrote")
 
     def to_json(self) -> dict[str, Any]:
@@ -294,7 +302,8 @@ class InsertRecord(RewriteRecord):
                              rerouted=tuple(s["rerouted"]),
                              rerouted_outputs=tuple(s["rerouted_outputs"]),
                              as_output=self.as_output, renamed=dict(s["renamed"]) if
-                             s.get("renamed") else None) for s in self.sites]
+                             s.get("renamed") else None, graph=s.get("graph") or None)
+                for s in self.sites]
 
     def all_renamed(self) -> dict[str, str]:
         """Every site's ``renamed``, merged."""

@@ -264,6 +264,11 @@ def _check_downstream(ctx: Context, check: Check, source: str, rerouted: Sequenc
 
 @rewrite_check(InsertRecord)
 def _check_insert(ctx: Context, record: InsertRecord, check: Check) -> None:
+    if record.sites and any(site.get("graph") for site in record.sites):
+        from .bodies import check_insert_bodies  # sites inside If/Loop/Scan bodies
+
+        check_insert_bodies(ctx, record, check)
+        return
     if record.sites:
         _check_insert_sites(ctx, record, check)
         return
