@@ -102,7 +102,9 @@ def bypass_payload(result: BypassResult) -> dict[str, Any]:
     return {"removed": list(result.removed), "rerouted": list(result.rerouted),
             "rerouted_outputs": list(result.rerouted_outputs), "modules": dict(result.modules),
             "pruned": list(result.pruned),
-            "pruned_initializers": list(result.pruned_initializers)}
+            "pruned_initializers": list(result.pruned_initializers),
+            **({"bodies": {k: dict(v) for k, v in result.bodies.items()}} if result.bodies
+               else {})}
 
 
 def sites_payload(sites: list[dict[str, Any]], framework: dict[str, list[str]]) -> list[dict[str, Any]]:

@@ -387,13 +387,24 @@ class BypassRecord(RewriteRecord):
     modules: dict[str, str] | None = None
     sources: dict[str, str] | None = None
     prune: bool | None = None
+    bodies: dict[str, dict[str, list[str]]] | None = None
+    """Nodes removed inside If/Loop/Scan bodies: body path -> ``{removed, rerouted,
+    rerouted_outputs, pruned}`` of that body (absent when none)."""
 
     def replay_call(self) -> VerbCall:
         by_node = {node: path for path, node in (self.modules or {}).items()}
         options: dict[str, Any] = {"input": self.input}
         if self.prune:
             options["prune"] = True
-        return VerbCall("bypass", {"nodes": [by_node.get(n, n) for n in self.removed]}, options)
+        nodes = [by_node.get(n, n) for n in self.removed]
+        inner = [n for body in (self.bodies or {}).values() for n in body.get("removed", ())]
+        if inner:  # body nodes are found by a selector of their names (plain names are main's)
+            unnamed = [n for n in inner if re.fullmatch(r"\w+#\d+", n)]
+            if unnamed:
+                raise UsageError(f"node '{unnamed[0]}' removed inside a body has no name, so "
+                                 "no selector finds it again; name the body's nodes first")
+            nodes.append("re:(?:" + "|".join(re.escape(n) for n in dict.fromkeys(inner)) + ")")
+        return VerbCall("bypass", {"nodes": nodes}, options)
 
 
 @dataclass(frozen=True)
