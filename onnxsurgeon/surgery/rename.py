@@ -189,10 +189,7 @@ def _expanded(selector: Selector, old: str, new: str) -> dict[str, str]:
     from the name that matched it (its ONNX, framework or module name)."""
     pattern = re.compile(old[len("re:"):], re.DOTALL)
     out: dict[str, str] = {}
-    for site in selector.find(old):
-        if site.graph:
-            raise UsageError(f"selector '{old}' matches '{site.matched}' inside the body "
-                             f"'{site.graph}'; --map renames main-graph tensors: narrow it")
+    for site in selector.find(old):  # a body's tensors too: renamed within their scope
         found = pattern.fullmatch(site.matched)
         try:
             out[site.tensor or ""] = found.expand(new) if found else new
@@ -236,9 +233,10 @@ def rename(
 
     ``mapping`` maps old names to new ones; old tensor names are resolved like every selector
     (exact ONNX name, converters' name map, TF ``:0`` style, node name, torch module path,
-    or a ``glob:``/``re:``/``op:`` selector matching one name: several cannot share a new name,
-    unless the key is an ``re:`` selector and the new name refers to its groups (``re.expand``
-    syntax), which renames every match: ``re:layer.(d+).out`` -> ``block`` + group 1).
+    or a ``glob:``/``re:``/``op:`` selector matching one name, inside a body too: several
+    cannot share a new name, unless the key is an ``re:`` selector and the new name refers to
+    its groups (``re.expand`` syntax), which renames every match: ``re:layer.(d+).out`` ->
+    ``block`` + group 1).
     ``regex`` maps patterns to replacements (``re.sub`` syntax, applied in order) over every
     main-graph tensor (or node) name the mapping does not name. A renamed tensor keeps every tie
     (see the module docstring); renaming a graph input or output renames that input or output.
@@ -283,9 +281,12 @@ def rename(
                         raise UsageError(f"tensor '{tensor}' is given two new names; give it one")
                     renamed[tensor] = name
                 continue
-            if is_selector(old):
-                _one_each(old, new, selector.find_tensors(old), "tensor")
-            resolved = old if inner_only else selector.resolve(old)
+            if is_selector(old) and selector._selects(old):  # bodies' tensors included
+                matched = list(dict.fromkeys(s.tensor or "" for s in selector.find(old)))
+                _one_each(old, new, matched, "tensor")
+                resolved = matched[0]
+            else:
+                resolved = old if inner_only else selector.resolve(old)
             if resolved in renamed and renamed[resolved] != new:
                 raise UsageError(f"tensor '{resolved}' is given two new names; give it one")
             renamed[resolved] = new
