@@ -196,3 +196,24 @@ def test_every_flag_is_a_row_or_takes_no_name():
             missing.append(f"{command} {'/'.join(sorted(flags))}")
     assert not missing, f"flags neither in ROWS nor in NO_NAME: {missing}"
     assert not stale, f"NO_NAME lists flags the parser no longer has: {sorted(stale)}"
+
+
+NOTHING = {key: "glob:nowhere*" for key in EXACT}
+"""A selector matching nothing, for every placeholder."""
+
+
+@pytest.mark.parametrize("row", list(ROWS))
+def test_a_selector_matching_nothing_is_exit_2_with_one_line(row, tmp_path, capsys):
+    model, npy = tmp_path / "named.onnx", tmp_path / "w.npy"
+    model.write_bytes(named_model().SerializeToString())
+    np.save(npy, np.full((1, 4), 0.5, np.float32))
+    out = tmp_path / "out.onnx"
+    argv = [a.format(model=model, output=out, outdir=tmp_path / "split", npy=npy, **NOTHING)
+            for a in ROWS[row]]
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and "'glob:nowhere*'" in err, err
+    if row not in ("merge --outputs", "verify --range"):  # they say what they looked in
+        assert "matches no" in err, err
+    assert not out.exists()
