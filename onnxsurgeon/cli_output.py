@@ -89,7 +89,8 @@ def reroute_payload(result: RerouteResult) -> dict[str, Any]:
     return {"from": result.source, "to": result.target, "rerouted": list(result.rerouted),
             "rerouted_outputs": list(result.rerouted_outputs),
             "unused_nodes": result.unused_nodes, "pruned_nodes": result.pruned_nodes,
-            "pruned_initializers": result.pruned_initializers}
+            "pruned_initializers": result.pruned_initializers,
+            **({"graph": result.graph} if result.graph else {})}
 
 
 def rename_payload(result: RenameResult) -> dict[str, Any]:

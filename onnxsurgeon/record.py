@@ -342,6 +342,8 @@ class RerouteRecord(RewriteRecord):
     """With ``prune``: the nodes removed because no graph output depended on them any more."""
     pruned_initializers: tuple[str, ...] | None = None
     """With ``prune``: the initializers only those nodes read."""
+    graph: str | None = None
+    """The path of the If/Loop/Scan body the reroute happened in (absent: the main graph)."""
 
     def replay_call(self) -> VerbCall:
         options: dict[str, Any] = {}
@@ -349,7 +351,9 @@ class RerouteRecord(RewriteRecord):
             options["consumers"] = list(self.rerouted)
         if self.pruned_nodes is not None:
             options["prune"] = True
-        return VerbCall("reroute", {"source": self.source, "target": self.target}, options)
+        # a body's tensor is found again by a selector of its name (plain names are main's)
+        source = f"re:{re.escape(self.source)}" if self.graph else self.source
+        return VerbCall("reroute", {"source": source, "target": self.target}, options)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Verbs act at selector matches inside If/Loop/Scan bodies (issue 28): ``insert`` puts a block
 in the body (its readers there and in deeper bodies, through outer-scope reads, read the
-block's output), ``bypass`` removes body nodes, ``rename`` renames body tensors in their scope,
+block's output), ``bypass`` removes body nodes, ``reroute`` moves a body tensor's readers, ``rename`` renames body tensors in their scope,
 ``outputs`` refuses a body match in one line; records carry the body path and replay, and
 ``--verify`` proves the rewrite through onnxruntime (a wrong block in a body fails)."""
 
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsurgeon.errors import RewriteError, SurgeryError
 from onnxsurgeon.record import RewriteRecord, rewrites
 from onnxsurgeon.schema import validate
-from onnxsurgeon.surgery import bypass, insert
+from onnxsurgeon.surgery import bypass, insert, reroute
 from tests.cli_helpers import cli_main
 
 F = TensorProto.FLOAT
@@ -179,7 +179,11 @@ CLI = {
                "renamed"),
     "outputs": (["outputs", "--add", "op:Sigmoid"], 2,
                 "'t_out' inside the body 'Loop_0/body/If_1/then_branch'"),
-    "reroute": (["reroute", "--from", "glob:tr", "--to", "x"], 2, "inside the body"),
+    "reroute": (["reroute", "--from", "glob:tr", "--to", "r"], 0, "rerouted"),
+    "reroute-unseen": (["reroute", "--from", "glob:tr", "--to", "e_out"], 2,
+                       "inside the body 'Loop_0/body/If_1/then_branch'"),
+    "reroute-several": (["reroute", "--from", "op:Neg", "--to", "r"], 2,
+                        "matches 2 tensors ('dead' (in 'Loop_0/body')"),
 }
 
 
@@ -200,6 +204,15 @@ def test_cli_at_body_sites_verified(case, bodied_file, tmp_path, capsys):
     if case == "insert":
         assert [s.get("graph", "") for s in data["sites"]] == [
             "", "Loop_0/body", "Loop_0/body/If_1/else_branch"]
+    if case == "reroute":  # then: Sigmoid(r) instead of Sigmoid(Neg(r))
+        assert data["graph"] == "Loop_0/body/If_1/then_branch"
+        model = onnx.load(out)
+        for x in XS:
+            np.testing.assert_allclose(run(model, x), expected(x, skip_neg=True), rtol=1e-6)
+        call = RewriteRecord.from_json(rewrites(model)[0]).replay_call()
+        again = bodied()
+        reroute(again, call.args["source"], call.args["target"], **call.options)
+        assert rewrites(again) == rewrites(model)
 
 
 def test_a_wrong_block_in_a_body_fails_verify(bodied_file, tmp_path, capsys):

@@ -20,7 +20,7 @@ from ..index import iter_graphs, subgraphs
 from ..io import Model
 from ..names import NameAllocator
 from ..protos import default_opset, rename_scoped, weightless_copy
-from ..record import InsertRecord
+from ..record import InsertRecord, RerouteRecord
 from ..surgery._bodies import children_first, locate
 from .invariant import Check, Context, dtype_of, run_all
 from .locate import Side
@@ -172,3 +172,42 @@ def check_insert_bodies(ctx: Context, record: InsertRecord, check: Check) -> Non
         check.compare("downstream", r, c, ref_vals, new_vals, dtype=dtype_of(ref, r),
                       exact=True, sides=sides, label=f"{c} against the hand-spliced reference")
 
+
+
+def check_reroute_body(ctx: Context, record: RerouteRecord, check: Check) -> None:
+    """A reroute inside a body: every graph output equals the original's with, in that body,
+    the recorded readers (their nested bodies too) and outputs reading the target by hand."""
+    from .verbs import _body_position
+
+    proto = onnx.ModelProto()
+    proto.CopyFrom(ctx.orig.model.proto)
+    graph = locate(proto, record.graph or "")
+    source, target = record.source, record.target
+    for label in record.rerouted:
+        k = _body_position(graph, label)
+        if k is None:
+            check.missing("reroute", label, f"the body '{record.graph}' of the original has no "
+                          f"node '{label}'")
+            return
+        node = graph.node[k]
+        node.input[:] = [target if x == source else x for x in node.input]
+        bodies = list(subgraphs(node))
+        if bodies:
+            rename_scoped(bodies, {source: target}, define=str)
+    for vi in graph.output:
+        if vi.name == source and source in record.rerouted_outputs:
+            vi.name = target
+    new, feeds = ctx.new, ctx.feeds
+    ref = ctx.stage(Model(proto, base_dir=ctx.orig.model.base_dir), "reference")
+    pairs = list(zip(ref.output_names, new.output_names, strict=False))
+    ref_vals = run_all(ref, feeds, [r for r, _ in pairs])
+    new_vals = run_all(new, feeds, [c for _, c in pairs])
+    check.notes.append(f"rerouted inside the body '{record.graph}': checked through every graph "
+                       "output against the original rerouted there by hand")
+
+    def sides(k: int) -> tuple[Side, Side]:
+        return Side(ref, feeds[k]), Side(new, feeds[k])
+
+    for r, c in pairs:
+        check.compare("downstream", r, c, ref_vals, new_vals, dtype=dtype_of(ref, r),
+                      exact=True, sides=sides, label=f"{c} against the reference")

@@ -390,6 +390,11 @@ def _check_insert_sites(ctx: Context, record: InsertRecord, check: Check) -> Non
 
 @rewrite_check(RerouteRecord)
 def _check_reroute(ctx: Context, record: RerouteRecord, check: Check) -> None:
+    if record.graph:
+        from .bodies import check_reroute_body  # inside an If/Loop/Scan body
+
+        check_reroute_body(ctx, record, check)
+        return
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     source = resolve(orig, record.source)
     target = resolve(orig, record.target)
