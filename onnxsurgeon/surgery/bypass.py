@@ -372,6 +372,7 @@ def _bypass_bodies(m: Model, names: list[str], bodies: dict[str, list[str]], inp
         saved = onnx.ModelProto()
         saved.CopyFrom(host)
     done: dict[str, dict[str, list[str]]] = {}
+    e = Edit(GraphIndex(host), follow=False)  # bodies are not followed: the next verb indexes
     try:
         for path in children_first(host, bodies):
             body = body_model(host, path, types)
@@ -385,11 +386,10 @@ def _bypass_bodies(m: Model, names: list[str], bodies: dict[str, list[str]], inp
                     f"cannot bypass {r.removed} inside the body '{path}': its output would "
                     f"become '{passed[0]}', a value from outside the body, which onnxruntime "
                     "refuses; keep the node (or narrow the selector)")
-            e = Edit(GraphIndex(host), follow=False)  # bodies are not followed: the next verb
-            put_back(e, body)                         # indexes the model again
-            e.hand_on(m)
+            put_back(e, body)
             done[path] = {"removed": r.removed, "rerouted": r.rerouted,
                           "rerouted_outputs": r.rerouted_outputs, "pruned": r.pruned}
+        e.hand_on(m)
         if names:
             index = GraphIndex(host)
             main = _bypass(m, index, Selector(index), names, input, prune)

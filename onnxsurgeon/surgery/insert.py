@@ -222,6 +222,7 @@ def _insert_in_bodies(m: Model, index: GraphIndex, found: list[Site], main: list
         saved = onnx.ModelProto()
         saved.CopyFrom(host)
     by_site: dict[tuple[str, str | None], InsertResult] = {}
+    e = Edit(indexed(m), follow=False)  # bodies are not followed: the next verb indexes
     try:
         for path in children_first(host, bodies):
             body: BodyModel = body_model(host, path, types)
@@ -238,10 +239,9 @@ def _insert_in_bodies(m: Model, index: GraphIndex, found: list[Site], main: list
                     f"the block needs opset {now} but the model is at {was}, and ops of the "
                     f"model change meaning between them (site in body '{path}'); convert the "
                     f"model first (onnxsurgeon opset MODEL --to {now})")
-            e = Edit(indexed(m), follow=False)  # bodies are not followed: the next verb indexes
             put_back(e, body)
-            e.hand_on(m)
             by_site.update(((path, r.at), replace(r, graph=path)) for r in results)
+        e.hand_on(m)
         if main:
             results = _insert_at(m, indexed(m), [s.tensor or "" for s in main], **options)
             by_site.update(((r.graph, r.at), r) for r in results)
