@@ -65,9 +65,11 @@ def _sigmoid(v: np.ndarray) -> np.ndarray:
 
 
 def expected(x: np.ndarray, *, r_factor: float = 1, e_factor: float = 1, out_factor: float = 1,
-             skip_relu: bool = False, skip_neg: bool = False) -> np.ndarray:
-    """The model by hand, with the inserts (factors) or bypasses (skips) the tests make."""
-    a, v = _sigmoid(x), x
+             skip_relu: bool = False, skip_neg: bool = False, a_factor: float = 1,
+             a_is_x: bool = False) -> np.ndarray:
+    """The model by hand, with the inserts (factors), bypasses (skips) and reroutes the tests
+    make."""
+    a, v = (x if a_is_x else _sigmoid(x)) * a_factor, x
     for _ in range(TRIPS):
         m = v * a
         r = (m if skip_relu else np.maximum(m, 0)) * r_factor
@@ -245,3 +247,34 @@ def test_rewrite_error_is_the_block_type_refusal_for_several_body_sites():
     with pytest.raises(RewriteError, match="several sites"):
         insert(model, "re:r|tr", graph=cast)
     assert model.SerializeToString() == before
+
+
+@pytest.mark.parametrize("verb, args, want", [
+    (insert, ("glob:a",), {"a_factor": 2}),
+    (insert, ("a",), {"a_factor": 2}),
+    (reroute, ("a", "x"), {"a_is_x": True}),
+], ids=["insert-selector", "insert-plain", "reroute"])
+def test_a_main_tensor_read_inside_a_body_by_name_is_rewritten_there_too(verb, args, want):
+    """'a' is a main-graph tensor the Loop body reads by name (an outer-scope read): a block
+    at it, or a reroute of it, reaches that read as it reaches the main graph's."""
+    model = bodied()
+    options = {"op": "scale", "params": {"factor": 2.0}} if verb is insert else {}
+    result = verb(model, *args, **options)
+    assert result.rerouted == ["Loop_0"] and not result.graph
+    mul = next(n for n in _body(model, "Loop_0.body").node if n.name == "body_mul")
+    assert mul.input[1] == ("a/scale" if verb is insert else "x")
+    for x in XS:
+        np.testing.assert_allclose(run(model, x), expected(x, **want), rtol=1e-6)
+
+
+def test_renamed_body_tensors_replay_from_the_record():
+    from onnxsurgeon.surgery import rename
+
+    model = bodied()
+    rename(model, {r"re:(t|e)_out": r"\1_result", "op:Mul": "product"})
+    assert [vi.name for vi in _body(model, "Loop_0.body", "If_1.then_branch").output] == [
+        "t_result"]
+    call = RewriteRecord.from_json(rewrites(model)[0]).replay_call()
+    again = bodied()
+    rename(again, *call.args.values(), **call.options)
+    assert again.SerializeToString() == model.SerializeToString()
