@@ -95,7 +95,9 @@ def reroute_payload(result: RerouteResult) -> dict[str, Any]:
 
 def rename_payload(result: RenameResult) -> dict[str, Any]:
     """The ``rename --json`` fields of a ``RenameResult``."""
-    return {"renamed": dict(result.renamed)}
+    return {"renamed": dict(result.renamed),
+            **({"bodies": {k: dict(v) for k, v in result.bodies.items()}} if result.bodies
+               else {})}
 
 
 def bypass_payload(result: BypassResult) -> dict[str, Any]:

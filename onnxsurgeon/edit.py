@@ -324,6 +324,14 @@ class Edit:
         if upkeep is not None and names:
             upkeep.name_nodes(names)
 
+    def name_body_nodes(self, graph: onnx.GraphProto, names: Mapping[int, str]) -> None:
+        """Node ``i`` of the nested body ``graph`` is now named ``names[i]``. The upkeep does
+        not follow bodies: the next verb rebuilds. O(names)."""
+        if names:
+            self.give_up()
+        for i, name in names.items():
+            graph.node[i].name = name
+
     def set_op(self, node: onnx.NodeProto, op_type: str) -> None:
         """A node of a private proto or of a local function calls ``op_type`` now (a renamed
         local function). Records nothing: main-graph calls are not renamed by any verb."""

@@ -364,9 +364,15 @@ class RenameRecord(RewriteRecord):
     op: ClassVar[str] = "rename"
     renamed: dict[str, str]
     nodes: bool
+    bodies: dict[str, dict[str, str]] | None = None
+    """With ``nodes``: body path -> old -> new names of nodes inside that If/Loop/Scan body
+    (absent when none)."""
 
     def replay_call(self) -> VerbCall:
-        return VerbCall("rename", {"mapping": dict(self.renamed)}, {"nodes": self.nodes})
+        mapping = dict(self.renamed)
+        for ren in (self.bodies or {}).values():  # a body's node, found by a selector again
+            mapping.update((f"re:{re.escape(old)}", new) for old, new in ren.items())
+        return VerbCall("rename", {"mapping": mapping}, {"nodes": self.nodes})
 
 
 @dataclass(frozen=True)

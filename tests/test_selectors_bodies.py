@@ -278,3 +278,23 @@ def test_renamed_body_tensors_replay_from_the_record():
     again = bodied()
     rename(again, *call.args.values(), **call.options)
     assert again.SerializeToString() == model.SerializeToString()
+
+
+def test_body_nodes_renamed_by_selector_replay_and_clashes_are_refused():
+    from onnxsurgeon.surgery import rename
+
+    model = bodied()
+    result = rename(model, {"glob:then_s*": "s_node", "op:Mul": "m_node"}, nodes=True)
+    assert result.renamed == {} and result.bodies == {
+        "Loop_0/body/If_1/then_branch": {"then_sig": "s_node"},
+        "Loop_0/body": {"body_mul": "m_node"}}
+    assert _body(model, "Loop_0.body", "If_1.then_branch").node[1].name == "s_node"
+    call = RewriteRecord.from_json(rewrites(model)[0]).replay_call()
+    again = bodied()
+    rename(again, *call.args.values(), **call.options)
+    assert again.SerializeToString() == model.SerializeToString()
+    before = bodied().SerializeToString()
+    clash = bodied()
+    with pytest.raises(SurgeryError, match="another node of that body has it"):
+        rename(clash, {"glob:then_s*": "then_neg"}, nodes=True)
+    assert clash.SerializeToString() == before
