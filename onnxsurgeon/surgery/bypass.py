@@ -25,7 +25,7 @@ from dataclasses import KW_ONLY, dataclass, field
 import onnx
 
 from ..edit import Edit
-from ..errors import AmbiguousNameError, RewriteError, UsageError
+from ..errors import AmbiguousNameError, RewriteError, SurgeryError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import BypassRecord, add_rewrite
@@ -378,7 +378,10 @@ def _bypass_bodies(m: Model, names: list[str], bodies: dict[str, list[str]], inp
             body = body_model(host, path, types)
             inner = as_model(body.model)
             index = GraphIndex(body.model)
-            r = _bypass(inner, index, Selector(index), bodies[path], input, prune)
+            try:
+                r = _bypass(inner, index, Selector(index), bodies[path], input, prune)
+            except SurgeryError as exc:  # the body's outputs play the graph outputs' part
+                raise type(exc)(f"inside the body '{path}': {exc}") from None
             outer = {vi.name for vi in body.model.graph.input[body.inputs:]}
             passed = [vi.name for vi in body.model.graph.output if vi.name in outer]
             if passed and r.rerouted_outputs:

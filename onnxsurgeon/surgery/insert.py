@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from ..edit import Edit
-from ..errors import RewriteError, UsageError
+from ..errors import RewriteError, SurgeryError, UsageError
 from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
@@ -228,7 +228,10 @@ def _insert_in_bodies(m: Model, index: GraphIndex, found: list[Site], main: list
             body: BodyModel = body_model(host, path, types)
             inner = as_model(body.model)
             sub = [s.tensor or "" for s in bodies[path]]
-            results = _insert_at(inner, indexed(inner), sub, taken=taken, **options)
+            try:
+                results = _insert_at(inner, indexed(inner), sub, taken=taken, **options)
+            except SurgeryError as exc:  # the body's outputs play the graph outputs' part
+                raise type(exc)(f"inside the body '{path}': {exc}") from None
             taken.update(n for r in results for n in (r.processed, *r.block_nodes,
                                                       *r.renamed.values()))
             taken.update(t.name for t in body.model.graph.initializer)
