@@ -298,3 +298,20 @@ def test_body_nodes_renamed_by_selector_replay_and_clashes_are_refused():
     with pytest.raises(SurgeryError, match="another node of that body has it"):
         rename(clash, {"glob:then_s*": "then_neg"}, nodes=True)
     assert clash.SerializeToString() == before
+
+
+def test_recipe_steps_act_at_body_sites(bodied_file, tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("onnxsurgeon: 1\nsteps:\n"
+                      "  - insert: {at: 'op:Relu', op: scale, params: {factor: 2}}\n"
+                      "  - verify: {}\n")
+    out = tmp_path / "r.onnx"
+    code, stdout, stderr = cli_main(capsys, "apply", recipe, bodied_file, "-o", out, "--json")
+    assert code == 0, stderr
+    sites = json.loads(stdout)["steps"][0]["result"]["sites"]
+    assert [s.get("graph", "") for s in sites] == ["", "Loop_0/body",
+                                                  "Loop_0/body/If_1/else_branch"]
+    model = onnx.load(out)
+    for x in XS:
+        np.testing.assert_allclose(run(model, x), expected(x, r_factor=2, e_factor=2,
+                                                           out_factor=2), rtol=1e-6)
