@@ -315,3 +315,13 @@ def test_recipe_steps_act_at_body_sites(bodied_file, tmp_path, capsys):
     for x in XS:
         np.testing.assert_allclose(run(model, x), expected(x, r_factor=2, e_factor=2,
                                                            out_factor=2), rtol=1e-6)
+
+
+def test_a_body_initializer_is_a_site():
+    model = bodied()
+    insert(model, "glob:r", op="scale", params={"factor": 2.0})  # leaves r/scale/factor there
+    result = insert(model, "glob:r/scale/factor", op="scale", params={"factor": 3.0})
+    assert (result.graph, result.rerouted) == ("Loop_0/body", ["r/scale/Mul"])
+    onnx.checker.check_model(model, full_check=True)
+    for x in XS:
+        np.testing.assert_allclose(run(model, x), expected(x, r_factor=6), rtol=1e-6)

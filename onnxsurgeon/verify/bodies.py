@@ -19,28 +19,13 @@ import onnx
 from ..index import iter_graphs, subgraphs
 from ..io import Model
 from ..names import NameAllocator
-from ..protos import default_opset, rename_scoped, weightless_copy
+from ..protos import default_opset, rename_scoped
 from ..record import InsertRecord, RerouteRecord
-from ..surgery._bodies import children_first, locate
+from ..surgery._bodies import children_first, locate, outer_types
 from .invariant import Check, Context, dtype_of, run_all
 from .locate import Side
 
 _FALLBACK_OPSET = 17
-
-
-def _types(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
-    """Name -> ValueInfo from every graph, declared first, then onnx's non-strict inference."""
-    found: dict[str, onnx.ValueInfoProto] = {}
-    try:
-        inferred = onnx.shape_inference.infer_shapes(weightless_copy(proto), strict_mode=False)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-        inferred = proto
-    for model in (proto, inferred):
-        for g in iter_graphs(model.graph):
-            for vi in (*g.input, *g.output, *g.value_info):
-                if vi.type.WhichOneof("value") is not None:
-                    found.setdefault(vi.name, vi)
-    return found
 
 
 def _block_nodes(new: onnx.ModelProto, site: InsertRecord
@@ -84,7 +69,7 @@ def insert_reference(ctx: Context, record: InsertRecord) -> Model:
     proto = onnx.ModelProto()
     proto.CopyFrom(ctx.orig.model.proto)
     new = ctx.new.model.proto
-    types = _types(proto)
+    types = outer_types(proto)  # every graph's declared, then inferred, types
     names = NameAllocator.for_model(proto)
     opset = default_opset(new) or _FALLBACK_OPSET
     sites = record.each()
