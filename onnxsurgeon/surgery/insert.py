@@ -143,7 +143,10 @@ def insert(
 
     ``at`` may be a selector (``glob:encoder.layer.?.output``, ``re:...``, ``op:LayerNormalization``)
     or a list of names and selectors: one block goes in at every tensor they match, in one
-    rewrite with one record listing every site (``result.each()``).
+    rewrite with one record listing every site (``result.each()``). A match inside an
+    If/Loop/Scan body gets its block in that body (``surgery/_bodies.py``): the body's readers,
+    and those in bodies nested in it, read the block's output, a body output plays a graph
+    output's part (it keeps its name), and ``result.graph`` / the record's site say which body.
 
     A function written in TensorFlow or PyTorch is spliced by
     ``onnxsurgeon.converters.insert_function(model, at, func, framework)``, which exports it to
@@ -173,7 +176,7 @@ def insert(
 
     Raises:
         UsageError: not exactly one of ``op`` / ``graph``; bad block parameters; nothing reads
-            ``at`` and ``as_output`` is off.
+            ``at`` and ``as_output`` is off; ``as_output`` with a site inside a body.
         NotFoundError / AmbiguousNameError: ``at`` does not name one tensor (a selector:
             matches none).
         RewriteError: block with several inputs or outputs, dtype or shape mismatch, opsets that
