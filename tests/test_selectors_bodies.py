@@ -325,3 +325,30 @@ def test_a_body_initializer_is_a_site():
     onnx.checker.check_model(model, full_check=True)
     for x in XS:
         np.testing.assert_allclose(run(model, x), expected(x, r_factor=6), rtol=1e-6)
+
+
+@pytest.mark.parametrize("argv", [
+    ["extract", "{m}", "-o", "{o}", "--outputs", "glob:r"],
+    ["extract", "{m}", "-o", "{o}", "--outputs", "out", "--stop-at", "glob:r"],
+    ["copy", "{m}", "-o", "{o}", "--outputs", "glob:r"],
+    ["split", "{m}", "-o", "{d}", "--at", "glob:r"],
+    ["precision", "{m}", "-o", "{o}", "--to", "fp16", "--block", "glob:body_relu"],
+    ["set", "{m}", "-o", "{o}", "--attr", "glob:body_sum.keepdims=1"],
+    ["dims", "{m}", "-o", "{o}", "--input", "glob:v_in=2x4"],
+    ["inspect", "{m}", "--around", "glob:r"],
+    ["verify", "{m}", "{m}", "--pair", "glob:r=glob:r"],
+    ["merge", "{m}", "{m}", "-o", "{o}", "--connect", "glob:r=x", "--prefix", "2/"],
+    ["reroute", "{m}", "-o", "{o}", "--from", "out", "--to", "y", "--consumers",
+     "glob:body_sum"],
+], ids=lambda argv: f"{argv[0]} {next(a for a in argv if a.startswith('glob:'))}")
+def test_main_graph_arguments_refuse_a_body_match_in_one_line(argv, bodied_file, tmp_path,
+                                                              capsys):
+    """Arguments naming main-graph places (outputs, cut points, stages, nodes precision or
+    set change, graph inputs, pairs compared, merge ties) refuse a body match: exit 2, one
+    line naming the body (or, for dims, that it is no graph input), nothing written."""
+    out = tmp_path / "out.onnx"
+    code, _, err = cli_main(capsys, *[a.format(m=bodied_file, o=out, d=tmp_path / "stages")
+                                      for a in argv])
+    assert code == 2 and err.count("\n") == 1, err
+    assert "inside the body 'Loop_0/body'" in err or "not a graph input" in err, err
+    assert not out.exists()
