@@ -235,9 +235,7 @@ def _insert_in_bodies(m: Model, index: GraphIndex, found: list[Site], main: list
                 results = _insert_at(inner, indexed(inner), sub, taken=taken, **options)
             except SurgeryError as exc:  # the body's outputs play the graph outputs' part
                 raise type(exc)(f"inside the body '{path}': {exc}") from None
-            taken.update(n for r in results for n in (r.processed, *r.block_nodes,
-                                                      *r.renamed.values()))
-            taken.update(t.name for t in body.model.graph.initializer)
+            taken.update(host_names(body.model))  # every name the blocks brought in
             was, now = default_opset(host), default_opset(body.model)
             if was is not None and now is not None and now != was and changed_ops(
                     default_nodes(host, functions=True), was, now):
