@@ -79,7 +79,9 @@ def insert_payload(result: InsertResult, *, block: str | None = None) -> dict[st
             "block_nodes": list(result.block_nodes),
             "sites": [{"at": r.at, "processed": r.processed, "rerouted": list(r.rerouted),
                        "rerouted_outputs": list(r.rerouted_outputs), "renamed": dict(r.renamed),
-                       "block_nodes": list(r.block_nodes)} for r in result.each()]}
+                       "block_nodes": list(r.block_nodes), **({"graph": r.graph} if r.graph
+                                                             else {})}
+                      for r in result.each()]}
 
 
 def reroute_payload(result: RerouteResult) -> dict[str, Any]:
@@ -87,12 +89,15 @@ def reroute_payload(result: RerouteResult) -> dict[str, Any]:
     return {"from": result.source, "to": result.target, "rerouted": list(result.rerouted),
             "rerouted_outputs": list(result.rerouted_outputs),
             "unused_nodes": result.unused_nodes, "pruned_nodes": result.pruned_nodes,
-            "pruned_initializers": result.pruned_initializers}
+            "pruned_initializers": result.pruned_initializers,
+            **({"graph": result.graph} if result.graph else {})}
 
 
 def rename_payload(result: RenameResult) -> dict[str, Any]:
     """The ``rename --json`` fields of a ``RenameResult``."""
-    return {"renamed": dict(result.renamed)}
+    return {"renamed": dict(result.renamed),
+            **({"bodies": {k: dict(v) for k, v in result.bodies.items()}} if result.bodies
+               else {})}
 
 
 def bypass_payload(result: BypassResult) -> dict[str, Any]:
@@ -100,7 +105,9 @@ def bypass_payload(result: BypassResult) -> dict[str, Any]:
     return {"removed": list(result.removed), "rerouted": list(result.rerouted),
             "rerouted_outputs": list(result.rerouted_outputs), "modules": dict(result.modules),
             "pruned": list(result.pruned),
-            "pruned_initializers": list(result.pruned_initializers)}
+            "pruned_initializers": list(result.pruned_initializers),
+            **({"bodies": {k: dict(v) for k, v in result.bodies.items()}} if result.bodies
+               else {})}
 
 
 def sites_payload(sites: list[dict[str, Any]], framework: dict[str, list[str]]) -> list[dict[str, Any]]:

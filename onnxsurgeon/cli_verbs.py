@@ -218,7 +218,10 @@ def _cmd_bypass(args: argparse.Namespace) -> int:
     def apply(model: Any) -> Summary:
         result = bypass(model, args.node, input=args.input, prune=args.prune)
         by_node = {node: path for path, node in result.modules.items()}
-        what = ", ".join(f"module {by_node[n]}" if n in by_node else n for n in result.removed)
+        what = ", ".join([*(f"module {by_node[n]}" if n in by_node else n
+                            for n in result.removed),
+                          *(f"{n} (in {path})" for path, body in result.bodies.items()
+                            for n in body["removed"])])
         extra = len(result.pruned) + len(result.pruned_initializers)
         return (bypass_payload(result),
                 f"removed {what}"

@@ -324,6 +324,14 @@ class Edit:
         if upkeep is not None and names:
             upkeep.name_nodes(names)
 
+    def name_body_nodes(self, graph: onnx.GraphProto, names: Mapping[int, str]) -> None:
+        """Node ``i`` of the nested body ``graph`` is now named ``names[i]``. The upkeep does
+        not follow bodies: the next verb rebuilds. O(names)."""
+        if names:
+            self.give_up()
+        for i, name in names.items():
+            graph.node[i].name = name
+
     def set_op(self, node: onnx.NodeProto, op_type: str) -> None:
         """A node of a private proto or of a local function calls ``op_type`` now (a renamed
         local function). Records nothing: main-graph calls are not renamed by any verb."""
@@ -579,6 +587,19 @@ class Edit:
         keep_only(graph.initializer,
                   [k for k, t in enumerate(graph.initializer) if t.name not in dead])
         graph.initializer.extend(values)
+
+    def set_body(self, graph: onnx.GraphProto, new: onnx.GraphProto,
+                 inputs: Sequence[onnx.ValueInfoProto]) -> None:
+        """The nested body ``graph`` (an If/Loop/Scan graph of this model) takes the nodes,
+        initializers, sparse initializers, value_info and outputs of ``new`` (copied) and
+        ``inputs`` as its inputs: a verb edited it as the main graph of a model of its own
+        (``surgery/_bodies.py``). The upkeep does not follow bodies: the next verb rebuilds.
+        O(size of the body)."""
+        self.give_up()
+        self._structural = True
+        for name in ("node", "initializer", "sparse_initializer", "value_info", "output"):
+            _replace_all(getattr(graph, name), list(getattr(new, name)))
+        _replace_all(graph.input, list(inputs))
 
     def set_all_nodes(self, nodes: Sequence[onnx.NodeProto]) -> None:
         """The main graph's nodes are ``nodes`` now (moved in, not copied: the caller's list

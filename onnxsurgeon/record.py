@@ -234,12 +234,15 @@ SITE_KEYS = ("at", "processed", "block_nodes", "rerouted", "rerouted_outputs")
 
 
 def site_entry(at: str, processed: str, block_nodes: Any, rerouted: Any, rerouted_outputs: Any,
-               renamed: Mapping[str, str]) -> dict[str, Any]:
-    """One site of a multi-site insert record (JSON-ready)."""
+               renamed: Mapping[str, str], graph: str = "") -> dict[str, Any]:
+    """One site of a multi-site insert record (JSON-ready); ``graph``: the path of the body
+    holding it ("" for the main graph: no key)."""
     entry: dict[str, Any] = {"at": at, "processed": processed, "block_nodes": list(block_nodes),
                              "rerouted": list(rerouted), "rerouted_outputs": list(rerouted_outputs)}
     if renamed:
         entry["renamed"] = dict(renamed)
+    if graph:
+        entry["graph"] = graph
     return entry
 
 
@@ -248,9 +251,11 @@ class InsertRecord(RewriteRecord):
     """insert: the activation, the processed tensor, the block (a built-in name and its
     parameters, or ``"graph"``), its nodes, and what was rerouted.
 
-    Version 2 (a selector matching several tensors) adds ``sites``: every site, in node order,
-    each ``{at, processed, block_nodes, rerouted, rerouted_outputs[, renamed]}``; the flat
-    fields repeat the first site. A one-site record stays version 1, byte for byte."""
+    Version 2 (a selector matching several tensors, or a site inside an If/Loop/Scan body) adds
+    ``sites``: every site, in node order, each ``{at, processed, block_nodes, rerouted,
+    rerouted_outputs[, renamed][, graph]}`` (``graph``: the body's path, for a body site); the
+    flat fields repeat the first site. A one-site main-graph record stays version 1, byte for
+    byte."""
 
     op: ClassVar[str] = "insert"
     VERSION: ClassVar[int] = 2
@@ -266,17 +271,20 @@ class InsertRecord(RewriteRecord):
     """When ``at`` was a graph output that kept its name: ``{at: <new name of the unprocessed
     tensor>}`` (absent otherwise, so older records read the same)."""
     sites: tuple[dict[str, Any], ...] | None = None
+    graph: str | None = None
+    """The path of the If/Loop/Scan body holding the (first) site; absent for the main graph."""
 
     def __post_init__(self) -> None:
         for k, site in enumerate(self.sites or ()):
-            keys = set(site) - {"renamed"}
+            keys = set(site) - {"renamed", "graph"}
             ok = keys == set(SITE_KEYS) and all(isinstance(site[key], str)
                                                 for key in ("at", "processed")) and all(
                 isinstance(site[key], (list, tuple)) and all(isinstance(v, str) for v in site[key])
-                for key in SITE_KEYS[2:]) and isinstance(site.get("renamed", {}), dict)
+                for key in SITE_KEYS[2:]) and isinstance(site.get("renamed", {}), dict) and (
+                isinstance(site.get("graph", ""), str))
             if not ok:
                 raise UsageError(f"rewrite record 'insert' site {k} is {json.dumps(site)[:80]}; "
-                                 f"a site has the keys {list(SITE_KEYS)} (+ renamed); give the "
+                                 f"a site has the keys {list(SITE_KEYS)} (+ renamed, graph); give the "
                                  "record the verb wrote")
 
     def to_json(self) -> dict[str, Any]:
@@ -294,7 +302,8 @@ class InsertRecord(RewriteRecord):
                              rerouted=tuple(s["rerouted"]),
                              rerouted_outputs=tuple(s["rerouted_outputs"]),
                              as_output=self.as_output, renamed=dict(s["renamed"]) if
-                             s.get("renamed") else None) for s in self.sites]
+                             s.get("renamed") else None, graph=s.get("graph") or None)
+                for s in self.sites]
 
     def all_renamed(self) -> dict[str, str]:
         """Every site's ``renamed``, merged."""
@@ -333,6 +342,8 @@ class RerouteRecord(RewriteRecord):
     """With ``prune``: the nodes removed because no graph output depended on them any more."""
     pruned_initializers: tuple[str, ...] | None = None
     """With ``prune``: the initializers only those nodes read."""
+    graph: str | None = None
+    """The path of the If/Loop/Scan body the reroute happened in (absent: the main graph)."""
 
     def replay_call(self) -> VerbCall:
         options: dict[str, Any] = {}
@@ -340,7 +351,9 @@ class RerouteRecord(RewriteRecord):
             options["consumers"] = list(self.rerouted)
         if self.pruned_nodes is not None:
             options["prune"] = True
-        return VerbCall("reroute", {"source": self.source, "target": self.target}, options)
+        # a body's tensor is found again by a selector of its name (plain names are main's)
+        source = f"re:{re.escape(self.source)}" if self.graph else self.source
+        return VerbCall("reroute", {"source": source, "target": self.target}, options)
 
 
 @dataclass(frozen=True)
@@ -351,9 +364,15 @@ class RenameRecord(RewriteRecord):
     op: ClassVar[str] = "rename"
     renamed: dict[str, str]
     nodes: bool
+    bodies: dict[str, dict[str, str]] | None = None
+    """With ``nodes``: body path -> old -> new names of nodes inside that If/Loop/Scan body
+    (absent when none)."""
 
     def replay_call(self) -> VerbCall:
-        return VerbCall("rename", {"mapping": dict(self.renamed)}, {"nodes": self.nodes})
+        mapping = dict(self.renamed)
+        for ren in (self.bodies or {}).values():  # a body's node, found by a selector again
+            mapping.update((f"re:{re.escape(old)}", new) for old, new in ren.items())
+        return VerbCall("rename", {"mapping": mapping}, {"nodes": self.nodes})
 
 
 @dataclass(frozen=True)
@@ -378,13 +397,24 @@ class BypassRecord(RewriteRecord):
     modules: dict[str, str] | None = None
     sources: dict[str, str] | None = None
     prune: bool | None = None
+    bodies: dict[str, dict[str, list[str]]] | None = None
+    """Nodes removed inside If/Loop/Scan bodies: body path -> ``{removed, rerouted,
+    rerouted_outputs, pruned}`` of that body (absent when none)."""
 
     def replay_call(self) -> VerbCall:
         by_node = {node: path for path, node in (self.modules or {}).items()}
         options: dict[str, Any] = {"input": self.input}
         if self.prune:
             options["prune"] = True
-        return VerbCall("bypass", {"nodes": [by_node.get(n, n) for n in self.removed]}, options)
+        nodes = [by_node.get(n, n) for n in self.removed]
+        inner = [n for body in (self.bodies or {}).values() for n in body.get("removed", ())]
+        if inner:  # body nodes are found by a selector of their names (plain names are main's)
+            unnamed = [n for n in inner if re.fullmatch(r"\w+#\d+", n)]
+            if unnamed:
+                raise UsageError(f"node '{unnamed[0]}' removed inside a body has no name, so "
+                                 "no selector finds it again; name the body's nodes first")
+            nodes.append("re:(?:" + "|".join(re.escape(n) for n in dict.fromkeys(inner)) + ")")
+        return VerbCall("bypass", {"nodes": nodes}, options)
 
 
 @dataclass(frozen=True)

@@ -515,7 +515,7 @@ def _one(found: list[Any], text: str, what: str, label: Callable[[Any], str] = s
 def _main_only(site: Site, text: str) -> Site:
     if site.graph:
         raise UsageError(f"selector '{text}' matches '{site.matched}' inside the body "
-                         f"'{site.graph}'; this command edits the main graph only: narrow the "
+                         f"'{site.graph}'; this command acts on the main graph only: narrow the "
                          "selector to main-graph names")
     return site
 

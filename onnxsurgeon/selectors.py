@@ -127,12 +127,16 @@ def body_graphs(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.GraphProto]]
 
 def body_sites(graph: onnx.GraphProto, pattern: Pattern, kind: str) -> list[Site]:
     """The sites ``pattern`` finds inside the bodies nested in ``graph`` (ONNX tensor names,
-    node names, op types). O(nodes + tensors) of the bodies."""
+    node names, op types): a body's inputs, its initializers, then its nodes' outputs.
+    O(nodes + tensors) of the bodies."""
     sites: list[Site] = []
     for path, body in body_graphs(graph):
         if kind == TENSOR:
             sites.extend(Site(vi.name, None, path, vi.name)
                          for vi in body.input if pattern.names(vi.name))
+            own = {vi.name for vi in body.input}
+            sites.extend(Site(t.name, None, path, t.name) for t in body.initializer
+                         if t.name not in own and pattern.names(t.name))
         for i, node in enumerate(body.node):
             by_node = pattern.node(node)
             label = node_label(node, i)

@@ -257,3 +257,35 @@ def test_match_sites_carry_framework_names(capsys):
     code, out, err = cli_main(capsys, "match", path, "--select", "op:Conv", "--json")
     site = json.loads(out)["sites"][0]
     assert code == 0 and site["framework"]["node_conv2d"] == ["conv5"]
+
+
+BAD_PATTERNS = {
+    "syntax": "g (float p) => (float r) { r = Relu(p \n",
+    "undefined read": "g (float p) => (float r) { r = Relu(missing) }",
+    "output an input": "g (float p) => (float p) { r = Relu(p) }",
+    "dead node": "g (float p) => (float r) { r = Relu(p)\n z = Neg(p) }",
+    "not onnx": "not onnx at all",
+}
+
+
+@pytest.mark.parametrize("verb", ["match", "replace-pattern", "replace-replacement"])
+@pytest.mark.parametrize("case", list(BAD_PATTERNS))
+def test_bad_pattern_files_exit_2_with_one_line_from_match_and_replace(verb, case, tmp_path,
+                                                                        capsys):
+    """Issue 28's done-when: a bad pattern (or replacement) file is exit 2, one line, nothing
+    written, from every command that reads one."""
+    m = model("g (float[2] x, float[2] y) => (float[2] a) { s = Add(x, y)\n a = Relu(s) }")
+    path, bad, good, out = (tmp_path / "m.onnx", tmp_path / "bad.txt", tmp_path / "p.txt",
+                            tmp_path / "out.onnx")
+    onnx.save(m, path)
+    bad.write_text(BAD_PATTERNS[case])
+    good.write_bytes(ADD_RELU)
+    argv = {"match": ["match", path, "--pattern", bad],
+            "replace-pattern": ["replace", path, "-o", out, "--pattern", bad, "--replacement",
+                                good],
+            "replace-replacement": ["replace", path, "-o", out, "--pattern", good,
+                                    "--replacement", bad]}[verb]
+    code, _, err = cli_main(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "bad.txt" in err or "pattern" in err or "replacement" in err, err
+    assert not out.exists()

@@ -25,12 +25,15 @@ from dataclasses import KW_ONLY, dataclass, field
 import onnx
 
 from ..edit import Edit
-from ..errors import AmbiguousNameError, RewriteError, UsageError
+from ..errors import AmbiguousNameError, RewriteError, SurgeryError, UsageError
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import BypassRecord, add_rewrite
 from ..select import Selector, drop_missing, is_selector, node_module
+from ..selectors import NODE
+from ..session import hand_on
 from ..types import TypeOracle, dtype_name
+from ._bodies import body_model, children_first, outer_types, put_back
 from ._edges import check_types
 from ._proto import _BROADCAST
 from ._shown import Shown
@@ -59,6 +62,9 @@ class BypassResult(Shown):
         sources: for a bypassed module, the label of that node -> the tensor its readers read
             instead (the module's input, not the node's input ``input``).
         prune: whether every node left dead was removed too.
+        bodies: for a selector matching nodes inside If/Loop/Scan bodies, body path ->
+            ``{"removed", "rerouted", "rerouted_outputs", "pruned"}`` of that body (node
+            labels of the body, its outputs); the fields above are the main graph's.
     """
 
     removed: list[str]
@@ -71,6 +77,7 @@ class BypassResult(Shown):
     input: int
     sources: dict[str, str] = field(default_factory=dict)
     prune: bool = False
+    bodies: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     def record(self) -> BypassRecord:
         """The rewrite record of this bypass; its optional keys are written only when they have
@@ -80,7 +87,9 @@ class BypassResult(Shown):
             rerouted_outputs=tuple(self.rerouted_outputs), pruned=tuple(self.pruned) or None,
             pruned_initializers=tuple(self.pruned_initializers) or None,
             modules=dict(self.modules) or None, sources=dict(self.sources) or None,
-            prune=True if self.prune else None)
+            prune=True if self.prune else None,
+            bodies={k: {f: list(v) for f, v in d.items()} for k, d in self.bodies.items()}
+            or None)
 
 
 @dataclass(frozen=True)
@@ -126,16 +135,22 @@ def _repeated_names(index: GraphIndex) -> set[str]:
     return set(found)
 
 
-def _expand(index: GraphIndex, sel: Selector, names: list[str]) -> list[str]:
+def _expand(index: GraphIndex, sel: Selector, names: list[str]) -> tuple[list[str],
+                                                                         dict[str, list[str]]]:
     """``names`` with each selector (``glob:``, ``re:``, ``op:``) replaced by the labels of the
-    main-graph nodes it matches, in node order; a node matched twice is bypassed once."""
+    main-graph nodes it matches, in node order (a node matched twice is bypassed once), and
+    body path -> the labels it matches inside that If/Loop/Scan body."""
     if not any(is_selector(n) for n in names):
-        return names
+        return names, {}
     out: list[str] = []
+    bodies: dict[str, list[str]] = {}
     for name in names:
-        out.extend([index.node_label(i) for i in sel.find_nodes(name)] if is_selector(name)
-                   else [name])
-    return list(dict.fromkeys(out))
+        if not is_selector(name):
+            out.append(name)
+            continue
+        for site in sel.find(name, NODE):
+            (bodies.setdefault(site.graph, []) if site.graph else out).append(site.node or "")
+    return list(dict.fromkeys(out)), {k: list(dict.fromkeys(v)) for k, v in bodies.items()}
 
 
 def _find_module(index: GraphIndex, sel: Selector, name: str) -> _Module | None:
@@ -293,8 +308,10 @@ def bypass(
     """Remove ``nodes`` (node names, or torch module paths); readers of each one's output read its
     input ``input``. Mutates model.
 
-    A selector (``op:Dropout``, ``glob:*dropout*``, ``re:...``) names every main-graph node it
-    matches: all of them go in one rewrite, with one record listing each.
+    A selector (``op:Dropout``, ``glob:*dropout*``, ``re:...``) names every node it matches,
+    inside If/Loop/Scan bodies too: all of them go in one rewrite, with one record listing
+    each (a body's under ``bodies``, by its path; there a body output plays a graph output's
+    part, and the body's outer-scope reads are left as they are).
 
     Every reader moves: main-graph nodes, nodes inside If/Loop/Scan bodies and graph outputs. A
     graph output keeps its name when the bypassed input is made by a node (that tensor is renamed
@@ -332,9 +349,71 @@ def bypass(
     if input < 0:
         raise UsageError(f"input must be >= 0, got {input}")
     index = GraphIndex(proto)
-    oracle = TypeOracle(index)
     sel = Selector(index)
-    names = _expand(index, sel, names)
+    names, bodies = _expand(index, sel, names)
+    if not bodies:
+        result = _bypass(m, index, sel, names, input, prune)
+    else:
+        result = _bypass_bodies(m, names, bodies, input, prune)
+    add_rewrite(proto, result.record())
+    return result
+
+
+def _bypass_bodies(m: Model, names: list[str], bodies: dict[str, list[str]], input: int,  # noqa: A002
+                   prune: bool) -> BypassResult:
+    """Bypass the nodes a selector found inside If/Loop/Scan bodies, each body as the main
+    graph of a body model (``surgery/_bodies.py``), children first, then ``names`` in the
+    main graph. One body: checked before the host changes; else a failing later part restores
+    the host as it was (one copy of the proto, taken only then)."""
+    host = m.proto
+    types = outer_types(host)
+    saved: onnx.ModelProto | None = None
+    if len(bodies) + bool(names) > 1:
+        saved = onnx.ModelProto()
+        saved.CopyFrom(host)
+    done: dict[str, dict[str, list[str]]] = {}
+    e = Edit(GraphIndex(host), follow=False)  # bodies are not followed: the next verb indexes
+    try:
+        for path in children_first(host, bodies):
+            body = body_model(host, path, types)
+            inner = as_model(body.model)
+            index = GraphIndex(body.model)
+            try:
+                r = _bypass(inner, index, Selector(index), bodies[path], input, prune)
+            except SurgeryError as exc:  # the body's outputs play the graph outputs' part
+                raise type(exc)(f"inside the body '{path}': {exc}") from None
+            outer = {vi.name for vi in body.model.graph.input[body.inputs:]}
+            passed = [vi.name for vi in body.model.graph.output if vi.name in outer]
+            if passed and r.rerouted_outputs:
+                raise RewriteError(
+                    f"cannot bypass {r.removed} inside the body '{path}': its output would "
+                    f"become '{passed[0]}', a value from outside the body, which onnxruntime "
+                    "refuses; keep the node (or narrow the selector)")
+            put_back(e, body)
+            done[path] = {"removed": r.removed, "rerouted": r.rerouted,
+                          "rerouted_outputs": r.rerouted_outputs, "pruned": r.pruned}
+        e.hand_on(m)
+        if names:
+            index = GraphIndex(host)
+            main = _bypass(m, index, Selector(index), names, input, prune)
+        else:
+            main = BypassResult([], [], [], input=input, prune=bool(prune))
+    except BaseException:
+        if saved is not None:
+            host.CopyFrom(saved)
+            hand_on(m, None)
+        raise
+    return BypassResult(main.removed, main.rerouted, main.rerouted_outputs, main.pruned,
+                        main.pruned_initializers, main.modules, input=input,
+                        sources=main.sources, prune=bool(prune),
+                        bodies={p: done[p] for p in bodies})
+
+
+def _bypass(m: Model, index: GraphIndex, sel: Selector, names: list[str], input: int,  # noqa: A002
+            prune: bool) -> BypassResult:
+    """Bypass the main-graph nodes ``names`` of ``m`` (checked, then one edit); no record."""
+    proto = m.proto
+    oracle = TypeOracle(index)
     found = [_find_module(index, sel, n) for n in names]
     modules = {n: f for n, f in zip(names, found, strict=True) if f is not None}
     if modules and input != 0:
@@ -453,11 +532,9 @@ def bypass(
         gone = {index.initializers[t] for t in pruned_inits}
         e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in gone])
     e.hand_on(m)
-    result = BypassResult(labels, rerouted, rerouted_outputs, pruned_labels, pruned_inits, paths,
-                          input=input, sources={paths[f.path]: f.src for f in modules.values()},
-                          prune=bool(prune))
-    add_rewrite(proto, result.record())
-    return result
+    return BypassResult(labels, rerouted, rerouted_outputs, pruned_labels, pruned_inits, paths,
+                        input=input, sources={paths[f.path]: f.src for f in modules.values()},
+                        prune=bool(prune))
 
 
 def _pruned(index: GraphIndex, removed: set[int], final: dict[str, str],

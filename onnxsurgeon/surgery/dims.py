@@ -22,11 +22,12 @@ import onnx
 from onnx import numpy_helper
 
 from ..edit import Edit
-from ..errors import NotFoundError, UsageError
+from ..errors import NotFoundError, SurgeryError, UsageError
 from ..index import GraphIndex, real_inputs
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..record import DimsRecord, add_rewrite
+from ..select import Selector, is_selector
 from ..session import indexed
 from ..types import shape_of
 from ._dimsplan import Dim, Rows, factors_of, infer, plan, probe, static_factor, with_dims
@@ -105,6 +106,37 @@ def _batch_value(batch: int | str) -> Dim:
     raise UsageError(f"batch '{batch}' is neither a size nor 'dynamic'; give e.g. 8 or dynamic")
 
 
+def _input_names(index: GraphIndex, inputs: Mapping[str, str | Sequence[Dim]],
+                 real: Mapping[str, onnx.ValueInfoProto]) -> dict[str, str | Sequence[Dim]]:
+    """``inputs`` keyed by graph input names: a selector (``glob:``, ``re:``) gives its shape to
+    every graph input it matches (refused when it matches another tensor); a framework name or
+    TF-style ``x:0`` that means a graph input is that input; an unknown name stays (refused
+    with a did-you-mean by the caller)."""
+    selector = Selector(index)
+    out: dict[str, str | Sequence[Dim]] = {}
+    for name, given in inputs.items():
+        if name in real:
+            keys = [name]
+        elif is_selector(name):
+            keys = list(dict.fromkeys(s.tensor or "" for s in selector.find(name)))
+            other = [k for k in keys if k not in real]
+            if other:
+                raise UsageError(f"selector '{name}' matches '{other[0]}', which is not a graph "
+                                 f"input (the inputs are {sorted(real)}); narrow the selector")
+        else:
+            try:
+                resolved = selector.resolve(name)
+            except SurgeryError:
+                resolved = name
+            keys = [resolved if resolved in real else name]
+        for key in keys:
+            if key in out:
+                raise UsageError(f"graph input '{key}' is given two shapes ('{name}' names it "
+                                 "again); give it one")
+            out[key] = given
+    return out
+
+
 def _new_shapes(index: GraphIndex, inputs: Mapping[str, str | Sequence[Dim]],
                 batch: int | str | None) -> dict[str, list[Dim]]:
     real = {vi.name: vi for vi in real_inputs(index.model)}
@@ -115,7 +147,7 @@ def _new_shapes(index: GraphIndex, inputs: Mapping[str, str | Sequence[Dim]],
             old = shape_of(vi)
             if old:
                 shapes[name] = [value, *old[1:]]
-    for name, given in inputs.items():
+    for name, given in _input_names(index, inputs, real).items():
         if name not in real:
             from difflib import get_close_matches
 
@@ -224,6 +256,9 @@ def dims(model: Model | onnx.ModelProto, /, *,
          batch: int | str | None = None) -> DimsResult:
     """Set graph input shapes (``inputs``: name -> shape) and/or the batch (dim 0 of every
     input: a size, ``"dynamic"`` or a symbol name). Mutates model.
+
+    A name in ``inputs`` may be a framework name or TF-style ``x:0`` of a graph input, or a
+    selector (``glob:``, ``re:``) giving its shape to every graph input it matches.
 
     See the module docstring for the constants that follow the new batch.
 

@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from ..edit import Edit
-from ..errors import RewriteError, UsageError
+from ..errors import RewriteError, SurgeryError, UsageError
 from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
@@ -27,8 +27,8 @@ from ..processing import (
 )
 from ..protos import default_opset
 from ..record import InsertRecord, add_rewrite, site_entry
-from ..select import Selector, follow_renames, is_selector
-from ..session import indexed
+from ..select import Selector, Site, follow_renames, is_selector
+from ..session import hand_on, indexed
 from ..types import TypeOracle, is_complete, renamed_value_info
 from ._blocks import (
     block_io,
@@ -38,6 +38,8 @@ from ._blocks import (
     prepare_graph_block,
     rename_block,
 )
+from ._bodies import BodyModel, body_model, children_first, host_names, outer_types, put_back
+from ._bodies import split as split_sites
 from ._edges import check_types
 from ._opsets import changed_ops, default_nodes, reconcile
 from ._proto import quick_value_info
@@ -64,7 +66,10 @@ class InsertResult(Shown):
         params: the built-in block's parameters as checked (empty for a graph).
         as_output: the processed tensor became a new graph output (nothing rerouted).
         sites: with a selector matching several tensors, one result per site in node order
-            (the fields above are the first site's); empty for one site.
+            (the fields above are the first site's); empty for one main-graph site.
+        graph: "" for a site in the main graph, else the path of the If/Loop/Scan body holding
+            it (``Loop_0/body``); ``rerouted`` then names nodes of that body and
+            ``rerouted_outputs`` its outputs.
     """
 
     processed: str
@@ -78,6 +83,7 @@ class InsertResult(Shown):
     params: dict[str, Any]
     as_output: bool
     sites: tuple[InsertResult, ...] = ()
+    graph: str = ""
 
     def each(self) -> tuple[InsertResult, ...]:
         """Every site's result, in node order (this result itself for one site)."""
@@ -91,7 +97,9 @@ class InsertResult(Shown):
             rerouted_outputs=tuple(self.rerouted_outputs), as_output=self.as_output,
             renamed=dict(self.renamed) or None,
             sites=tuple(site_entry(r.at, r.processed, r.block_nodes, r.rerouted,
-                                   r.rerouted_outputs, r.renamed) for r in self.sites) or None,
+                                   r.rerouted_outputs, r.renamed, r.graph)
+                        for r in self.sites) or None,
+            graph=self.graph or None,
         )
 
 
@@ -105,17 +113,19 @@ class _Site:
     fresh_types: dict[str, onnx.ValueInfoProto] | None
 
 
-def _sites(index: GraphIndex, at: str | Sequence[str]) -> list[str]:
-    """The activations ``at`` names: one per plain name, every match of a selector; in order,
-    each once."""
+def _sites(index: GraphIndex, at: str | Sequence[str]) -> list[Site]:
+    """The activations ``at`` names: one per plain name, every match of a selector (inside
+    If/Loop/Scan bodies too); in order, each once."""
     selector = Selector(index)
     texts = [at] if isinstance(at, str) else list(at)
     if not texts:
         raise UsageError("insert needs a tensor to insert at; give at=NAME or a selector")
-    found = [t for text in texts for t in (
-        selector.find_tensors(text) if is_selector(text) else [selector.resolve(text)])]
-    return list(dict.fromkeys(found))
-
+    found = [s for text in texts for s in (
+        selector.find(text) if is_selector(text) else [Site(selector.resolve(text), None, "",
+                                                            text)])]
+    seen: set[tuple[str, str | None]] = set()
+    return [s for s in found if (s.graph, s.tensor) not in seen
+            and not seen.add((s.graph, s.tensor))]  # type: ignore[func-returns-value]
 
 
 def insert(
@@ -133,7 +143,10 @@ def insert(
 
     ``at`` may be a selector (``glob:encoder.layer.?.output``, ``re:...``, ``op:LayerNormalization``)
     or a list of names and selectors: one block goes in at every tensor they match, in one
-    rewrite with one record listing every site (``result.each()``).
+    rewrite with one record listing every site (``result.each()``). A match inside an
+    If/Loop/Scan body gets its block in that body (``surgery/_bodies.py``): the body's readers,
+    and those in bodies nested in it, read the block's output, a body output plays a graph
+    output's part (it keeps its name), and ``result.graph`` / the record's site say which body.
 
     A function written in TensorFlow or PyTorch is spliced by
     ``onnxsurgeon.converters.insert_function(model, at, func, framework)``, which exports it to
@@ -163,7 +176,7 @@ def insert(
 
     Raises:
         UsageError: not exactly one of ``op`` / ``graph``; bad block parameters; nothing reads
-            ``at`` and ``as_output`` is off.
+            ``at`` and ``as_output`` is off; ``as_output`` with a site inside a body.
         NotFoundError / AmbiguousNameError: ``at`` does not name one tensor (a selector:
             matches none).
         RewriteError: block with several inputs or outputs, dtype or shape mismatch, opsets that
@@ -176,15 +189,91 @@ def insert(
     if params and op is None:
         raise UsageError("params only apply to a built-in block (op=...); a graph block takes none")
     index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
-    ats = _sites(index, at)
+    found = _sites(index, at)
+    record_params = normalize_params(op, params) if op is not None else {}
+    options: dict[str, Any] = {"op": op, "params": record_params, "graph": graph,
+                               "as_output": as_output, "keep_output_name": keep_output_name,
+                               "several": len(found) > 1}
+    main, bodies = split_sites(found)
+    if not bodies:
+        results = _insert_at(m, index, [s.tensor or "" for s in main], **options)
+    else:
+        results = _insert_in_bodies(m, index, found, main, bodies, options)
+    first = results[0]
+    several = len(results) > 1 or bool(first.graph)  # a body site: its path is in the record
+    result = replace(first, sites=tuple(results)) if several else first
+    add_rewrite(host, result.record())
+    return result
+
+
+def _insert_in_bodies(m: Model, index: GraphIndex, found: list[Site], main: list[Site],
+                      bodies: dict[str, list[Site]], options: dict[str, Any]) -> list[InsertResult]:
+    """Insert at sites inside If/Loop/Scan bodies (``surgery/_bodies.py``), each body as the
+    main graph of a body model, children first, then at the main-graph sites. Every site is
+    checked before the host changes when one body holds them all; else a failing later site
+    restores the host as it was (one copy of the proto, taken only then)."""
+    host = m.proto
+    if options["as_output"]:
+        where = next(iter(bodies))
+        raise UsageError(f"as_output makes the processed tensor a graph output, but a site is "
+                         f"inside the body '{where}', whose outputs are fixed by its node; "
+                         "insert there without as_output")
+    types = outer_types(host)
+    taken = host_names(host)
+    saved: onnx.ModelProto | None = None
+    if len(bodies) + bool(main) > 1:
+        saved = onnx.ModelProto()
+        saved.CopyFrom(host)
+    by_site: dict[tuple[str, str | None], InsertResult] = {}
+    e = Edit(indexed(m), follow=False)  # bodies are not followed: the next verb indexes
+    try:
+        for path in children_first(host, bodies):
+            body: BodyModel = body_model(host, path, types)
+            inner = as_model(body.model)
+            sub = [s.tensor or "" for s in bodies[path]]
+            try:
+                results = _insert_at(inner, indexed(inner), sub, taken=taken, **options)
+            except SurgeryError as exc:  # the body's outputs play the graph outputs' part
+                raise type(exc)(f"inside the body '{path}': {exc}") from None
+            taken.update(host_names(body.model))  # every name the blocks brought in
+            was, now = default_opset(host), default_opset(body.model)
+            if was is not None and now is not None and now != was and changed_ops(
+                    default_nodes(host, functions=True), was, now):
+                raise RewriteError(
+                    f"the block needs opset {now} but the model is at {was}, and ops of the "
+                    f"model change meaning between them (site in body '{path}'); convert the "
+                    f"model first (onnxsurgeon opset MODEL --to {now})")
+            put_back(e, body)
+            by_site.update(((path, r.at), replace(r, graph=path)) for r in results)
+        e.hand_on(m)
+        if main:
+            results = _insert_at(m, indexed(m), [s.tensor or "" for s in main], **options)
+            by_site.update(((r.graph, r.at), r) for r in results)
+    except BaseException:
+        if saved is not None:
+            host.CopyFrom(saved)
+            hand_on(m, None)
+        raise
+    return [by_site[(s.graph, s.tensor)] for s in found]
+
+
+def _insert_at(m: Model, index: GraphIndex, ats: list[str], *, op: str | None,
+               params: dict[str, Any], graph: onnx.ModelProto | Model | None, as_output: bool,
+               keep_output_name: bool, several: bool,
+               taken: set[str] | None = None) -> list[InsertResult]:
+    """Insert at the main-graph tensors ``ats`` of ``m`` (checked, then spliced in one edit):
+    one result per site, no record. ``taken``: names the fresh ones must avoid besides the
+    model's (a body model's host)."""
+    host = m.proto
     if len(ats) > 1:
         index.consumers  # noqa: B018 - every reader at once (O(edges)), not a scan per site
     oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
     names = NameAllocator.for_index(index)
-    record_params = normalize_params(op, params) if op is not None else {}
+    for name in taken or ():
+        names.reserve(name)
     built: dict[Any, Any] = {}
-    planned = [_plan(index, oracle, names, a, op=op, params=record_params, graph=graph,
-                     as_output=as_output, keep_output_name=keep_output_name, several=len(ats) > 1,
+    planned = [_plan(index, oracle, names, a, op=op, params=params, graph=graph,
+                     as_output=as_output, keep_output_name=keep_output_name, several=several,
                      built=built)
                for a in ats]
 
@@ -201,15 +290,10 @@ def insert(
     follow_renames(host, every_renamed)
     e.hand_on(m)
     block_name = op if op is not None else "graph"
-    results = [InsertResult(site.plan.processed, rerouted, rerouted_outputs, site.block_nodes,
-                            {site.at: site.plan.pre} if site.plan.pre is not None else {},
-                            at=site.at, block=block_name, params=record_params,
-                            as_output=bool(as_output))
-               for site, (rerouted, rerouted_outputs) in zip(planned, done, strict=True)]
-    first = results[0]
-    result = replace(first, sites=tuple(results)) if len(results) > 1 else first
-    add_rewrite(host, result.record())
-    return result
+    return [InsertResult(site.plan.processed, rerouted, rerouted_outputs, site.block_nodes,
+                         {site.at: site.plan.pre} if site.plan.pre is not None else {},
+                         at=site.at, block=block_name, params=params, as_output=bool(as_output))
+            for site, (rerouted, rerouted_outputs) in zip(planned, done, strict=True)]
 
 
 def _plan(index: GraphIndex, oracle: TypeOracle, names: NameAllocator, at_name: str, *,

@@ -9,7 +9,7 @@ and the initializers only those nodes read (nodes that were dead before stay: th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..index import GraphIndex
 from ..io import Model, as_model
 from ..record import OutputsRecord, add_rewrite
-from ..select import Selector, drop_missing
+from ..select import Selector, drop_missing, is_selector
 from ..session import indexed
 from ..types import TypeOracle, renamed_value_info
 from ._proto import quick_value_info
@@ -51,6 +51,33 @@ class OutputsResult:
                              pruned_initializers=self.pruned_initializers)
 
 
+def _every(selector: Selector, names: Sequence[str], outs: Collection[str], *,
+           drop: bool) -> list[str]:
+    """``names`` with each selector replaced by the main-graph tensors it matches: for
+    ``drop``, those that are graph outputs; else those that are not (yet). A match inside an
+    If/Loop/Scan body is refused: only the main graph has graph outputs."""
+    out: list[str] = []
+    for name in names:
+        if not (is_selector(name) and selector._selects(name)):
+            out.append(name)
+            continue
+        sites = selector.find(name)
+        for site in sites:
+            if site.graph:
+                raise UsageError(
+                    f"selector '{name}' matches '{site.tensor}' inside the body "
+                    f"'{site.graph}'; only the main graph has graph outputs (a body's values "
+                    "leave it through its node's outputs): narrow the selector to main-graph "
+                    "tensors")
+        found = [s.tensor or "" for s in sites if (s.tensor in outs) == drop]
+        if not found:
+            what = "is a graph output" if drop else "is not a graph output already"
+            raise UsageError(f"selector '{name}' matches {len(sites)} tensors, none of which "
+                             f"{what}; narrow or widen the selector")
+        out.extend(dict.fromkeys(found))
+    return list(dict.fromkeys(out))
+
+
 def outputs(model: Model | onnx.ModelProto, /, *, add: Sequence[str] = (),
             remove: Sequence[str] = ()) -> OutputsResult:
     """Make the tensors ``add`` graph outputs and drop the graph outputs ``remove``. Mutates
@@ -58,6 +85,10 @@ def outputs(model: Model | onnx.ModelProto, /, *, add: Sequence[str] = (),
 
     Before:  x -> A -> h -> B -> y <output>;  h -> C -> z <output>
     After (add=h, remove=z):  x -> A -> h <output> -> B -> y <output>   (C went with z)
+
+    A selector (``glob:``, ``re:``, ``op:``) in ``add`` adds every main-graph tensor it matches
+    that is not an output yet; in ``remove`` it drops every graph output it matches. A match
+    inside an If/Loop/Scan body is refused (only the main graph has graph outputs).
 
     O(nodes + edges) (ints when the main graph holds no body); type inference runs at most once,
     only for an added tensor whose type is not declared.
@@ -76,7 +107,7 @@ def outputs(model: Model | onnx.ModelProto, /, *, add: Sequence[str] = (),
     selector = Selector(index)
     outs = index.outputs
     dropped: list[str] = []
-    for name in remove:
+    for name in _every(selector, remove, outs, drop=True):
         resolved = name if name in outs else selector.resolve(name)
         if resolved not in outs:
             listed = ", ".join(f"'{o}'" for o in list(outs)[:8])
@@ -86,7 +117,7 @@ def outputs(model: Model | onnx.ModelProto, /, *, add: Sequence[str] = (),
             raise UsageError(f"output '{resolved}' is dropped twice; name it once")
         dropped.append(resolved)
     added: list[str] = []
-    for name in add:
+    for name in _every(selector, add, {o: None for o in outs if o not in dropped}, drop=False):
         resolved = selector.resolve(name)
         if resolved in added:
             raise UsageError(f"tensor '{resolved}' is added twice; name it once")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 import onnx
@@ -22,6 +22,7 @@ from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
 from ..io import Model, as_model
 from ..record import RenameRecord, add_rewrite
 from ..select import Selector, follow_renames, is_selector
+from ..selectors import NODE
 from ..session import indexed
 from ._shown import Shown
 
@@ -38,10 +39,14 @@ class RenameResult(Shown):
 
     renamed: dict[str, str]
     nodes: bool
+    bodies: dict[str, dict[str, str]] = field(default_factory=dict)
+    """With ``nodes``: body path -> old -> new names of nodes inside that If/Loop/Scan body
+    (a selector key matching a body's node); ``renamed`` holds the main graph's."""
 
     def record(self) -> RenameRecord:
         """The rewrite record of this rename (the entry the verb adds to the model's log)."""
-        return RenameRecord(renamed=dict(self.renamed), nodes=self.nodes)
+        return RenameRecord(renamed=dict(self.renamed), nodes=self.nodes,
+                            bodies={k: dict(v) for k, v in self.bodies.items()} or None)
 
 
 def _compile(regex: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
@@ -162,13 +167,23 @@ def _check_new_names(renamed: Mapping[str, str], exists: Callable[[str], bool], 
             )
 
 
-def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, str]:
-    """Old node names (or any selector of a tensor: its producer) -> new names."""
+def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str],
+                   bodies: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Old node names (or any selector of a tensor: its producer) -> new names; a selector's
+    one match inside an If/Loop/Scan body goes to ``bodies`` (path -> old -> new) instead."""
     selector = Selector(index)
     out: dict[str, str] = {}
     for old, new in mapping.items():
-        if is_selector(old):
-            _one_each(old, new, [index.node_label(i) for i in selector.find_nodes(old)], "node")
+        if is_selector(old) and selector._selects(old):
+            sites = selector.find(old, NODE)
+            _one_each(old, new, [s.node or "" for s in sites], "node")
+            site = sites[0]
+            if site.graph:
+                if re.fullmatch(r"\w+#\d+", site.node or ""):
+                    raise UsageError(f"'{old}' matches node '{site.node}' inside the body "
+                                     f"'{site.graph}', which has no name; rename nodes by name")
+                bodies.setdefault(site.graph, {})[site.node or ""] = new
+                continue
         node = index.graph.node[selector.resolve_node(old)]
         if not node.name:
             raise UsageError(f"'{old}' is made by a {node.op_type} node without a name; rename "
@@ -176,6 +191,25 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str]) -> dict[str, s
         if node.name in out and out[node.name] != new:
             raise UsageError(f"node '{node.name}' is given two new names; give it one")
         out[node.name] = new
+    return out
+
+
+def _check_body_nodes(proto: onnx.ModelProto, bodies: Mapping[str, Mapping[str, str]]
+                      ) -> list[tuple[onnx.GraphProto, dict[int, str]]]:
+    """Each body's node renames as (body, position -> new name); refuses an empty new name or
+    one another node of that body keeps. O(size of those bodies)."""
+    from ._bodies import locate
+
+    out: list[tuple[onnx.GraphProto, dict[int, str]]] = []
+    for path, ren in bodies.items():
+        graph = locate(proto, path)
+        kept = {n.name for n in graph.node if n.name not in ren}
+        for old, new in ren.items():
+            if not new or new in kept or list(ren.values()).count(new) > 1:
+                why = "the name is empty" if not new else "another node of that body has it"
+                raise UsageError(f"cannot rename node '{old}' inside the body '{path}' to "
+                                 f"'{new}': {why}; pick another name")
+        out.append((graph, {i: ren[n.name] for i, n in enumerate(graph.node) if n.name in ren}))
     return out
 
 
@@ -189,10 +223,7 @@ def _expanded(selector: Selector, old: str, new: str) -> dict[str, str]:
     from the name that matched it (its ONNX, framework or module name)."""
     pattern = re.compile(old[len("re:"):], re.DOTALL)
     out: dict[str, str] = {}
-    for site in selector.find(old):
-        if site.graph:
-            raise UsageError(f"selector '{old}' matches '{site.matched}' inside the body "
-                             f"'{site.graph}'; --map renames main-graph tensors: narrow it")
+    for site in selector.find(old):  # a body's tensors too: renamed within their scope
         found = pattern.fullmatch(site.matched)
         try:
             out[site.tensor or ""] = found.expand(new) if found else new
@@ -236,9 +267,10 @@ def rename(
 
     ``mapping`` maps old names to new ones; old tensor names are resolved like every selector
     (exact ONNX name, converters' name map, TF ``:0`` style, node name, torch module path,
-    or a ``glob:``/``re:``/``op:`` selector matching one name: several cannot share a new name,
-    unless the key is an ``re:`` selector and the new name refers to its groups (``re.expand``
-    syntax), which renames every match: ``re:layer.(d+).out`` -> ``block`` + group 1).
+    or a ``glob:``/``re:``/``op:`` selector matching one name, inside a body too: several
+    cannot share a new name, unless the key is an ``re:`` selector and the new name refers to
+    its groups (``re.expand`` syntax), which renames every match: ``re:layer.(d+).out`` ->
+    ``block`` + group 1).
     ``regex`` maps patterns to replacements (``re.sub`` syntax, applied in order) over every
     main-graph tensor (or node) name the mapping does not name. A renamed tensor keeps every tie
     (see the module docstring); renaming a graph input or output renames that input or output.
@@ -265,8 +297,9 @@ def rename(
     if not given and not compiled:
         raise UsageError("nothing to rename; give a mapping OLD=NEW or a regex PATTERN=REPLACEMENT")
     what = "node" if nodes else "tensor"
+    body_nodes: dict[str, dict[str, str]] = {}
     if nodes:
-        renamed = _resolve_nodes(index, given)
+        renamed = _resolve_nodes(index, given, body_nodes)
         if compiled:
             renamed |= _apply(compiled, index.node_names, renamed)
         exists: Callable[[str], bool] = index.node_names.__contains__
@@ -283,9 +316,12 @@ def rename(
                         raise UsageError(f"tensor '{tensor}' is given two new names; give it one")
                     renamed[tensor] = name
                 continue
-            if is_selector(old):
-                _one_each(old, new, selector.find_tensors(old), "tensor")
-            resolved = old if inner_only else selector.resolve(old)
+            if is_selector(old) and selector._selects(old):  # bodies' tensors included
+                matched = list(dict.fromkeys(s.tensor or "" for s in selector.find(old)))
+                _one_each(old, new, matched, "tensor")
+                resolved = matched[0]
+            else:
+                resolved = old if inner_only else selector.resolve(old)
             if resolved in renamed and renamed[resolved] != new:
                 raise UsageError(f"tensor '{resolved}' is given two new names; give it one")
             renamed[resolved] = new
@@ -295,7 +331,10 @@ def rename(
             renamed |= _apply(compiled, candidates, renamed)
         exists = index.is_tensor
     renamed = {old: new for old, new in renamed.items() if old != new}
-    if not renamed:
+    body_nodes = {p: {o: n for o, n in ren.items() if o != n} for p, ren in body_nodes.items()}
+    body_nodes = {p: ren for p, ren in body_nodes.items() if ren}
+    located = _check_body_nodes(proto, body_nodes)
+    if not renamed and not body_nodes:
         raise UsageError(f"every {what} keeps its name; nothing to rename")
     main = {o: n for o, n in renamed.items() if nodes or index.is_tensor(o)}
     inner = {o: n for o, n in renamed.items() if o not in main}
@@ -311,6 +350,8 @@ def rename(
         edges = index.known_int_graph()
         listed = edges.names if edges is not None else list(map(_NAME, proto.graph.node))
         e.name_nodes({i: renamed[name] for i, name in enumerate(listed) if name in renamed})
+        for graph, names in located:
+            e.name_body_nodes(graph, names)
     else:
         _rename_tensors(e, main)
         by_body: dict[int, tuple[onnx.GraphProto, dict[str, str]]] = {}
@@ -320,6 +361,6 @@ def rename(
         for g, ren in by_body.values():
             _rename_in_scope(e, g, ren)
     e.hand_on(m)
-    result = RenameResult(dict(renamed), bool(nodes))
+    result = RenameResult(dict(renamed), bool(nodes), body_nodes)
     add_rewrite(proto, result.record())
     return result

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from itertools import compress, count
 
 import onnx
 
 from ..closure import closure
 from ..edit import Edit
-from ..errors import NotFoundError, RewriteError, SurgeryError, UsageError, name_list
+from ..errors import (
+    AmbiguousNameError,
+    NotFoundError,
+    RewriteError,
+    SurgeryError,
+    UsageError,
+    name_list,
+)
 from ..index import GraphIndex, Use
 from ..io import Model, as_model
 from ..record import RerouteRecord, add_rewrite
-from ..select import Selector, drop_missing, is_selector
+from ..select import Selector, Site, drop_missing, is_selector
 from ..session import indexed
 from ..types import TypeOracle
+from ._bodies import body_model, outer_types, put_back
 from ._edges import check_types
 from ._proto import quick_value_info
 from ._shown import Shown
@@ -38,6 +46,9 @@ class RerouteResult(Shown):
         prune: whether unused nodes were removed.
         pruned: with ``prune``, labels of the nodes removed, in node order.
         pruned_initializer_names: with ``prune``, the initializers removed.
+        graph: "" for the main graph, else the path of the If/Loop/Scan body the reroute
+            happened in (``source`` a selector matching a tensor there): ``rerouted`` then
+            names nodes of that body and ``rerouted_outputs`` its outputs.
     """
 
     rerouted: list[str]
@@ -52,6 +63,7 @@ class RerouteResult(Shown):
     prune: bool = False
     pruned: list[str] = field(default_factory=list)
     pruned_initializer_names: list[str] = field(default_factory=list)
+    graph: str = ""
 
     def record(self) -> RerouteRecord:
         """The rewrite record of this reroute (the entry the verb adds to the model's log)."""
@@ -59,7 +71,8 @@ class RerouteResult(Shown):
             source=self.source, target=self.target, rerouted=tuple(self.rerouted),
             rerouted_outputs=tuple(self.rerouted_outputs),
             pruned_nodes=tuple(self.pruned) if self.prune else None,
-            pruned_initializers=tuple(self.pruned_initializer_names) if self.prune else None)
+            pruned_initializers=tuple(self.pruned_initializer_names) if self.prune else None,
+            graph=self.graph or None)
 
 
 def _selected_nodes(index: GraphIndex, source: str, uses: list[Use],
@@ -122,6 +135,10 @@ def reroute(
 ) -> RerouteResult:
     """Consumers of ``source`` read ``target`` instead. Mutates model.
 
+    ``source`` may be a selector whose one match is a tensor inside an If/Loop/Scan body: the
+    reroute happens in that body (``target`` and ``consumers`` are names it sees; its outputs
+    play the graph outputs' part), recorded with the body's path.
+
     With ``consumers`` only those main-graph nodes (node names) are rerouted, including reads
     inside their nested bodies; without it every reader is: main-graph nodes, nodes in nested
     If/Loop/Scan bodies, and graph outputs named ``source`` (renamed to ``target``). When the
@@ -145,8 +162,50 @@ def reroute(
     if consumers is not None:
         consumers = name_list(consumers, "reroute(consumers=...)")
     m = as_model(model)
-    proto = m.proto
     index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
+    site = _body_site(Selector(index), source)
+    if site is None:
+        result = _reroute(m, index, source, target, consumers, prune)
+    else:  # inside an If/Loop/Scan body: the body as a model of its own (surgery/_bodies.py)
+        body = body_model(m.proto, site.graph, outer_types(m.proto))
+        inner = as_model(body.model)
+        try:
+            result = _reroute(inner, indexed(inner), site.tensor or "", target, consumers, prune)
+        except NotFoundError as exc:
+            raise NotFoundError(f"inside the body '{site.graph}' (where '{source}' is): "
+                                f"{exc}") from None
+        e = Edit(indexed(m), follow=False)  # bodies are not followed: the next verb indexes
+        put_back(e, body)
+        e.hand_on(m)
+        result = replace(result, graph=site.graph)
+    add_rewrite(m.proto, result.record())
+    return result
+
+
+def _body_site(selector: Selector, source: str) -> Site | None:
+    """The site of a selector ``source`` when its one match is inside a body; None for a
+    main-graph tensor (or a plain name).
+
+    Raises:
+        AmbiguousNameError: the selector matches several tensors.
+    """
+    if not (is_selector(source) and selector._selects(source)):
+        return None
+    sites = selector.find(source)
+    if not any(s.graph for s in sites):
+        return None
+    if len(sites) > 1:
+        shown = ", ".join(f"'{s.tensor}'" + (f" (in '{s.graph}')" if s.graph else "")
+                          for s in sites[:6])
+        raise AmbiguousNameError(f"selector '{source}' matches {len(sites)} tensors ({shown}) "
+                                 "where one tensor is wanted; narrow the selector to one of them")
+    return sites[0]
+
+
+def _reroute(m: Model, index: GraphIndex, source: str, target: str,
+             consumers: list[str] | None, prune: bool) -> RerouteResult:
+    """Reroute in the main graph of ``m`` (checked, then one edit); no record."""
+    proto = m.proto
     selector = Selector(index)
     src = selector.resolve(source)
     tgt = selector.resolve(target)
@@ -211,7 +270,6 @@ def reroute(
                                pruned_initializer_names=list(pruned_inits))
     else:
         result = RerouteResult(rerouted, rerouted_outputs, len(unused), source=src, target=tgt)
-    add_rewrite(proto, result.record())
     return result
 
 

@@ -271,6 +271,11 @@ def _check_downstream(ctx: Context, check: Check, source: str, rerouted: Sequenc
 
 @rewrite_check(InsertRecord)
 def _check_insert(ctx: Context, record: InsertRecord, check: Check) -> None:
+    if record.sites and any(site.get("graph") for site in record.sites):
+        from .bodies import check_insert_bodies  # sites inside If/Loop/Scan bodies
+
+        check_insert_bodies(ctx, record, check)
+        return
     if record.sites:
         _check_insert_sites(ctx, record, check)
         return
@@ -392,6 +397,11 @@ def _check_insert_sites(ctx: Context, record: InsertRecord, check: Check) -> Non
 
 @rewrite_check(RerouteRecord)
 def _check_reroute(ctx: Context, record: RerouteRecord, check: Check) -> None:
+    if record.graph:
+        from .bodies import check_reroute_body  # inside an If/Loop/Scan body
+
+        check_reroute_body(ctx, record, check)
+        return
     orig, new, feeds = ctx.orig, ctx.new, ctx.feeds
     source = resolve(orig, record.source)
     target = resolve(orig, record.target)

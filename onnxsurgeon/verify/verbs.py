@@ -79,7 +79,34 @@ def _identity_reference(original: Model, record: BypassRecord) -> Model:
         src = sources.get(str(name)) or (node.input[slot] if slot < len(node.input) else "")
         out = node.output[0]
         node.CopyFrom(onnx.helper.make_node("Identity", [src], [out], name=node.name))
+    for path, body in (record.bodies or {}).items():  # nodes removed inside If/Loop/Scan bodies
+        from ..surgery._bodies import locate
+
+        graph = locate(proto, path)
+        for name in body.get("removed", ()):
+            k = _body_position(graph, str(name))
+            if k is None:
+                raise UsageError(
+                    f"the rewrite record removes node '{name}' inside the body '{path}', which "
+                    "the original model does not have; give the model the rewrite started from")
+            node = graph.node[k]
+            src = node.input[slot] if slot < len(node.input) else ""
+            node.CopyFrom(onnx.helper.make_node("Identity", [src], [node.output[0]],
+                                                name=node.name))
     return Model(proto, base_dir=original.base_dir)
+
+
+def _body_position(graph: onnx.GraphProto, label: str) -> int | None:
+    """Position in ``graph`` of the node a record's label names (its name, or ``OpType#i``)."""
+    for i, node in enumerate(graph.node):
+        if node.name == label:
+            return i
+    op, sep, pos = label.rpartition("#")
+    if sep and pos.isdigit() and int(pos) < len(graph.node):
+        node = graph.node[int(pos)]
+        if node.op_type == op and not node.name:
+            return int(pos)
+    return None
 
 
 @rewrite_check(BypassRecord)
