@@ -202,35 +202,68 @@ def build_copies(tpl: Template, sites: Sequence[Match], p: Pattern, weights: dic
         return out
     inner, labels = tpl.inner, tpl.labels
     wanted = [prefix + n for prefix in prefixes for n in chain(inner, labels)]
-    width = len(inner) + len(labels)
+    width, n_inner, n_nodes = len(inner) + len(labels), len(inner), len(labels)
     claimed = names.claim(wanted)  # one claim: no name taken, every base its own answer
-    main: list[tuple[int, list[str], list[str]]] = []
+    main: list[tuple[int, list[str]]] = []
     empty = False
+    encoded, literals, p_in, p_out = tpl.encoded, tpl.literals, p.inputs, p.outputs
+    encode = str.encode
     for k, (site, prefix) in enumerate(zip(sites, prefixes, strict=True)):
         if claimed:
             mine = wanted[k * width:(k + 1) * width]
-            fresh, node_names = mine[:len(inner)], mine[len(inner):]
         else:
-            fresh, node_names = _claim(names, tpl, prefix)
-        bound = [*map(site.inputs.__getitem__, p.inputs),
-                 *map(site.outputs.__getitem__, p.outputs)]
-        empty = empty or "" in bound
-        _add(out, site, (len(node_names), tpl.encoded(
-            list(map(str.encode, chain(bound, fresh, node_names))))))
-        out.replaced.append(node_names)
+            mine = list(chain(*_claim(names, tpl, prefix)))
+        bound = [*map(site.inputs.__getitem__, p_in), *map(site.outputs.__getitem__, p_out)]
+        if "" in bound:
+            empty = True
+        inserted = out.plans.setdefault(site.graph, (set(), {}))[1]
+        inserted[site.nodes[-1]] = (n_nodes, encoded(list(map(encode, chain(bound, mine)))))
+        out.replaced.append(mine[n_inner:])
         if not site.graph:
-            main.append((site.nodes[-1], [*bound, *fresh, *tpl.literals], node_names))
-    if main:
+            main.append((site.nodes[-1], [*bound, *mine[:n_inner], *literals]))
+    for site in sites:
+        removed = out.plans[site.graph][0]
+        removed.update(site.nodes)
+        if site.dead_constants:
+            removed.update(site.dead_constants)
+    if main and not empty:  # every copy names what its stand-in names: the first site's nodes
         main.sort(key=itemgetter(0))  # the new nodes' fields in list order
-        plan = tpl.plan
-        ins = [g_in(vals) for _, vals, _ in main for g_in, _ in plan]
-        outs = [g_out(vals) for _, vals, _ in main for _, g_out in plan]
-        if not empty:  # every copy names what its stand-in names: the first site's nodes
-            out.written = Written(ins, outs, list(chain.from_iterable(n for *_, n in main)),
-                                  tpl.ops * len(main))
-            first = out.plans[""][1][main[0][0]][1]
-            out.stand_ins = list(onnx.GraphProto.FromString(first).node)
+        order = [k for k, site in enumerate(sites) if not site.graph]
+        if [sites[k].nodes[-1] for k in order] != [pos for pos, _ in main]:
+            order = sorted(order, key=lambda k: sites[k].nodes[-1])
+        node_names = list(chain.from_iterable(map(out.replaced.__getitem__, order)))
+        vals = [v for _, v in main]
+        out.written = Written(_Fields(tpl.plan, vals, 0), _Fields(tpl.plan, vals, 1),
+                              node_names, tpl.ops * len(main))
+        first = out.plans[""][1][main[0][0]][1]
+        out.stand_ins = list(onnx.GraphProto.FromString(first).node)
     return out
+
+
+class _Fields(Sequence[Sequence[str]]):
+    """The inputs (``which`` 0) or outputs (1) of every main-graph copy, in list order, made
+    from the sites' names when first read: only an upkeep that applies its edits reads them
+    (a CLI run whose save checks the whole model never does)."""
+
+    def __init__(self, plan: list[tuple[_Getter, _Getter]] | None, vals: list[list[str]],
+                 which: int) -> None:
+        self._plan, self._vals, self._which = plan or [], vals, which
+        self._made: list[Sequence[str]] | None = None
+
+    def _list(self) -> list[Sequence[str]]:
+        if self._made is None:
+            getters = [g[self._which] for g in self._plan]
+            self._made = [get(v) for v in self._vals for get in getters]
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._vals) * len(self._plan)
+
+    def __getitem__(self, k: Any) -> Any:
+        return self._list()[k]
+
+    def __iter__(self) -> Any:
+        return iter(self._list())
 
 
 def _claim(names: NameAllocator, tpl: Template, prefix: str) -> tuple[list[str], list[str]]:
