@@ -12,9 +12,10 @@ rebuilds each touched graph's node list once.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, compress, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,8 @@ class _SiteTypes:
         self.oracle: TypeOracle | None = None
         self.inferred: dict[str, onnx.ValueInfoProto] | None = None
         self.memo: dict[str, _Key] = {}
-        self.cheap: dict[int, Any] = {}
-        if index.known_int_graph() is not None and upto > 0:
-            self.cheap = index.memo.setdefault("edge_types", {})
-            propagate_edges(index, range(upto), {}, (), cache=self.cheap, partial=True)
+        self.cheap: dict[int, Any] | None = None
+        self.upto = upto
 
     def key(self, name: str) -> _Key:
         found = self.memo.get(name)
@@ -134,10 +133,21 @@ class _SiteTypes:
             key = int(init.data_type), tuple(init.dims)
         else:
             j = self.producer.get(name)
-            cheap = self.cheap.get(j) if j is not None else None
+            cheap = self._cheap().get(j) if j is not None else None
             key = cheap if cheap is not None else self._slow(name)
         self.memo[name] = key
         return key
+
+    def _cheap(self) -> dict[int, Any]:
+        """Node id -> type by the cheap pass, run once when a type is first asked of it."""
+        if self.cheap is None:
+            self.cheap = {}
+            index = self.index
+            if index.known_int_graph() is not None and self.upto > 0:
+                self.cheap = index.memo.setdefault("edge_types", {})
+                propagate_edges(index, range(self.upto), {}, (), cache=self.cheap,
+                                partial=True)
+        return self.cheap
 
     def _slow(self, name: str) -> bytes:
         index = self.index
@@ -332,15 +342,24 @@ def replace(
     # the names the sites' removed tensors leave behind matter only to value_info entries and
     # the name map: read the removed nodes' outputs only when there are some
     named = bool(host.graph.value_info) or bool(name_map(host))
+    edges = index.known_int_graph()
+    by_ids = named and edges is not None  # the main graph's removed outputs from the ints
     for site in found.matches:
         if not site.dead_constants and not named:
             continue
         g = found.graphs[site.graph]
         removed_constants.extend(g.node[j].name or f"Constant#{j}" for j in site.dead_constants)
-        if named:
+        if named and not (by_ids and not site.graph):
             dead_names.update(chain.from_iterable(map(_OUTPUT, map(
                 g.node.__getitem__, (*site.nodes, *site.dead_constants)))))
             dead_names.difference_update(site.outputs.values())
+    if by_ids and "" in copies.plans:
+        gone = [0] * len(host.graph.node)  # node id -> removed, then its outputs by name
+        deque(map(gone.__setitem__, copies.plans[""][0], repeat(1)), 0)
+        dead_names.update(compress(index.producer, map(gone.__getitem__,
+                                                        index.producer.values())))
+        dead_names.difference_update(chain.from_iterable(
+            site.outputs.values() for site in main_sites))
     dead_names.discard("")
 
     # ------------------------------------------------------------------ mutate (all checked)
