@@ -45,7 +45,13 @@ import onnx
 from .external import attr_tensors
 from .index import GraphIndex, Use, positions
 from .io import Model
-from .protos import rename_scoped, rename_tensors, set_default_opset, weightless_copy
+from .protos import (
+    node_entries,
+    rename_scoped,
+    rename_tensors,
+    set_default_opset,
+    weightless_copy,
+)
 from .record import in_ipython, remember_before
 from .session import hand_on
 from .upkeep import Upkeep, Written
@@ -86,36 +92,6 @@ def keep_only(field: Any, keep: Sequence[int]) -> None:
 
 
 _SERIALIZE = onnx.NodeProto.SerializeToString
-_TAGS: list[bytes] = []
-"""``_TAGS[k]``: a ``GraphProto.node`` entry's tag and a length of ``k`` (varint), built once
-up to :data:`_TAGGED` bytes."""
-_TAGGED = 1 << 14
-
-
-def _varint(k: int) -> bytes:
-    out = bytearray()
-    while k >= 0x80:
-        out.append((k & 0x7F) | 0x80)
-        k >>= 7
-    out.append(k)
-    return bytes(out)
-
-
-def node_entry_head(length: int) -> bytes:
-    """The bytes before a node of ``length`` bytes in a serialized ``GraphProto``: field 1's
-    tag and the length as a varint."""
-    if not _TAGS:
-        _TAGS.extend(b"\x0a" + _varint(k) for k in range(_TAGGED))
-    return _TAGS[length] if length < _TAGGED else b"\x0a" + _varint(length)
-
-
-def _framed(blobs: list[bytes]) -> list[bytes]:
-    """Each serialized node as a ``GraphProto.node`` entry (tag, length, bytes)."""
-    if not _TAGS:
-        node_entry_head(0)
-    if blobs and max(map(len, blobs)) >= _TAGGED:
-        return [node_entry_head(len(b)) + b for b in blobs]
-    return list(map(bytes.__add__, map(_TAGS.__getitem__, map(len, blobs)), blobs))
 
 
 def _replace_all(field: Any, items: Iterable[Any]) -> None:
@@ -325,7 +301,7 @@ class Edit:
         main graph or of ``graph`` (a body of it): :meth:`splice_nodes` of the nodes'
         bytes. The upkeep follows it in the main graph (the new nodes read back from the
         proto). O(nodes + inserted)."""
-        encoded = {i: (len(nodes), b"".join(_framed(list(map(_SERIALIZE, nodes)))))
+        encoded = {i: (len(nodes), b"".join(node_entries(list(map(_SERIALIZE, nodes)))))
                    for i, nodes in inserted.items() if nodes}
         self.splice_nodes(removed, encoded, graph=graph)
 
@@ -360,7 +336,7 @@ class Edit:
         # 2i + 1, a group put before node i as 2i: two ascending runs)
         keys = [*map(add, map(mul, kept, repeat(2)), repeat(1)),
                 *(2 * pos for pos, _, _ in groups)]
-        parts = [*_framed(list(map(_SERIALIZE, map(field.__getitem__, kept)))),
+        parts = [*node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept)))),
                  *(data for _, _, data in groups)]
         order = sorted(range(len(keys)), key=keys.__getitem__)
         data = b"".join(map(parts.__getitem__, order))

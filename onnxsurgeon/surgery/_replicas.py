@@ -21,24 +21,16 @@ from typing import Any
 
 import onnx
 
-from ..edit import Edit, node_entry_head
+from ..edit import Edit
 from ..index import has_subgraphs
 from ..names import NameAllocator
 from ..nodefields import edge_op
 from ..pattern import Match, Pattern
+from ..protos import node_entry_head, varint
 from ..upkeep import Written
 
 _SERIALIZE = onnx.NodeProto.SerializeToString
 _Getter = Callable[[list[str]], Sequence[str]]
-
-
-def _varint(k: int) -> bytes:
-    out = bytearray()
-    while k >= 0x80:
-        out.append((k & 0x7F) | 0x80)
-        k >>= 7
-    out.append(k)
-    return bytes(out)
 
 
 def _getter(at: list[int]) -> _Getter:
@@ -159,13 +151,13 @@ class Template:
                                    ((b"\x1a", n_vars + k),)):
                 if slot < n_vars or tag == b"\x1a":
                     n = lengths[slot]
-                    body.append((tag + _varint(n)).replace(b"%", b"%%") + b"%s")
+                    body.append((tag + varint(n)).replace(b"%", b"%%") + b"%s")
                     order.append(slot)
                 else:
                     lit = literals[slot - n_vars]
                     n = len(lit)
-                    body.append((tag + _varint(n) + lit).replace(b"%", b"%%"))
-                size += len(tag) + len(_varint(n)) + n
+                    body.append((tag + varint(n) + lit).replace(b"%", b"%%"))
+                size += len(tag) + len(varint(n)) + n
             body.append(rest.replace(b"%", b"%%"))
             fmt.append(node_entry_head(size).replace(b"%", b"%%"))
             fmt.extend(body)
