@@ -18,7 +18,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from enum import Enum
-from itertools import repeat
+from itertools import chain, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,8 +36,11 @@ class Edits(Protocol):
     graph: Any
     to_read: int
     fresh_tensors: list[Any]
+    stand_ins: list[Any]
 
     def result(self) -> tuple[dict[str, int], NodeEdges] | None: ...
+
+    def dearer_than_check(self) -> bool: ...
 
     def touched(self) -> list[int] | None: ...
 
@@ -127,6 +130,9 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
       edited model stays valid);
     - every inserted or rewired node against its schema (``onnx.checker.check_node`` on the
       node in the proto: op known at the model's opsets, attributes, input and output counts);
+      copies the verb made of one node but for their names (``replace``'s sites) by that
+      node, once (the upkeep's ``stand_ins``: the schema check reads no name but to tell an
+      empty one, and a copy's names are empty where the stand-in's are);
     - the tensors the verb made (``check_tensor``; a copied initializer is a byte copy of one
       load checked against its shape, under a new name checked with the leaves), every graph
       input and output (``check_value_info``), every graph output produced, metadata keys
@@ -146,9 +152,9 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
         return False
     if model_fingerprint(proto) != baseline:
         return False  # opsets or functions changed: the whole check reads them all
-    if upkeep.to_read * 2 >= len(proto.graph.node):
-        # re-reading that many new nodes from the proto costs more than the C++ pass (~6 us a
-        # node against ~3.5 us); a copy hands over what it wrote: nothing to read back
+    if upkeep.dearer_than_check():
+        # re-reading many new nodes from the proto, or renumbering a splice of many, costs
+        # more than the C++ pass; a copy hands over what it wrote: nothing to read back
         return False
     touched = upkeep.touched()  # applies the edits: None when the upkeep gave up
     state = upkeep.result()
@@ -175,7 +181,7 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
     if nodes_checked:  # touched is ascending: the nodes in the range are one run of it
         lo, hi = bisect_left(touched, nodes_checked.start), bisect_left(touched, nodes_checked.stop)
         touched = touched[:lo] + touched[hi:]
-    return check_nodes(proto, touched, ctx)
+    return check_nodes(proto, touched, ctx, also=upkeep.stand_ins)
 
 
 def _context(proto: onnx.ModelProto) -> Any:
@@ -187,17 +193,21 @@ def _context(proto: onnx.ModelProto) -> Any:
     return ctx
 
 
-def check_nodes(proto: onnx.ModelProto, nodes: Iterable[int], ctx: Any = None) -> bool:
-    """Whether main-graph ``nodes`` (indexes) pass ``onnx.checker.check_node`` at the model's IR
-    version and opsets (op known, attributes, input and output counts). A node holding a body
-    fails here (no outer scope given): the whole check then runs. O(those nodes)."""
+def check_nodes(proto: onnx.ModelProto, nodes: Iterable[int], ctx: Any = None, *,
+                also: Iterable[onnx.NodeProto] = ()) -> bool:
+    """Whether main-graph ``nodes`` (indexes), and the nodes ``also`` (stand-ins for copies
+    of them, see :meth:`onnxsurgeon.upkeep.Upkeep.spliced`), pass ``onnx.checker.check_node``
+    at the model's IR version and opsets (op known, attributes, input and output counts). A
+    node holding a body fails here (no outer scope given): the whole check then runs.
+    O(those nodes)."""
     import onnx
     from onnx.checker import C
 
     ctx = ctx if ctx is not None else _context(proto)
     # check_node's own C++ call, on each node's bytes, in one C-level loop (its Python wrapper
     # costs as much as the check)
-    serialized = map(onnx.NodeProto.SerializeToString, map(proto.graph.node.__getitem__, nodes))
+    serialized = map(onnx.NodeProto.SerializeToString,
+                     chain(map(proto.graph.node.__getitem__, nodes), also))
     try:
         deque(map(C.check_node, serialized, repeat(ctx), repeat(C.LexicalScopeContext())), 0)
     except Exception:  # noqa: BLE001 - the checker raises several types; the whole check reports

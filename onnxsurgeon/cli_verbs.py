@@ -302,8 +302,8 @@ def _cmd_replace(args: argparse.Namespace) -> int:
             framework_pattern(args, model, args.replacement)
         result = replace(model, pattern=pattern, replacement=replacement,
                          any_constant=args.any_constant, tolerance=args.tolerance)
-        n = len(result.sites)
-        return (replace_payload(result, framework_names(model)),
+        n = len(result.sites)  # the sites' JSON only for --json (15k sites: ~0.1 s)
+        return (replace_payload(result, framework_names(model)) if args.json else {},
                 f"replaced {n} match{'es' if n != 1 else ''} of {args.pattern} by "
                 f"{args.replacement} -> {args.output}")
 

@@ -36,14 +36,22 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import add, attrgetter, mul
 from typing import Any
 
 import onnx
 
+from .external import attr_tensors
 from .index import GraphIndex, Use, positions
 from .io import Model
-from .protos import rename_scoped, rename_tensors, set_default_opset, weightless_copy
+from .protos import (
+    node_entries,
+    rename_scoped,
+    rename_tensors,
+    set_default_opset,
+    weightless_copy,
+)
 from .record import in_ipython, remember_before
 from .session import hand_on
 from .upkeep import Upkeep, Written
@@ -81,6 +89,9 @@ def keep_only(field: Any, keep: Sequence[int]) -> None:
     kept = [field[i] for i in keep]
     del field[:]
     field.extend(kept)
+
+
+_SERIALIZE = onnx.NodeProto.SerializeToString
 
 
 def _replace_all(field: Any, items: Iterable[Any]) -> None:
@@ -287,21 +298,56 @@ class Edit:
                       graph: onnx.GraphProto | None = None) -> None:
         """Remove the nodes ``removed`` and put ``inserted[i]`` (copied) just before node ``i``
         (ids as now; ``i`` = the node count: appended), in one rebuild of the node list of the
-        main graph or of ``graph`` (a body of it). Many sites cost one pass (``replace``). The
-        upkeep gives up (ids move everywhere). O(nodes + inserted)."""
-        self._nodes_moved()
-        self.give_up()
-        field = (self.graph if graph is None else graph).node
-        rebuilt: list[onnx.NodeProto] = []
-        for i in range(len(field)):
-            add = inserted.get(i)
-            if add:
-                rebuilt.extend(add)
-            if i not in removed:
-                rebuilt.append(field[i])
-        rebuilt.extend(inserted.get(len(field), ()))
+        main graph or of ``graph`` (a body of it): :meth:`splice_nodes` of the nodes'
+        bytes. The upkeep follows it in the main graph (the new nodes read back from the
+        proto). O(nodes + inserted)."""
+        encoded = {i: (len(nodes), b"".join(node_entries(list(map(_SERIALIZE, nodes)))))
+                   for i, nodes in inserted.items() if nodes}
+        self.splice_nodes(removed, encoded, graph=graph)
+
+    def splice_nodes(self, removed: Collection[int], inserted: Mapping[int, tuple[int, bytes]],
+                     *, graph: onnx.GraphProto | None = None, written: Written | None = None,
+                     stand_ins: Sequence[onnx.NodeProto] | None = None) -> None:
+        """Remove the nodes ``removed`` and put the ``count`` nodes serialized in
+        ``inserted[i] = (count, data)`` just before node ``i`` (ids as now; ``i`` = the node
+        count: appended), in the main graph or in ``graph`` (a body of it). ``data`` holds
+        each node as a ``GraphProto.node`` entry (tag, length, the node's bytes; the nodes of
+        many sites built once and filled in per site cost no Python object per node). The
+        node list is rebuilt from bytes in one parse (upb: a wrapper per node costs more than
+        parsing it).
+
+        For the upkeep (main graph only; a body makes it give up): ``written``, the new nodes'
+        fields in their order (else read back from the proto), and ``stand_ins`` (see
+        :meth:`~onnxsurgeon.upkeep.Upkeep.spliced`: the nodes every new node copies but for
+        its names, whose schema check the save runs instead of every copy's).
+        O(nodes + inserted bytes)."""
+        target = self.graph if graph is None else graph
+        upkeep = self._nodes_moved()
+        if target is not self.graph or self._rewired:  # rewired ids would move too
+            self.give_up()
+            upkeep = None
+        field = target.node
+        n = len(field)
+        gone = set(removed)
+        kept = [i for i in range(n) if i not in gone]
+        groups = sorted((min(i, n), count, data) for i, (count, data) in inserted.items()
+                        if count)
+        # every kept node's bytes and every group's, merged in order (kept node i sorts as
+        # 2i + 1, a group put before node i as 2i: two ascending runs)
+        keys = [*map(add, map(mul, kept, repeat(2)), repeat(1)),
+                *(2 * pos for pos, _, _ in groups)]
+        parts = [*node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept)))),
+                 *(data for _, _, data in groups)]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        data = b"".join(map(parts.__getitem__, order))
         del field[:]
-        field.extend(rebuilt)
+        target.MergeFromString(data)
+        if upkeep is not None:
+            upkeep.spliced(gone, [(pos, count) for pos, count, _ in groups], written, stand_ins)
+            if stand_ins:  # the copies' attribute tensors are the stand-ins': made here
+                upkeep.created_tensors(chain.from_iterable(map(attr_tensors, stand_ins)))
+        self._rewired = set()  # none is said before a splice (ids move everywhere)
+        self._inserted = True
 
     def move_nodes(self, movers: Sequence[int], before: int) -> None:
         """Move nodes ``movers`` (ascending ids, all > ``before``) to just before node

@@ -266,8 +266,15 @@ def _edits_inline(model: Model, upkeep: Upkeep | None) -> bool:
 
 def _trust_held(model: Model, journal: Upkeep | None) -> bool:
     """Whether the edits save trusted to be inline (no walk over every tensor) are: the upkeep
-    followed every one and none made an external tensor. False: the save walks after all."""
-    return _edits_inline(model, journal) and journal is not None and journal.touched() is not None
+    followed every one and none made an external tensor. False: the save walks after all.
+    When applying the edits costs more than the checker the save runs anyway
+    (:meth:`~onnxsurgeon.upkeep.Upkeep.dearer_than_check`), the edits as said (none given up)
+    are the trust: their structure is the checker's to judge."""
+    if journal is None or not _edits_inline(model, journal):
+        return False
+    if journal.to_read == 0 and journal.rewired == 0 and journal.dearer_than_check():
+        return journal.ok
+    return journal.touched() is not None
 
 
 def as_model(model: Model | onnx.ModelProto) -> Model:

@@ -229,3 +229,38 @@ def rename_tensors(model: onnx.ModelProto, renames: Mapping[str, str]) -> None:
     new names are unused (they come from a :class:`~onnxsurgeon.names.NameAllocator`)."""
     if renames:
         rename_scoped([model.graph], {}, define=lambda n: renames.get(n, n), depth=0)
+
+
+# ------------------------------------------------------------------ nodes as bytes
+_TAGS: list[bytes] = []
+"""``_TAGS[k]``: a ``GraphProto.node`` entry's tag and a length of ``k`` (varint), built once
+up to :data:`_TAGGED` bytes."""
+_TAGGED = 1 << 14
+
+
+def varint(k: int) -> bytes:
+    """``k`` (>= 0) as a protobuf varint."""
+    out = bytearray()
+    while k >= 0x80:
+        out.append((k & 0x7F) | 0x80)
+        k >>= 7
+    out.append(k)
+    return bytes(out)
+
+
+def node_entry_head(length: int) -> bytes:
+    """The bytes before a node of ``length`` bytes in a serialized ``GraphProto``: field 1's
+    tag and the length as a varint."""
+    if not _TAGS:
+        _TAGS.extend(b"\x0a" + varint(k) for k in range(_TAGGED))
+    return _TAGS[length] if length < _TAGGED else b"\x0a" + varint(length)
+
+
+def node_entries(blobs: list[bytes]) -> list[bytes]:
+    """Each serialized node as a ``GraphProto.node`` entry (tag, length, bytes): what
+    ``GraphProto.MergeFromString`` appends as nodes. C-level maps."""
+    if not _TAGS:
+        node_entry_head(0)
+    if blobs and max(map(len, blobs)) >= _TAGGED:
+        return [node_entry_head(len(b)) + b for b in blobs]
+    return list(map(bytes.__add__, map(_TAGS.__getitem__, map(len, blobs)), blobs))

@@ -315,3 +315,41 @@ def test_a_cnn_silu_replaced_everywhere_under_tolerance(tmp_path, capsys):
                               "--framework", "torch", "--pattern-input", "x:1x4", "--pattern-input",
                               "y:1x4")
     assert code == 2 and "takes one input" in err
+
+
+def test_the_splice_is_followed_so_the_save_vouches_for_the_copies_by_their_stand_ins(tmp_path):
+    """replace hands its journal on (issue 28): the kept index equals a fresh build, the
+    touched check vouches for the model by R's nodes once (the copies differ only in names),
+    and a stand-in that fails its schema makes it decline (the whole check runs)."""
+    from onnx import helper
+
+    from onnxsurgeon import io
+    from onnxsurgeon.checking import Check
+    from onnxsurgeon.index import GraphIndex, _build_edges
+    from onnxsurgeon.session import Session
+    from tests import builders
+
+    proto = builders.chain(40)
+    proto.graph.node.append(helper.make_node("Sigmoid", ["relu5"], ["s"], name="side"))
+    proto.graph.output.append(helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [1, 4]))
+    onnx.save(proto, tmp_path / "m.onnx")
+    model = io.load(tmp_path / "m.onnx")
+    with Session(model, loaded=True) as session:
+        replace(model, pattern=b"g (float[1,4] p) => (float[1,4] r) { r = Sigmoid(p) }",
+                replacement=b"g (float[1,4] p) => (float[1,4] r) { q = Identity(p)\n"
+                            b" r = Sigmoid(q) }")
+        session.verb_returned()
+        journal = session.journal
+        assert journal is not None and not journal.dearer_than_check()
+        kept = session.kept_index()
+        assert kept is not None and kept.edges == _build_edges(model.proto.graph)
+        assert list(kept.producer.items()) == list(GraphIndex(model.proto).producer.items())
+        assert journal.touched() == [] and [n.op_type for n in journal.stand_ins] == [
+            "Identity", "Sigmoid"]
+        assert io.vouched_by_edits(model, journal)
+        session.save(tmp_path / "out.onnx", check=Check.TOUCHED)
+        journal.stand_ins[1].op_type = "NoSuchOp"
+        assert not io.vouched_by_edits(model, journal)
+    onnx.checker.check_model(onnx.load(tmp_path / "out.onnx"), full_check=True)
+    assert (tmp_path / "out.onnx").read_bytes() == model.proto.SerializeToString(
+        deterministic=True)

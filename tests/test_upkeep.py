@@ -131,8 +131,31 @@ CHAIN_STEPS = [  # the benchmark's recipe, shrunk
     {"insert": {"at": "relu2", "op": "scale", "params": {"factor": 0.5}}},
 ]
 
+def _inline(text: bytes) -> str:
+    from onnxsurgeon.pattern import load_pattern, pattern_bytes
+
+    return pattern_bytes(load_pattern(text))
+
+
+# replace's sites (issue 28): MatMul -> Add -> Relu, and R the same with Sum and a weight of
+# its own (a leaf appended), so the splice removes, inserts and renumbers everywhere
+BLOCK_P = _inline(b"g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] r) {\n"
+                  b" h = MatMul(p, w)\n a = Add(h, b)\n r = Relu(a) }")
+BLOCK_R = _inline(b"g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] r)"
+                  b" <float[1] one = {1.0}> {\n h = MatMul(p, w)\n a = Sum(b, h)\n"
+                  b" s = Mul(a, one)\n r = Relu(s) }")
+RELU_P = _inline(b"g (float[1,4] p) => (float[1,4] r) { r = Relu(p) }")
+RELU_R = _inline(b"g (float[1,4] p) => (float[1,4] r) { q = Identity(p)\n r = Relu(q) }")
+
 # (model, steps, which steps hand an index on)
 CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
+    "replace_sites": (lambda: builders.chain(12), [
+        {"insert": {"at": "relu2", "op": "scale", "params": {"factor": 2.0}}},
+        {"replace": {"pattern": BLOCK_P, "replacement": BLOCK_R}},  # 11 sites (one is in the
+        {"copy": {"outputs": ["relu6"], "prefix": "c/"}},          # way of the inserted block)
+        {"replace": {"pattern": RELU_P, "replacement": RELU_R}},  # every Relu, copies too
+        {"insert": {"at": "relu9", "op": "scale", "params": {"factor": 0.5}}},
+    ], [True] * 5),
     "chain": (lambda: builders.chain(12), CHAIN_STEPS, [True] * 6),
     "chain_outputs_inputs_regex": (lambda: builders.chain(12), [
         {"insert": {"at": "y", "op": "l2_normalize", "params": {"axis": 1}}},  # y keeps its name

@@ -78,11 +78,14 @@ def propagate_edges(
     wanted: Collection[str],
     *,
     cache: dict[int, _Type] | None = None,
+    partial: bool = False,
 ) -> dict[str, onnx.ValueInfoProto] | None:
     """:func:`~onnxsurgeon.surgery._proto.propagate_types` on ints, memoized per (op, input
     types). None when the index has no edges or the pass cannot tell (the caller falls back).
     ``cache`` (only without ``typed`` stops): node and leaf id -> type, filled by the pass and
-    read by later ones, so their nodes are skipped. O(nodes)."""
+    read by later ones, so their nodes are skipped. ``partial``: a node the pass cannot type
+    (and every node reading it) is left out of ``cache`` instead of ending the pass (give no
+    ``wanted`` then: the answer is the cache). O(nodes)."""
     edges = index.known_int_graph()
     if edges is None:
         return None
@@ -109,6 +112,8 @@ def propagate_edges(
         ps = preds[starts[i]:starts[i + 1]]
         got: tuple[_Type, ...] = tuple(map(get, ps))
         if not op or not ps:
+            if partial:
+                continue
             return None
         if None in got:  # leaves (and stops) not typed yet
             fixed: list[_Type] = []
@@ -116,7 +121,7 @@ def propagate_edges(
                 if t is None:
                     leaf = leaves.get(p) if p < 0 else stop_nodes.get(p)
                     if leaf is None:
-                        return None
+                        break
                     pos = init_pos.get(leaf, -1) if leaf not in typed else -1
                     if pos >= 0:  # an initializer (boundary_type's first case, inlined)
                         tensor = init_field[pos]
@@ -124,15 +129,22 @@ def propagate_edges(
                     else:
                         t = boundary_type(index, typed, leaf)
                         if t is None:
-                            return None
+                            break
                     types[p] = t
                 fixed.append(t)
-            got = tuple(fixed)
+            else:
+                got = tuple(fixed)
+            if len(fixed) < len(ps):  # an input the pass cannot type
+                if partial:
+                    continue
+                return None
         key = (op, got)
         result = memo.get(key)
         if result is None:
             result = apply_op(op, got)
             if result is None:
+                if partial:
+                    continue
                 return None
             memo[key] = result
         types[i] = result

@@ -12,10 +12,11 @@ rebuilds each touched graph's node list once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter, itemgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import onnx
 
 from ..edit import Edit
 from ..errors import RewriteError, UsageError
-from ..index import GraphIndex, has_subgraphs
+from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
@@ -33,7 +34,9 @@ from ..session import indexed
 from ..types import TypeOracle, dtype_name, infer_value_infos, is_complete
 from ._blocks import merge_functions, merge_opsets
 from ._edges import check_types
+from ._edgewalk import propagate_edges
 from ._opsets import reconcile
+from ._replicas import Template, build_copies
 
 _OUTPUT = attrgetter("output")
 PatternSource = str | Path | bytes | onnx.ModelProto | onnx.GraphProto | Pattern
@@ -92,43 +95,80 @@ def _with_opsets(r: Pattern, host: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-class _SiteTypes:
-    """Types of the model's tensors for the per-site checks, each looked up once: declared
-    (value_info, initializers) first, then onnx shape inference (run once; its complete types
-    are what the oracle would answer), the type oracle only for the rest."""
+_Key = bytes | tuple[int, tuple[int | str | None, ...]]
+"""A tensor's type as the per-site checks compare it: (dtype, dims) when it is a tensor type
+the cheap pass or an initializer gives, else the serialized TypeProto (b"-": unknown)."""
 
-    def __init__(self, index: GraphIndex) -> None:
+
+class _SiteTypes:
+    """Types of the model's tensors for the per-site checks, each looked up once, in the type
+    oracle's order: declared (value_info, graph inputs and outputs), an initializer's, the cheap
+    type pass on the int dataflow graph (:func:`~onnxsurgeon.surgery._edgewalk.propagate_edges`
+    over the nodes up to the last site, run once; complete types only), onnx shape inference
+    (run once, only for a tensor the pass cannot type), the type oracle for the rest. A type is
+    kept as a :data:`_Key`; the TypeProto is made only for a signature not seen before."""
+
+    def __init__(self, index: GraphIndex, upto: int) -> None:
         self.index = index
+        self.declared = index.value_info
+        self.initializers = index.initializers
+        self.producer = index.producer
         self.oracle: TypeOracle | None = None
         self.inferred: dict[str, onnx.ValueInfoProto] | None = None
-        self.memo: dict[str, tuple[bytes, onnx.TypeProto | None]] = {}
+        self.memo: dict[str, _Key] = {}
+        self.cheap: dict[int, Any] | None = None
+        self.upto = upto
 
-    def of(self, name: str) -> tuple[bytes, onnx.TypeProto | None]:
+    def key(self, name: str) -> _Key:
         found = self.memo.get(name)
         if found is not None:
             return found
         index = self.index
-        vi = index.value_info.get(name)
-        t: onnx.TypeProto | None = None
+        vi = self.declared.get(name)
+        key: _Key
         if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            t = vi.type
-        elif index.initializers.get(name, -1) >= 0:
-            init = index.graph.initializer[index.initializers[name]]
-            t = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
+            key = vi.type.SerializeToString(deterministic=True)
+        elif self.initializers.get(name, -1) >= 0:
+            init = index.graph.initializer[self.initializers[name]]
+            key = int(init.data_type), tuple(init.dims)
         else:
-            info = None
-            if name not in index.inputs and name not in index.outputs:
-                if self.inferred is None:  # inference once, as the oracle runs it
-                    self.inferred = infer_value_infos(index.model)
-                info = self.inferred.get(name)
-            if not is_complete(info):
-                if self.oracle is None:
-                    self.oracle = TypeOracle(index)
-                info = self.oracle.value_info(name)
-            t = info.type if info is not None and info.type.WhichOneof("value") else None
-        found = (t.SerializeToString(deterministic=True) if t is not None else b"-", t)
-        self.memo[name] = found
-        return found
+            j = self.producer.get(name)
+            cheap = self._cheap().get(j) if j is not None else None
+            key = cheap if cheap is not None else self._slow(name)
+        self.memo[name] = key
+        return key
+
+    def _cheap(self) -> dict[int, Any]:
+        """Node id -> type by the cheap pass, run once when a type is first asked of it."""
+        if self.cheap is None:
+            self.cheap = {}
+            index = self.index
+            if index.known_int_graph() is not None and self.upto > 0:
+                self.cheap = index.memo.setdefault("edge_types", {})
+                propagate_edges(index, range(self.upto), {}, (), cache=self.cheap,
+                                partial=True)
+        return self.cheap
+
+    def _slow(self, name: str) -> bytes:
+        index = self.index
+        info = None
+        if name not in index.inputs and name not in index.outputs:
+            if self.inferred is None:  # inference once, as the oracle runs it
+                self.inferred = infer_value_infos(index.model)
+            info = self.inferred.get(name)
+        if not is_complete(info):
+            if self.oracle is None:
+                self.oracle = TypeOracle(index)
+            info = self.oracle.value_info(name)
+        t = info.type if info is not None and info.type.WhichOneof("value") else None
+        return t.SerializeToString(deterministic=True) if t is not None else b"-"
+
+
+def _type_of(key: _Key) -> onnx.TypeProto | None:
+    """The TypeProto a :data:`_Key` stands for."""
+    if isinstance(key, tuple):
+        return onnx.helper.make_tensor_type_proto(key[0], list(key[1]))
+    return None if key == b"-" else onnx.TypeProto.FromString(key)
 
 
 def _infer(block: onnx.ModelProto, types: Sequence[onnx.TypeProto | None],
@@ -163,19 +203,25 @@ def _elem(t: onnx.TypeProto | None) -> int:
 
 
 def _check_site(site: Match, r: onnx.ModelProto, p: Pattern, types: _SiteTypes | None,
-                cache: dict[tuple[bytes, ...], list[onnx.TypeProto | None]], label: str) -> None:
+                cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]], label: str) -> None:
     """Refuse the site when R cannot take its inputs or gives other dtypes or shapes (once per
     distinct signature of the site's types)."""
     if types is None:
         return
-    ins = [site.inputs[n] for n in p.inputs]
-    outs = [site.outputs[n] for n in p.outputs]
-    found_in = [types.of(n) for n in ins]
-    found_out = [types.of(n) for n in outs]
-    key = tuple(k for k, _ in (*found_in, *found_out))
+    ins = list(map(site.inputs.__getitem__, p.inputs))
+    outs = list(map(site.outputs.__getitem__, p.outputs))
+    key = tuple(map(types.key, chain(ins, outs)))
     if key in cache:
         return
-    in_types = [t for _, t in found_in]
+    _check_signature(site, r, key, ins, outs, cache, label)
+
+
+def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins: list[str],
+                     outs: list[str], cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]],
+                     label: str) -> None:
+    """:func:`_check_site` of a signature ``key`` not seen before."""
+    in_types = list(map(_type_of, key[:len(ins)]))
+    out_types = list(map(_type_of, key[len(ins):]))
     inits = {t.name for t in r.graph.initializer}
     r_inputs = [vi for vi in r.graph.input if vi.name not in inits]
     for vi, name, t in zip(r_inputs, ins, in_types, strict=True):
@@ -183,7 +229,7 @@ def _check_site(site: Match, r: onnx.ModelProto, p: Pattern, types: _SiteTypes |
         check_types(f"site {site.labels[-1]}: replacement input '{vi.name}'", vi.name, name,
                     _elem(want), _elem(t), _shape(want), _shape(t))
     inferred = _infer(r, in_types, label)
-    for k, (name, got, (_, have_t)) in enumerate(zip(outs, inferred, found_out, strict=True)):
+    for k, (name, got, have_t) in enumerate(zip(outs, inferred, out_types, strict=True)):
         have = _elem(have_t)
         if have and _elem(got) and have != _elem(got):
             raise RewriteError(
@@ -192,154 +238,6 @@ def _check_site(site: Match, r: onnx.ModelProto, p: Pattern, types: _SiteTypes |
         check_types(f"site {site.labels[-1]}: replacement output {k}", f"output {k}", name,
                     _elem(got), have, _shape(got), _shape(have_t))
     cache[key] = inferred
-
-
-class _Template:
-    """R prepared once: its nodes' reads and writes by name, which names it defines, which of
-    its outputs it hands on from an input or a weight (an Identity owns those)."""
-
-    def __init__(self, r: onnx.ModelProto) -> None:
-        g = r.graph
-        inits = {t.name for t in g.initializer}
-        self.r = r
-        self.inputs = [vi.name for vi in g.input if vi.name not in inits]
-        self.outputs = [vi.name for vi in g.output]
-        self.made = [o for node in g.node for o in node.output if o]
-        self.nested = any(node.attribute and has_subgraphs(node) for node in g.node)
-        self.nodes = list(g.node)
-        labels = [n.name or n.op_type for n in self.nodes]
-        seen: dict[str, int] = {}
-        self.labels: list[str] = []
-        """The node labels as :meth:`NameAllocator.fresh` gives them when no name is taken
-        (a repeated base gets ``__1``, ``__2``...)."""
-        for label in labels:
-            k = seen.get(label, 0)
-            seen[label] = k + 1
-            self.labels.append(label if k == 0 else f"{label}__{k}")
-        self.label_bases = labels
-        self.made_set = set(self.made)
-        self.specs = [(list(n.input), list(n.output), n.op_type, n.domain, list(n.attribute))
-                      for n in self.nodes]
-        """Per node: its inputs, outputs, op type, domain and attributes, read once."""
-        self.plan: list[tuple[Callable[[list[str]], Sequence[str]],
-                              Callable[[list[str]], Sequence[str]], str, str,
-                              list[onnx.AttributeProto]]] | None = None
-        self.inner: list[str] = []
-        self.literals: list[str] = []
-
-    def prepare(self, weights: dict[str, str]) -> None:
-        """:attr:`plan`: each node's inputs and outputs as positions in a site's list of names
-        (R's inputs, its outputs, its inner tensors fresh, the weights' shared names), when no
-        output is handed straight on and R holds no body; else None (:func:`_copy_for` maps
-        names one by one)."""
-        inputs, made = set(self.inputs), self.made_set
-        if self.nested or any(o not in made or o in inputs for o in self.outputs) or len(
-                self.made) != len(made) or len(set(self.outputs)) != len(self.outputs):
-            return
-        slots = {name: k for k, name in enumerate([*self.inputs, *self.outputs])}
-        fixed = {*slots, *weights}
-        self.inner = [n for n in self.made if n not in fixed]
-        for n in self.inner:
-            slots[n] = len(slots)
-        literal: dict[str, int] = {}
-        for ins, outs, *_ in self.specs:
-            for x in (*ins, *outs):
-                if x not in slots and x not in literal:
-                    literal[x] = len(slots) + len(literal)
-        self.literals = [weights.get(x, x) for x in literal]
-        slots.update(literal)
-
-        def getter(names: list[str]) -> Callable[[list[str]], Sequence[str]]:
-            at = [slots[x] for x in names]
-            if len(at) > 1:
-                return itemgetter(*at)
-            if at:
-                k = at[0]
-
-                def one(vals: list[str]) -> Sequence[str]:
-                    return (vals[k],)
-
-                return one
-            return lambda vals: ()
-
-        self.plan = [(getter(ins), getter(outs), op, domain, attrs)
-                     for ins, outs, op, domain, attrs in self.specs]
-
-
-def _quick_copy(tpl: _Template, site: Match, p: Pattern, names: NameAllocator,
-                prefix: str) -> list[onnx.NodeProto]:
-    """:func:`_copy_for` by :attr:`_Template.plan` (C-level slot lookups). O(|R|)."""
-    assert tpl.plan is not None
-    inner = tpl.inner
-    wanted = [prefix + n for n in inner] + [prefix + n for n in tpl.labels]
-    if names.claim(wanted):  # no name taken: every base is its own answer
-        fresh, labels = wanted[:len(inner)], wanted[len(inner):]
-    else:
-        fresh = names.fresh_many([prefix + n for n in inner])
-        labels = names.fresh_many([prefix + n for n in tpl.label_bases])
-    vals = [*map(site.inputs.__getitem__, p.inputs), *map(site.outputs.__getitem__, p.outputs),
-            *fresh, *tpl.literals]
-    nodes = []
-    for (ins, outs, op, domain, attrs), label in zip(tpl.plan, labels, strict=True):
-        node = onnx.NodeProto(input=ins(vals), output=outs(vals), name=label, op_type=op)
-        if domain:
-            node.domain = domain
-        if attrs:
-            node.attribute.extend(attrs)
-        nodes.append(node)
-    return nodes
-
-
-def _copy_for(tpl: _Template, site: Match, p: Pattern, weights: dict[str, str],
-              names: NameAllocator, prefix: str) -> list[onnx.NodeProto]:
-    """R's nodes renamed into the site: inputs -> the site's inputs, outputs -> the site's
-    outputs, weights -> the shared names, the rest fresh under ``prefix``. O(|R|)."""
-    fixed = dict(zip(tpl.inputs, (site.inputs[n] for n in p.inputs), strict=True))
-    targets = [site.outputs[n] for n in p.outputs]
-    made = tpl.made_set
-    passthrough: list[tuple[str, str]] = []
-    for name, target in zip(tpl.outputs, targets, strict=True):
-        if name in made and name not in fixed:
-            fixed[name] = target
-        else:  # R hands an input or a weight straight on: an Identity owns the output
-            passthrough.append((name, target))
-    fixed.update(weights)
-    if tpl.nested:
-        block = onnx.ModelProto()
-        block.CopyFrom(tpl.r)
-        g = block.graph
-        e = Edit.of(block)
-        e.rename_scoped([g], {}, depth=0, define=lambda name: fixed[name] if name in fixed
-                        else names.fresh(prefix + name))
-        e.name_every_node([g], lambda node: names.fresh(prefix + (node.name or node.op_type)))
-        nodes = list(g.node)
-    else:
-        inner = [n for n in tpl.made if n not in fixed]
-        wanted = [prefix + n for n in inner] + [prefix + n for n in tpl.labels]
-        if names.claim(wanted):  # no name taken: every base is its own answer
-            fresh, labels = wanted[:len(inner)], wanted[len(inner):]
-        else:
-            fresh = names.fresh_many([prefix + n for n in inner])
-            labels = names.fresh_many([prefix + n for n in tpl.label_bases])
-        fixed.update(zip(inner, fresh, strict=True))
-        get = fixed.get
-        nodes = []
-        for (ins, outs, op, domain, attrs), label in zip(tpl.specs, labels, strict=True):
-            node = onnx.NodeProto(input=[get(x, x) for x in ins],
-                                  output=[get(x, x) for x in outs], name=label, op_type=op)
-            if domain:
-                node.domain = domain
-            if attrs:
-                node.attribute.extend(attrs)
-            nodes.append(node)
-    for name, target in passthrough:
-        src = fixed.get(name, name)
-        nodes.append(onnx.helper.make_node("Identity", [src], [target],
-                                           name=names.fresh(prefix + "Identity")))
-    return nodes
-
-
-
 
 
 def _tolerance(value: tuple[float, float] | str | None) -> tuple[float, float] | None:
@@ -412,11 +310,15 @@ def replace(
     block, new_opset = reconcile(r_model, host, r.label)
     opsets = merge_opsets(block, host, r.label)
     functions = merge_functions(block, host)
-    types = _SiteTypes(index)
-    cache: dict[tuple[bytes, ...], list[onnx.TypeProto | None]] = {}
-    for site in found.matches:
-        _check_site(site, block, p, types if not site.graph else None, cache, r.label)
-    plans: dict[str, tuple[set[int], dict[int, list[onnx.NodeProto]]]] = {}
+    main_sites = [site for site in found.matches if not site.graph]
+    types = _SiteTypes(index, max(site.nodes[-1] for site in main_sites) + 1 if main_sites else 0)
+    cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
+    key_of = types.key
+    for site in main_sites:  # the common case inline: a signature seen before
+        if tuple(map(key_of, [*map(site.inputs.__getitem__, p.inputs),
+                              *map(site.outputs.__getitem__, p.outputs)])) in cache:
+            continue
+        _check_site(site, block, p, types, cache, r.label)
     for site in found.matches:
         g = found.graphs[site.graph]
         at = max(site.nodes)
@@ -429,41 +331,47 @@ def replace(
                     "reads one of its outputs before its last node; sort the graph or split "
                     "the pattern")
     names = NameAllocator.for_index(index)
-    template = _Template(block)
+    template = Template(block)
     inits = list(block.graph.initializer)
     stem = Path(r.label).stem or "replacement"
     weights = {t.name: names.fresh(f"{stem}/{t.name}") for t in inits}
     template.prepare(weights)
-    replaced: list[list[str]] = []
+    copies = build_copies(template, found.matches, p, weights, names, stem)
     removed_constants: list[str] = []
     dead_names: set[str] = set()
     # the names the sites' removed tensors leave behind matter only to value_info entries and
     # the name map: read the removed nodes' outputs only when there are some
     named = bool(host.graph.value_info) or bool(name_map(host))
+    edges = index.known_int_graph()
+    by_ids = named and edges is not None  # the main graph's removed outputs from the ints
     for site in found.matches:
+        if not site.dead_constants and not named:
+            continue
         g = found.graphs[site.graph]
-        removed, inserted = plans.setdefault(site.graph, (set(), {}))
-        anchor = site.labels[site.nodes.index(max(site.nodes))]
-        nodes = (_quick_copy(template, site, p, names, f"{anchor}/{stem}/")
-                 if template.plan is not None
-                 else _copy_for(template, site, p, weights, names, f"{anchor}/{stem}/"))
-        removed.update(site.nodes)
-        removed.update(site.dead_constants)
-        inserted[max(site.nodes)] = nodes
-        replaced.append([n.name for n in nodes])
         removed_constants.extend(g.node[j].name or f"Constant#{j}" for j in site.dead_constants)
-        if named:
+        if named and not (by_ids and not site.graph):
             dead_names.update(chain.from_iterable(map(_OUTPUT, map(
                 g.node.__getitem__, (*site.nodes, *site.dead_constants)))))
             dead_names.difference_update(site.outputs.values())
+    if by_ids and "" in copies.plans:
+        gone = [0] * len(host.graph.node)  # node id -> removed, then its outputs by name
+        deque(map(gone.__setitem__, copies.plans[""][0], repeat(1)), 0)
+        dead_names.update(compress(index.producer, map(gone.__getitem__,
+                                                        index.producer.values())))
+        dead_names.difference_update(chain.from_iterable(
+            site.outputs.values() for site in main_sites))
     dead_names.discard("")
 
     # ------------------------------------------------------------------ mutate (all checked)
-    e = Edit(index, follow=False)  # ids move in every touched graph: the next verb indexes
+    e = Edit(index)
     if inits:
         e.add_initializers(inits, made=True, names=[weights[t.name] for t in inits])
-    for path, (removed, inserted) in plans.items():
-        e.replace_nodes(removed, inserted, graph=None if not path else found.graphs[path])
+    for path, (removed, inserted) in copies.plans.items():
+        if path:
+            e.splice_nodes(removed, inserted, graph=found.graphs[path])
+        else:
+            e.splice_nodes(removed, inserted, written=copies.written,
+                           stand_ins=copies.stand_ins)
     if dead_names:
         e.drop_value_info(dead_names)
     if new_opset is not None:
@@ -474,7 +382,7 @@ def replace(
         e.add_functions(functions)
     drop_missing(host, lambda name: name not in dead_names)
     e.hand_on(m)
-    result = ReplaceResult(found.matches, replaced, pattern_bytes(p), stored, constants,
+    result = ReplaceResult(found.matches, copies.replaced, pattern_bytes(p), stored, constants,
                            tolerance, removed_constants)
     add_rewrite(host, result.record())
     return result
