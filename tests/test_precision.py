@@ -214,6 +214,7 @@ def test_verify_settles_a_saturated_output_by_its_converted_frontier(
         assert z["ok"] and z["informative"] and "'z'" in pair["evidence"]
     else:  # inf where float32 is finite: the failing tensor is named
         assert not z["ok"] and pair["evidence"].startswith("'z' on the way to it differs")
+        assert pair["evidence"].endswith("(NaN/Inf positions differ)")
         assert not out.exists()
 
 

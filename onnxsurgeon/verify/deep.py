@@ -263,7 +263,7 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                 tensor=s.ref, candidate=s.cand, node=s.node, op_type=s.op_type,
                 position=s.position, depth=s.depth, max_abs_diff=r.max_abs_diff,
                 max_rel_diff=r.max_rel_diff, ok=bool(r.agree), informative=r.informative,
-                why=r.why)
+                why=r.why if r.agree else r.reason)  # a failure's reason (NaN/Inf positions)
     ordered = sorted(results.values(), key=lambda t: (t.position, t.tensor))
     return DeepResult(tensors=tuple(ordered), forced=forced, skipped=skipped, batches=done)
 

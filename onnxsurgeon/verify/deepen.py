@@ -258,8 +258,9 @@ def _ancestors(ref: Staged, name: str) -> frozenset[str]:
 
 
 def _failed(p: PairReport, bad: TensorError) -> PairReport:
+    reason = f" ({bad.why})" if bad.why and bad.informative else ""  # an overflow's inf
     return replace(p, verdict=FAIL, ok=False, evidence=(
-        f"'{bad.tensor}' on the way to it differs by up to {fmt(bad.max_abs_diff)}"))
+        f"'{bad.tensor}' on the way to it differs by up to {fmt(bad.max_abs_diff)}{reason}"))
 
 
 def _passed(p: PairReport, cuts: Sequence[str]) -> PairReport:
