@@ -37,6 +37,7 @@ from .compare import make_samples
 from .deep import DEEP_BUDGET_BYTES, Converted, tensor_batches
 from .inputs import InputsLike, Range, Sample
 from .invariant import Check, Context, dtype_of, rewrite_check, run_all
+from .isolate import Limits
 from .locate import Side, same_initializer
 from .run import Staged, Workspace
 
@@ -50,7 +51,8 @@ class LowFloat(Converted):
     tensor of the same name, compared upcast to float32 (see the module docstring)."""
 
     def __init__(self, model: Model, workspace: Workspace, label: str, *, low: int,
-                 threads: int = 0, limits: Any = None, index: GraphIndex | None = None) -> None:
+                 threads: int = 0, limits: Limits | None = None,
+                 index: GraphIndex | None = None) -> None:
         """``low``: the element type the conversion made (the others as :class:`Staged`)."""
         super().__init__(model, workspace, label, threads=threads, limits=limits, index=index)
         self.low = low
