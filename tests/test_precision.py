@@ -169,6 +169,70 @@ def _overflow_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _saturating_model(head: str, scale: float) -> onnx.ModelProto:
+    """x @ w + b -> logits (b: 10, 20, ..., 80) -> * scale -> z -> head (Softmax or Tanh) -> y:
+    y saturates (one-hot, or 1), so it cannot show a difference; scale 1e3 takes z beyond
+    float16's 65504 (inf there, while Tanh(inf) = 1 still agrees)."""
+    w = 0.25 * np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Add", ["h", "b"], ["logits"], name="bias"),
+             helper.make_node("Mul", ["logits", "scale"], ["z"], name="scale_up"),
+             helper.make_node(head, ["z"], ["y"], name="head")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4, 8])],
+                          [onnx.numpy_helper.from_array(w, "w"),
+                           helper.make_tensor("b", T.FLOAT, [8], np.arange(10, 90, 10)),
+                           helper.make_tensor("scale", T.FLOAT, [], [scale])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("head, scale, flags, verdict, compared", [
+    ("Softmax", 100, [], "pass", ["z", "y"]),
+    ("Softmax", 100, ["--verify-deep"], "pass", ["h", "logits", "z", "y"]),
+    ("Tanh", 100, ["--no-keep-io"], "pass", ["z", "y"]),
+    ("Tanh", 1e3, [], "fail", ["h", "logits", "z", "y"]),  # a failing frontier: all compared
+    ("Tanh", 1e3, ["--block", "scale_up", "--block", "head"], "pass", ["z", "y"]),
+], ids=["softmax-frontier", "softmax-deep", "tanh-fp16-io", "overflow-fails", "overflow-blocked"])
+def test_verify_settles_a_saturated_output_by_its_converted_frontier(
+        tmp_path, capsys, head, scale, flags, verdict, compared):
+    """A saturated output agrees but shows nothing: --verify compares the fp16 tensors before it
+    upcast to float32 (the nearest informative one, z) under the budget and passes through them;
+    --verify-deep compares every converted tensor; an overflow on the way (z inf in fp16, Tanh
+    still 1) fails, naming z; blocking its nodes passes again (issue 31)."""
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_saturating_model(head, scale), src)
+    io = [] if "--no-keep-io" in flags else ["--keep-io-types"]
+    code, stdout, err = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16", *io,
+                                 *[f for f in flags if f != "--no-keep-io"], "--verify", "--json")
+    report = json.loads(stdout)["verify"]
+    (pair,) = report["pairs"]
+    assert pair["agree"] and not pair["informative"] and pair["why"].startswith("saturated")
+    assert report["verdict"] == verdict and code == (0 if verdict == "pass" else 1), err
+    assert [t["tensor"] for t in report["deep"]["tensors"]] == compared
+    z = next(t for t in report["deep"]["tensors"] if t["tensor"] == "z")
+    if verdict == "pass":
+        assert z["ok"] and z["informative"] and "'z'" in pair["evidence"]
+    else:  # inf where float32 is finite: the failing tensor is named
+        assert not z["ok"] and pair["evidence"].startswith("'z' on the way to it differs")
+        assert pair["evidence"].endswith("(NaN/Inf positions differ)")
+        assert not out.exists()
+
+
+def test_verify_locates_the_first_converted_tensor_beyond_the_budget(tmp_path, capsys):
+    """The committed TF CNN in plain fp16 on [-10, 10) misses the budget at logits: the first
+    difference is located among the fp16 tensors compared upcast under the budget, where
+    auto-block finds the local error (conv5), not at the first tensor of another dtype."""
+    from pathlib import Path
+
+    seed = Path(__file__).resolve().parent.parent / "models" / "seed_cnn.onnx"
+    code, stdout, _ = cli_main(capsys, "precision", seed, "-o", tmp_path / "o.onnx", "--to",
+                               "fp16", "--keep-io-types", "--verify", "--verify-range=-10,10",
+                               "--json")
+    report = json.loads(stdout)["verify"]
+    assert code == 1 and report["verdict"] == "fail"
+    assert report["divergence"]["tensor"] == "network/layer_conv5/Conv2D:0"
+
+
 def test_auto_block_finds_the_planted_overflow_and_the_outputs_meet_the_budget():
     from onnxsurgeon.io import Model
     from onnxsurgeon.verify.precision import auto_block
@@ -295,7 +359,8 @@ def test_keras_resnet50_in_fp16_with_kept_io_types_runs_and_verifies_within_budg
         keras_app, tmp_path, capsys):
     """Issue 31's done-when: a converted Keras ResNet50 (random weights, 32x32) in fp16 with
     --keep-io-types: every float weight fp16, Casts only at the float32 graph input and output,
-    onnxruntime runs it and its logits and probabilities meet the fp16 budget."""
+    onnxruntime runs it and its logits and probabilities meet the fp16 budget; --verify settles
+    the near-uniform softmax through the fp16 logits (no --verify-range needed)."""
     from onnxsurgeon.verify.accumulate import precision_budget
 
     from .conftest import run
@@ -304,11 +369,12 @@ def test_keras_resnet50_in_fp16_with_kept_io_types_runs_and_verifies_within_budg
     original = keras_app("ResNet50")
     onnx.save(original, src)
     code, stdout, err = cli_main(capsys, "precision", src, "-o", out, "--to", "fp16",
-                                 "--keep-io-types", "--verify", "--verify-range=-100,100",
-                                 "--json")  # random weights: a near-uniform softmax at N(0,1)
+                                 "--keep-io-types", "--verify", "--json")
     assert code == 0, err
     payload = json.loads(stdout)
     assert payload["verify"]["verdict"] == "pass" and payload["kept"] == []
+    (pair,) = payload["verify"]["pairs"]  # random weights: a near-uniform softmax, settled
+    assert not pair["informative"] and "agree informatively" in pair["evidence"]  # by logits
     model = onnx.load(out)
     inits = {t.data_type for t in model.graph.initializer}
     assert T.FLOAT16 in inits and T.FLOAT not in inits
@@ -318,6 +384,7 @@ def test_keras_resnet50_in_fp16_with_kept_io_types_runs_and_verifies_within_budg
     assert sorted((list(c.input), list(c.output)) for c in casts) == sorted(
         [([inp.name], [f"{inp.name}/fp16"]), ([f"{outp.name}/fp16"], [outp.name])])
     logits = next(n.input[0] for n in original.graph.node if n.op_type == "Softmax")
+    assert f"'{logits}'" in pair["evidence"]
     x = np.random.default_rng(5).standard_normal((2, 32, 32, 3)).astype(np.float32)
     ref, new = run(original, {inp.name: x}, [logits]), run(model, {inp.name: x}, [logits])
     assert new[outp.name].dtype == np.float32 and new[logits].dtype == np.float16

@@ -1,7 +1,8 @@
 """Layer-wise comparison: every tensor two models share, in bounded batches.
 
 Shared tensors are the reference's main-graph node outputs whose counterpart (same name, or the
-name a mapping gives) the candidate computes with the same element type and static shape. They
+name a mapping gives) the candidate computes with the same element type (or, from a
+:class:`Converted` candidate, the type it converted to) and static shape. They
 are compared in the reference's topological order, exposed in batches whose estimated size stays
 under a byte budget (never every tensor in memory at once): per batch one session per model, every
 sample run through both, statistics folded in (:class:`~.accumulate.PairAccumulator`), arrays
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -42,6 +44,29 @@ _UNKNOWN_BYTES = 4 * 2**20
 
 _BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": (-1.0, 1.0),
            "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
+
+
+class Converted(Staged):
+    """A candidate made from the reference by a float type conversion (``precision``: the
+    one kind, :class:`~.precision.LowFloat`): a tensor it converted pairs with the reference's
+    float32 one of the same name, compared upcast (never exactly), and its nodes step with the
+    reference's as the conversion maps them (:meth:`step`, used by :func:`same_step`). The
+    same graph from the same inputs is then no proof of equal values: only a frontier that was
+    compared is (:func:`~.deepen.settle`)."""
+
+    def pairs(self, ref_elem: int, cand_elem: int) -> bool:
+        """Whether a reference tensor of ``ref_elem`` pairs with one of ours of ``cand_elem``."""
+        raise NotImplementedError
+
+    def upcast(self, ref_value: Any, value: Any) -> Any:
+        """Our ``value`` of a converted tensor in the type of the reference's ``ref_value``
+        (others unchanged)."""
+        raise NotImplementedError
+
+    def step(self, ref: Staged, a: str, b: str,
+             mapping: Mapping[str, str]) -> list[tuple[str, str]] | None:
+        """:func:`same_step` for this conversion."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -133,7 +158,8 @@ def shared_tensors(ref: Staged, cand: Staged, *, mapping: Mapping[str, str] | No
             if other not in cindex.producer:
                 continue
             elem = ref.elem_type(name)
-            if elem != cand.elem_type(other):
+            if elem != cand.elem_type(other) and not (
+                    isinstance(cand, Converted) and cand.pairs(elem, cand.elem_type(other))):
                 continue
             if not _compatible(ref.oracle.shape(name), cand.oracle.shape(other)):
                 continue
@@ -215,6 +241,8 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                     cvals = crun.run(cand_feeds[k])
                     for j, s in enumerate(group):
                         a, b = rvals.get(s.ref), cvals.get(s.cand)
+                        if isinstance(cand, Converted):
+                            b = cand.upcast(a, b)
                         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
                                 and a.shape == b.shape and a.dtype == b.dtype):
                             usable[j] = False
@@ -235,7 +263,7 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                 tensor=s.ref, candidate=s.cand, node=s.node, op_type=s.op_type,
                 position=s.position, depth=s.depth, max_abs_diff=r.max_abs_diff,
                 max_rel_diff=r.max_rel_diff, ok=bool(r.agree), informative=r.informative,
-                why=r.why)
+                why=r.why if r.agree else r.reason)  # a failure's reason (NaN/Inf positions)
     ordered = sorted(results.values(), key=lambda t: (t.position, t.tensor))
     return DeepResult(tensors=tuple(ordered), forced=forced, skipped=skipped, batches=done)
 
@@ -261,7 +289,10 @@ def same_step(ref: Staged, cand: Staged, a: str, b: str,
               mapping: Mapping[str, str]) -> list[tuple[str, str]] | None:
     """One step of a walk over the same graph in both models: the (reference, candidate) tensor
     pairs to walk next when ``a`` and ``b`` are computed alike (same op, attributes and wiring;
-    ``[]`` for equal initializers or a graph input fed alike), None when they differ."""
+    ``[]`` for equal initializers or a graph input fed alike), None when they differ. A
+    :class:`Converted` candidate steps by its conversion (:meth:`Converted.step`)."""
+    if isinstance(cand, Converted):
+        return cand.step(ref, a, b, mapping)
     rindex, cindex = ref.index, cand.index
     r_init = rindex.initializers.get(a, -1) >= 0
     c_init = cindex.initializers.get(b, -1) >= 0

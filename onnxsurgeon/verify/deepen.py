@@ -23,6 +23,10 @@ counts as compared: a report whose pairs are every tensor (a whole-model rename)
 session at all. After :data:`MAX_WAVES` waves the pairs still open compare all they depend on at
 once, so settling costs at most ``MAX_WAVES + 1`` batches of sessions per pass: it grows with
 the model, never with its square. ``forced`` (``--deep``) compares every shared tensor.
+
+A candidate a type conversion made (:class:`~.deep.Converted`: ``precision``'s float16 model)
+computes with the same graph only modulo rounding, so there a pair passes only through a
+frontier that was compared (never by the same graph from the same inputs and weights alone).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..closure import closure
-from .deep import Shared, deep_compare, same_step, shared_tensors, structurally_covered
+from .deep import Converted, Shared, deep_compare, same_step, shared_tensors, structurally_covered
 from .inputs import Sample
 from .render import fmt
 from .report import FAIL, INCONCLUSIVE, PASS, DeepResult, PairReport, TensorError
@@ -182,6 +186,7 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
     verdicts: dict[int, PairReport] = {}
     deeper: set[int] = set()  # pairs judged by every shared tensor they depend on
     memo: dict[tuple[str, str], bool] = {}
+    converted = isinstance(cand, Converted)  # the same graph alone proves nothing: a frontier does
     todo = list(range(len(open_pairs)))
     wave = 0
     while todo:
@@ -196,12 +201,13 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
                     wanted.update(dict.fromkeys(walk.pending))
                     waiting.append(k)
                     continue
-                if not (walk.pending or walk.mismatch or walk.failed) and _identical_below(
+                if not (walk.pending or walk.mismatch or walk.failed) and (
+                        walk.cuts or not converted) and _identical_below(
                         ref, cand, [(c, full.get(c, c)) for c in walk.cuts], mapping=full,
                         fed=fed, memo=memo):
                     verdicts[k] = _passed(p, walk.cuts)
                     continue
-                if not (walk.mismatch or walk.failed) and _identical_below(
+                if not (walk.mismatch or walk.failed or converted) and _identical_below(
                         ref, cand, [(p.reference, p.candidate)], mapping=full, fed=fed,
                         memo=memo):
                     # no informative frontier near it, but the same graph all the way: equal
@@ -252,8 +258,9 @@ def _ancestors(ref: Staged, name: str) -> frozenset[str]:
 
 
 def _failed(p: PairReport, bad: TensorError) -> PairReport:
+    reason = f" ({bad.why})" if bad.why and bad.informative else ""  # an overflow's inf
     return replace(p, verdict=FAIL, ok=False, evidence=(
-        f"'{bad.tensor}' on the way to it differs by up to {fmt(bad.max_abs_diff)}"))
+        f"'{bad.tensor}' on the way to it differs by up to {fmt(bad.max_abs_diff)}{reason}"))
 
 
 def _passed(p: PairReport, cuts: Sequence[str]) -> PairReport:
@@ -277,7 +284,9 @@ def _judged(ref: Staged, cand: Staged, p: PairReport, known: Mapping[str, Tensor
     good = agreed | {t.tensor for t in known.values() if t.ok and t.informative}
     cuts = structurally_covered(ref, cand, p.reference, p.candidate,
                                 agreed=good - {p.reference}, mapping=full, fed=fed)
-    return p if cuts is None else _passed(p, cuts)
+    if cuts is None or (not cuts and isinstance(cand, Converted)):
+        return p
+    return _passed(p, cuts)
 
 
 def _settle_forced(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],

@@ -217,7 +217,8 @@ class Check:
                 try:
                     divergence = locate(ref, cand, entry.ref_name, mapping=full,
                                         exact=entry.acc.exact, batch=self.batch,
-                                        strict_mapping=entry.strict)
+                                        strict_mapping=entry.strict, rtol=self.rtol,
+                                        atol=self.atol)
                 except ResourceLimitError:
                     raise
                 except SurgeryError as exc:

@@ -63,6 +63,9 @@ class _Prober:
         return self.mapping.get(name, name)
 
     def differs(self, names: list[str]) -> dict[str, bool]:
+        from .deep import Converted  # (deep imports this module)
+
+        converted = self.cand.staged if isinstance(self.cand.staged, Converted) else None
         todo = [n for n in dict.fromkeys(names) if n not in self.known]
         for start in range(0, len(todo), self.batch):
             chunk = todo[start:start + self.batch]
@@ -72,6 +75,8 @@ class _Prober:
             self.sessions += 2
             for n in chunk:
                 a, b = ref_vals[n], cand_vals[self.m(n)]
+                if converted is not None:  # a converted tensor, compared upcast
+                    b = converted.upcast(a, b)
                 if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
                     self.known[n] = (False, None)
                     continue

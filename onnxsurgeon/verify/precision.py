@@ -3,6 +3,15 @@ original's within the precision budget (:func:`~.accumulate.precision_budget`; `
 / ``--verify-atol`` replace it), never exactly. Inputs the conversion turned to float16 are fed
 the same samples rounded to float16.
 
+A graph output that cannot show a difference (a saturated or near-uniform softmax) is settled
+like any other rewrite's, by its nearest informative frontier (:func:`~.deepen.settle`): the
+converted model is staged as a :class:`LowFloat` candidate, so each tensor it converted pairs
+with its float32 original (same name), compared upcast under the budget, and its nodes step
+with the original's as the conversion maps them (the Casts it added looked through, dtype
+attributes and constants and weights equal after rounding to the low type). The logits before
+the softmax are compared and settle it; a converted tensor that overflowed (inf where float32
+is finite) on the way fails it, named. ``--verify-deep`` compares every converted tensor.
+
 :func:`auto_block` finds the nodes to keep in float32: where, layer by layer, the error of the
 converted model is born (local) rather than inherited, or a value overflows.
 """
@@ -11,22 +20,153 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import UsageError
+from ..external import read_tensor
 from ..index import GraphIndex
 from ..io import Model, snapshot
 from ..record import PrecisionRecord
-from ..surgery.precision import FP16_MAX, PrecisionResult
+from ..surgery.precision import _DEFAULT_FLOAT_DTYPE, _DTYPE_ATTRS, FP16_MAX, PrecisionResult
 from .accumulate import precision_budget
 from .compare import make_samples
-from .deep import DEEP_BUDGET_BYTES, tensor_batches
+from .deep import DEEP_BUDGET_BYTES, Converted, tensor_batches
 from .inputs import InputsLike, Range, Sample
 from .invariant import Check, Context, dtype_of, rewrite_check, run_all
-from .locate import Side
+from .isolate import Limits
+from .locate import Side, same_initializer
 from .run import Staged, Workspace
+
+FLOAT = TensorProto.FLOAT
+_BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+class LowFloat(Converted):
+    """The model ``precision`` converted, staged as a candidate of its float32 original: a
+    tensor of the low type (``low``: FLOAT16 or BFLOAT16) pairs with the original's float32
+    tensor of the same name, compared upcast to float32 (see the module docstring)."""
+
+    def __init__(self, model: Model, workspace: Workspace, label: str, *, low: int,
+                 threads: int = 0, limits: Limits | None = None,
+                 index: GraphIndex | None = None) -> None:
+        """``low``: the element type the conversion made (the others as :class:`Staged`)."""
+        super().__init__(model, workspace, label, threads=threads, limits=limits, index=index)
+        self.low = low
+        self._floats = (FLOAT, low)
+
+    def pairs(self, ref_elem: int, cand_elem: int) -> bool:
+        """A float32 reference tensor pairs with our low-type one."""
+        return ref_elem == FLOAT and cand_elem == self.low
+
+    def upcast(self, ref_value: Any, value: Any) -> Any:
+        """``value`` in float32 when it is the low type and ``ref_value`` float32."""
+        if (isinstance(value, np.ndarray) and isinstance(ref_value, np.ndarray)
+                and ref_value.dtype == np.float32 and value.dtype.name in ("float16", "bfloat16")):
+            return value.astype(np.float32)
+        return value
+
+    def rounded(self, values: np.ndarray) -> np.ndarray:
+        """``values`` rounded to the low type, as float32 (idempotent: our own values pass
+        unchanged). Beyond float16's range is inf: a weight the conversion clipped differs."""
+        if self.low == TensorProto.FLOAT16:
+            with np.errstate(over="ignore"):
+                return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+        low = helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
+        return np.asarray(values, dtype=np.float32).astype(low).astype(np.float32)
+
+    def _float_cast(self, staged: Staged, node: onnx.NodeProto) -> bool:
+        """A Cast between float32 and the low type (either way)."""
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or not node.input:
+            return False
+        to = next((a.i for a in node.attribute if a.name == "to"), 0)
+        return to in self._floats and staged.elem_type(node.input[0]) in self._floats
+
+    def _through_casts(self, ref: Staged, a: str, b: str) -> str:
+        """``b`` with the Casts between float types that compute it looked through (those the
+        conversion added), unless the original computes ``a`` with such a Cast too."""
+        i = ref.index.producer.get(a)
+        if i is not None and self._float_cast(ref, ref.index.graph.node[i]):
+            return b
+        while (j := self.index.producer.get(b)) is not None and self._float_cast(
+                self, self.index.graph.node[j]):
+            b = self.index.graph.node[j].input[0]
+        return b
+
+    def _attrs(self, staged: Staged, node: onnx.NodeProto) -> list[bytes]:
+        """The node's attributes serialized as the conversion would have made them in float32:
+        dtype attributes naming either float type name float32, float constants rounded to the
+        low type (a Constant's ``value_float(s)`` as its ``value``), implied defaults spelled."""
+        out: list[onnx.AttributeProto] = []
+        for a in node.attribute:
+            b = onnx.AttributeProto()
+            b.CopyFrom(a)
+            is_const = node.op_type == "Constant"
+            if a.type == onnx.AttributeProto.INT and a.name in _DTYPE_ATTRS and a.i in self._floats:
+                b.i = FLOAT
+            elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type in self._floats:
+                values = read_tensor(a.t, staged.model.base_dir)
+                b = helper.make_attribute(a.name, numpy_helper.from_array(
+                    self.rounded(values), a.t.name))
+            elif is_const and a.type in (onnx.AttributeProto.FLOAT, onnx.AttributeProto.FLOATS):
+                values = np.array(a.f if a.type == onnx.AttributeProto.FLOAT else list(a.floats))
+                b = helper.make_attribute("value", numpy_helper.from_array(self.rounded(values), ""))
+            out.append(b)
+        names = {a.name for a in node.attribute}
+        if node.op_type in _DEFAULT_FLOAT_DTYPE and "dtype" not in names:
+            out.append(helper.make_attribute("dtype", FLOAT))
+        if node.op_type == "ConstantOfShape" and "value" not in names:
+            out.append(helper.make_attribute("value", numpy_helper.from_array(
+                np.zeros([1], np.float32), "")))
+        return sorted(x.SerializeToString(deterministic=True) for x in out)
+
+    def _same_weight(self, ref: Staged, a: str, b: str) -> bool:
+        """Initializer ``b`` holds ``a``'s values (rounded to the low type when converted)."""
+        rt = ref.model.proto.graph.initializer[ref.index.initializers[a]]
+        ct = self.model.proto.graph.initializer[self.index.initializers[b]]
+        if rt.data_type == ct.data_type:
+            return same_initializer(ref, self, a, b)
+        if rt.data_type != FLOAT or ct.data_type != self.low or list(rt.dims) != list(ct.dims):
+            return False
+        return bool(np.array_equal(self.rounded(read_tensor(rt, ref.model.base_dir)),
+                                   self.rounded(read_tensor(ct, self.model.base_dir)),
+                                   equal_nan=True))
+
+    def step(self, ref: Staged, a: str, b: str,
+             mapping: Mapping[str, str]) -> list[tuple[str, str]] | None:
+        """The (original, converted) tensor pairs to walk next when ``b`` is ``a`` as the
+        conversion computes it: the Casts it added looked through, then the same op, wiring and
+        attributes (modulo the float type), or equal weights (modulo rounding), or a graph input
+        fed alike (rounded when it was converted); None otherwise. A node with a body is never
+        the same (its converted body is not compared)."""
+        b = self._through_casts(ref, a, b)
+        rindex, cindex = ref.index, self.index
+        r_init = rindex.initializers.get(a, -1) >= 0
+        c_init = cindex.initializers.get(b, -1) >= 0
+        if r_init or c_init:
+            return [] if r_init and c_init and self._same_weight(ref, a, b) else None
+        if a in rindex.inputs and a not in rindex.producer:
+            return [] if mapping.get(a, a) == b else None
+        i, j = rindex.producer.get(a), cindex.producer.get(b)
+        if i is None or j is None:
+            return None
+        rn, cn = rindex.graph.node[i], cindex.graph.node[j]
+        if any(x.type in _BODIES for x in (*rn.attribute, *cn.attribute)):
+            return None
+        if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
+                or list(rn.output).index(a) != list(cn.output).index(b)
+                or self._attrs(ref, rn) != self._attrs(self, cn)):
+            return None
+        out: list[tuple[str, str]] = []
+        for x, y in zip(rn.input, cn.input, strict=True):
+            if bool(x) != bool(y):
+                return None
+            if x:
+                out.append((x, y))
+        return out
 
 
 @rewrite_check(PrecisionRecord)
@@ -40,11 +180,14 @@ def _check_precision(ctx: Context, record: PrecisionRecord, check: Check) -> Non
     else:
         new_feeds = [{k: v.astype(np.float16) if v.dtype == np.float32 else v
                       for k, v in f.items()} for f in feeds]
+    new = LowFloat(new.model, ctx.ws, new.label, threads=ctx.threads, limits=ctx.limits,
+                   low=TensorProto.FLOAT16 if record.to == "fp16" else TensorProto.BFLOAT16,
+                   index=new.index)  # its converted tensors pair with the originals
     names = list(orig.output_names)
     orig_vals = run_all(orig, feeds, names)
     raw = run_all(new, new_feeds, names)
-    new_vals = [{k: (v.astype(np.float32) if getattr(v, "dtype", None) == np.float16 else v)
-                 for k, v in r.items()} for r in raw]
+    new_vals = [{k: new.upcast(o.get(k), v) for k, v in r.items()}
+                for o, r in zip(orig_vals, raw, strict=True)]
     given = record.budget or {}  # the budget the conversion was made under; a given one wins
     check.rtol, check.atol = precision_budget(
         record.to, given.get("rtol") if check.rtol is None else check.rtol,
