@@ -48,7 +48,7 @@ def _order(label: str, nodes: Sequence[onnx.NodeProto],
            producer: dict[str, int] | None = None) -> list[int] | None:
     """The stable topological order of ``nodes`` (one scope: names defined by these nodes;
     reads of anything else come from outside), or None when they are in order already.
-    O(nodes + edges); O((nodes + edges) log nodes) when a sort is needed.
+    O(nodes + edges) (a sort: Kahn on ints, :func:`~onnxsurgeon.validate._stable_toposort`).
 
     Raises:
         InvalidModelError: a cycle (named).
@@ -84,8 +84,8 @@ def toposort(model: Model | onnx.ModelProto, /) -> ToposortResult:
     Before:  [B(y) -> z, A(x) -> y]   (B reads y before A makes it)
     After:   [A(x) -> y, B(y) -> z]
 
-    O(nodes + edges) to find a model in order; a graph out of order costs
-    O((nodes + edges) log nodes). Iterative.
+    O(nodes + edges) to find a model in order or to sort a graph (Kahn on ints, a heap of the
+    ready nodes; the messages are swapped in place, not copied). Iterative.
 
     Raises:
         InvalidModelError: a graph has a cycle (its nodes named).
