@@ -412,7 +412,7 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     from .verify.folding import ort_evaluator
 
     def apply(model: Any) -> Summary:
-        result = fold(model, max_bytes=args.max_bytes, evaluate=ort_evaluator)
+        result = fold(model, max_bytes=args.max_bytes, evaluate=ort_evaluator, fuse=args.fuse)
         kept = f"; {len(result.kept)} over --max-bytes kept computed" if result.kept else ""
         inner = f" (+{len(result.body_folded)} in bodies)" if result.body_folded else ""
         return (fold_payload(result),

@@ -250,10 +250,10 @@ def _check_scope(
         scanned = node_pass(nodes, first)
     preds, counts, names, ops, domains, multi, holders, suspects = scanned
     if None in preds:  # some node reads a name not produced before it (or never): which ones
-        missing = np.equal(np.fromiter(preds, dtype=object, count=len(preds)), None)
+        missing = np.fromiter(map(is_, preds, repeat(None)), dtype=bool, count=len(preds))
         reader = np.repeat(np.arange(len(counts), dtype=np.int64),
                            np.fromiter(counts, dtype=np.int64, count=len(counts)))
-        late = np.flatnonzero(np.bincount(reader[missing.astype(bool)],
+        late = np.flatnonzero(np.bincount(reader[missing],
                                           minlength=len(counts))).tolist()
     nested: list[tuple[onnx.GraphProto, int]] = []
     captures: dict[int, list[str]] = {}
@@ -543,7 +543,7 @@ def reorder_nodes(nodes: Any, order: Sequence[int]) -> None:
 
 def _find_cycle(
     nodes: Sequence[onnx.NodeProto],
-    producer: dict[str, int],
+    producer: Mapping[str, int],
     captures: dict[int, list[str]],
     stuck: set[int],
 ) -> list[int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,6 +32,7 @@ from ..errors import UsageError
 from ..external import read_tensor
 from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
 from ..io import Model, as_model
+from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
 from ..session import indexed
 
@@ -77,6 +79,9 @@ class FoldResult:
         kept: foldable main-graph tensors left computed (value over ``max_bytes``).
         body_folded: tensors folded inside nested bodies.
         max_bytes: the limit used.
+        fused: with ``fuse``, each simplification made: ``{"rule", "nodes", "into"}`` (see
+            :mod:`onnxsurgeon.surgery.fuse`; no-ops removed are in ``removed`` too).
+        fuse: whether the simplifications were asked for.
     """
 
     folded: tuple[str, ...]
@@ -84,11 +89,14 @@ class FoldResult:
     kept: tuple[str, ...]
     body_folded: tuple[str, ...]
     max_bytes: int
+    fused: tuple[dict[str, Any], ...] = ()
+    fuse: bool = True
 
     def record(self) -> FoldRecord:
         """The rewrite record of this fold."""
         return FoldRecord(folded=self.folded, removed=self.removed, kept=self.kept,
-                          body_folded=self.body_folded, max_bytes=self.max_bytes)
+                          body_folded=self.body_folded, max_bytes=self.max_bytes,
+                          fused=tuple(dict(f) for f in self.fused), fuse=self.fuse)
 
 
 @dataclass
@@ -339,12 +347,14 @@ def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
 
 
 def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTES,
-         evaluate: Evaluator | None = None) -> FoldResult:
+         evaluate: Evaluator | None = None, fuse: bool = True) -> FoldResult:
     """Replace every subgraph whose inputs are all constants by its value. Mutates model.
 
     See the module docstring for what folds. ``evaluate`` computes the folded values (default
     :func:`reference_evaluator`; the CLI passes onnxruntime's,
-    :func:`onnxsurgeon.verify.folding.ort_evaluator`).
+    :func:`onnxsurgeon.verify.folding.ort_evaluator`). ``fuse`` (default true, as simplifiers
+    do): then also the constant-weight simplifications of :mod:`onnxsurgeon.surgery.fuse`
+    (no-ops removed, MatMul + Add -> Gemm, Conv + BatchNormalization -> Conv).
 
     Before:  x -> Shape -> Gather(0) -> Unsqueeze -> Concat([., -1]) -> Reshape(y, .) -> out
     After (x static 2x8):  Reshape(y, <initializer [2, -1]>) -> out
@@ -412,12 +422,54 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
             e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
         e.remove_nodes(set(nops))
         e.hand_on(m)
+    fused: list[dict[str, Any]] = []
+    if fuse:
+        index = indexed(m)
+        removed_labels += _fuse(m, index, inputs, fused)
+        if fused:
+            read = _still_read(proto.graph, set())
+            folded = [n for n in folded if n in read]
     result = FoldResult(
         folded=tuple(folded), removed=removed_labels,
         kept=tuple(main.kept) if main else (),
-        body_folded=tuple(n for p in bodies for n in p.folded), max_bytes=max_bytes)
+        body_folded=tuple(n for p in bodies for n in p.folded), max_bytes=max_bytes,
+        fused=tuple(fused), fuse=fuse)
     add_rewrite(proto, result.record())
     return result
+
+
+def _drop_dead_initializers(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -> None:
+    read = _still_read(graph, set())
+    keep = [k for k, t in enumerate(graph.initializer) if t.name in read or t.name in inputs]
+    if len(keep) < len(graph.initializer):
+        e.keep_initializers(keep)
+
+
+def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]]
+          ) -> tuple[str, ...]:
+    """The simplifications of :mod:`~onnxsurgeon.surgery.fuse` on the folded main graph (each
+    appended to ``fused``); the labels of the no-ops removed. Two edits at most."""
+    from .fuse import apply_fusions, apply_noops, plan_fusions, plan_noops
+
+    proto = m.proto
+    opset = default_opset(proto) or 1
+    noops, entries = plan_noops(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    labels = tuple(index.node_label(i) for i in sorted(noops))
+    if noops:
+        e = Edit(index)
+        apply_noops(e, index, noops)
+        _drop_dead_initializers(e, proto.graph, inputs)
+        e.hand_on(m)
+        fused.extend(entries)
+        index = indexed(m)
+    plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    if plan.fused:
+        e = Edit(index)
+        apply_fusions(e, plan)
+        _drop_dead_initializers(e, proto.graph, inputs)
+        e.hand_on(m)
+        fused.extend(plan.fused)
+    return labels
 
 
 def fold_names(result: FoldResult) -> Iterable[str]:
