@@ -9,8 +9,10 @@ Models (built here, random weights, nothing downloaded):
   torch's TorchScript exporter with its constant folding off at static shapes (1x16): full of
   Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains;
 * ``keras_cnn``: the bundled Keras CNN converted by tf2onnx (``models/keras_cnn.onnx``);
-* ``chain``: benchmarks/run.py's MatMul/Add/Relu chain (90k nodes by default): nothing folds,
-  what it costs to find that out.
+* ``torch_bn_cnn``: Conv/BatchNorm/ReLU x2, pooling, Dropout, Linear, exported by torch's
+  dynamo exporter without its optimizer (the BatchNormalization nodes stay in the file);
+* ``chain``: benchmarks/run.py's MatMul/Add/Relu chain (90k nodes by default): nothing folds;
+  every MatMul + Add(constant bias) fuses into a Gemm (as onnxsim does).
 
 Contenders, each a whole process under ``/usr/bin/time -v`` (wall time and peak RSS):
 
@@ -159,9 +161,28 @@ with warnings.catch_warnings():
                       dynamo=False, do_constant_folding=False, input_names=["ids"],
                       output_names=["hidden"], opset_version=17)
 """
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.f = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+            torch.nn.Dropout(0.1), torch.nn.Linear(16, 10))
+    def forward(self, x):
+        return self.f(x)
+cnn = Net().eval()
+for bn in (cnn.f[1], cnn.f[4]):
+    bn.running_mean.uniform_(-0.5, 0.5); bn.running_var.uniform_(0.5, 2.0)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(cnn, (torch.zeros(1, 3, 16, 16),), str(folder / "torch_bn_cnn.onnx"),
+                      dynamo=True, optimize=False, input_names=["x"], output_names=["y"],
+                      opset_version=18)
+"""
     subprocess.run([PY, "-c", code], check=True, cwd=ROOT, capture_output=True)
     return {"bert": folder / "bert.onnx", "keras_cnn": ROOT / "models" / "keras_cnn.onnx",
-            "chain": folder / "chain.onnx"}
+            "torch_bn_cnn": folder / "torch_bn_cnn.onnx", "chain": folder / "chain.onnx"}
 
 
 def main() -> None:

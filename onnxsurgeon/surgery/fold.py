@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,9 @@ from ..session import indexed
 
 DEFAULT_MAX_BYTES = 1 << 20
 """A folded value larger than this (1 MiB) stays computed."""
+
+_INPUTS = attrgetter("input")
+_ATTRIBUTES = attrgetter("attribute")
 
 RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                         "Multinomial", "Bernoulli"})
@@ -426,8 +431,8 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     if fuse:
         index = indexed(m)
         removed_labels += _fuse(m, index, inputs, fused)
-        if fused:
-            read = _still_read(proto.graph, set())
+        if fused and folded:
+            read = _read_now(proto.graph)
             folded = [n for n in folded if n in read]
     result = FoldResult(
         folded=tuple(folded), removed=removed_labels,
@@ -438,8 +443,23 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     return result
 
 
+def _read_now(graph: onnx.GraphProto) -> set[str]:
+    """Names read by the graph's nodes (C-level), the bodies they hold and the graph outputs."""
+    nodes = graph.node
+    read = set(chain.from_iterable(map(_INPUTS, nodes)))
+    read.update(o.name for o in graph.output)
+    for attrs, node in zip(map(_ATTRIBUTES, nodes), nodes, strict=True):
+        if attrs:
+            for body in subgraphs(node):
+                for g in iter_graphs(body):
+                    for n in g.node:
+                        read.update(n.input)
+    read.discard("")
+    return read
+
+
 def _drop_dead_initializers(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -> None:
-    read = _still_read(graph, set())
+    read = _read_now(graph)
     keep = [k for k, t in enumerate(graph.initializer) if t.name in read or t.name in inputs]
     if len(keep) < len(graph.initializer):
         e.keep_initializers(keep)

@@ -25,8 +25,11 @@ differently). Bodies and local functions are not fused.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -35,7 +38,7 @@ from onnx import numpy_helper
 
 from ..edit import Edit
 from ..external import read_tensor
-from ..index import GraphIndex
+from ..index import GraphIndex, iter_graphs, subgraphs
 from ..names import NameAllocator
 
 FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16})
@@ -44,6 +47,8 @@ FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.Tensor
 NOOP_RULES = {"Identity": "identity", "Dropout": "dropout", "Cast": "cast",
               "Reshape": "reshape", "Transpose": "transpose"}
 """Op -> rule name of the no-op elimination."""
+
+_INPUTS = attrgetter("input")
 
 RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
          "conv_batchnorm")
@@ -77,21 +82,43 @@ class _Facts:
         self.inits = {t.name: t for t in graph.initializer if t.name not in inputs}
         self.outputs = {o.name for o in graph.output}
         self._oracle: Any = None
+        self.quick: dict[str, onnx.ValueInfoProto] | None = None
+        self._reads: Counter[str] | None = None
+        self._captured: set[str] = set()
 
     def oracle(self) -> Any:
         if self._oracle is None:
             from ..types import TypeOracle
 
-            self._oracle = TypeOracle(self.index)
+            quick = self.quick
+            self._oracle = TypeOracle(self.index, quick=quick.get if quick else None)
         return self._oracle
 
+    def prime(self, names: Sequence[str]) -> None:
+        """Type ``names`` by one forward pass over the whole graph (when every node is of the
+        simple ops it knows: a chain of MatMul/Add/Relu), so that the oracle need not run
+        shape inference. O(nodes)."""
+        from ._proto import propagate_types
+
+        if names:
+            self.quick = propagate_types(self.index, range(len(self.index.graph.node)), {},
+                                         names)
+
     def only_reader(self, name: str, reader: int) -> bool:
-        """``name`` is read by node ``reader`` alone (once), inside no body, and is no graph
-        output."""
+        """``name``, read by node ``reader``, is read by it alone (once), inside no body, and
+        is no graph output. The reads are counted once per graph (C-level), O(reads)."""
         if name in self.outputs:
             return False
-        uses = self.index.uses_of(name)
-        return len(uses) == 1 and uses[0].inner is None and uses[0].node == reader
+        if self._reads is None:
+            graph = self.index.graph
+            self._reads = Counter(chain.from_iterable(map(_INPUTS, graph.node)))
+            for i in self.index.body_holders:
+                for body in subgraphs(graph.node[i]):
+                    for g in iter_graphs(body):
+                        for n in g.node:
+                            self._captured.update(x for x in n.input if x)
+        return (self._reads[name] == 1 and name not in self._captured
+                and name in self.index.graph.node[reader].input)
 
     def value(self, name: str) -> np.ndarray:
         t = self.inits[name]
@@ -259,6 +286,10 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
         return plan
     names: NameAllocator | None = None
     used: set[int] = set()
+    facts.prime(list(dict.fromkeys(
+        node.input[0] for node in nodes
+        if node.op_type == "MatMul" and len(node.input) == 2 and node.input[1] in facts.inits
+        and len(facts.inits[node.input[1]].dims) == 2)))
     for i, node in enumerate(nodes):
         if node.op_type == "Add":
             got = _gemm(facts, nodes, i)
