@@ -160,7 +160,6 @@ with warnings.catch_warnings():
     torch.onnx.export(Wrap(model), (torch.zeros(1, 16, dtype=torch.long),), str(folder / "bert.onnx"),
                       dynamo=False, do_constant_folding=False, input_names=["ids"],
                       output_names=["hidden"], opset_version=17)
-"""
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -82,27 +82,43 @@ class _Facts:
         self.inits = {t.name: t for t in graph.initializer if t.name not in inputs}
         self.outputs = {o.name for o in graph.output}
         self._oracle: Any = None
-        self.quick: dict[str, onnx.ValueInfoProto] | None = None
         self._reads: Counter[str] | None = None
         self._captured: set[str] = set()
+        self._edge_types: dict[int, Any] | None = None
 
     def oracle(self) -> Any:
+        """The type oracle, its cheap step the forward pass on the int dataflow graph
+        (memoized on the index: asking the Gemm candidates in graph order types each node
+        once, so a 90k-node chain needs no shape inference)."""
         if self._oracle is None:
             from ..types import TypeOracle
+            from ._proto import quick_value_info
 
-            quick = self.quick
-            self._oracle = TypeOracle(self.index, quick=quick.get if quick else None)
+            index = self.index
+            self._oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
         return self._oracle
 
-    def prime(self, names: Sequence[str]) -> None:
-        """Type ``names`` by one forward pass over the whole graph (when every node is of the
-        simple ops it knows: a chain of MatMul/Add/Relu), so that the oracle need not run
-        shape inference. O(nodes)."""
-        from ._proto import propagate_types
+    def type_all(self) -> None:
+        """Type every node by one forward pass on the int dataflow graph (the memo
+        :func:`~onnxsurgeon.surgery._edgewalk.type_by_edges` keeps on the index), as far as
+        the pass knows the ops. O(nodes), ~0.5 us per node."""
+        from ._edgewalk import propagate_edges
 
-        if names:
-            self.quick = propagate_types(self.index, range(len(self.index.graph.node)), {},
-                                         names)
+        if self.index.int_graph() is None:
+            return
+        self._edge_types = self.index.memo.setdefault("edge_types", {})
+        propagate_edges(self.index, range(len(self.index.graph.node)), {}, (),
+                        cache=self._edge_types)
+
+    def is_matrix(self, name: str, dtype: int) -> bool:
+        """``name`` is a 2-D tensor of element type ``dtype``."""
+        j = self.index.producer.get(name)
+        if j is not None and self._edge_types is not None:
+            t = self._edge_types.get(j)
+            if t is not None:
+                return bool(t[0] == dtype and len(t[1]) == 2)
+        shape = self.oracle().shape(name)
+        return shape is not None and len(shape) == 2 and self.oracle().elem_type(name) == dtype
 
     def only_reader(self, name: str, reader: int) -> bool:
         """``name``, read by node ``reader``, is read by it alone (once), inside no body, and
@@ -190,8 +206,7 @@ def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], add_at: int) -> tuple[
         n = wt.dims[1]
         if tuple(bt.dims) not in ((), (1,), (n,), (1, n), (1, 1)):
             continue
-        shape = facts.oracle().shape(x)
-        if shape is None or len(shape) != 2 or facts.oracle().elem_type(x) != wt.data_type:
+        if not facts.is_matrix(x, wt.data_type):
             continue
         gemm = onnx.helper.make_node("Gemm", [x, w, b], [add.output[0]], name=mm.name)
         return mm_at, gemm
@@ -286,10 +301,8 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
         return plan
     names: NameAllocator | None = None
     used: set[int] = set()
-    facts.prime(list(dict.fromkeys(
-        node.input[0] for node in nodes
-        if node.op_type == "MatMul" and len(node.input) == 2 and node.input[1] in facts.inits
-        and len(facts.inits[node.input[1]].dims) == 2)))
+    if any(node.op_type == "MatMul" for node in nodes):
+        facts.type_all()
     for i, node in enumerate(nodes):
         if node.op_type == "Add":
             got = _gemm(facts, nodes, i)
