@@ -160,3 +160,22 @@ def test_fold_cli_lists_the_fusions_proves_them_and_replays(tmp_path, capsys):
     old = {"op": "fold", "folded": [], "removed": [], "kept": [], "body_folded": [],
            "max_bytes": 1}  # a record written before fold fused replays without fusing
     assert RewriteRecord.from_json(old).replay_call().options == {"max_bytes": 1, "fuse": False}
+
+
+def test_a_castlike_to_a_typed_tensor_folds_and_its_conv_then_takes_the_batchnorm():
+    # torch's dynamo exporter writes a bias-less Conv's zero bias as CastLike(0, x) + Expand:
+    # folded as a Cast to x's type, the bias is a constant and Conv + BatchNormalization fuse
+    m = _conv_bn(with_bias=False)
+    g = m.graph
+    g.initializer.append(numpy_helper.from_array(np.array(0.0, np.float64), "zero"))
+    g.initializer.append(numpy_helper.from_array(np.array([4], np.int64), "four"))
+    g.node.insert(0, helper.make_node("CastLike", ["zero", "x"], ["z"], name="like"))
+    g.node.insert(1, helper.make_node("Expand", ["z", "four"], ["B0"], name="expand"))
+    g.node[2].input.append("B0")
+    feeds = {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    before = _run(m, feeds)["y"]
+    r = surgery.fold(m)
+    assert {"like", "expand"} <= set(r.removed)  # B0 folded, then read by nothing: not listed
+    assert [f["rule"] for f in r.fused] == ["conv_batchnorm"]
+    assert [n.op_type for n in m.graph.node] == ["Conv", "Relu"]
+    np.testing.assert_allclose(_run(m, feeds)["y"], before, rtol=1e-4, atol=1e-5)

@@ -1,7 +1,9 @@
 """``fold``: replace every subgraph whose inputs are all constants by its value.
 
 Constants are initializers (that are not graph inputs: an input with a default may be fed),
-``Constant`` nodes, and ``Shape``/``Size`` of a tensor whose shape is statically known. A node
+``Constant`` nodes, ``Shape``/``Size`` of a tensor whose shape is statically known, and a
+``CastLike`` of a constant to a computed tensor whose element type is known (it folds as the
+``Cast`` to that type: torch's exporter writes those for a zero bias). A node
 folds when every input it reads is a constant, its op is a deterministic standard-domain op
 (never ``RandomNormal*``, ``RandomUniform*``, ``Multinomial``, ``Bernoulli``, a ``Dropout`` that
 may train, sequence/optional ops or a node holding a body), and it is not the producer of a graph
@@ -160,13 +162,21 @@ def _outer_reads(graph: onnx.GraphProto) -> set[str]:
 def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
                 shapes: Mapping[str, list[int]] | None, max_bytes: int,
                 evaluate: Evaluator, opsets: Sequence[onnx.OperatorSetIdProto],
-                ir_version: int) -> _Plan | None:
-    """The fold of one graph (its own constants), or None when nothing folds. O(nodes)."""
+                ir_version: int, like: Mapping[str, int] | None = None) -> _Plan | None:
+    """The fold of one graph (its own constants), or None when nothing folds. O(nodes).
+    ``like``: element types of the computed tensors a ``CastLike`` reads as its target (a
+    CastLike of a constant to a tensor of known type folds as a Cast)."""
     inits = _tensors_of(graph)
     constant = {n for n in inits if n not in inputs}
     fold: list[int] = []
     known: dict[str, np.ndarray] = {}  # Shape/Size of static shapes
     for i, node in enumerate(graph.node):
+        if like and node.op_type == "CastLike" and len(node.input) == 2 \
+                and node.domain in ("", "ai.onnx") and node.input[0] in constant \
+                and node.input[1] in like and node.input[1] not in constant:
+            fold.append(i)
+            constant.update(o for o in node.output if o)
+            continue
         if node.op_type in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
                 and node.input and node.input[0] not in constant:
             dims = shapes.get(node.input[0])
@@ -205,7 +215,7 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
     def needed(name: str) -> bool:
         return any(j not in in_fold for j in reads.get(name, ())) or name in captured
 
-    model = _fold_model(graph, fold, inits, known, base_dir, opsets, ir_version)
+    model = _fold_model(graph, fold, inits, known, base_dir, opsets, ir_version, like or {})
     run = evaluate(model)
     values: dict[str, onnx.TensorProto] = {}
     kept: list[str] = []
@@ -241,9 +251,15 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
 
 def _fold_model(graph: onnx.GraphProto, fold: Sequence[int], inits: Mapping[str, onnx.TensorProto],
                 known: Mapping[str, np.ndarray], base_dir: object,
-                opsets: Sequence[onnx.OperatorSetIdProto], ir_version: int) -> onnx.ModelProto:
-    """A model without inputs computing every tensor of the folded nodes."""
+                opsets: Sequence[onnx.OperatorSetIdProto], ir_version: int,
+                like: Mapping[str, int]) -> onnx.ModelProto:
+    """A model without inputs computing every tensor of the folded nodes (a CastLike to a
+    computed tensor as the Cast to its type)."""
     nodes = [graph.node[i] for i in fold if graph.node[i].output[0] not in known]
+    nodes = [onnx.helper.make_node("Cast", [n.input[0]], list(n.output), name=n.name,
+                                   to=like[n.input[1]])
+             if n.op_type == "CastLike" and len(n.input) == 2 and n.input[1] in like else n
+             for n in nodes]
     read = {n for node in nodes for n in node.input if n}
     tensors = []
     for name in sorted(read & set(inits)):
@@ -333,6 +349,21 @@ def _still_read(graph: onnx.GraphProto, gone: set[int]) -> set[str]:
     return read
 
 
+def _like_types(index: GraphIndex) -> dict[str, int] | None:
+    """Element types of the computed tensors main-graph ``CastLike`` nodes read as their
+    target (None when there is no such node: no type is asked)."""
+    wanted = {node.input[1] for node in index.graph.node
+              if node.op_type == "CastLike" and len(node.input) == 2 and node.input[1]}
+    wanted -= set(index.initializers)
+    if not wanted:
+        return None
+    from ..types import TypeOracle
+
+    oracle = TypeOracle(index)
+    found = {name: oracle.elem_type(name) for name in sorted(wanted)}
+    return {name: t for name, t in found.items() if t}
+
+
 def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
     """Static shapes of the main graph's tensors read by a Shape/Size node, or None when no such
     node reads a computed tensor (shape inference runs only then)."""
@@ -380,7 +411,7 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     inputs = {i.name for i in proto.graph.input}
     main = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
                        shapes=_static_shapes(m, index), max_bytes=max_bytes, evaluate=run,
-                       opsets=opsets, ir_version=proto.ir_version)
+                       opsets=opsets, ir_version=proto.ir_version, like=_like_types(index))
     bodies: list[_Plan] = []
     for i in index.body_holders:
         for body in subgraphs(proto.graph.node[i]):
