@@ -1,6 +1,7 @@
 """Benchmark: constant folding (+ cleanup) against onnxsim, onnxslim and onnx-graphsurgeon.
 
-Usage: ``python benchmarks/bench_hygiene.py [--chain-blocks N] [--timeout S] [--skip-peers-on-chain]``
+Usage: ``python benchmarks/bench_hygiene.py [--chain-blocks N] [--timeout S] [--skip-peers-on-chain]
+[--models NAME ...]``
 
 Models (built here, random weights, nothing downloaded):
 
@@ -189,6 +190,8 @@ def main() -> None:
     parser.add_argument("--chain-blocks", type=int, default=30000, help="3 nodes per block")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-peers-on-chain", action="store_true")
+    parser.add_argument("--models", nargs="+", metavar="NAME",
+                        help="only these models (bert, keras_cnn, torch_bn_cnn, chain)")
     args = parser.parse_args()
     cleanup = _has_cleanup()
     rows: list[str] = []
@@ -196,6 +199,8 @@ def main() -> None:
         folder = Path(tmp)
         models = build_models(folder, args.chain_blocks)
         for label, src in models.items():
+            if args.models and label not in args.models:
+                continue
             before = _nodes(src)
             contenders = ["floor (onnx load+save)", "onnxsurgeon fold"
                           + (" + cleanup" if cleanup else ""), "onnxsim", "onnxslim",
