@@ -517,7 +517,8 @@ def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, A
     if plan.fused:
         e = Edit(index)
         apply_fusions(e, plan)
-        _drop_dead_initializers(e, proto.graph, inputs)
+        if plan.convs:  # a Gemm reads the weight and bias its MatMul and Add read
+            _drop_dead_initializers(e, proto.graph, inputs)
         e.hand_on(m)
         fused.extend(plan.fused)
     return labels

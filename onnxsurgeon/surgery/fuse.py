@@ -38,7 +38,7 @@ from onnx import numpy_helper
 
 from ..edit import Edit
 from ..external import read_tensor
-from ..index import GraphIndex, iter_graphs, subgraphs
+from ..index import GraphIndex, iter_graphs, positions, subgraphs
 from ..names import NameAllocator
 
 FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16})
@@ -49,6 +49,8 @@ NOOP_RULES = {"Identity": "identity", "Dropout": "dropout", "Cast": "cast",
 """Op -> rule name of the no-op elimination."""
 
 _INPUTS = attrgetter("input")
+_OP_TYPE = attrgetter("op_type")
+_DOMAIN_INPUTS = attrgetter("domain", "input")
 
 RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
          "conv_batchnorm")
@@ -85,6 +87,7 @@ class _Facts:
         self._reads: Counter[str] | None = None
         self._captured: set[str] = set()
         self._edge_types: dict[int, Any] | None = None
+        self._node_reads: list[int] | None = None
 
     def oracle(self) -> Any:
         """The type oracle, its cheap step the forward pass on the int dataflow graph
@@ -125,6 +128,14 @@ class _Facts:
         is no graph output. The reads are counted once per graph (C-level), O(reads)."""
         if name in self.outputs:
             return False
+        edges = self.index.known_int_graph()  # no body then: reads counted per producer
+        j = self.index.producer.get(name)
+        if edges is not None and j is not None and len(self.index.graph.node[j].output) == 1:
+            if self._node_reads is None:
+                preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
+                self._node_reads = np.bincount(preds[preds >= 0],
+                                               minlength=len(edges.starts) - 1).tolist()
+            return self._node_reads[j] == 1 and name in self.index.graph.node[reader].input
         if self._reads is None:
             graph = self.index.graph
             self._reads = Counter(chain.from_iterable(map(_INPUTS, graph.node)))
@@ -183,22 +194,24 @@ def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
     return None
 
 
-def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], add_at: int) -> tuple[int, onnx.NodeProto] | None:
-    """The Gemm replacing the MatMul read by Add ``add_at`` and that Add, or None."""
-    add = nodes[add_at]
-    if add.domain not in ("", "ai.onnx") or len(add.input) != 2:
+def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], add_at: int
+          ) -> tuple[int, onnx.NodeProto] | None:
+    """The Gemm replacing the MatMul read by Add ``add_at`` and that Add, or None (``ops``:
+    every node's op type, so that only real sites touch their MatMul)."""
+    add_domain, add_ins = _DOMAIN_INPUTS(nodes[add_at])
+    if add_domain not in ("", "ai.onnx") or len(add_ins) != 2:
         return None
-    index = facts.index
+    producer, inits = facts.index.producer, facts.inits
     for slot in (0, 1):
-        mm_out, b = add.input[slot], add.input[1 - slot]
-        mm_at = index.producer.get(mm_out)
-        if mm_at is None or b not in facts.inits:
+        mm_out, b = add_ins[slot], add_ins[1 - slot]
+        mm_at = producer.get(mm_out)
+        if mm_at is None or ops[mm_at] != "MatMul" or b not in inits:
             continue
-        mm = nodes[mm_at]
-        if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx") or len(mm.input) != 2:
+        mm_domain, mm_ins = _DOMAIN_INPUTS(nodes[mm_at])
+        if mm_domain not in ("", "ai.onnx") or len(mm_ins) != 2:
             continue
-        x, w = mm.input
-        wt, bt = facts.inits.get(w), facts.inits[b]
+        x, w = mm_ins
+        wt, bt = inits.get(w), inits[b]
         if wt is None or len(wt.dims) != 2 or wt.data_type not in FLOATS:
             continue
         if bt.data_type != wt.data_type or not facts.only_reader(mm_out, add_at):
@@ -208,7 +221,8 @@ def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], add_at: int) -> tuple[
             continue
         if not facts.is_matrix(x, wt.data_type):
             continue
-        gemm = onnx.helper.make_node("Gemm", [x, w, b], [add.output[0]], name=mm.name)
+        gemm = onnx.NodeProto(op_type="Gemm", input=[x, w, b],
+                              output=[nodes[add_at].output[0]], name=nodes[mm_at].name)
         return mm_at, gemm
     return None
 
@@ -301,18 +315,19 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
         return plan
     names: NameAllocator | None = None
     used: set[int] = set()
-    if any(node.op_type == "MatMul" for node in nodes):
+    ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
+    if "MatMul" in ops:
         facts.type_all()
-    for i, node in enumerate(nodes):
-        if node.op_type == "Add":
-            got = _gemm(facts, nodes, i)
+    for i in sorted([*positions(ops, "Add"), *positions(ops, "BatchNormalization")]):
+        if ops[i] == "Add":
+            got = _gemm(facts, nodes, ops, i)
             if got is not None and got[0] not in used:
                 used.update((i, got[0]))
                 plan.gemms[i] = got
                 plan.fused.append({"rule": "matmul_add_gemm",
                                    "nodes": [index.node_label(got[0]), index.node_label(i)],
                                    "into": index.node_label(got[0])})
-        elif node.op_type == "BatchNormalization":
+        else:
             if names is None:
                 names = NameAllocator.for_index(index)
             made = _conv_bn(facts, nodes, i, names)
