@@ -1,6 +1,7 @@
 """Benchmark: constant folding (+ cleanup) against onnxsim, onnxslim and onnx-graphsurgeon.
 
-Usage: ``python benchmarks/bench_hygiene.py [--chain-blocks N] [--timeout S] [--skip-peers-on-chain]``
+Usage: ``python benchmarks/bench_hygiene.py [--chain-blocks N] [--timeout S] [--skip-peers-on-chain]
+[--models NAME ...]``
 
 Models (built here, random weights, nothing downloaded):
 
@@ -9,8 +10,10 @@ Models (built here, random weights, nothing downloaded):
   torch's TorchScript exporter with its constant folding off at static shapes (1x16): full of
   Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains;
 * ``keras_cnn``: the bundled Keras CNN converted by tf2onnx (``models/keras_cnn.onnx``);
-* ``chain``: benchmarks/run.py's MatMul/Add/Relu chain (90k nodes by default): nothing folds,
-  what it costs to find that out.
+* ``torch_bn_cnn``: Conv/BatchNorm/ReLU x2, pooling, Dropout, Linear, exported by torch's
+  dynamo exporter without its optimizer (the BatchNormalization nodes stay in the file);
+* ``chain``: benchmarks/run.py's MatMul/Add/Relu chain (90k nodes by default): nothing folds;
+  every MatMul + Add(constant bias) fuses into a Gemm (as onnxsim does).
 
 Contenders, each a whole process under ``/usr/bin/time -v`` (wall time and peak RSS):
 
@@ -158,10 +161,28 @@ with warnings.catch_warnings():
     torch.onnx.export(Wrap(model), (torch.zeros(1, 16, dtype=torch.long),), str(folder / "bert.onnx"),
                       dynamo=False, do_constant_folding=False, input_names=["ids"],
                       output_names=["hidden"], opset_version=17)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.f = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+            torch.nn.Dropout(0.1), torch.nn.Linear(16, 10))
+    def forward(self, x):
+        return self.f(x)
+cnn = Net().eval()
+for bn in (cnn.f[1], cnn.f[4]):
+    bn.running_mean.uniform_(-0.5, 0.5); bn.running_var.uniform_(0.5, 2.0)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(cnn, (torch.zeros(1, 3, 16, 16),), str(folder / "torch_bn_cnn.onnx"),
+                      dynamo=True, optimize=False, input_names=["x"], output_names=["y"],
+                      opset_version=18)
 """
     subprocess.run([PY, "-c", code], check=True, cwd=ROOT, capture_output=True)
     return {"bert": folder / "bert.onnx", "keras_cnn": ROOT / "models" / "keras_cnn.onnx",
-            "chain": folder / "chain.onnx"}
+            "torch_bn_cnn": folder / "torch_bn_cnn.onnx", "chain": folder / "chain.onnx"}
 
 
 def main() -> None:
@@ -169,6 +190,8 @@ def main() -> None:
     parser.add_argument("--chain-blocks", type=int, default=30000, help="3 nodes per block")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-peers-on-chain", action="store_true")
+    parser.add_argument("--models", nargs="+", metavar="NAME",
+                        help="only these models (bert, keras_cnn, torch_bn_cnn, chain)")
     args = parser.parse_args()
     cleanup = _has_cleanup()
     rows: list[str] = []
@@ -176,6 +199,8 @@ def main() -> None:
         folder = Path(tmp)
         models = build_models(folder, args.chain_blocks)
         for label, src in models.items():
+            if args.models and label not in args.models:
+                continue
             before = _nodes(src)
             contenders = ["floor (onnx load+save)", "onnxsurgeon fold"
                           + (" + cleanup" if cleanup else ""), "onnxsim", "onnxslim",

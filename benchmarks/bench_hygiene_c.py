@@ -5,11 +5,12 @@ Usage: ``python benchmarks/bench_hygiene_c.py [--blocks B] [--repeat R] [--exter
 [--reversed N]``
 
 1. On the chain of ``B`` MatMul/Add/Relu blocks (3B nodes; default 30000 = 90k nodes, one
-   shared weight): ``onnxsurgeon cleanup | toposort | outputs --add relu100 | set --weight W=..``
-   against ``python -c "onnx.save(onnx.load())"``, interleaved, median of ``--repeat`` rounds.
-   Target: at most 1.2x the floor.
-2. On a ~``MB`` MB external-data chain (``run.build_external``; default 1200): the same four
-   verbs (``set`` replaces one 16 MiB weight); peak RSS (target: under 200 MB) and wall against
+   shared weight): ``onnxsurgeon cleanup | toposort | outputs --add relu100 | set --weight W=..
+   | fold | fold --no-fuse | opset --to 18`` against ``python -c "onnx.save(onnx.load())"``,
+   interleaved, median of ``--repeat`` rounds. Target: at most 1.2x the floor (fold 1.5x).
+2. On a ~``MB`` MB external-data chain for each ``--external-mb`` (``run.build_external``;
+   default 1200; ``--external-mb 1200 2300`` for both benchmark sizes): the same verbs
+   (``set`` replaces one 16 MiB weight); peak RSS (target: under 200 MB) and wall against
    ``cp`` of the data file plus the graph floor.
 3. ``toposort`` of a reversed chain of ``N`` Neg nodes (default 1,000,000; 0 skips): wall and
    peak RSS (load sorts the main graph, toposort checks it and writes it).
@@ -79,6 +80,11 @@ def _verbs(src: Path, out: Path, tag: str, mid: str, weight: str, npy: Path
                                       "--add", mid],
         "onnxsurgeon set --weight": [*osg, "set", str(src), "-o", str(out / f"{tag}s.onnx"),
                                      "--weight", f"{weight}={npy}"],
+        "onnxsurgeon fold": [*osg, "fold", str(src), "-o", str(out / f"{tag}f.onnx")],
+        "onnxsurgeon fold --no-fuse": [*osg, "fold", str(src), "-o", str(out / f"{tag}n.onnx"),
+                                       "--no-fuse"],
+        "onnxsurgeon opset --to 18": [*osg, "opset", str(src), "-o", str(out / f"{tag}p.onnx"),
+                                      "--to", "18"],
     }
 
 
@@ -94,13 +100,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=30000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--external-mb", type=int, default=1200)
+    parser.add_argument("--external-mb", type=int, nargs="+", default=[1200],
+                        help="one external-data model per size (0: none)")
     parser.add_argument("--reversed", type=int, default=1_000_000)
     args = parser.parse_args()
     compile_sources()
-    lines = ["# hygiene verbs (helper C): cleanup, toposort, outputs, set vs the floor",
+    lines = ["# hygiene verbs (issue 30): cleanup, toposort, outputs, set, fold, opset vs the floor",
              "", f"Command: `python benchmarks/bench_hygiene_c.py --blocks {args.blocks} "
-             f"--repeat {args.repeat} --external-mb {args.external_mb} --reversed "
+             f"--repeat {args.repeat} --external-mb {' '.join(map(str, args.external_mb))} --reversed "
              f"{args.reversed}`", "", f"Load average at start: {load_average()}", ""]
     with tempfile.TemporaryDirectory(prefix="bench_hygiene_c_") as tmpdir:
         tmp = Path(tmpdir)
@@ -115,9 +122,9 @@ def main() -> int:
         lines += [f"## {3 * args.blocks}-node chain (median of {args.repeat})", "",
                   "| job | wall s | x floor | peak RSS MB |", "|---|---|---|---|"]
         lines += [f"| {k} | {w:.3f} | {w / floor:.2f} | {r:.0f} |" for k, (w, r) in res.items()]
-        if args.external_mb:
+        for mb in (m for m in args.external_mb if m):
             ext = tmp / "ext"
-            blocks = int(build_in_child("external", ext, args.external_mb, "big.onnx"))
+            blocks = int(build_in_child("external", ext, mb, "big.onnx"))
             big = ext / "big.onnx"
             wnpy = tmp / "W0.npy"
             pattern = (np.arange(2048 * 2048, dtype=np.float32) % 5).astype(np.float32)
@@ -132,7 +139,7 @@ def main() -> int:
             eouts = _outs(ejobs)
             eouts["cp of the data file"] = [outdir / "cp.data"]
             eres = _median(ejobs, eouts, 1)
-            lines += ["", f"## external data, {args.external_mb} MB ({blocks} weights), one "
+            lines += ["", f"## external data, {mb} MB ({blocks} weights), one "
                       "round", "", "| job | wall s | peak RSS MB |", "|---|---|---|"]
             lines += [f"| {k} | {w:.2f} | {r:.0f} |" for k, (w, r) in eres.items()]
             shutil.rmtree(ext)

@@ -528,7 +528,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_io(p)
     p.add_argument("--max-bytes", type=_byte_size, default=1 << 20, metavar="N",
                    help="a folded value larger than N bytes stays computed (default 1048576)")
-    _add_rewrite_flags(p, json_help="print what was folded")
+    p.add_argument("--no-fuse", dest="fuse", action="store_false",
+                   help="fold only: no constant-weight simplification (by default fold also "
+                        "removes no-ops (Identity, inference Dropout, same-type Cast, "
+                        "same-shape Reshape, identity Transpose) and fuses MatMul+Add into "
+                        "Gemm and Conv+BatchNormalization into Conv, as simplifiers do)")
+    _add_rewrite_flags(p, json_help="print what was folded and fused")
 
     p = sub.add_parser("dims", help="set input shapes or the batch; shape constants follow it")
     _add_model_io(p)

@@ -415,12 +415,14 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     from .verify.folding import ort_evaluator
 
     def apply(model: Any) -> Summary:
-        result = fold(model, max_bytes=args.max_bytes, evaluate=ort_evaluator)
+        result = fold(model, max_bytes=args.max_bytes, evaluate=ort_evaluator, fuse=args.fuse)
         kept = f"; {len(result.kept)} over --max-bytes kept computed" if result.kept else ""
         inner = f" (+{len(result.body_folded)} in bodies)" if result.body_folded else ""
+        fusions = sum(1 for f in result.fused if f["into"])
+        fused = f", fused {fusions} node pairs" if fusions else ""
         return (fold_payload(result),
                 f"folded {len(result.folded)} tensors{inner}, removed {len(result.removed)} "
-                f"nodes{kept} -> {args.output}")
+                f"nodes{kept}{fused} -> {args.output}")
 
     return _rewrite(args, "fold", apply)
 

@@ -55,6 +55,7 @@ from .protos import (
 from .record import in_ipython, remember_before
 from .session import hand_on
 from .upkeep import Upkeep, Written
+from .validate import reorder_nodes
 
 __all__ = ["Edit", "keep_only"]
 
@@ -688,18 +689,14 @@ class Edit:
                     order: Sequence[int]) -> None:
         """The nodes of ``graph`` (the main graph, a body or a local function) are in the order
         ``order`` (a permutation of their positions) now. The upkeep gives up when the main
-        graph's order changes (ids move). O(nodes of ``graph``) C-level copies."""
+        graph's order changes (ids move). The messages move in place, none copied
+        (:func:`~onnxsurgeon.validate.reorder_nodes`): O(nodes log nodes) C-level."""
         if list(order) == list(range(len(graph.node))):
             return
         if graph is self.graph:
             self._nodes_moved()
         self.give_up()
-        moved = [graph.node[j] for j in order]
-        copies = [onnx.NodeProto() for _ in moved]
-        for dst, src in zip(copies, moved, strict=True):
-            dst.CopyFrom(src)
-        del graph.node[:]
-        graph.node.extend(copies)
+        reorder_nodes(graph.node, order)
 
     def set_attribute(self, node: int, attribute: onnx.AttributeProto) -> None:
         """Main-graph node ``node`` has ``attribute`` (copied; replacing the one of that name,

@@ -371,8 +371,8 @@ def load(path: str | os.PathLike[str], *, unsorted_functions: bool = False) -> M
         _check_later_tensors(model, None)  # a bad tensor is reported first, as it always was
         raise
     # the structural pass found the main-graph nodes with attributes: the tensor check looks at
-    # those only instead of walking every node again (re-sorted nodes: walk them all)
-    externals += _check_later_tensors(model, found.holders if not found.warnings else None)
+    # those only instead of walking every node again (at their positions after a re-sort)
+    externals += _check_later_tensors(model, found.holders)
     model._externals = externals  # as validate_tensors says
     model.warnings.extend(found.warnings)
     model._baseline = model_fingerprint(proto)

@@ -408,7 +408,9 @@ class PrecisionRecord(RewriteRecord):
 @dataclass(frozen=True)
 class FoldRecord(RewriteRecord):
     """fold: the main-graph tensors that became initializers, the nodes removed, the foldable
-    tensors left computed (over ``max_bytes``), the tensors folded inside bodies."""
+    tensors left computed (over ``max_bytes``), the tensors folded inside bodies; with
+    ``fuse``, the simplifications made (``{"rule", "nodes", "into"}`` each, see
+    :mod:`onnxsurgeon.surgery.fuse`)."""
 
     op: ClassVar[str] = "fold"
     folded: tuple[str, ...]
@@ -416,9 +418,11 @@ class FoldRecord(RewriteRecord):
     kept: tuple[str, ...]
     body_folded: tuple[str, ...]
     max_bytes: int
+    fused: tuple[dict[str, Any], ...] = ()
+    fuse: bool = False  # absent in records written before fold fused: they did not
 
     def replay_call(self) -> VerbCall:
-        return VerbCall("fold", {}, {"max_bytes": self.max_bytes})
+        return VerbCall("fold", {}, {"max_bytes": self.max_bytes, "fuse": self.fuse})
 
 
 @dataclass(frozen=True)

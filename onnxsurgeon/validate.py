@@ -21,10 +21,11 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate, chain, count, islice
-from operator import attrgetter
-from typing import NamedTuple
+from itertools import accumulate, chain, count, islice, repeat
+from operator import attrgetter, is_, itemgetter
+from typing import Any, NamedTuple
 
+import numpy as np
 import onnx
 
 from . import scan
@@ -75,7 +76,7 @@ class Validation:
             :attr:`GraphIndex.producer`), or None when nodes were re-sorted (the map would
             describe the old order).
         holders: indexes of the main-graph nodes that have attributes (the only ones that can
-            hold tensors or graphs); empty when nodes were re-sorted.
+            hold tensors or graphs), at their positions after any re-sort.
         edges: the main graph's :class:`~onnxsurgeon.index.NodeEdges` when every read was in
             order and no node holds a subgraph, else None.
     """
@@ -127,7 +128,7 @@ def validate_producers(
             stack.append((sub, (*outer, found.seen_by(holder)), depth + 1))
     assert main is not None
     if warnings:
-        return Validation(warnings, None, [], None)
+        return Validation(warnings, None, main.holders, None)
     return Validation(warnings, main.producer, main.holders, main.edges)
 
 
@@ -249,11 +250,11 @@ def _check_scope(
         scanned = node_pass(nodes, first)
     preds, counts, names, ops, domains, multi, holders, suspects = scanned
     if None in preds:  # some node reads a name not produced before it (or never): which ones
-        k = 0
-        for i, c in enumerate(counts):
-            if None in preds[k:k + c]:
-                late.append(i)
-            k += c
+        missing = np.fromiter(map(is_, preds, repeat(None)), dtype=bool, count=len(preds))
+        reader = np.repeat(np.arange(len(counts), dtype=np.int64),
+                           np.fromiter(counts, dtype=np.int64, count=len(counts)))
+        late = np.flatnonzero(np.bincount(reader[missing],
+                                          minlength=len(counts))).tolist()
     nested: list[tuple[onnx.GraphProto, int]] = []
     captures: dict[int, list[str]] = {}
     late_captures = False
@@ -276,16 +277,18 @@ def _check_scope(
         raise _not_utf8(label)
     producer: dict[str, int] = {}
     scope: AbstractSet[str] = defined
-    if suspects or late or outer:
+    if suspects or outer:
         _find_duplicates(label, nodes, defined, producer, outer)
     else:
         # no name was defined twice: ``first`` less its leaves is the producer map, in order
         deque(map(first.__delitem__, leaves.values()), maxlen=0)
         del first[""]
         producer = first
-        if nested:
+        if late:  # what _find_duplicates would have added
+            defined.update(producer)
+        elif nested:
             scope = defined.union(producer)  # every name this graph defines
-        if not captures:
+        if not captures and not late:
             starts = [0, *accumulate(counts)]
             edges = NodeEdges(preds, starts, leaves, names,  # type: ignore[arg-type]
                               edge_ops(ops, domains, multi))
@@ -306,22 +309,16 @@ def _check_scope(
         return _ScopeResult(scope, nested, producer, holders, edges, warnings, declared,
                             nodes=nodes)
     # Some reads precede their producer (or have none): classify them.
-    out_of_order = False
     positions: dict[str, int] | None = None
-    for i in late:
-        node = nodes[i]
-        for name in (*node.input, *captures.get(i, ())):
-            if not name or name in producer and producer[name] < i:
-                continue
-            if name in producer:
-                out_of_order = True
-            elif name not in defined and not _visible(name, outer):
-                raise InvalidModelError(
-                    f"tensor '{name}' read by node '{node_label(node, i)}' in the {label} is "
-                    "never produced (dangling); add its producer or declare it as a graph input"
-                )
+    # inside a body a late read may come from an enclosing graph: classify node by node. Else
+    # every late read is produced later or dangling: the sort's one look-up of every read
+    # finds the dangling ones (the node-by-node walk then names the first).
+    classify = partial(_classify_late, label, nodes, late, captures, producer, defined, outer)
+    out_of_order = classify() if outer else True
     if out_of_order:
-        order = _stable_toposort(label, nodes, producer, captures)
+        order = _stable_toposort(label, nodes, producer, captures,
+                                 unresolved=None if outer else partial(_no_dangling, defined,
+                                                                       classify))
         moved_at = [k for k, j in enumerate(order) if k != j]
         moved = len(moved_at)
         first_moved = node_label(nodes[order[moved_at[0]]], order[moved_at[0]])
@@ -334,17 +331,15 @@ def _check_scope(
                 f"'{node_label(nodes[late[0]], late[0])}'); sort the nodes topologically: run "
                 "'onnxsurgeon toposort MODEL -o OUT'"
             )
-        reordered = [graph.node[j] for j in order]
-        copies = [onnx.NodeProto() for _ in reordered]
-        for dst, src in zip(copies, reordered, strict=True):
-            dst.CopyFrom(src)
-        del graph.node[:]
-        graph.node.extend(copies)
-        nested = [(sub, k) for k, node in enumerate(graph.node)  # the live copies
-                  for sub in subgraphs(node)]
-        if nested:
-            at = {j: k for k, j in enumerate(order)}
-            positions = {name: at[i] for name, i in producer.items()}
+        reorder_nodes(graph.node, order)
+        if holders:  # the messages moved in place: the same bodies, at their new positions
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+            at = rank.tolist()
+            holders = sorted(at[h] for h in holders)
+            nested = sorted(((sub, at[i]) for sub, i in nested), key=itemgetter(1))
+            if nested:
+                positions = {name: at[i] for name, i in producer.items()}
         warnings.append(
             f"{label}: {moved} nodes were out of topological order (first: "
             f"'{first_moved}'); sorted them stably, keeping the original order where possible"
@@ -354,7 +349,39 @@ def _check_scope(
                         graph.node if graph is not None and out_of_order else nodes)
 
 
+def _no_dangling(defined: AbstractSet[str], classify: Callable[[], bool],
+                 unproduced: set[str]) -> None:
+    """Raise (by ``classify``, naming the first reader) when a name read is neither produced
+    (``unproduced`` are those) nor defined by the scope."""
+    unproduced.discard("")
+    if unproduced.difference(defined):
+        classify()
+
+
+def _classify_late(label: str, nodes: Sequence[onnx.NodeProto], late: list[int],
+                   captures: dict[int, list[str]], producer: Mapping[str, int],
+                   defined: AbstractSet[str], outer: tuple[Container[str], ...]) -> bool:
+    """Whether some read of the ``late`` nodes precedes its producer (True) or every late read
+    comes from an enclosing graph (False); raises naming the first dangling read. O(reads of
+    the late nodes)."""
+    out_of_order = False
+    for i in late:
+        node = nodes[i]
+        for name in (*node.input, *captures.get(i, ())):
+            if not name or name in producer and producer[name] < i:
+                continue
+            if name in producer:
+                out_of_order = True
+            elif name not in defined and not _visible(name, outer):
+                raise InvalidModelError(
+                    f"tensor '{name}' read by node '{node_label(node, i)}' in the {label} is "
+                    "never produced (dangling); add its producer or declare it as a graph input"
+                )
+    return out_of_order
+
+
 _NAME = attrgetter("name")
+_INPUTS = attrgetter("input")
 
 
 def _first_repeat(names: Sequence[str]) -> str:
@@ -434,31 +461,58 @@ def _find_duplicates(
 def _stable_toposort(
     label: str,
     nodes: Sequence[onnx.NodeProto],
-    producer: dict[str, int],
+    producer: Mapping[str, int],
     captures: dict[int, list[str]],
+    *,
+    unresolved: Callable[[set[str]], None] | None = None,
 ) -> list[int]:
-    """Kahn's algorithm, always emitting the lowest original index ready: the original order is
-    kept wherever dependencies allow. O((nodes + edges) log nodes). Raises on a cycle."""
+    """Kahn's algorithm on ints, always emitting the lowest original index ready: the original
+    order is kept wherever dependencies allow. Every read is looked up once (C-level ``map``s
+    over the nodes' input fields); the users of each node are one flat int array (numpy, CSR),
+    so memory is a few ints per edge and no Python object per node but the order. Iterative.
+    O(nodes + edges) plus O(log w) per node for the heap of ready nodes (w: how many are ready
+    at once; 1 on a chain). ``unresolved``: called first with the names read that no node of
+    ``nodes`` produces (it raises on a dangling one). Raises on a cycle (named)."""
     n = len(nodes)
-    indegree = [0] * n
-    users: list[list[int]] = [[] for _ in range(n)]
-    for i, node in enumerate(nodes):
-        deps = {producer[r] for r in (*node.input, *captures.get(i, ())) if r in producer}
-        for d in deps:
-            users[d].append(i)
-        indegree[i] = len(deps)
-    ready = [i for i in range(n) if indegree[i] == 0]
-    heapq.heapify(ready)
+    get = producer.get
+    if captures:
+        read: list[str] = []
+        counts: list[int] = []
+        for i, ins in enumerate(map(_INPUTS, nodes)):
+            reads = [*ins, *captures[i]] if i in captures else ins[:]
+            read.extend(reads)
+            counts.append(len(reads))
+    else:
+        read = list(chain.from_iterable(map(_INPUTS, nodes)))
+        counts = list(map(len, map(_INPUTS, nodes)))
+    srcs = np.fromiter(map(get, read, repeat(-1)), dtype=np.int64, count=len(read))
+    if unresolved is not None:
+        outside = np.flatnonzero(srcs < 0).tolist()
+        unresolved(set(map(read.__getitem__, outside)))
+    del read
+    dsts = np.repeat(np.arange(n, dtype=np.int64), np.fromiter(counts, np.int64, count=n))
+    del counts
+    keep = srcs >= 0
+    srcs, dsts = srcs[keep], dsts[keep]
+    indegree = np.bincount(dsts, minlength=n).tolist()
+    users = dsts[np.argsort(srcs, kind="stable")].tolist()  # grouped by producer, in order
+    starts = [0, *np.cumsum(np.bincount(srcs, minlength=n)).tolist()]
+    del srcs, dsts, keep
+    ready = [i for i, d in enumerate(indegree) if not d]  # ascending: already a heap
+    pop, push = heapq.heappop, heapq.heappush
     order: list[int] = []
+    emit = order.append
     while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            indegree[u] -= 1
-            if indegree[u] == 0:
-                heapq.heappush(ready, u)
+        i = pop(ready)
+        emit(i)
+        for u in users[starts[i]:starts[i + 1]]:
+            d = indegree[u] - 1
+            indegree[u] = d
+            if not d:
+                push(ready, u)
     if len(order) < n:
-        cycle = _find_cycle(nodes, producer, captures, {i for i in range(n) if indegree[i] > 0})
+        stuck = {i for i in range(n) if indegree[i] > 0}
+        cycle = _find_cycle(nodes, producer, captures, stuck)
         names = " -> ".join(f"'{node_label(nodes[i], i)}'" for i in cycle)
         raise InvalidModelError(
             f"the {label} has a cycle: {names}; break the loop (an ONNX graph must be acyclic)"
@@ -466,9 +520,30 @@ def _stable_toposort(
     return order
 
 
+def reorder_nodes(nodes: Any, order: Sequence[int]) -> None:
+    """Put the repeated ``nodes`` field (a graph's or a function's ``node``) in ``order`` (a
+    permutation of positions) in place. The messages themselves move (protobuf's ``sort`` swaps
+    them; no node is copied), so nested bodies stay the same objects. The sort is checked to
+    have placed every message where ``order`` says; else (another protobuf) the nodes are
+    copied into place. O(nodes log nodes) C-level; a few ints per node of memory."""
+    n = len(order)
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+    live = list(nodes)  # wrappers kept alive: the same objects come back from the field
+    # list.sort computes each key once, in list order: next(ranks, node) is the node's rank
+    nodes.sort(key=partial(next, iter(rank.tolist())))
+    if all(map(is_, nodes, map(live.__getitem__, order))):
+        return
+    moved = [onnx.NodeProto() for _ in range(n)]  # undo nothing: copy from the old order
+    for dst, j in zip(moved, order, strict=True):
+        dst.CopyFrom(live[j])
+    del nodes[:]
+    nodes.extend(moved)
+
+
 def _find_cycle(
     nodes: Sequence[onnx.NodeProto],
-    producer: dict[str, int],
+    producer: Mapping[str, int],
     captures: dict[int, list[str]],
     stuck: set[int],
 ) -> list[int]:

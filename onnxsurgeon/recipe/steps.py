@@ -190,7 +190,8 @@ def _fold(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     from ..surgery import fold
     from ..verify.folding import ort_evaluator
 
-    return fold_payload(fold(model, max_bytes=p["max_bytes"], evaluate=ort_evaluator))
+    return fold_payload(fold(model, max_bytes=p["max_bytes"], evaluate=ort_evaluator,
+                             fuse=p.get("fuse", True)))
 
 
 def _dims(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
@@ -305,6 +306,9 @@ STEPS: dict[str, Verb] = {
         Verb("fold", (
             Param("max_bytes", Kind.NATURAL, default=1 << 20,
                   help="a folded value over this many bytes stays computed"),
+            Param("fuse", Kind.BOOL, default=True,
+                  help="also remove no-ops and fuse MatMul+Add -> Gemm, Conv+BatchNormalization "
+                       "-> Conv (false: fold only)"),
         ), _fold, help="replace every subgraph of constants by its value"),
         Verb("dims", (
             Param("inputs", Kind.RENAMES, help="graph input -> its new shape (1x3x224x224)"),

@@ -14,7 +14,7 @@ The block's default-domain opset ``b`` vs the host's ``h``:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import onnx
 
@@ -41,13 +41,13 @@ def default_nodes(model: onnx.ModelProto, *, functions: bool) -> Iterator[onnx.N
 def changed_ops(nodes: Iterator[onnx.NodeProto], a: int, b: int) -> list[str]:
     """Default-domain op types among ``nodes`` whose definition differs between opsets a and b
     (or that do not exist in one of them), sorted."""
+    return changed_op_types({node.op_type for node in nodes}, a, b)
+
+
+def changed_op_types(ops: Iterable[str], a: int, b: int) -> list[str]:
+    """:func:`changed_ops` of default-domain op types given by name. O(distinct ops)."""
     changed: set[str] = set()
-    seen: set[str] = set()
-    for node in nodes:
-        op = node.op_type
-        if op in seen:
-            continue
-        seen.add(op)
+    for op in set(ops):
         try:
             sa = onnx.defs.get_schema(op, a, "").since_version
             sb = onnx.defs.get_schema(op, b, "").since_version

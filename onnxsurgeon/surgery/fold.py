@@ -1,7 +1,9 @@
 """``fold``: replace every subgraph whose inputs are all constants by its value.
 
 Constants are initializers (that are not graph inputs: an input with a default may be fed),
-``Constant`` nodes, and ``Shape``/``Size`` of a tensor whose shape is statically known. A node
+``Constant`` nodes, ``Shape``/``Size`` of a tensor whose shape is statically known, and a
+``CastLike`` of a constant to a computed tensor whose element type is known (it folds as the
+``Cast`` to that type: torch's exporter writes those for a zero bias). A node
 folds when every input it reads is a constant, its op is a deterministic standard-domain op
 (never ``RandomNormal*``, ``RandomUniform*``, ``Multinomial``, ``Bernoulli``, a ``Dropout`` that
 may train, sequence/optional ops or a node holding a body), and it is not the producer of a graph
@@ -21,6 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,11 +36,15 @@ from ..errors import UsageError
 from ..external import read_tensor
 from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
 from ..io import Model, as_model
+from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
 from ..session import indexed
 
 DEFAULT_MAX_BYTES = 1 << 20
 """A folded value larger than this (1 MiB) stays computed."""
+
+_INPUTS = attrgetter("input")
+_ATTRIBUTES = attrgetter("attribute")
 
 RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                         "Multinomial", "Bernoulli"})
@@ -77,6 +86,9 @@ class FoldResult:
         kept: foldable main-graph tensors left computed (value over ``max_bytes``).
         body_folded: tensors folded inside nested bodies.
         max_bytes: the limit used.
+        fused: with ``fuse``, each simplification made: ``{"rule", "nodes", "into"}`` (see
+            :mod:`onnxsurgeon.surgery.fuse`; no-ops removed are in ``removed`` too).
+        fuse: whether the simplifications were asked for.
     """
 
     folded: tuple[str, ...]
@@ -84,11 +96,14 @@ class FoldResult:
     kept: tuple[str, ...]
     body_folded: tuple[str, ...]
     max_bytes: int
+    fused: tuple[dict[str, Any], ...] = ()
+    fuse: bool = True
 
     def record(self) -> FoldRecord:
         """The rewrite record of this fold."""
         return FoldRecord(folded=self.folded, removed=self.removed, kept=self.kept,
-                          body_folded=self.body_folded, max_bytes=self.max_bytes)
+                          body_folded=self.body_folded, max_bytes=self.max_bytes,
+                          fused=tuple(dict(f) for f in self.fused), fuse=self.fuse)
 
 
 @dataclass
@@ -147,13 +162,21 @@ def _outer_reads(graph: onnx.GraphProto) -> set[str]:
 def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
                 shapes: Mapping[str, list[int]] | None, max_bytes: int,
                 evaluate: Evaluator, opsets: Sequence[onnx.OperatorSetIdProto],
-                ir_version: int) -> _Plan | None:
-    """The fold of one graph (its own constants), or None when nothing folds. O(nodes)."""
+                ir_version: int, like: Mapping[str, int] | None = None) -> _Plan | None:
+    """The fold of one graph (its own constants), or None when nothing folds. O(nodes).
+    ``like``: element types of the computed tensors a ``CastLike`` reads as its target (a
+    CastLike of a constant to a tensor of known type folds as a Cast)."""
     inits = _tensors_of(graph)
     constant = {n for n in inits if n not in inputs}
     fold: list[int] = []
     known: dict[str, np.ndarray] = {}  # Shape/Size of static shapes
     for i, node in enumerate(graph.node):
+        if like and node.op_type == "CastLike" and len(node.input) == 2 \
+                and node.domain in ("", "ai.onnx") and node.input[0] in constant \
+                and node.input[1] in like and node.input[1] not in constant:
+            fold.append(i)
+            constant.update(o for o in node.output if o)
+            continue
         if node.op_type in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
                 and node.input and node.input[0] not in constant:
             dims = shapes.get(node.input[0])
@@ -192,7 +215,7 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
     def needed(name: str) -> bool:
         return any(j not in in_fold for j in reads.get(name, ())) or name in captured
 
-    model = _fold_model(graph, fold, inits, known, base_dir, opsets, ir_version)
+    model = _fold_model(graph, fold, inits, known, base_dir, opsets, ir_version, like or {})
     run = evaluate(model)
     values: dict[str, onnx.TensorProto] = {}
     kept: list[str] = []
@@ -228,9 +251,15 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
 
 def _fold_model(graph: onnx.GraphProto, fold: Sequence[int], inits: Mapping[str, onnx.TensorProto],
                 known: Mapping[str, np.ndarray], base_dir: object,
-                opsets: Sequence[onnx.OperatorSetIdProto], ir_version: int) -> onnx.ModelProto:
-    """A model without inputs computing every tensor of the folded nodes."""
+                opsets: Sequence[onnx.OperatorSetIdProto], ir_version: int,
+                like: Mapping[str, int]) -> onnx.ModelProto:
+    """A model without inputs computing every tensor of the folded nodes (a CastLike to a
+    computed tensor as the Cast to its type)."""
     nodes = [graph.node[i] for i in fold if graph.node[i].output[0] not in known]
+    nodes = [onnx.helper.make_node("Cast", [n.input[0]], list(n.output), name=n.name,
+                                   to=like[n.input[1]])
+             if n.op_type == "CastLike" and len(n.input) == 2 and n.input[1] in like else n
+             for n in nodes]
     read = {n for node in nodes for n in node.input if n}
     tensors = []
     for name in sorted(read & set(inits)):
@@ -320,6 +349,21 @@ def _still_read(graph: onnx.GraphProto, gone: set[int]) -> set[str]:
     return read
 
 
+def _like_types(index: GraphIndex) -> dict[str, int] | None:
+    """Element types of the computed tensors main-graph ``CastLike`` nodes read as their
+    target (None when there is no such node: no type is asked)."""
+    wanted = {node.input[1] for node in index.graph.node
+              if node.op_type == "CastLike" and len(node.input) == 2 and node.input[1]}
+    wanted -= set(index.initializers)
+    if not wanted:
+        return None
+    from ..types import TypeOracle
+
+    oracle = TypeOracle(index)
+    found = {name: oracle.elem_type(name) for name in sorted(wanted)}
+    return {name: t for name, t in found.items() if t}
+
+
 def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
     """Static shapes of the main graph's tensors read by a Shape/Size node, or None when no such
     node reads a computed tensor (shape inference runs only then)."""
@@ -339,12 +383,14 @@ def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
 
 
 def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTES,
-         evaluate: Evaluator | None = None) -> FoldResult:
+         evaluate: Evaluator | None = None, fuse: bool = True) -> FoldResult:
     """Replace every subgraph whose inputs are all constants by its value. Mutates model.
 
     See the module docstring for what folds. ``evaluate`` computes the folded values (default
     :func:`reference_evaluator`; the CLI passes onnxruntime's,
-    :func:`onnxsurgeon.verify.folding.ort_evaluator`).
+    :func:`onnxsurgeon.verify.folding.ort_evaluator`). ``fuse`` (default true, as simplifiers
+    do): then also the constant-weight simplifications of :mod:`onnxsurgeon.surgery.fuse`
+    (no-ops removed, MatMul + Add -> Gemm, Conv + BatchNormalization -> Conv).
 
     Before:  x -> Shape -> Gather(0) -> Unsqueeze -> Concat([., -1]) -> Reshape(y, .) -> out
     After (x static 2x8):  Reshape(y, <initializer [2, -1]>) -> out
@@ -365,7 +411,7 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     inputs = {i.name for i in proto.graph.input}
     main = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
                        shapes=_static_shapes(m, index), max_bytes=max_bytes, evaluate=run,
-                       opsets=opsets, ir_version=proto.ir_version)
+                       opsets=opsets, ir_version=proto.ir_version, like=_like_types(index))
     bodies: list[_Plan] = []
     for i in index.body_holders:
         for body in subgraphs(proto.graph.node[i]):
@@ -412,12 +458,70 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
             e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
         e.remove_nodes(set(nops))
         e.hand_on(m)
+    fused: list[dict[str, Any]] = []
+    if fuse:
+        index = indexed(m)
+        removed_labels += _fuse(m, index, inputs, fused)
+        if fused and folded:
+            read = _read_now(proto.graph)
+            folded = [n for n in folded if n in read]
     result = FoldResult(
         folded=tuple(folded), removed=removed_labels,
         kept=tuple(main.kept) if main else (),
-        body_folded=tuple(n for p in bodies for n in p.folded), max_bytes=max_bytes)
+        body_folded=tuple(n for p in bodies for n in p.folded), max_bytes=max_bytes,
+        fused=tuple(fused), fuse=fuse)
     add_rewrite(proto, result.record())
     return result
+
+
+def _read_now(graph: onnx.GraphProto) -> set[str]:
+    """Names read by the graph's nodes (C-level), the bodies they hold and the graph outputs."""
+    nodes = graph.node
+    read = set(chain.from_iterable(map(_INPUTS, nodes)))
+    read.update(o.name for o in graph.output)
+    for attrs, node in zip(map(_ATTRIBUTES, nodes), nodes, strict=True):
+        if attrs:
+            for body in subgraphs(node):
+                for g in iter_graphs(body):
+                    for n in g.node:
+                        read.update(n.input)
+    read.discard("")
+    return read
+
+
+def _drop_dead_initializers(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -> None:
+    read = _read_now(graph)
+    keep = [k for k, t in enumerate(graph.initializer) if t.name in read or t.name in inputs]
+    if len(keep) < len(graph.initializer):
+        e.keep_initializers(keep)
+
+
+def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]]
+          ) -> tuple[str, ...]:
+    """The simplifications of :mod:`~onnxsurgeon.surgery.fuse` on the folded main graph (each
+    appended to ``fused``); the labels of the no-ops removed. Two edits at most."""
+    from .fuse import apply_fusions, apply_noops, plan_fusions, plan_noops
+
+    proto = m.proto
+    opset = default_opset(proto) or 1
+    noops, entries = plan_noops(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    labels = tuple(index.node_label(i) for i in sorted(noops))
+    if noops:
+        e = Edit(index)
+        apply_noops(e, index, noops)
+        _drop_dead_initializers(e, proto.graph, inputs)
+        e.hand_on(m)
+        fused.extend(entries)
+        index = indexed(m)
+    plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    if plan.fused:
+        e = Edit(index)
+        apply_fusions(e, plan)
+        if plan.convs:  # a Gemm reads the weight and bias its MatMul and Add read
+            _drop_dead_initializers(e, proto.graph, inputs)
+        e.hand_on(m)
+        fused.extend(plan.fused)
+    return labels
 
 
 def fold_names(result: FoldResult) -> Iterable[str]:

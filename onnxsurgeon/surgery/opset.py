@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from operator import attrgetter
 
 import onnx
 
 from ..checking import _context as checker_context
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import has_subgraphs
+from ..index import has_subgraphs, iter_graphs, subgraphs
 from ..io import Model, as_model
 from ..protos import default_opset, weightless_copy
 from ..record import OpsetRecord, add_rewrite
 from ..session import indexed
-from ._opsets import DEFAULT_DOMAINS, changed_ops, default_nodes
+from ._opsets import DEFAULT_DOMAINS, changed_op_types
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class OpsetResult:
         return OpsetRecord(source=self.source, target=self.target)
 
 
+_DOMAIN_OP, _ATTRIBUTES = attrgetter("domain", "op_type"), attrgetter("attribute")
 _NO_PREVIOUS = re.compile(r"No Previous Version of (\S+) exists")
 _NO_ADAPTER = re.compile(r"No Adapter (?:From|To) Version \$?(\d+) for (\S+)")
 
@@ -87,7 +89,14 @@ def _needs_adapters(proto: onnx.ModelProto, source: int, target: int) -> bool:
     does not convert local functions, so it decides. O(nodes)."""
     if any(o.domain in DEFAULT_DOMAINS for fn in proto.functions for o in fn.opset_import):
         return True
-    return bool(changed_ops(default_nodes(proto, functions=False), source, target))
+    nodes = proto.graph.node  # the main graph's (domain, op) pairs read C-level
+    ops = {op for dom, op in set(map(_DOMAIN_OP, nodes)) if dom in DEFAULT_DOMAINS}
+    holders = [i for i, attrs in enumerate(map(_ATTRIBUTES, nodes)) if attrs]
+    for i in holders:  # bodies: their nodes one by one (few)
+        for body in subgraphs(nodes[i]):
+            for g in iter_graphs(body):
+                ops.update(n.op_type for n in g.node if n.domain in DEFAULT_DOMAINS)
+    return bool(changed_op_types(ops, source, target))
 
 
 def _first_line(exc: Exception) -> str:
