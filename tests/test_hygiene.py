@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import numpy as np
 import onnx
@@ -170,30 +169,16 @@ def test_toposort_200k_reversed_chain_is_iterative_and_stable():
     assert small.SerializeToString() == before
 
 
-def _best_seconds(job, rounds: int = 2) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        job()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def test_load_sorts_a_reversed_chain_at_a_few_times_the_protobuf_floor(tmp_path):
-    # load's own sort was Kahn over per-node Python lists and sets plus a copy of every node:
-    # ~6x onnx's parse + serialize of the same file at 100k nodes (92 s for 1M). Now one
-    # look-up per read, ints in flat arrays, the messages swapped in place: ~2.3x.
-    n = 100_000
+def test_load_sorts_a_reversed_chain_stably(tmp_path):
+    # load's own sort: Kahn on ints, the messages swapped in place (its cost against the protobuf
+    # floor is measured by benchmarks/bench_hygiene_c.py --reversed, not here)
+    n = 20_000
     rev = tmp_path / "rev.onnx"
     onnx.save(_reversed_chain(n), rev)
-    got: list = []
-    floor = _best_seconds(lambda: onnx.load(rev).SerializeToString())
-    ratio = _best_seconds(lambda: got.append(load(rev))) / floor
-    loaded = got[-1]
+    loaded = load(rev)
     assert loaded.warnings and f"{n} nodes were out of topological order" in loaded.warnings[0]
-    assert [x.name for x in loaded.proto.graph.node[::25_000]] == [
-        "n0", "n25000", "n50000", "n75000"]  # the stable order
-    assert ratio < 4.0, f"sorting at load costs {ratio:.1f}x the protobuf floor"
+    assert [x.name for x in loaded.proto.graph.node[::5_000]] == [
+        "n0", "n5000", "n10000", "n15000"]  # the stable order
 
 
 @pytest.mark.parametrize("nodes, needle", [
