@@ -22,7 +22,7 @@ import onnx
 
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import body_captures, graph_defined_names, has_subgraphs, iter_graphs
+from ..index import body_captures, graph_defined_names, has_subgraphs, iter_graphs, node_label
 from ..names import all_names
 from ..protos import default_opset, weightless_copy
 from ..selectors import Site, body_graphs
@@ -153,3 +153,36 @@ def refuse_body_sites(sites: Sequence[Site], text: str, why: str) -> None:
         if site.graph:
             raise UsageError(f"selector '{text}' matches '{site.matched}' inside the body "
                              f"'{site.graph}'; {why}")
+
+
+def split_address(host: onnx.ModelProto, address: str) -> tuple[str, onnx.GraphProto, str] | None:
+    """``<body path>/<rest>`` -> (the body path, the body, rest), the longest body path that
+    prefixes ``address``; None when none does. Records name body nodes (``rest``: the node's
+    label, its name else ``OpType#position``) and body initializers so, exactly. O(bodies)."""
+    best: tuple[str, onnx.GraphProto, str] | None = None
+    for path, graph in body_graphs(host.graph):
+        if address.startswith(path + "/") and len(address) > len(path) + 1 and (
+                best is None or len(path) > len(best[0])):
+            best = (path, graph, address[len(path) + 1:])
+    return best
+
+
+def body_node(host: onnx.ModelProto, address: str) -> tuple[str, onnx.GraphProto, int] | None:
+    """(body path, body, position) of the body node at ``address`` (:func:`split_address`)."""
+    found = split_address(host, address)
+    if found is None:
+        return None
+    path, graph, label = found
+    k = next((i for i, n in enumerate(graph.node) if node_label(n, i) == label), None)
+    return None if k is None else (path, graph, k)
+
+
+def body_initializer(host: onnx.ModelProto, address: str
+                     ) -> tuple[str, onnx.GraphProto, int] | None:
+    """(body path, body, position) of the body initializer at ``address``."""
+    found = split_address(host, address)
+    if found is None:
+        return None
+    path, graph, name = found
+    k = next((i for i, t in enumerate(graph.initializer) if t.name == name), None)
+    return None if k is None else (path, graph, k)
