@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxsurgeon.errors import SurgeryError
 from onnxsurgeon.record import RewriteRecord, rewrites
 from onnxsurgeon.schema import validate
-from onnxsurgeon.surgery import precision, set_values
+from onnxsurgeon.surgery import bypass, precision, rename, reroute, set_values
 from tests.cli_helpers import cli_main
 
 F = TensorProto.FLOAT
@@ -67,15 +67,16 @@ def twin() -> onnx.ModelProto:
 
 
 def expected(x: np.ndarray, *, alpha: float = 0.1, bw: np.ndarray = BW, tw: np.ndarray = TW,
-             then_act: bool = True, else_act: bool = True) -> np.ndarray:
-    """The model by hand (``*_act=False``: that branch's 'act' bypassed)."""
+             then_act: bool = True, else_act: bool = True, neg: bool = True) -> np.ndarray:
+    """The model by hand (``*_act=False``: that branch's 'act' bypassed; ``neg=False``: the
+    else branch's Neg)."""
     v = x
     for _ in range(TRIPS):
         mb = np.where(v >= 0, v, alpha * v) * bw
         if mb.sum() > 0:
             v = (np.maximum(mb, 0) if then_act else mb) * tw
         else:
-            v = -(np.maximum(mb, 0) if else_act else mb)
+            v = (np.maximum(mb, 0) if else_act else mb) * (-1 if neg else 1)
     return v
 
 
@@ -104,6 +105,7 @@ def _replayed(model: onnx.ModelProto, verb) -> onnx.ModelProto:
     call = RewriteRecord.from_json(rewrites(model)[-1]).replay_call()
     again = twin()
     verb(again, *call.args.values(), **call.options)
+    assert rewrites(again) == rewrites(model)
     return again
 
 
@@ -199,3 +201,37 @@ def test_set_acts_on_body_nodes_and_body_initializers_and_replays(tmp_path, caps
     code, stdout, _ = cli_main(capsys, "verify", src, tmp_path / "bad.onnx", "--rewrite-log",
                                "--json")
     assert code == 1 and json.loads(stdout)["verdict"] == "fail"
+
+
+THEN, ELSE = "Loop_0/body/If_1/then_branch", "Loop_0/body/If_1/else_branch"
+REPLAYED = {  # verb, args, options, the record's body part, the model by hand
+    "bypass-unnamed": (bypass, ["op:Neg"], {}, ("bodies", {ELSE: {
+        "removed": ["Neg#1"], "rerouted": [], "rerouted_outputs": [], "pruned": []}}),
+        {"neg": False}),
+    "bypass-shared-name": (bypass, ["glob:ta"], {}, ("bodies", {THEN: {
+        "removed": ["act"], "rerouted": ["then_mul"], "rerouted_outputs": [], "pruned": []}}),
+        {"then_act": False}),
+    "rename-shared-name": (rename, [{"glob:ea": "else_act"}], {"nodes": True},
+                           ("bodies", {ELSE: {"act": "else_act"}}), {}),
+    "reroute": (reroute, ["glob:ta", "mb"], {}, ("graph", THEN), {"then_act": False}),
+}
+
+
+@pytest.mark.parametrize("case", list(REPLAYED))
+def test_body_sites_replay_by_their_exact_address(case):
+    """A record names a body site by its body's path and the node's label (an unnamed node by
+    its position) or the tensor's name, so a replay acts there only: not at the other body's
+    node of the same name, and an unnamed node too. Before, a replay re-found body nodes by an
+    ``re:`` selector of their names ('act' matched both branches; 'Neg#1' was refused)."""
+    verb, args, options, (key, part), by_hand = REPLAYED[case]
+    model = twin()
+    verb(model, *args, **options)
+    onnx.checker.check_model(model, full_check=True)
+    (entry,) = rewrites(model)
+    assert entry[key] == part
+    other = _graph(model, "Loop_0.body", "If_1.else_branch" if "then" in json.dumps(part)
+                   else "If_1.then_branch")
+    assert [n.name for n in other.node][0] == "act"  # the other body's namesake untouched
+    for x in XS:
+        np.testing.assert_allclose(run(model, x), expected(x, **by_hand), rtol=1e-6)
+    assert _replayed(model, verb).SerializeToString() == model.SerializeToString()

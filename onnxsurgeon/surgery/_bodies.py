@@ -21,11 +21,12 @@ from dataclasses import dataclass
 import onnx
 
 from ..edit import Edit
-from ..errors import UsageError
+from ..errors import SurgeryError, UsageError
 from ..index import body_captures, graph_defined_names, has_subgraphs, iter_graphs, node_label
 from ..names import all_names
 from ..protos import default_opset, weightless_copy
-from ..selectors import Site, body_graphs
+from ..select import Selector
+from ..selectors import NODE, TENSOR, Site, body_graphs, is_selector
 
 
 def split(sites: Iterable[Site]) -> tuple[list[Site], dict[str, list[Site]]]:
@@ -186,3 +187,34 @@ def body_initializer(host: onnx.ModelProto, address: str
     path, graph, name = found
     k = next((i for i, t in enumerate(graph.initializer) if t.name == name), None)
     return None if k is None else (path, graph, k)
+
+
+def address_site(selector: Selector, name: str, kind: str = TENSOR) -> Site | None:
+    """The body site ``name`` addresses exactly (``<body path>/<node label>`` for a node,
+    ``<body path>/<tensor>`` for a tensor the body holds: an input, an initializer, a node
+    output), as records write body sites so that a replay finds them again (an unnamed node,
+    a name two bodies share); None when ``name`` is a selector or means anything in the main
+    graph (plain names keep their meaning). O(bodies) when it is no main-graph name."""
+    index = selector.index
+    if is_selector(name) or name in index.node_names or index.is_tensor(name) or "/" not in name:
+        return None
+    try:
+        selector.resolve_node(name) if kind == NODE else selector.resolve(name)
+        return None
+    except SurgeryError:
+        pass  # no main-graph meaning (or none alone): perhaps a body address
+    if kind == NODE:
+        node = body_node(index.model, name)
+        if node is None:
+            return None
+        path, graph, k = node
+        return Site(None, node_label(graph.node[k], k), path, name)
+    found = split_address(index.model, name)
+    if found is None:
+        return None
+    path, graph, tensor = found
+    for k, n in enumerate(graph.node):
+        if tensor in n.output:
+            return Site(tensor, node_label(n, k), path, name)
+    held = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    return Site(tensor, None, path, name) if tensor in held else None
