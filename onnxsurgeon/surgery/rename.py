@@ -185,9 +185,9 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str],
                                      f"'{site.graph}', which has no name; rename nodes by name")
                 bodies.setdefault(site.graph, {})[site.node or ""] = new
                 continue
-        site = address_site(selector, old, NODE)  # '<body path>/<label>', as records give it
-        if site is not None:
-            bodies.setdefault(site.graph, {})[site.node or ""] = new
+        at = address_site(selector, old, NODE)  # '<body path>/<label>', as records give it
+        if at is not None:
+            bodies.setdefault(at.graph, {})[at.node or ""] = new
             continue
         node = index.graph.node[selector.resolve_node(old)]
         if not node.name:
