@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..edit import Edit
-from ..errors import SurgeryError, UsageError
+from ..errors import UsageError
 from ..index import body_captures, graph_defined_names, has_subgraphs, iter_graphs, node_label
 from ..names import all_names
 from ..protos import default_opset, weightless_copy
@@ -193,28 +193,25 @@ def address_site(selector: Selector, name: str, kind: str = TENSOR) -> Site | No
     """The body site ``name`` addresses exactly (``<body path>/<node label>`` for a node,
     ``<body path>/<tensor>`` for a tensor the body holds: an input, an initializer, a node
     output), as records write body sites so that a replay finds them again (an unnamed node,
-    a name two bodies share); None when ``name`` is a selector or means anything in the main
-    graph (plain names keep their meaning). O(bodies) when it is no main-graph name."""
+    a name two bodies share); None when ``name`` is a selector, addresses nothing, or means
+    something in the main graph (a node or tensor name, a framework name, a module path:
+    plain names keep their meaning). O(bodies)."""
     index = selector.index
     if is_selector(name) or name in index.node_names or index.is_tensor(name) or "/" not in name:
         return None
-    try:
-        selector.resolve_node(name) if kind == NODE else selector.resolve(name)
-        return None
-    except SurgeryError:
-        pass  # no main-graph meaning (or none alone): perhaps a body address
-    if kind == NODE:
-        node = body_node(index.model, name)
-        if node is None:
-            return None
-        path, graph, k = node
-        return Site(None, node_label(graph.node[k], k), path, name)
     found = split_address(index.model, name)
     if found is None:
         return None
-    path, graph, tensor = found
-    for k, n in enumerate(graph.node):
-        if tensor in n.output:
-            return Site(tensor, node_label(n, k), path, name)
-    held = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
-    return Site(tensor, None, path, name) if tensor in held else None
+    path, graph, rest = found
+    site: Site | None = None
+    if kind == NODE:
+        k = next((i for i, n in enumerate(graph.node) if node_label(n, i) == rest), None)
+        site = None if k is None else Site(None, rest, path, name)
+    else:
+        made = next(((node_label(n, i)) for i, n in enumerate(graph.node) if rest in n.output),
+                    None)
+        held = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+        site = Site(rest, made, path, name) if made is not None or rest in held else None
+    if site is None or selector._direct(name) is not None or name in selector._module_nodes():
+        return None
+    return site
