@@ -213,8 +213,8 @@ class RerouteRecord(RewriteRecord):
             options["consumers"] = list(self.rerouted)
         if self.pruned_nodes is not None:
             options["prune"] = True
-        # a body's tensor is found again by a selector of its name (plain names are main's)
-        source = f"re:{re.escape(self.source)}" if self.graph else self.source
+        # a body's tensor is found again by its address '<body path>/<name>', exactly
+        source = f"{self.graph}/{self.source}" if self.graph else self.source
         return VerbCall("reroute", {"source": source, "target": self.target}, options)
 
 
@@ -232,8 +232,8 @@ class RenameRecord(RewriteRecord):
 
     def replay_call(self) -> VerbCall:
         mapping = dict(self.renamed)
-        for ren in (self.bodies or {}).values():  # a body's node, found by a selector again
-            mapping.update((f"re:{re.escape(old)}", new) for old, new in ren.items())
+        for path, ren in (self.bodies or {}).items():  # a body's node by its address, exactly
+            mapping.update((f"{path}/{old}", new) for old, new in ren.items())
         return VerbCall("rename", {"mapping": mapping}, {"nodes": self.nodes})
 
 
@@ -269,13 +269,8 @@ class BypassRecord(RewriteRecord):
         if self.prune:
             options["prune"] = True
         nodes = [by_node.get(n, n) for n in self.removed]
-        inner = [n for body in (self.bodies or {}).values() for n in body.get("removed", ())]
-        if inner:  # body nodes are found by a selector of their names (plain names are main's)
-            unnamed = [n for n in inner if re.fullmatch(r"\w+#\d+", n)]
-            if unnamed:
-                raise UsageError(f"node '{unnamed[0]}' removed inside a body has no name, so "
-                                 "no selector finds it again; name the body's nodes first")
-            nodes.append("re:(?:" + "|".join(re.escape(n) for n in dict.fromkeys(inner)) + ")")
+        for path, body in (self.bodies or {}).items():  # exactly: '<body path>/<label>'
+            nodes.extend(f"{path}/{n}" for n in body.get("removed", ()))
         return VerbCall("bypass", {"nodes": nodes}, options)
 
 

@@ -22,10 +22,11 @@ import onnx
 
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import body_captures, graph_defined_names, has_subgraphs, iter_graphs
+from ..index import body_captures, graph_defined_names, has_subgraphs, iter_graphs, node_label
 from ..names import all_names
 from ..protos import default_opset, weightless_copy
-from ..selectors import Site, body_graphs
+from ..select import Selector
+from ..selectors import NODE, TENSOR, Site, body_graphs, is_selector
 
 
 def split(sites: Iterable[Site]) -> tuple[list[Site], dict[str, list[Site]]]:
@@ -153,3 +154,64 @@ def refuse_body_sites(sites: Sequence[Site], text: str, why: str) -> None:
         if site.graph:
             raise UsageError(f"selector '{text}' matches '{site.matched}' inside the body "
                              f"'{site.graph}'; {why}")
+
+
+def split_address(host: onnx.ModelProto, address: str) -> tuple[str, onnx.GraphProto, str] | None:
+    """``<body path>/<rest>`` -> (the body path, the body, rest), the longest body path that
+    prefixes ``address``; None when none does. Records name body nodes (``rest``: the node's
+    label, its name else ``OpType#position``) and body initializers so, exactly. O(bodies)."""
+    best: tuple[str, onnx.GraphProto, str] | None = None
+    for path, graph in body_graphs(host.graph):
+        if address.startswith(path + "/") and len(address) > len(path) + 1 and (
+                best is None or len(path) > len(best[0])):
+            best = (path, graph, address[len(path) + 1:])
+    return best
+
+
+def body_node(host: onnx.ModelProto, address: str) -> tuple[str, onnx.GraphProto, int] | None:
+    """(body path, body, position) of the body node at ``address`` (:func:`split_address`)."""
+    found = split_address(host, address)
+    if found is None:
+        return None
+    path, graph, label = found
+    k = next((i for i, n in enumerate(graph.node) if node_label(n, i) == label), None)
+    return None if k is None else (path, graph, k)
+
+
+def body_initializer(host: onnx.ModelProto, address: str
+                     ) -> tuple[str, onnx.GraphProto, int] | None:
+    """(body path, body, position) of the body initializer at ``address``."""
+    found = split_address(host, address)
+    if found is None:
+        return None
+    path, graph, name = found
+    k = next((i for i, t in enumerate(graph.initializer) if t.name == name), None)
+    return None if k is None else (path, graph, k)
+
+
+def address_site(selector: Selector, name: str, kind: str = TENSOR) -> Site | None:
+    """The body site ``name`` addresses exactly (``<body path>/<node label>`` for a node,
+    ``<body path>/<tensor>`` for a tensor the body holds: an input, an initializer, a node
+    output), as records write body sites so that a replay finds them again (an unnamed node,
+    a name two bodies share); None when ``name`` is a selector, addresses nothing, or means
+    something in the main graph (a node or tensor name, a framework name, a module path:
+    plain names keep their meaning). O(bodies)."""
+    index = selector.index
+    if is_selector(name) or name in index.node_names or index.is_tensor(name) or "/" not in name:
+        return None
+    found = split_address(index.model, name)
+    if found is None:
+        return None
+    path, graph, rest = found
+    site: Site | None = None
+    if kind == NODE:
+        k = next((i for i, n in enumerate(graph.node) if node_label(n, i) == rest), None)
+        site = None if k is None else Site(None, rest, path, name)
+    else:
+        made = next(((node_label(n, i)) for i, n in enumerate(graph.node) if rest in n.output),
+                    None)
+        held = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+        site = Site(rest, made, path, name) if made is not None or rest in held else None
+    if site is None or selector._direct(name) is not None or name in selector._module_nodes():
+        return None
+    return site

@@ -33,7 +33,7 @@ from ..select import Selector, drop_missing, is_selector, node_module
 from ..selectors import NODE
 from ..session import hand_on
 from ..types import TypeOracle, dtype_name
-from ._bodies import body_model, children_first, outer_types, put_back
+from ._bodies import address_site, body_model, children_first, outer_types, put_back
 from ._edges import check_types
 from ._proto import _BROADCAST
 from ._shown import Shown
@@ -139,17 +139,23 @@ def _expand(index: GraphIndex, sel: Selector, names: list[str]) -> tuple[list[st
                                                                          dict[str, list[str]]]:
     """``names`` with each selector (``glob:``, ``re:``, ``op:``) replaced by the labels of the
     main-graph nodes it matches, in node order (a node matched twice is bypassed once), and
-    body path -> the labels it matches inside that If/Loop/Scan body."""
-    if not any(is_selector(n) for n in names):
-        return names, {}
+    body path -> the labels it matches inside that If/Loop/Scan body; a body node's address
+    (``<body path>/<label>``, as the record gives it: :func:`_bodies.address_site`) goes to
+    its body."""
     out: list[str] = []
     bodies: dict[str, list[str]] = {}
     for name in names:
         if not is_selector(name):
-            out.append(name)
+            site = address_site(sel, name, NODE)
+            if site is None:
+                out.append(name)
+            else:
+                bodies.setdefault(site.graph, []).append(site.node or "")
             continue
         for site in sel.find(name, NODE):
             (bodies.setdefault(site.graph, []) if site.graph else out).append(site.node or "")
+    if not bodies and out == names:
+        return names, {}
     return list(dict.fromkeys(out)), {k: list(dict.fromkeys(v)) for k, v in bodies.items()}
 
 

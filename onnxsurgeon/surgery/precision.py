@@ -26,12 +26,13 @@ from onnx import TensorProto, defs, helper
 from ..edit import Edit
 from ..errors import UsageError
 from ..external import read_tensor
-from ..index import GraphIndex
+from ..index import GraphIndex, node_label
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..ortinfer import missing_kernel
 from ..record import PrecisionRecord, add_rewrite
 from ..select import Selector, is_selector
+from ..selectors import NODE, body_graphs
 from ..session import indexed
 from ._lowtypes import captured, float_types, slot, slot_kind
 from .replace import _tolerance
@@ -73,7 +74,9 @@ class PrecisionResult:
         to: "fp16" or "bf16".
         keep_io_types: graph inputs and outputs stayed float32.
         blocked: what ``block`` named, resolved: op types (sorted), then main-graph node labels
-            in node order (selectors, framework names and module paths resolved).
+            in node order (selectors, framework names and module paths resolved), then body
+            nodes by address ``<body path>/<node label>`` in walk order (a replay finds them
+            there exactly).
         kept: node label (``holder/attr/label`` inside bodies) -> why it stays float32, in graph
             order; ``framework`` names their framework name when the converters recorded one.
         framework: kept node label -> its framework name (only those that have one).
@@ -117,6 +120,8 @@ class _Plan:
     block_nodes: set[int]
     base_dir: object
     names: NameAllocator
+    block_body: set[str] = field(default_factory=set)
+    """Body nodes blocked, by address ``<body path>/<node label>`` (issue 28)."""
     kept: dict[str, str] = field(default_factory=dict)
     converted: int = 0
     initializers: int = 0
@@ -274,7 +279,8 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
     reads: dict[str, str] = dict(alias)
     decisions: list[tuple[str | None, list[str], list[str]]] = []
     for i, node in enumerate(g.node):
-        blocked = keep_all or node.op_type in plan.block_ops or (main and i in plan.block_nodes)
+        blocked = keep_all or node.op_type in plan.block_ops or (main and i in plan.block_nodes) \
+            or (not main and f"{path}{node.name or f'{node.op_type}#{i}'}" in plan.block_body)
         decisions.append(_decide(plan, node, blocked))
     for i in _feeding_fixed_slots(plan, g, decisions):
         decisions[i] = ("", [], [])  # computes Resize's float32 scales: untouched, exact
@@ -408,7 +414,7 @@ def _convert_attributes(plan: _Plan, node: onnx.NodeProto, home: Mapping[str, in
         elif a.type == onnx.AttributeProto.GRAPH:
             b.g.CopyFrom(_body(plan, a.g, home, reads, f"{label}/{a.name}/"))
         elif a.type == onnx.AttributeProto.GRAPHS:
-            bodies = [_body(plan, body, home, reads, f"{label}/{a.name}{j}/")
+            bodies = [_body(plan, body, home, reads, f"{label}/{a.name}[{j}]/")
                       for j, body in enumerate(a.graphs)]
             b = helper.make_attribute(a.name, bodies)
         attrs.append(b)
@@ -434,7 +440,7 @@ def _float32_bodies(plan: _Plan, node: onnx.NodeProto, home: Mapping[str, int],
             b.g.CopyFrom(_body(plan, a.g, home, reads, f"{label}/{a.name}/", keep_all=True))
         elif a.type == onnx.AttributeProto.GRAPHS:
             b = helper.make_attribute(a.name, [
-                _body(plan, body, home, reads, f"{label}/{a.name}{j}/", keep_all=True)
+                _body(plan, body, home, reads, f"{label}/{a.name}[{j}]/", keep_all=True)
                 for j, body in enumerate(a.graphs)])
         attrs.append(b)
     return attrs
@@ -452,9 +458,17 @@ def _body(plan: _Plan, g: onnx.GraphProto, home: Mapping[str, int], reads: Mappi
     return body
 
 
-def _resolve_blocks(index: GraphIndex, block: Sequence[str]) -> tuple[set[str], set[int]]:
-    """Op types and main-graph node numbers named by ``block`` (a node name, a selector, an op
-    type of the model or of the ONNX standard, else any name ``resolve_node`` knows)."""
+def _body_addresses(graph: onnx.GraphProto) -> dict[str, None]:
+    """Every body node's address ``<body path>/<node label>``, in walk order. O(body nodes)."""
+    return {f"{path}/{node_label(node, i)}": None
+            for path, body in body_graphs(graph) for i, node in enumerate(body.node)}
+
+
+def _resolve_blocks(index: GraphIndex, block: Sequence[str]) -> tuple[set[str], set[int], list[str]]:
+    """Op types, main-graph node numbers and body node addresses (``<body path>/<label>``, in
+    walk order) named by ``block``: a node name, a selector (its matches inside If/Loop/Scan
+    bodies too), an op type of the model or of the ONNX standard, a body node's address (as the
+    record gives it), else any name ``resolve_node`` knows."""
     ops_in_model: set[str] = set()
     stack = [index.graph]
     while stack:
@@ -464,19 +478,33 @@ def _resolve_blocks(index: GraphIndex, block: Sequence[str]) -> tuple[set[str], 
             for a in node.attribute:
                 stack.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
     names = {node.name: i for i, node in enumerate(index.graph.node) if node.name}
+    labels = {index.node_label(i): i for i in range(len(index.graph.node))}
+    addresses: dict[str, None] | None = None
     selector = Selector(index)
     ops: set[str] = set()
     nodes: set[int] = set()
+    body: set[str] = set()
     for item in block:
         if item in names:
             nodes.add(names[item])
-        elif is_selector(item):
-            nodes.update(selector.find_nodes(item))
+        elif is_selector(item) and not index.is_tensor(item) and item not in index.node_names:
+            for site in selector.find(item, NODE):
+                if site.graph:
+                    body.add(f"{site.graph}/{site.node}")
+                else:
+                    nodes.add(labels[site.node or ""])
         elif item in ops_in_model or defs.has(item):  # an ONNX op type, present or not
             ops.add(item)
         else:
-            nodes.add(selector.resolve_node(item))
-    return ops, nodes
+            if addresses is None:
+                addresses = _body_addresses(index.graph)
+            if item in addresses:
+                body.add(item)
+            else:
+                nodes.add(selector.resolve_node(item))
+    order = [a for a in (addresses if addresses is not None else _body_addresses(index.graph))
+             if a in body] if body else []
+    return ops, nodes, order
 
 
 def precision(
@@ -493,6 +521,7 @@ def precision(
 
     ``block`` names what stays float32: op types (``Softmax``), node names, or selectors
     (``glob:``/``re:``/``op:``, framework names and module paths resolve to their nodes);
+    a body node blocked stays float32 inside its converted body, Casts at its boundaries there;
     ``keep`` adds main-graph node labels (name, else ``OpType#i``) with the reason they stay
     float32 (``--auto-block``); ``budget`` (rtol, atol or ``"RTOL,ATOL"``) is recorded as the
     tolerance ``verify`` judges the conversion under (None: the precision policy's default).
@@ -514,13 +543,14 @@ def precision(
     m = as_model(model)
     index = indexed(m)
     proto = index.model
-    ops, nodes = _resolve_blocks(index, block)
+    ops, nodes, body_nodes = _resolve_blocks(index, block)
     if keep:
         nodes.update(i for i in range(len(index.graph.node)) if index.node_label(i) in keep)
     versions = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in proto.opset_import}
     plan = _Plan(target=target, types=float_types(proto), opsets=list(proto.opset_import),
                  versions=versions, block_ops=ops, block_nodes=nodes,
-                 base_dir=m.base_dir, names=NameAllocator.for_model(proto))
+                 base_dir=m.base_dir, names=NameAllocator.for_model(proto),
+                 block_body=set(body_nodes))
     low = target.elem_type
     io = FLOAT if keep_io_types else low
     pieces = _convert_graph(plan, index.graph, {}, {}, path="", keep_all=False, input_want=io,
@@ -530,7 +560,7 @@ def precision(
             plan.kept[name] = why
     framework = _framework_names(index, plan.kept)
     resolved = (*sorted(ops), *(index.node_label(i) for i in sorted(nodes)
-                                if index.node_label(i) not in (keep or {})))
+                                if index.node_label(i) not in (keep or {})), *body_nodes)
     e = Edit(index)
     e.give_up()  # every node and leaf is rewritten: the next verb rebuilds its index
     e.keep_nodes([])

@@ -18,12 +18,13 @@ import onnx
 
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import GraphIndex, graph_defined_names, iter_graphs, subgraphs
+from ..index import GraphIndex, graph_defined_names, iter_graphs, node_label, subgraphs
 from ..io import Model, as_model
 from ..record import RenameRecord, add_rewrite
 from ..select import Selector, follow_renames, is_selector
 from ..selectors import NODE
 from ..session import indexed
+from ._bodies import address_site
 from ._shown import Shown
 
 
@@ -184,6 +185,10 @@ def _resolve_nodes(index: GraphIndex, mapping: Mapping[str, str],
                                      f"'{site.graph}', which has no name; rename nodes by name")
                 bodies.setdefault(site.graph, {})[site.node or ""] = new
                 continue
+        at = address_site(selector, old, NODE)  # '<body path>/<label>', as records give it
+        if at is not None:
+            bodies.setdefault(at.graph, {})[at.node or ""] = new
+            continue
         node = index.graph.node[selector.resolve_node(old)]
         if not node.name:
             raise UsageError(f"'{old}' is made by a {node.op_type} node without a name; rename "
@@ -201,15 +206,16 @@ def _check_body_nodes(proto: onnx.ModelProto, bodies: Mapping[str, Mapping[str, 
     from ._bodies import locate
 
     out: list[tuple[onnx.GraphProto, dict[int, str]]] = []
-    for path, ren in bodies.items():
+    for path, ren in bodies.items():  # keyed by node label: its name, else OpType#position
         graph = locate(proto, path)
-        kept = {n.name for n in graph.node if n.name not in ren}
+        labels = [node_label(n, i) for i, n in enumerate(graph.node)]
+        kept = {n.name for n, label in zip(graph.node, labels, strict=True) if label not in ren}
         for old, new in ren.items():
             if not new or new in kept or list(ren.values()).count(new) > 1:
                 why = "the name is empty" if not new else "another node of that body has it"
                 raise UsageError(f"cannot rename node '{old}' inside the body '{path}' to "
                                  f"'{new}': {why}; pick another name")
-        out.append((graph, {i: ren[n.name] for i, n in enumerate(graph.node) if n.name in ren}))
+        out.append((graph, {i: ren[label] for i, label in enumerate(labels) if label in ren}))
     return out
 
 

@@ -25,7 +25,7 @@ from ..record import RerouteRecord, add_rewrite
 from ..select import Selector, Site, drop_missing, is_selector
 from ..session import indexed
 from ..types import TypeOracle
-from ._bodies import body_model, outer_types, put_back
+from ._bodies import address_site, body_model, outer_types, put_back
 from ._edges import check_types
 from ._proto import quick_value_info
 from ._shown import Shown
@@ -190,7 +190,7 @@ def _body_site(selector: Selector, source: str) -> Site | None:
         AmbiguousNameError: the selector matches several tensors.
     """
     if not (is_selector(source) and selector._selects(source)):
-        return None
+        return address_site(selector, source)  # '<body path>/<name>', as records give it
     sites = selector.find(source)
     if not any(s.graph for s in sites):
         return None

@@ -24,11 +24,13 @@ from onnx import AttributeProto, helper, numpy_helper
 
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import GraphIndex
+from ..index import GraphIndex, node_label
 from ..io import Model, as_model
 from ..record import SetRecord, add_rewrite
-from ..select import Selector
+from ..select import Selector, is_selector
+from ..selectors import NODE, TENSOR
 from ..session import indexed
+from ._bodies import body_initializer, body_node, children_first, locate
 
 __all__ = ["SetResult", "parse_attribute", "set_values", "split_attr_key"]
 
@@ -144,25 +146,88 @@ def _read_npy(path: str) -> np.ndarray:
     return arr
 
 
-def _new_weight(index: GraphIndex, selector: Selector, name: str, path: str,
-                reshape: bool) -> tuple[int, onnx.TensorProto]:
-    resolved = name if name in index.initializers else selector.resolve(name)
+def _checked_weight(old: onnx.TensorProto, label: str, path: str,
+                    reshape: bool) -> onnx.TensorProto:
+    """The array of ``path`` as the new value of initializer ``old`` (called ``label``)."""
+    arr = _read_npy(path)
+    want = helper.tensor_dtype_to_np_dtype(old.data_type)
+    if arr.dtype != want:
+        raise UsageError(f"'{path}' holds {arr.dtype} values but initializer '{label}' is "
+                         f"{want}; save the array as {want}")
+    if tuple(arr.shape) != tuple(old.dims) and not reshape:
+        raise UsageError(f"'{path}' has shape {list(arr.shape)} but initializer '{label}' "
+                         f"has {list(old.dims)}; give that shape, or pass --reshape")
+    return numpy_helper.from_array(np.ascontiguousarray(arr), old.name)
+
+
+def _weight_sites(index: GraphIndex, selector: Selector, name: str) -> list[tuple[str, int]]:
+    """(body path or "", initializer position) of each initializer ``name`` names: a main
+    initializer, a selector's matches (inside bodies too), a body initializer's address
+    ``<body path>/<name>`` (as the record gives it), else a tensor :meth:`Selector.resolve`
+    finds."""
+    if name in index.initializers:
+        return [("", index.initializers[name])]
+    if is_selector(name) and not index.is_tensor(name) and name not in index.node_names:
+        found: list[tuple[str, int]] = []
+        for site in selector.find(name, TENSOR):
+            if not site.graph:
+                found.append(("", _main_initializer(index, site.tensor or "")))
+                continue
+            where = body_initializer(index.model, f"{site.graph}/{site.tensor}")
+            if where is None:
+                raise UsageError(f"tensor '{site.tensor}' inside the body '{site.graph}' is not "
+                                 "an initializer; --weight replaces initializers")
+            found.append((site.graph, where[2]))
+        return found
+    if not index.is_tensor(name):
+        where = body_initializer(index.model, name)
+        if where is not None:
+            return [(where[0], where[2])]
+    return [("", _main_initializer(index, selector.resolve(name)))]
+
+
+def _main_initializer(index: GraphIndex, resolved: str) -> int:
     pos = index.initializers.get(resolved)
     if pos is None:
         raise UsageError(f"tensor '{resolved}' is not an initializer; --weight replaces "
                          "initializers (onnxsurgeon inspect MODEL lists them)")
     if pos < 0:
         raise UsageError(f"initializer '{resolved}' is sparse; replace a dense initializer")
-    old = index.graph.initializer[pos]
-    arr = _read_npy(path)
-    want = helper.tensor_dtype_to_np_dtype(old.data_type)
-    if arr.dtype != want:
-        raise UsageError(f"'{path}' holds {arr.dtype} values but initializer '{resolved}' is "
-                         f"{want}; save the array as {want}")
-    if tuple(arr.shape) != tuple(old.dims) and not reshape:
-        raise UsageError(f"'{path}' has shape {list(arr.shape)} but initializer '{resolved}' "
-                         f"has {list(old.dims)}; give that shape, or pass --reshape")
-    return pos, numpy_helper.from_array(np.ascontiguousarray(arr), resolved)
+    return pos
+
+
+def _node_sites(index: GraphIndex, selector: Selector, name: str) -> list[tuple[str, int]]:
+    """(body path or "", node position) of each node ``name`` names: a main node's name, a
+    selector's matches (inside bodies too), a body node's address ``<body path>/<label>`` (as
+    the record gives it), else :meth:`Selector.resolve_node`."""
+    if name in index.node_names:
+        return [("", index.node_names[name])]
+    if is_selector(name) and not index.is_tensor(name):
+        labels = {index.node_label(i): i for i in range(len(index.graph.node))}
+        found: list[tuple[str, int]] = []
+        for site in selector.find(name, NODE):
+            if not site.graph:
+                found.append(("", labels[site.node or ""]))
+                continue
+            where = body_node(index.model, f"{site.graph}/{site.node}")
+            if where is not None:
+                found.append((site.graph, where[2]))
+        return found
+    if not index.is_tensor(name):
+        where = body_node(index.model, name)
+        if where is not None:
+            return [(where[0], where[2])]
+    return [("", selector.resolve_node(name))]
+
+
+def _graph_of(index: GraphIndex, path: str) -> onnx.GraphProto:
+    return locate(index.model, path) if path else index.graph
+
+
+def _label(index: GraphIndex, path: str, i: int) -> str:
+    """A node's label as records give it: ``<body path>/<label>`` inside a body."""
+    return f"{path}/{node_label(_graph_of(index, path).node[i], i)}" if path else \
+        index.node_label(i)
 
 
 def set_values(model: Model | onnx.ModelProto, /, *, attrs: Mapping[str, str] | None = None,
@@ -171,10 +236,15 @@ def set_values(model: Model | onnx.ModelProto, /, *, attrs: Mapping[str, str] | 
     """Give attributes (``NODE.KEY`` -> value text) and initializers (name -> ``.npy`` file)
     new values. Mutates model.
 
+    A selector acts at each of its matches, nodes and initializers inside If/Loop/Scan bodies
+    too; those are recorded by address (``<body path>/<label>.KEY``, ``<body path>/<name>``),
+    which names them again exactly.
+
     Before:  x -> Conv(strides=1,1; W) -> y
     After (attrs conv.strides=2,2; weights W=w.npy):  x -> Conv(strides=2,2; W') -> y
 
-    O(attributes + weights given) plus reading the arrays; no pass over the graph.
+    O(attributes + weights given) plus reading the arrays; a selector or a body address walks
+    the graphs once.
 
     Raises:
         NotFoundError: a node or tensor that does not resolve (did-you-mean).
@@ -189,35 +259,59 @@ def set_values(model: Model | onnx.ModelProto, /, *, attrs: Mapping[str, str] | 
     if not attrs and not files_given:
         raise UsageError("nothing to set; give --attr NODE.KEY=VALUE or --weight NAME=FILE.npy")
     selector = Selector(index)
-    new_attrs: list[tuple[int, AttributeProto]] = []
+    new_attrs: list[tuple[str, int, AttributeProto]] = []
     attr_text: dict[str, str] = {}
     for key, text in attrs.items():
         node_name, attr = split_attr_key(key)
-        i = selector.resolve_node(node_name)
-        label = index.node_label(i)
-        full = f"{label}.{attr}"
-        if full in attr_text:
-            raise UsageError(f"attribute '{full}' is set twice; set it once")
-        new_attrs.append((i, parse_attribute(proto, index.graph.node[i], attr, text, label)))
-        attr_text[full] = text
-    new_weights: list[tuple[int, onnx.TensorProto]] = []
+        for path, i in _node_sites(index, selector, node_name):
+            label = _label(index, path, i)
+            full = f"{label}.{attr}"
+            if full in attr_text:
+                raise UsageError(f"attribute '{full}' is set twice; set it once")
+            node = _graph_of(index, path).node[i]
+            new_attrs.append((path, i, parse_attribute(proto, node, attr, text, label)))
+            attr_text[full] = text
+    new_weights: list[tuple[str, int, onnx.TensorProto]] = []
     files: dict[str, str] = {}
     digests: dict[str, str] = {}
-    for name, path in files_given.items():
-        pos, tensor = _new_weight(index, selector, name, path, reshape)
-        if tensor.name in files:
-            raise UsageError(f"initializer '{tensor.name}' is set twice; set it once")
-        new_weights.append((pos, tensor))
-        files[tensor.name] = path
-        digests[tensor.name] = hashlib.sha256(tensor.raw_data).hexdigest()
+    for name, file in files_given.items():
+        for path, pos in _weight_sites(index, selector, name):
+            old = _graph_of(index, path).initializer[pos]
+            label = f"{path}/{old.name}" if path else old.name
+            tensor = _checked_weight(old, label, file, reshape)
+            if label in files:
+                raise UsageError(f"initializer '{label}' is set twice; set it once")
+            new_weights.append((path, pos, tensor))
+            files[label] = file
+            digests[label] = hashlib.sha256(tensor.raw_data).hexdigest()
     result = SetResult(attr_text, files, digests, bool(reshape))
+    paths = children_first(proto, {p for p, _, _ in (*new_attrs, *new_weights) if p})
 
     # ------------------------------------------------------------------ mutate (all checked)
     e = Edit(index)
-    for pos, tensor in new_weights:
-        e.set_initializer(pos, tensor)
-    for i, attribute in new_attrs:
-        e.set_attribute(i, attribute)
+    for path, pos, tensor in new_weights:
+        if not path:
+            e.set_initializer(pos, tensor)
+    for path, i, attribute in new_attrs:
+        if not path:
+            e.set_attribute(i, attribute)
+    for path in paths:  # children first: a holder's copy has its bodies' new values
+        graph = locate(proto, path)
+        body = onnx.GraphProto()
+        body.CopyFrom(graph)
+        for where, pos, tensor in new_weights:
+            if where == path:
+                body.initializer[pos].CopyFrom(tensor)
+        for where, i, attribute in new_attrs:
+            if where == path:
+                held = body.node[i].attribute
+                k = next((k for k, a in enumerate(held) if a.name == attribute.name), None)
+                if k is None:
+                    body.node[i].attribute.append(attribute)
+                else:
+                    body.node[i].attribute[k].CopyFrom(attribute)
+        e.set_body(graph, body, list(body.input))
     e.hand_on(m)
     add_rewrite(proto, result.record())
     return result
+

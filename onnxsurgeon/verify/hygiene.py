@@ -22,6 +22,7 @@ from ..external import is_external, read_tensor
 from ..index import GraphIndex
 from ..io import Model
 from ..record import CleanupRecord, OutputsRecord, SetRecord, ToposortRecord
+from ..surgery._bodies import body_initializer, body_node
 from ..surgery.setvalues import parse_attribute, split_attr_key
 from .invariant import Check, Context, dtype_of, node_position, rewrite_check, run_all
 from .locate import Side
@@ -132,10 +133,11 @@ def _set_reference(original: Model, rewritten: Model, record: SetRecord) -> Mode
     for key, text in record.attrs.items():
         label, attr = split_attr_key(key)
         k = node_position(index, label)
-        if k is None:
+        inside = body_node(proto, label) if k is None else None  # '<body path>/<label>'
+        if k is None and inside is None:
             raise UsageError(f"the set record names node '{label}', which the original model "
                              "does not have; give the model the set started from")
-        node = proto.graph.node[k]
+        node = proto.graph.node[k] if inside is None else inside[1].node[inside[2]]
         value = parse_attribute(proto, node, attr, text, label)
         kept = [a for a in node.attribute if a.name != attr]
         del node.attribute[:]
@@ -144,15 +146,20 @@ def _set_reference(original: Model, rewritten: Model, record: SetRecord) -> Mode
     for name, digest in record.digests.items():
         pos = index.initializers.get(name)
         new = new_inits.get(name)
+        held = proto.graph.initializer
+        if pos is None:  # a body's: '<body path>/<name>'
+            inside, made = body_initializer(proto, name), body_initializer(rewritten.proto, name)
+            if inside is not None and made is not None:
+                pos, held, new = inside[2], inside[1].initializer, made[1].initializer[made[2]]
         if pos is None or pos < 0 or new is None:
             raise UsageError(f"the set record replaces initializer '{name}', which one of the "
                              "models does not have; give the models the set started from and made")
         if is_external(new):
-            new = numpy_helper.from_array(read_tensor(new, rewritten.base_dir), name)
+            new = numpy_helper.from_array(read_tensor(new, rewritten.base_dir), new.name)
         if hashlib.sha256(new.raw_data).hexdigest() != digest:
             raise UsageError(f"initializer '{name}' of the rewritten model is not the one the "
                              "set record wrote (sha256 differs); give the model the set made")
-        proto.graph.initializer[pos].CopyFrom(new)
+        held[pos].CopyFrom(new)
     return Model(proto, base_dir=original.base_dir)
 
 
