@@ -353,12 +353,15 @@ def _locate(ref: Staged, cand: Staged, feeds: Sequence[Sample], reports: Sequenc
     failed = next((p for p in reports if not p.agree), None)
     divergence: Divergence | None = None
     sample: Sample | None = None
+    values: dict[str, tuple[Any, Any, str]] = {}
     if failed is not None:
         sample = feeds[failed.worst_sample or 0]
         try:
             divergence = locate(Side(ref, sample), Side(cand, sample), failed.reference,
                                 mapping={**mapping, failed.reference: failed.candidate},
-                                rtol=rtol, atol=atol, exact=exact, batch=batch)
+                                rtol=rtol, atol=atol, exact=exact, batch=batch,
+                                start_diff=(failed.max_abs_diff if failed.mismatches and failed.reason is None
+                                            else None), values=values)
         except ResourceLimitError:
             raise
         except SurgeryError as exc:
@@ -374,7 +377,8 @@ def _locate(ref: Staged, cand: Staged, feeds: Sequence[Sample], reports: Sequenc
     try:
         cause = node_check(ref, cand, sample, sample, divergence.tensor,
                            divergence.candidate_tensor, mapping=mapping, rtol=rtol, atol=atol,
-                           exact=exact)
+                           exact=exact, values=values)
+        values.clear()
     except ResourceLimitError:
         raise
     except SurgeryError:

@@ -29,7 +29,7 @@ from ..io import Model
 from ..protos import rename_reads
 from .accumulate import PairAccumulator
 from .inputs import Sample
-from .locate import numpy_dtype_name, same_initializer
+from .locate import numpy_dtype_name, same_initializer, tensor_bytes
 from .report import DeepResult, TensorError
 from .run import ModelRunError, Staged
 
@@ -37,8 +37,6 @@ DEEP_BUDGET_BYTES = 256 * 2**20
 """Estimated bytes of the tensors one batch exposes, per model."""
 DEEP_MAX_TENSORS = 2048
 """Most tensors one batch exposes."""
-_UNKNOWN_BYTES = 4 * 2**20
-"""Size assumed for a tensor whose shape is unknown."""
 
 _BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": (-1.0, 1.0),
            "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
@@ -143,17 +141,7 @@ def shared_tensors(ref: Staged, cand: Staged, *, mapping: Mapping[str, str] | No
 
 
 def _bytes(staged: Staged, name: str, dims: Mapping[str, int]) -> int:
-    shape = staged.oracle.shape(name)
-    elem = staged.elem_type(name)
-    if shape is None or not elem:
-        return _UNKNOWN_BYTES
-    try:
-        size = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize
-    except (KeyError, TypeError, ValueError):
-        size = 4
-    for d in shape:
-        size *= d if isinstance(d, int) else (dims.get(d, 1) if isinstance(d, str) else 1)
-    return max(1, size)
+    return tensor_bytes(staged, name, dims)
 
 
 def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
@@ -342,10 +330,14 @@ def isolate_nodes(staged: Staged, outputs: Sequence[str], stop_at: Sequence[str]
 def node_check(ref: Staged, cand: Staged, ref_feed: Sample, cand_feed: Sample, tensor: str,
                cand_tensor: str, *, mapping: Mapping[str, str] | None = None,
                rtol: float | None = None, atol: float | None = None,
-               exact: bool = False) -> tuple[str, str] | None:
+               exact: bool = False,
+               values: Mapping[str, tuple[np.ndarray, np.ndarray, str]] | None = None,
+               ) -> tuple[str, str] | None:
     """("wrong node" | "inherited drift", detail) for the candidate node producing
     ``cand_tensor``, fed the reference's values of its inputs; None when an input has no
-    reference counterpart or the check cannot run."""
+    reference counterpart or the check cannot run. ``values``: (reference, candidate) arrays of
+    these feeds already computed, with the candidate tensor, by reference name (what :func:`~.locate.locate` fills); the
+    models run only for what is missing."""
     inverse = {v: k for k, v in dict(mapping or {}).items()}
     cindex = cand.index
     j = cindex.producer.get(cand_tensor)
@@ -357,9 +349,15 @@ def node_check(ref: Staged, cand: Staged, ref_feed: Sample, cand_feed: Sample, t
     ref_names = [inverse.get(n, n) for n in computed]
     if any(not ref.is_tensor(n) for n in ref_names):
         return None
+    known = dict(values or {})
     try:
-        rvals = ref.run(ref_feed, [tensor, *ref_names])
-        cvals = cand.run(cand_feed, computed) if computed else {}
+        if tensor in known and known[tensor][2] == cand_tensor and all(
+                r in known and known[r][2] == c for c, r in zip(computed, ref_names, strict=True)):
+            rvals = {r: known[r][0] for r in [tensor, *ref_names]}
+            cvals = {c: known[r][1] for c, r in zip(computed, ref_names, strict=True)}
+        else:
+            rvals = ref.run(ref_feed, [tensor, *ref_names])
+            cvals = cand.run(cand_feed, computed) if computed else {}
         alone = isolate_nodes(cand, [cand_tensor], computed)
         staged = Staged(alone, cand.workspace, "node", threads=cand.threads, limits=cand.limits)
         feed = {**{k: v for k, v in cand_feed.items() if k in staged.input_names},
