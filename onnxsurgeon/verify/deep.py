@@ -27,16 +27,21 @@ from ..external import read_tensor
 from ..index import GraphIndex
 from ..io import Model
 from ..protos import rename_reads
-from .accumulate import PairAccumulator
+from .accumulate import PROBE_ELEMENTS, PairAccumulator
 from .inputs import Sample
 from .locate import numpy_dtype_name, same_initializer, tensor_bytes
 from .report import DeepResult, TensorError
 from .run import ModelRunError, Staged
 
-DEEP_BUDGET_BYTES = 256 * 2**20
-"""Estimated bytes of the tensors one batch exposes, per model."""
+DEEP_BUDGET_BYTES = 128 * 2**20
+"""Estimated bytes of one batch per model: the tensors it exposes and their comparison state
+(:func:`state_bytes`)."""
 DEEP_MAX_TENSORS = 2048
-"""Most tensors one batch exposes."""
+"""Most tensors one batch exposes when settling pairs (whose comparison may stop after a
+batch)."""
+FORCED_MAX_TENSORS = 1 << 20
+"""Most tensors one batch of ``--deep`` exposes (it compares them all: fewer, larger batches
+cost fewer sessions; a 90k-node chain's 90k tiny tensors fit one)."""
 
 _BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": (-1.0, 1.0),
            "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
@@ -141,7 +146,19 @@ def shared_tensors(ref: Staged, cand: Staged, *, mapping: Mapping[str, str] | No
 
 
 def _bytes(staged: Staged, name: str, dims: Mapping[str, int]) -> int:
-    return tensor_bytes(staged, name, dims)
+    size = tensor_bytes(staged, name, dims)
+    return size + state_bytes(staged, name, size)
+
+
+def state_bytes(staged: Staged, name: str, size: int) -> int:
+    """Estimated bytes a :class:`~.accumulate.PairAccumulator` keeps per side of a tensor of
+    ``size`` bytes across samples: the first sample's probe and its running min and max."""
+    elem = staged.elem_type(name)
+    try:
+        item = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize if elem else 4
+    except (KeyError, TypeError, ValueError):
+        item = 4
+    return 3 * min(size, PROBE_ELEMENTS * item)
 
 
 def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
@@ -168,13 +185,14 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
                  budget: int = DEEP_BUDGET_BYTES, dims: Mapping[str, int] | None = None,
                  forced: bool = False, notes: list[str] | None = None,
-                 until: Callable[[Sequence[TensorError]], bool] | None = None) -> DeepResult:
+                 until: Callable[[Sequence[TensorError]], bool] | None = None,
+                 max_tensors: int = DEEP_MAX_TENSORS) -> DeepResult:
     """Compare every shared tensor in ``items`` over every sample, batch by batch (see the
     module docstring). A batch whose session cannot be built or run is skipped with a note.
     ``until(compared so far)``, asked after each batch, ends the comparison early when True."""
     results: dict[int, TensorError] = {}
     skipped = done = 0
-    groups = batches(ref, items, budget=budget, dims=dict(dims or {}))
+    groups = batches(ref, items, budget=budget, dims=dict(dims or {}), max_tensors=max_tensors)
     for group in groups:
         if done and until is not None and until(list(results.values())):
             break
