@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -120,15 +121,9 @@ class _Prober:
                                              batch=len(chunk))
             self.sessions += 2
             for n in chunk:
-                a, b = ref_vals[n], cand_vals[self.m(n)]
-                if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
-                    self.known[n] = (False, None)
-                    continue
-                acc = PairAccumulator(n, self.m(n), rtol=self.rtol, atol=self.atol,
-                                      exact=self.exact,
-                                      dtype=numpy_dtype_name(self.ref.staged.elem_type(n)))
-                same = acc.add(a, b)
-                self.known[n] = (not same, acc.result().max_abs_diff)
+                self.known[n] = one_sample(self.ref.staged, n, self.m(n), ref_vals[n],
+                                           cand_vals[self.m(n)], rtol=self.rtol,
+                                           atol=self.atol, exact=self.exact)
             # the arrays of the first tensor that differs here and of what its node reads (the
             # located node when this is the window): node_check needs no run for them
             first = next((n for n in chunk if self.known[n][0]), None)
@@ -139,6 +134,44 @@ class _Prober:
                                for n in chunk if n in keep}
             del ref_vals, cand_vals
         return {n: self.known[n][0] for n in names}
+
+
+def one_sample(ref: Staged, name: str, cand_name: str, a: Any, b: Any, *, rtol: float | None,
+               atol: float | None, exact: bool) -> tuple[bool, float | None]:
+    """(differs, max abs diff) of reference tensor ``name`` (value ``a``) and its counterpart
+    ``cand_name`` (value ``b``) on one sample, as the search judges them."""
+    if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+        return (False, None)
+    acc = PairAccumulator(name, cand_name, rtol=rtol, atol=atol, exact=exact,
+                          dtype=numpy_dtype_name(ref.elem_type(name)))
+    same = acc.add(a, b)
+    return (not same, acc.result().max_abs_diff)
+
+
+def first_probes(ref: Staged, cand: Staged, start: str, *, mapping: Mapping[str, str],
+                 batch: int = DEFAULT_BATCH, strict_mapping: bool = False) -> list[str]:
+    """The tensors :func:`locate` compares first when ``start`` differs (its first probes, or
+    every tensor of its window when they fit one run), ``start`` excluded: what a caller may
+    compare beforehand on every sample and hand to :func:`locate` as ``known``."""
+    batch = max(2, batch)
+    comparable = _comparable(ref.index, cand.index, dict(mapping), strict_mapping)
+    if start not in comparable:
+        return []
+    prober = _Prober(Side(ref, {}), Side(cand, {}), mapping, rtol=None, atol=None, exact=False,
+                     batch=batch)
+    prober.known[start] = (True, None)
+    window = _ordered_ancestors(ref.index, start, comparable)
+    if len(window) <= batch or prober.fits(window):
+        return window[:-1]
+    return [window[p] for p in _probes(window, batch) if window[p] != start]
+
+
+def _probes(window: list[str], batch: int) -> list[int]:
+    step = len(window) / batch
+    probes = sorted({min(len(window) - 1, int((k + 1) * step) - 1) for k in range(batch)})
+    if probes[-1] != len(window) - 1:
+        probes.append(len(window) - 1)
+    return probes
 
 
 def _comparable(ref: GraphIndex, cand: GraphIndex, mapping: Mapping[str, str],
@@ -177,6 +210,7 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
            batch: int = DEFAULT_BATCH, strict_mapping: bool = False,
            max_restarts: int = 64, start_diff: float | None = None,
            values: dict[str, tuple[np.ndarray, np.ndarray, str]] | None = None,
+           known: Mapping[str, tuple[bool, float | None]] | None = None,
            ) -> Divergence | None:
     """The first tensor on the way to the differing reference tensor ``start`` where ``cand``
     parts from ``ref`` (see the module docstring). None when ``start`` agrees after all.
@@ -191,6 +225,8 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
             and it differs (it is then not run again).
         values: filled with the (reference, candidate) arrays (and the candidate tensor) of
             the located tensor and of the comparable tensors its node reads, by reference name (for :func:`~.deep.node_check`).
+        known: (differs, max abs diff) of reference tensors on this sample, compared already
+            with their counterparts through ``mapping`` (:func:`one_sample`): not run again.
     """
     mapping = dict(mapping or {})
     batch = max(2, batch)
@@ -199,6 +235,9 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
     if start not in comparable:
         return None
     prober = _Prober(ref, cand, mapping, rtol=rtol, atol=atol, exact=exact, batch=batch)
+    prober.known.update((n, v) for n, v in (known or {}).items() if n != start)
+    if len(prober.known):  # the sessions that compared the pairs computed these for the search
+        prober.sessions = 2
     if start_diff is not None:
         prober.known[start] = (True, start_diff)
     elif not prober.differs([start])[start]:
@@ -208,10 +247,7 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
     for _ in range(max_restarts):
         window = _ordered_ancestors(rindex, target, comparable)
         while len(window) > batch and not prober.fits(window):
-            step = len(window) / batch
-            probes = sorted({min(len(window) - 1, int((k + 1) * step) - 1) for k in range(batch)})
-            if probes[-1] != len(window) - 1:
-                probes.append(len(window) - 1)
+            probes = _probes(window, batch)
             verdict = prober.differs([window[p] for p in probes])
             lo = 0
             hi = len(window) - 1

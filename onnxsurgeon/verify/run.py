@@ -19,8 +19,9 @@ Rules kept here:
 * Graph optimizations are disabled and only the CPU provider is used, so a rewrite that should be
   exact is compared bit for bit.
 * The last session a model used stays open for the next request it can serve (the same tensors
-  or fewer); at most one idle session per :class:`Workspace`, so at most one model's session is
-  held beyond those in use.
+  or fewer); at most one idle session per model of a :class:`Workspace`. A session may be opened
+  with more tensors than its first request (``also``): what a later request of the same
+  verification is likely to need, so that request reuses it instead of building another.
 """
 
 from __future__ import annotations
@@ -153,31 +154,33 @@ class Workspace:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="onnxsurgeon-verify-"))
         self._count = 0
-        self._idle: tuple[Staged, tuple[str, ...], Runner | IsolatedRunner] | None = None
+        self._idle: dict[int, tuple[Staged, tuple[str, ...], Runner | IsolatedRunner]] = {}
 
     def fresh_path(self, stem: str) -> Path:
         self._count += 1
         return self.dir / f"{self._count:03d}-{stem}.onnx"
 
     def take(self, staged: Staged, names: Sequence[str]) -> Runner | IsolatedRunner | None:
-        """The idle session when it is ``staged``'s and computes every one of ``names`` (it is
-        then in use, no longer idle), else None."""
-        idle = self._idle
+        """``staged``'s idle session when it computes every one of ``names`` (it is then in use,
+        no longer idle), else None."""
+        idle = self._idle.get(id(staged))
         if idle is None or idle[0] is not staged or not set(names) <= set(idle[1]):
             return None
-        self._idle = None
+        del self._idle[id(staged)]
         return idle[2]
 
     def keep(self, staged: Staged, runner: Runner | IsolatedRunner) -> None:
-        """Keep ``runner`` (no longer in use) as the idle session, closing the one before."""
-        old, self._idle = self._idle, (staged, tuple(runner.read_as), runner)
+        """Keep ``runner`` (no longer in use) as ``staged``'s idle session, closing the one
+        before."""
+        old = self._idle.pop(id(staged), None)
+        self._idle[id(staged)] = (staged, tuple(runner.read_as), runner)
         if old is not None:
             old[2].close()
 
     def close(self) -> None:
-        if self._idle is not None:
-            self._idle[2].close()
-            self._idle = None
+        for _, _, runner in self._idle.values():
+            runner.close()
+        self._idle.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Workspace:
@@ -435,11 +438,20 @@ class Staged:
                 model.unlink()
 
     @contextlib.contextmanager
-    def session(self, names: Sequence[str] | None = None) -> Iterator[Runner | IsolatedRunner]:
+    def session(self, names: Sequence[str] | None = None, *,
+                also: Sequence[str] = ()) -> Iterator[Runner | IsolatedRunner]:
         """A live session computing ``names`` (default: the graph outputs): the workspace's
-        idle one when it is this model's and computes them, else a new one; kept idle after."""
+        idle one when it is this model's and computes them, else a new one computing ``also``
+        besides (for later requests); kept idle after."""
         wanted = list(dict.fromkeys(self.output_names if names is None else names))
-        runner = self.workspace.take(self, wanted) or self._open(wanted)
+        runner = self.workspace.take(self, wanted)
+        if runner is None and also:
+            try:
+                runner = self._open(list(dict.fromkeys([*wanted, *also])))
+            except ModelRunError:
+                runner = None  # what a later request might need: not worth a failure now
+        if runner is None:
+            runner = self._open(wanted)
         try:
             yield runner.only(wanted)
         finally:
