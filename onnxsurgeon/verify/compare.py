@@ -387,20 +387,26 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     its ancestors in that order), when they stay under :data:`SPECULATIVE_BYTES`; else none."""
     full = {**mapping, **dict(pair_list)}
     rindex, cindex = ref.index, cand.index
+    targets = [r for r, _ in pair_list if r in rindex.producer]
+    frontier: list[int] = []  # the nodes computing what the pairs' nodes read (their frontier)
     if deep:
         nodes: Sequence[int] = range(len(rindex.graph.node))
         limit = FORCED_MAX_TENSORS
     else:
-        targets = [r for r, _ in pair_list if r in rindex.producer]
         nodes = closure(rindex, targets).nodes if targets else []
         limit = DEEP_MAX_TENSORS + 64
+        for r in targets:
+            reads = rindex.graph.node[rindex.producer[r]].input
+            frontier.extend(rindex.producer[n] for n in reads if n in rindex.producer)
     out: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
     used = 0
-    for i in nodes:
+    for i in [*dict.fromkeys(frontier), *nodes]:
         for name in rindex.graph.node[i].output:
             other = full.get(name, name)
-            if not name or other not in cindex.producer:
+            if not name or other not in cindex.producer or (name, other) in seen:
                 continue
+            seen.add((name, other))
             used += tensor_bytes(ref, name)
             if used > SPECULATIVE_BYTES:
                 return []
