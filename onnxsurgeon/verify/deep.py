@@ -15,7 +15,7 @@ reference's inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,19 +165,23 @@ def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mappi
             max_tensors: int = DEEP_MAX_TENSORS) -> list[list[Shared]]:
     """``items`` split in order into batches of estimated size at most ``budget`` bytes (a
     tensor larger than the budget gets a batch of its own)."""
-    out: list[list[Shared]] = []
+    return list(_batches(staged, items, budget=budget, dims=dims, max_tensors=max_tensors))
+
+
+def _batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
+             max_tensors: int) -> Iterator[list[Shared]]:
+    """:func:`batches`, one at a time (a comparison that stops early sizes no more)."""
     current: list[Shared] = []
     used = 0
     for item in items:
         size = _bytes(staged, item.ref, dims)
         if current and (used + size > budget or len(current) >= max_tensors):
-            out.append(current)
+            yield current
             current, used = [], 0
         current.append(item)
         used += size
     if current:
-        out.append(current)
-    return out
+        yield current
 
 
 def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
@@ -192,7 +196,7 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
     ``until(compared so far)``, asked after each batch, ends the comparison early when True."""
     results: dict[int, TensorError] = {}
     skipped = done = 0
-    groups = batches(ref, items, budget=budget, dims=dict(dims or {}), max_tensors=max_tensors)
+    groups = _batches(ref, items, budget=budget, dims=dict(dims or {}), max_tensors=max_tensors)
     for group in groups:
         if done and until is not None and until(list(results.values())):
             break

@@ -90,14 +90,16 @@ class _Prober:
     def m(self, name: str) -> str:
         return self.mapping.get(name, name)
 
-    def chunks(self, names: list[str]) -> list[list[str]]:
+    def chunks(self, names: list[str], most: int | None = None) -> list[list[str]]:
         """``names`` split in order into runs of at most ``batch`` tensors, or of estimated
         size at most :data:`LOCATE_BUDGET_BYTES` when the tensors are small (a run costs the
-        same whatever it exposes: fewer runs, less time)."""
+        same whatever it exposes: fewer runs, less time). ``most``: stop after that many."""
         out: list[list[str]] = []
         current: list[str] = []
         used = 0
         for n in names:
+            if most is not None and len(out) >= most:
+                return out
             size = tensor_bytes(self.ref.staged, n)
             if current and len(current) >= self.batch and (
                     used + size > LOCATE_BUDGET_BYTES or len(current) >= LOCATE_MAX_TENSORS):
@@ -111,7 +113,7 @@ class _Prober:
 
     def fits(self, names: list[str]) -> bool:
         """Whether ``names`` are exposed by one run per model."""
-        return len(self.chunks([n for n in names if n not in self.known])) <= 1
+        return len(self.chunks([n for n in names if n not in self.known], most=2)) <= 1
 
     def differs(self, names: list[str]) -> dict[str, bool]:
         todo = [n for n in dict.fromkeys(names) if n not in self.known]
