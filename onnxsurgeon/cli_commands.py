@@ -141,7 +141,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from .verify.plot import require_matplotlib
 
         require_matplotlib()
-    reference, candidate = _load(args.reference), _load(args.candidate)
+    light = not args.rewrite_log  # compare only runs and reads the models
+    reference, candidate = _load(args.reference, light=light), _load(args.candidate, light=light)
     if args.rewrite_log:  # --deep: every tensor on the way to each checked one, layer by layer
         report = verify.verify_log(reference, candidate, inputs=args.inputs, seed=args.seed,
                                    dims=dict(args.dim) or None, samples=args.samples,

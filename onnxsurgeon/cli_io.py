@@ -111,12 +111,19 @@ def _paused_gc(pause: bool = True) -> Iterator[None]:
             gc.enable()
 
 
-def _load(path: str, *, unsorted_functions: bool = False) -> Any:
+def _load(path: str, *, unsorted_functions: bool = False, light: bool = False) -> Any:
+    """``light``: heavy inline weights stay in the file (``verify``'s models, which are only run
+    and read: :func:`onnxsurgeon.verify.light.load_light`)."""
     from .cli_noise import phase
     from .io import load
 
     with phase(f"loading {path}"):
-        model = load(path, unsorted_functions=unsorted_functions)
+        if light:
+            from .verify.light import load_light
+
+            model = load_light(path)
+        else:
+            model = load(path, unsorted_functions=unsorted_functions)
     for w in model.warnings:
         _warn(w)
     return model

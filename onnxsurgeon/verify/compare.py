@@ -7,11 +7,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..closure import closure
 from ..errors import SurgeryError, UsageError
 from ..record import InsertRecord, RenameRecord, as_record, rewrites
 from ..select import Selector, name_map
 from ..types import dtype_name
-from .deep import node_check
+from .deep import DEEP_MAX_TENSORS, FORCED_MAX_TENSORS, node_check
 from .deepen import settle
 from .inputs import (
     ALL_FLOATS,
@@ -29,7 +30,7 @@ from .inputs import (
     user_samples,
 )
 from .isolate import ResourceLimitError, make_limits
-from .locate import Side, describe, locate
+from .locate import LOCATE_BUDGET_BYTES, Side, describe, first_probes, locate, tensor_bytes
 from .report import DeepResult, Divergence, PairReport, VerifyReport, make_report
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
 from .shard import (
@@ -317,9 +318,14 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         conds = if_conditions(ref)
         accs = make_accumulators(ref, pair_list, rtol=rtol, atol=atol, exact=exact)
         converted: Mapping[str, str] = getattr(feeds, "converted", {})
+        mapping = _shared_names(ref, cand)
+        probed: dict[int, dict[str, tuple[bool, float | None]]] = {}
         if shards is None:
+            probes = _probes(ref, cand, pair_list, mapping, batch) if locate_divergence else []
             seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
-                                     progress=progress)
+                                     progress=progress, probes=probes, probed=probed,
+                                     rtol=rtol, atol=atol, exact=exact,
+                                     also=_speculative(ref, cand, pair_list, mapping, deep))
         else:
             if not isinstance(inputs, (str, os.PathLike)) or limits is not None:
                 raise UsageError("sharded verification reads an .npz file or folder (--inputs) "
@@ -332,7 +338,6 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         notes.extend(_conversion_notes(converted))
         notes.extend(_branch_notes(conds, seen, len(feeds)))
         deep_result = None
-        mapping = _shared_names(ref, cand)
         if ran:
             reports, deep_result = settle(ref, cand, feeds, feeds, reports, mapping=mapping,
                                           forced=deep, rtol=rtol, atol=atol, exact=exact,
@@ -340,25 +345,97 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         divergence = None
         if locate_divergence and ran:
             divergence = _locate(ref, cand, feeds, reports, deep_result, mapping, notes,
-                                 rtol=rtol, atol=atol, exact=exact, batch=batch)
+                                 rtol=rtol, atol=atol, exact=exact, batch=batch, probed=probed)
         return make_report(reports, samples=len(feeds), kind="compare", notes=notes,
                            divergence=divergence, inputs=made.described, deep=deep_result)
 
 
+PROBE_PAIRS = 4
+"""Pairs whose first probes the comparison computes on every sample (:func:`_probes`)."""
+
+
+def _probes(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
+            mapping: Mapping[str, str], batch: int) -> list[tuple[str, str]]:
+    """(reference, candidate) tensors the search for the first difference compares first (its
+    probes, or a small window whole) for the first :data:`PROBE_PAIRS` pairs, when they fit one
+    run (:data:`~.locate.LOCATE_BUDGET_BYTES`): the sessions that compare the pairs compute them
+    too, so a pair that differs is searched from them without running them again."""
+    own = {r for r, _ in pair_list}
+    names: dict[str, None] = {}
+    for r, c in pair_list[:PROBE_PAIRS]:
+        try:
+            found = first_probes(ref, cand, r, mapping={**mapping, r: c}, batch=batch)
+        except SurgeryError:
+            return []
+        names.update(dict.fromkeys(n for n in found if n not in own))
+    if sum(tensor_bytes(ref, n) for n in names) > LOCATE_BUDGET_BYTES:
+        return []
+    return [(n, mapping.get(n, n)) for n in names]
+
+
+SPECULATIVE_BYTES = 16 * 2**20
+"""Most estimated bytes (per model and sample) of the tensors the comparing sessions compute
+besides the pairs, for the comparisons after them (:func:`_speculative`)."""
+
+
+def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
+                 mapping: Mapping[str, str], deep: bool) -> list[tuple[str, str]]:
+    """(reference, candidate) tensors the sessions that compare the pairs compute too, so that
+    the comparisons after them reuse those sessions (a 90k-node model's session costs seconds):
+    with ``deep`` every tensor both compute, else the first :data:`~.deep.DEEP_MAX_TENSORS` the
+    pairs depend on (settling a pair that cannot show a difference compares its frontier, then
+    its ancestors in that order), when they stay under :data:`SPECULATIVE_BYTES`; else none."""
+    full = {**mapping, **dict(pair_list)}
+    rindex, cindex = ref.index, cand.index
+    targets = [r for r, _ in pair_list if r in rindex.producer]
+    frontier: list[int] = []  # the nodes computing what the pairs' nodes read (their frontier)
+    if deep:
+        nodes: Sequence[int] = range(len(rindex.graph.node))
+        limit = FORCED_MAX_TENSORS
+    else:
+        nodes = closure(rindex, targets).nodes if targets else []
+        limit = DEEP_MAX_TENSORS + 64
+        for r in targets:
+            reads = rindex.graph.node[rindex.producer[r]].input
+            frontier.extend(rindex.producer[n] for n in reads if n in rindex.producer)
+    out: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    used = 0
+    for i in [*dict.fromkeys(frontier), *nodes]:
+        for name in rindex.graph.node[i].output:
+            other = full.get(name, name)
+            if not name or other not in cindex.producer or (name, other) in seen:
+                continue
+            seen.add((name, other))
+            used += tensor_bytes(ref, name)
+            if used > SPECULATIVE_BYTES:
+                return []
+            out.append((name, other))
+            if len(out) >= limit:
+                return out
+    return out
+
+
 def _locate(ref: Staged, cand: Staged, feeds: Sequence[Sample], reports: Sequence[PairReport],
             deep: DeepResult | None, mapping: Mapping[str, str], notes: list[str], *,
-            rtol: float | None, atol: float | None, exact: bool, batch: int) -> Divergence | None:
+            rtol: float | None, atol: float | None, exact: bool, batch: int,
+            probed: Mapping[int, Mapping[str, tuple[bool, float | None]]] | None = None,
+            ) -> Divergence | None:
     """Where the models part: bisection from the first failing pair, else the deep comparison's
     first difference; then its node alone on the reference's inputs (wrong node or drift)."""
     failed = next((p for p in reports if not p.agree), None)
     divergence: Divergence | None = None
     sample: Sample | None = None
+    values: dict[str, tuple[Any, Any, str]] = {}
     if failed is not None:
         sample = feeds[failed.worst_sample or 0]
         try:
             divergence = locate(Side(ref, sample), Side(cand, sample), failed.reference,
                                 mapping={**mapping, failed.reference: failed.candidate},
-                                rtol=rtol, atol=atol, exact=exact, batch=batch)
+                                rtol=rtol, atol=atol, exact=exact, batch=batch,
+                                start_diff=(failed.max_abs_diff if failed.mismatches and failed.reason is None
+                                            else None), values=values,
+                                known=(probed or {}).get(failed.worst_sample or 0))
         except ResourceLimitError:
             raise
         except SurgeryError as exc:
@@ -374,7 +451,8 @@ def _locate(ref: Staged, cand: Staged, feeds: Sequence[Sample], reports: Sequenc
     try:
         cause = node_check(ref, cand, sample, sample, divergence.tensor,
                            divergence.candidate_tensor, mapping=mapping, rtol=rtol, atol=atol,
-                           exact=exact)
+                           exact=exact, values=values)
+        values.clear()
     except ResourceLimitError:
         raise
     except SurgeryError:

@@ -16,7 +16,7 @@ reference's inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,18 +29,21 @@ from ..external import read_tensor
 from ..index import GraphIndex
 from ..io import Model
 from ..protos import rename_reads
-from .accumulate import PairAccumulator
+from .accumulate import PROBE_ELEMENTS, PairAccumulator
 from .inputs import Sample
-from .locate import numpy_dtype_name, same_initializer
+from .locate import numpy_dtype_name, same_initializer, tensor_bytes
 from .report import DeepResult, TensorError
 from .run import ModelRunError, Staged
 
-DEEP_BUDGET_BYTES = 256 * 2**20
-"""Estimated bytes of the tensors one batch exposes, per model."""
+DEEP_BUDGET_BYTES = 128 * 2**20
+"""Estimated bytes of one batch per model: the tensors it exposes and their comparison state
+(:func:`state_bytes`)."""
 DEEP_MAX_TENSORS = 2048
-"""Most tensors one batch exposes."""
-_UNKNOWN_BYTES = 4 * 2**20
-"""Size assumed for a tensor whose shape is unknown."""
+"""Most tensors one batch exposes when settling pairs (whose comparison may stop after a
+batch)."""
+FORCED_MAX_TENSORS = 1 << 20
+"""Most tensors one batch of ``--deep`` exposes (it compares them all: fewer, larger batches
+cost fewer sessions; a 90k-node chain's 90k tiny tensors fit one)."""
 
 _BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": (-1.0, 1.0),
            "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
@@ -169,48 +172,60 @@ def shared_tensors(ref: Staged, cand: Staged, *, mapping: Mapping[str, str] | No
 
 
 def _bytes(staged: Staged, name: str, dims: Mapping[str, int]) -> int:
-    shape = staged.oracle.shape(name)
+    size = tensor_bytes(staged, name, dims)
+    return size + state_bytes(staged, name, size)
+
+
+def state_bytes(staged: Staged, name: str, size: int) -> int:
+    """Estimated bytes a :class:`~.accumulate.PairAccumulator` keeps per side of a tensor of
+    ``size`` bytes across samples: the first sample's probe and its running min and max."""
     elem = staged.elem_type(name)
-    if shape is None or not elem:
-        return _UNKNOWN_BYTES
     try:
-        size = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize
+        item = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize if elem else 4
     except (KeyError, TypeError, ValueError):
-        size = 4
-    for d in shape:
-        size *= d if isinstance(d, int) else (dims.get(d, 1) if isinstance(d, str) else 1)
-    return max(1, size)
+        item = 4
+    return 3 * min(size, PROBE_ELEMENTS * item)
 
 
-def tensor_batches(staged: Staged, names: Sequence[str], *, budget: int, dims: Mapping[str, int],
-                   max_tensors: int = DEEP_MAX_TENSORS) -> list[list[str]]:
-    """Tensor ``names`` of ``staged`` split in order into batches of estimated size (one
-    sample) at most ``budget`` bytes and at most ``max_tensors`` tensors (a tensor larger than
-    the budget gets a batch of its own). O(names)."""
-    out: list[list[str]] = []
+def _tensor_batches(staged: Staged, names: Sequence[str], *, budget: int,
+                    dims: Mapping[str, int], max_tensors: int) -> Iterator[list[str]]:
+    """Tensor ``names`` of ``staged`` in order, one batch at a time (a comparison that stops
+    early sizes no more)."""
     current: list[str] = []
     used = 0
     for name in names:
         size = _bytes(staged, name, dims)
         if current and (used + size > budget or len(current) >= max_tensors):
-            out.append(current)
+            yield current
             current, used = [], 0
         current.append(name)
         used += size
     if current:
-        out.append(current)
-    return out
+        yield current
+
+
+def tensor_batches(staged: Staged, names: Sequence[str], *, budget: int, dims: Mapping[str, int],
+                   max_tensors: int = DEEP_MAX_TENSORS) -> list[list[str]]:
+    """Tensor ``names`` of ``staged`` split in order into batches of estimated size (one
+    sample, with the comparison's state) at most ``budget`` bytes and at most ``max_tensors``
+    tensors (a tensor larger than the budget gets a batch of its own). O(names)."""
+    return list(_tensor_batches(staged, names, budget=budget, dims=dims, max_tensors=max_tensors))
+
+
+def _batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
+             max_tensors: int) -> Iterator[list[Shared]]:
+    """:func:`batches`, one at a time: :func:`_tensor_batches` of the items' reference names."""
+    rest = iter(items)
+    for group in _tensor_batches(staged, [item.ref for item in items], budget=budget, dims=dims,
+                                 max_tensors=max_tensors):
+        yield [next(rest) for _ in group]
 
 
 def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mapping[str, int],
             max_tensors: int = DEEP_MAX_TENSORS) -> list[list[Shared]]:
     """``items`` split in order into batches of estimated size at most ``budget`` bytes (a
-    tensor larger than the budget gets a batch of its own): :func:`tensor_batches` of their
-    reference names."""
-    rest = iter(items)
-    return [[next(rest) for _ in group] for group in
-            tensor_batches(staged, [item.ref for item in items], budget=budget, dims=dims,
-                           max_tensors=max_tensors)]
+    tensor larger than the budget gets a batch of its own)."""
+    return list(_batches(staged, items, budget=budget, dims=dims, max_tensors=max_tensors))
 
 
 def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
@@ -218,13 +233,14 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
                  budget: int = DEEP_BUDGET_BYTES, dims: Mapping[str, int] | None = None,
                  forced: bool = False, notes: list[str] | None = None,
-                 until: Callable[[Sequence[TensorError]], bool] | None = None) -> DeepResult:
+                 until: Callable[[Sequence[TensorError]], bool] | None = None,
+                 max_tensors: int = DEEP_MAX_TENSORS) -> DeepResult:
     """Compare every shared tensor in ``items`` over every sample, batch by batch (see the
     module docstring). A batch whose session cannot be built or run is skipped with a note.
     ``until(compared so far)``, asked after each batch, ends the comparison early when True."""
     results: dict[int, TensorError] = {}
     skipped = done = 0
-    groups = batches(ref, items, budget=budget, dims=dict(dims or {}))
+    groups = _batches(ref, items, budget=budget, dims=dict(dims or {}), max_tensors=max_tensors)
     for group in groups:
         if done and until is not None and until(list(results.values())):
             break
@@ -385,10 +401,14 @@ def isolate_nodes(staged: Staged, outputs: Sequence[str], stop_at: Sequence[str]
 def node_check(ref: Staged, cand: Staged, ref_feed: Sample, cand_feed: Sample, tensor: str,
                cand_tensor: str, *, mapping: Mapping[str, str] | None = None,
                rtol: float | None = None, atol: float | None = None,
-               exact: bool = False) -> tuple[str, str] | None:
+               exact: bool = False,
+               values: Mapping[str, tuple[np.ndarray, np.ndarray, str]] | None = None,
+               ) -> tuple[str, str] | None:
     """("wrong node" | "inherited drift", detail) for the candidate node producing
     ``cand_tensor``, fed the reference's values of its inputs; None when an input has no
-    reference counterpart or the check cannot run."""
+    reference counterpart or the check cannot run. ``values``: (reference, candidate) arrays of
+    these feeds already computed, with the candidate tensor, by reference name (what :func:`~.locate.locate` fills); the
+    models run only for what is missing."""
     inverse = {v: k for k, v in dict(mapping or {}).items()}
     cindex = cand.index
     j = cindex.producer.get(cand_tensor)
@@ -400,9 +420,15 @@ def node_check(ref: Staged, cand: Staged, ref_feed: Sample, cand_feed: Sample, t
     ref_names = [inverse.get(n, n) for n in computed]
     if any(not ref.is_tensor(n) for n in ref_names):
         return None
+    known = dict(values or {})
     try:
-        rvals = ref.run(ref_feed, [tensor, *ref_names])
-        cvals = cand.run(cand_feed, computed) if computed else {}
+        if tensor in known and known[tensor][2] == cand_tensor and all(
+                r in known and known[r][2] == c for c, r in zip(computed, ref_names, strict=True)):
+            rvals = {r: known[r][0] for r in [tensor, *ref_names]}
+            cvals = {c: known[r][1] for c, r in zip(computed, ref_names, strict=True)}
+        else:
+            rvals = ref.run(ref_feed, [tensor, *ref_names])
+            cvals = cand.run(cand_feed, computed) if computed else {}
         alone = isolate_nodes(cand, [cand_tensor], computed)
         staged = Staged(alone, cand.workspace, "node", threads=cand.threads, limits=cand.limits)
         feed = {**{k: v for k, v in cand_feed.items() if k in staged.input_names},

@@ -35,7 +35,15 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..closure import closure
-from .deep import Converted, Shared, deep_compare, same_step, shared_tensors, structurally_covered
+from .deep import (
+    FORCED_MAX_TENSORS,
+    Converted,
+    Shared,
+    deep_compare,
+    same_step,
+    shared_tensors,
+    structurally_covered,
+)
 from .inputs import Sample
 from .render import fmt
 from .report import FAIL, INCONCLUSIVE, PASS, DeepResult, PairReport, TensorError
@@ -298,7 +306,8 @@ def _settle_forced(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
     """``--deep``: every shared tensor compared; each open pair judged by all its ancestors."""
     items = shared_tensors(ref, cand, mapping=full, strict=strict)
     deep = deep_compare(ref, cand, ref_feeds, cand_feeds, items=items, rtol=rtol, atol=atol,
-                        exact=exact, dims=dims, forced=True, notes=notes)
+                        exact=exact, dims=dims, forced=True, notes=notes,
+                        max_tensors=FORCED_MAX_TENSORS)
     known = {t.tensor: t for t in deep.tensors}
     out = [_judged(ref, cand, p, known, agreed, full, fed) if i in opened else p
            for i, p in enumerate(pairs)]

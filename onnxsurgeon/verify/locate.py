@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,6 +32,30 @@ from ..select import name_map, node_module
 from .accumulate import PairAccumulator
 from .report import Divergence
 from .run import DEFAULT_BATCH, Staged
+
+LOCATE_BUDGET_BYTES = 48 * 2**20
+"""Estimated bytes of the tensors one locating run exposes per model, beyond ``batch`` tensors
+(a ResNet50 at 128x128 computes 70 MB of tensors per sample)."""
+LOCATE_MAX_TENSORS = 2048
+"""Most tensors one locating run exposes per model."""
+_UNKNOWN_BYTES = 4 * 2**20
+"""Size assumed for a tensor whose shape is unknown."""
+
+
+def tensor_bytes(staged: Staged, name: str, dims: Mapping[str, int] | None = None) -> int:
+    """Estimated bytes of tensor ``name`` of ``staged`` for one sample (symbolic dims from
+    ``dims``, else 1; :data:`_UNKNOWN_BYTES` when its shape or type is unknown)."""
+    shape = staged.oracle.shape(name)
+    elem = staged.elem_type(name)
+    if shape is None or not elem:
+        return _UNKNOWN_BYTES
+    try:
+        size = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize
+    except (KeyError, TypeError, ValueError):
+        size = 4
+    for d in shape:
+        size *= d if isinstance(d, int) else ((dims or {}).get(d, 1) if isinstance(d, str) else 1)
+    return max(1, size)
 
 
 @dataclass
@@ -57,35 +82,105 @@ class _Prober:
         self.ref, self.cand, self.mapping = ref, cand, mapping
         self.rtol, self.atol, self.exact, self.batch = rtol, atol, exact, batch
         self.known: dict[str, tuple[bool, float | None]] = {}
+        self.values: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
+        """(reference, candidate) arrays and the candidate tensor of the last tensor found to
+        differ and of what its node reads."""
         self.sessions = 0
 
     def m(self, name: str) -> str:
         return self.mapping.get(name, name)
 
-    def differs(self, names: list[str]) -> dict[str, bool]:
-        from .deep import Converted  # (deep imports this module)
+    def chunks(self, names: list[str], most: int | None = None) -> list[list[str]]:
+        """``names`` split in order into runs of at most ``batch`` tensors, or of estimated
+        size at most :data:`LOCATE_BUDGET_BYTES` when the tensors are small (a run costs the
+        same whatever it exposes: fewer runs, less time). ``most``: stop after that many."""
+        out: list[list[str]] = []
+        current: list[str] = []
+        used = 0
+        for n in names:
+            if most is not None and len(out) >= most:
+                return out
+            size = tensor_bytes(self.ref.staged, n)
+            if current and len(current) >= self.batch and (
+                    used + size > LOCATE_BUDGET_BYTES or len(current) >= LOCATE_MAX_TENSORS):
+                out.append(current)
+                current, used = [], 0
+            current.append(n)
+            used += size
+        if current:
+            out.append(current)
+        return out
 
-        converted = self.cand.staged if isinstance(self.cand.staged, Converted) else None
+    def fits(self, names: list[str]) -> bool:
+        """Whether ``names`` are exposed by one run per model."""
+        return len(self.chunks([n for n in names if n not in self.known], most=2)) <= 1
+
+    def differs(self, names: list[str]) -> dict[str, bool]:
         todo = [n for n in dict.fromkeys(names) if n not in self.known]
-        for start in range(0, len(todo), self.batch):
-            chunk = todo[start:start + self.batch]
-            ref_vals = self.ref.staged.run(self.ref.feeds, chunk, batch=self.batch)
+        for chunk in self.chunks(todo):
+            ref_vals = self.ref.staged.run(self.ref.feeds, chunk, batch=len(chunk))
             cand_vals = self.cand.staged.run(self.cand.feeds, [self.m(n) for n in chunk],
-                                             batch=self.batch)
+                                             batch=len(chunk))
             self.sessions += 2
             for n in chunk:
-                a, b = ref_vals[n], cand_vals[self.m(n)]
-                if converted is not None:  # a converted tensor, compared upcast
-                    b = converted.upcast(a, b)
-                if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
-                    self.known[n] = (False, None)
-                    continue
-                acc = PairAccumulator(n, self.m(n), rtol=self.rtol, atol=self.atol,
-                                      exact=self.exact,
-                                      dtype=numpy_dtype_name(self.ref.staged.elem_type(n)))
-                same = acc.add(a, b)
-                self.known[n] = (not same, acc.result().max_abs_diff)
+                self.known[n] = one_sample(self.ref.staged, n, self.m(n), ref_vals[n],
+                                           cand_vals[self.m(n)], rtol=self.rtol,
+                                           atol=self.atol, exact=self.exact,
+                                           cand=self.cand.staged)
+            # the arrays of the first tensor that differs here and of what its node reads (the
+            # located node when this is the window): node_check needs no run for them
+            first = next((n for n in chunk if self.known[n][0]), None)
+            if first is not None:
+                index = self.ref.staged.index
+                keep = {first, *_node_reads(index, index.producer[first])}
+                self.values = {n: (ref_vals[n], cand_vals[self.m(n)], self.m(n))
+                               for n in chunk if n in keep}
+            del ref_vals, cand_vals
         return {n: self.known[n][0] for n in names}
+
+
+def one_sample(ref: Staged, name: str, cand_name: str, a: Any, b: Any, *, rtol: float | None,
+               atol: float | None, exact: bool,
+               cand: Staged | None = None) -> tuple[bool, float | None]:
+    """(differs, max abs diff) of reference tensor ``name`` (value ``a``) and its counterpart
+    ``cand_name`` (value ``b``) on one sample, as the search judges them; a tensor of a
+    converted candidate (``cand``: :class:`~.deep.Converted`) is compared upcast."""
+    from .deep import Converted  # (deep imports this module)
+
+    if isinstance(cand, Converted):
+        b = cand.upcast(a, b)
+    if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+        return (False, None)
+    acc = PairAccumulator(name, cand_name, rtol=rtol, atol=atol, exact=exact,
+                          dtype=numpy_dtype_name(ref.elem_type(name)))
+    same = acc.add(a, b)
+    return (not same, acc.result().max_abs_diff)
+
+
+def first_probes(ref: Staged, cand: Staged, start: str, *, mapping: Mapping[str, str],
+                 batch: int = DEFAULT_BATCH, strict_mapping: bool = False) -> list[str]:
+    """The tensors :func:`locate` compares first when ``start`` differs (its first probes, or
+    every tensor of its window when they fit one run), ``start`` excluded: what a caller may
+    compare beforehand on every sample and hand to :func:`locate` as ``known``."""
+    batch = max(2, batch)
+    comparable = _comparable(ref.index, cand.index, dict(mapping), strict_mapping)
+    if start not in comparable:
+        return []
+    prober = _Prober(Side(ref, {}), Side(cand, {}), mapping, rtol=None, atol=None, exact=False,
+                     batch=batch)
+    prober.known[start] = (True, None)
+    window = _ordered_ancestors(ref.index, start, comparable)
+    if len(window) <= batch or prober.fits(window):
+        return window[:-1]
+    return [window[p] for p in _probes(window, batch) if window[p] != start]
+
+
+def _probes(window: list[str], batch: int) -> list[int]:
+    step = len(window) / batch
+    probes = sorted({min(len(window) - 1, int((k + 1) * step) - 1) for k in range(batch)})
+    if probes[-1] != len(window) - 1:
+        probes.append(len(window) - 1)
+    return probes
 
 
 def _comparable(ref: GraphIndex, cand: GraphIndex, mapping: Mapping[str, str],
@@ -122,7 +217,10 @@ def _node_reads(index: GraphIndex, i: int) -> list[str]:
 def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | None = None,
            rtol: float | None = None, atol: float | None = None, exact: bool = False,
            batch: int = DEFAULT_BATCH, strict_mapping: bool = False,
-           max_restarts: int = 64) -> Divergence | None:
+           max_restarts: int = 64, start_diff: float | None = None,
+           values: dict[str, tuple[np.ndarray, np.ndarray, str]] | None = None,
+           known: Mapping[str, tuple[bool, float | None]] | None = None,
+           ) -> Divergence | None:
     """The first tensor on the way to the differing reference tensor ``start`` where ``cand``
     parts from ``ref`` (see the module docstring). None when ``start`` agrees after all.
 
@@ -132,6 +230,12 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
         mapping: reference tensor name -> candidate tensor name (identity when absent).
         batch: most tensors exposed per session (at least 2).
         strict_mapping: compare only tensors ``mapping`` names (e.g. a copy inside one model).
+        start_diff: the max abs difference of ``start`` when the caller compared it already
+            and it differs (it is then not run again).
+        values: filled with the (reference, candidate) arrays (and the candidate tensor) of
+            the located tensor and of the comparable tensors its node reads, by reference name (for :func:`~.deep.node_check`).
+        known: (differs, max abs diff) of reference tensors on this sample, compared already
+            with their counterparts through ``mapping`` (:func:`one_sample`): not run again.
     """
     mapping = dict(mapping or {})
     batch = max(2, batch)
@@ -140,17 +244,19 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
     if start not in comparable:
         return None
     prober = _Prober(ref, cand, mapping, rtol=rtol, atol=atol, exact=exact, batch=batch)
-    if not prober.differs([start])[start]:
+    prober.known.update((n, v) for n, v in (known or {}).items() if n != start)
+    if len(prober.known):  # the sessions that compared the pairs computed these for the search
+        prober.sessions = 2
+    if start_diff is not None:
+        prober.known[start] = (True, start_diff)
+    elif not prober.differs([start])[start]:
         return None
     target = start
     found = start
     for _ in range(max_restarts):
         window = _ordered_ancestors(rindex, target, comparable)
-        while len(window) > batch:
-            step = len(window) / batch
-            probes = sorted({min(len(window) - 1, int((k + 1) * step) - 1) for k in range(batch)})
-            if probes[-1] != len(window) - 1:
-                probes.append(len(window) - 1)
+        while len(window) > batch and not prober.fits(window):
+            probes = _probes(window, batch)
             verdict = prober.differs([window[p] for p in probes])
             lo = 0
             hi = len(window) - 1
@@ -169,6 +275,12 @@ def locate(ref: Side, cand: Side, start: str, *, mapping: Mapping[str, str] | No
         if not bad:
             break
         target = min(bad, key=lambda n: rindex.producer[n])
+    if found == start and start_diff is not None:  # its difference on this sample, measured
+        del prober.known[start]
+        prober.differs([start])
+    if values is not None and found in prober.values:
+        values.update(prober.values)
+    prober.values.clear()
     return _describe(ref, cand, found, prober, mapping)
 
 

@@ -19,8 +19,9 @@ Rules kept here:
 * Graph optimizations are disabled and only the CPU provider is used, so a rewrite that should be
   exact is compared bit for bit.
 * The last session a model used stays open for the next request it can serve (the same tensors
-  or fewer); at most one idle session per :class:`Workspace`, so at most one model's session is
-  held beyond those in use.
+  or fewer); at most one idle session per model of a :class:`Workspace`. A session may be opened
+  with more tensors than its first request (``also``): what a later request of the same
+  verification is likely to need, so that request reuses it instead of building another.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from ..checking import Check
 from ..errors import InvalidModelError
 from ..external import is_external, iter_tensors
 from ..index import GraphIndex
-from ..io import EXTERNAL_THRESHOLD, Model, as_model, load, save
+from ..io import EXTERNAL_THRESHOLD, Model, as_model, save
 from ..names import NameAllocator
 from ..session import current_index
 from ..types import TypeOracle, known_value_info
@@ -79,9 +80,12 @@ class ModelRunError(InvalidModelError):
 
 
 def to_model(model: ModelLike) -> Model:
-    """A :class:`Model` for ``model``: paths are loaded (external weights stay on disk)."""
+    """A :class:`Model` for ``model``: paths are loaded (external weights stay on disk; heavy
+    inline weights are left in the file, :func:`~.light.load_light`)."""
     if isinstance(model, (str, os.PathLike)):
-        return load(model)
+        from .light import load_light
+
+        return load_light(model)
     return as_model(model)
 
 
@@ -93,9 +97,12 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = None) -> Any:
+def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = None,
+                folder: Path | None = None) -> Any:
     """An onnxruntime session for the file ``model`` (or serialized bytes): CPU, optimizations
-    off, ``threads`` intra-op threads (0: :func:`default_threads`), no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`)."""
+    off, ``threads`` intra-op threads (0: :func:`default_threads`), no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`).
+    ``folder``: where the external data of serialized bytes is (their locations are relative
+    to it; onnxruntime reads them from there)."""
     import onnxruntime as ort
 
     severity = ort_log_severity()  # onnxruntime's own (coloured) lines stay off stderr
@@ -104,6 +111,12 @@ def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = No
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = severity
     options.intra_op_num_threads = threads or default_threads()
+    # no arena: a session exposing intermediates would keep their peak for its lifetime (the
+    # same CPU time here, less memory)
+    options.enable_cpu_mem_arena = False
+    if folder is not None and isinstance(model, bytes):
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(folder))
     name = label or (model.name if isinstance(model, Path) else "model")
     COUNTS["sessions"] += 1
     COUNTS[f"sessions with {options.intra_op_num_threads} threads"] += 1
@@ -141,31 +154,33 @@ class Workspace:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="onnxsurgeon-verify-"))
         self._count = 0
-        self._idle: tuple[Staged, tuple[str, ...], Runner | IsolatedRunner] | None = None
+        self._idle: dict[int, tuple[Staged, tuple[str, ...], Runner | IsolatedRunner]] = {}
 
     def fresh_path(self, stem: str) -> Path:
         self._count += 1
         return self.dir / f"{self._count:03d}-{stem}.onnx"
 
     def take(self, staged: Staged, names: Sequence[str]) -> Runner | IsolatedRunner | None:
-        """The idle session when it is ``staged``'s and computes every one of ``names`` (it is
-        then in use, no longer idle), else None."""
-        idle = self._idle
+        """``staged``'s idle session when it computes every one of ``names`` (it is then in use,
+        no longer idle), else None."""
+        idle = self._idle.get(id(staged))
         if idle is None or idle[0] is not staged or not set(names) <= set(idle[1]):
             return None
-        self._idle = None
+        del self._idle[id(staged)]
         return idle[2]
 
     def keep(self, staged: Staged, runner: Runner | IsolatedRunner) -> None:
-        """Keep ``runner`` (no longer in use) as the idle session, closing the one before."""
-        old, self._idle = self._idle, (staged, tuple(runner.read_as), runner)
+        """Keep ``runner`` (no longer in use) as ``staged``'s idle session, closing the one
+        before."""
+        old = self._idle.pop(id(staged), None)
+        self._idle[id(staged)] = (staged, tuple(runner.read_as), runner)
         if old is not None:
             old[2].close()
 
     def close(self) -> None:
-        if self._idle is not None:
-            self._idle[2].close()
-            self._idle = None
+        for _, _, runner in self._idle.values():
+            runner.close()
+        self._idle.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Workspace:
@@ -264,7 +279,11 @@ class Staged:
         self._bytes: bytes | None = None
         self._heavy = False  # inline weights over SESSION_BYTES_LIMIT: sessions from a file
         self._external = any(map(is_external, iter_tensors(model.proto)))
-        self.source_path = _unchanged_source(model, self._external)
+        # external data read in place by onnxruntime: sessions from the proto's bytes, their
+        # locations relative to the model's folder (no copy of the weights is staged)
+        self.folder = (model.base_dir if self._external and not model.data_dirs
+                       and limits is None else None)
+        self._source: list[Path | None] = []  # computed on first use
         self.output_names = [o.name for o in model.proto.graph.output]
         self.input_names = self.index.input_names()  # inputs with a default value included
 
@@ -272,7 +291,7 @@ class Staged:
     def path(self) -> Path:
         """A file of the model (written on first use, without fsync: a scratch copy)."""
         if self._path is None:
-            if self._in_memory():
+            if self._in_memory() and not self._external:
                 self._path = self.workspace.fresh_path(self.label)
                 self._path.write_bytes(self._serialized())
             elif self._path is None:  # not written by _in_memory (a heavy model) either
@@ -280,12 +299,29 @@ class Staged:
                                   check=Check.OFF, durable=False)
         return self._path
 
+    @property
+    def source_path(self) -> Path | None:
+        """The model's unchanged source file with external data (see :func:`_unchanged_source`)."""
+        if not self._source:
+            self._source.append(_unchanged_source(self.model, self._external))
+        return self._source[0]
+
     def _in_memory(self) -> bool:
-        """Whether sessions load this model from bytes (no external data, at most
-        :data:`SESSION_BYTES_LIMIT`). A heavier model without external data is written to its
-        staged file once here, its bytes not kept."""
-        if self._external or self._heavy:
+        """Whether sessions load this model from bytes (no external data, or external data read
+        from :attr:`folder`; at most :data:`SESSION_BYTES_LIMIT`). A heavier model without
+        external data is written to its staged file once here, its bytes not kept."""
+        if self._heavy:
             return False
+        if self._external:
+            if self.folder is None:
+                return False
+            if self._bytes is None:
+                data = self.model.proto.SerializeToString()
+                if len(data) > SESSION_BYTES_LIMIT:
+                    self.folder = None
+                    return False
+                self._bytes = data
+            return True
         if self._bytes is None:
             try:
                 data = self.model.proto.SerializeToString()
@@ -317,9 +353,11 @@ class Staged:
         """What computes the graph outputs: the source file itself when the model in memory is
         unchanged and keeps its weights external (no copy), the bytes in memory, else the
         staged copy."""
+        if self._in_memory():
+            return self._serialized()
         if self.source_path is not None:
             return self.source_path
-        return self._serialized() if self._in_memory() else self.path
+        return self.path
 
     def is_tensor(self, name: str) -> bool:
         return self.index.is_tensor(name)
@@ -380,14 +418,17 @@ class Staged:
                                   threads=self.threads)
         try:
             model, read_as = self._variant(wanted, typed=False)
-            session = new_session(model, threads=self.threads, label=self.label)
+            session = new_session(model, threads=self.threads, label=self.label,
+                                  folder=self.folder)
         except ModelRunError:  # outputs onnxruntime could not type by itself: say them
             model, read_as = self._variant(wanted, typed=True)
-            session = new_session(model, threads=self.threads, label=self.label)
+            session = new_session(model, threads=self.threads, label=self.label,
+                                  folder=self.folder)
         self.oracle.learn(session)
         if any(read_as[n] == n and self.oracle.declared_elem(n) in _WIDEN for n in wanted):
             model, read_as = self._variant(wanted, typed=False)  # now known: cast them
-            session = new_session(model, threads=self.threads, label=self.label)
+            session = new_session(model, threads=self.threads, label=self.label,
+                                  folder=self.folder)
         self._drop(model)
         return Runner(session, read_as, self.label)
 
@@ -397,11 +438,20 @@ class Staged:
                 model.unlink()
 
     @contextlib.contextmanager
-    def session(self, names: Sequence[str] | None = None) -> Iterator[Runner | IsolatedRunner]:
+    def session(self, names: Sequence[str] | None = None, *,
+                also: Sequence[str] = ()) -> Iterator[Runner | IsolatedRunner]:
         """A live session computing ``names`` (default: the graph outputs): the workspace's
-        idle one when it is this model's and computes them, else a new one; kept idle after."""
+        idle one when it is this model's and computes them, else a new one computing ``also``
+        besides (for later requests); kept idle after."""
         wanted = list(dict.fromkeys(self.output_names if names is None else names))
-        runner = self.workspace.take(self, wanted) or self._open(wanted)
+        runner = self.workspace.take(self, wanted)
+        if runner is None and also:
+            try:
+                runner = self._open(list(dict.fromkeys([*wanted, *also])))
+            except ModelRunError:
+                runner = None  # what a later request might need: not worth a failure now
+        if runner is None:
+            runner = self._open(wanted)
         try:
             yield runner.only(wanted)
         finally:

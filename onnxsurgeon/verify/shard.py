@@ -22,7 +22,7 @@ import numpy as np
 
 from .accumulate import PairAccumulator
 from .deep import saturation_bounds
-from .locate import numpy_dtype_name
+from .locate import numpy_dtype_name, one_sample
 from .run import ModelRunError, Staged
 
 Sample = Mapping[str, np.ndarray]
@@ -48,19 +48,30 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                  accs: Sequence[PairAccumulator], feeds: Sequence[Sample],
                  indices: Sequence[int], *, prime: bool = False,
                  progress: Callable[[int, int], None] | None = None,
+                 probes: Sequence[tuple[str, str]] = (),
+                 probed: dict[int, dict[str, tuple[bool, float | None]]] | None = None,
+                 rtol: float | None = None, atol: float | None = None, exact: bool = False,
+                 also: Sequence[tuple[str, str]] = (),
                  ) -> tuple[dict[str, set[bool]], bool]:
     """Run both models on ``feeds[k]`` for each ``k`` in ``indices`` (in order) and fold every
     pair in as sample ``k``. ``prime``: first run sample 0 only to seed the constancy probes.
     Stops at the first sample the candidate cannot run (every pair fails with that reason).
+    ``probes``: (reference, candidate) tensors the same sessions compute too, judged per sample
+    as the search for the first difference judges them (:func:`~.locate.one_sample`, with
+    ``rtol``/``atol``/``exact``) into ``probed[k]``; their arrays are dropped with the sample's.
+    ``also``: (reference, candidate) tensors the sessions compute besides, not read here (for
+    later requests that reuse these sessions, :meth:`~.run.Staged.session`).
 
     Returns:
         (the values each If condition took, whether every sample ran).
     """
     conds = if_conditions(ref)
-    ref_names = list(dict.fromkeys([r for r, _ in pair_list] + list(conds.values())))
-    cand_names = list(dict.fromkeys(c for _, c in pair_list))
+    ref_names = list(dict.fromkeys([r for r, _ in pair_list] + list(conds.values())
+                                   + [r for r, _ in probes]))
+    cand_names = list(dict.fromkeys([c for _, c in pair_list] + [c for _, c in probes]))
     seen: dict[str, set[bool]] = {}
-    with ref.session(ref_names) as rrun, cand.session(cand_names) as crun:
+    with ref.session(ref_names, also=[r for r, _ in also]) as rrun, \
+            cand.session(cand_names, also=[c for _, c in also]) as crun:
         if prime:
             feed = feeds[0]
             try:
@@ -84,6 +95,9 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                 return seen, False
             for acc, (r, c) in zip(accs, pair_list, strict=True):
                 acc.add(rvals[r], cvals[c], k)
+            if probed is not None and probes:
+                probed[k] = {r: one_sample(ref, r, c, rvals[r], cvals[c], rtol=rtol, atol=atol,
+                                           exact=exact, cand=cand) for r, c in probes}
             if progress is not None:
                 progress(done + 1, len(indices))
             for cond in conds.values():

@@ -1,0 +1,166 @@
+"""Loading a weight-heavy model for verification without its weights in Python (issue 29).
+
+A model file whose inline weights are heavy (over :data:`LIGHT_MIN_BYTES`) is read through a
+memory map, and its bytes are re-framed on the protobuf wire without the weights: every heavy
+``raw_data`` of a main-graph initializer becomes an external-data reference into the model file
+itself (location: the file's name, the offset and length of those bytes in it). The proto held
+in Python is then the model without its weights (a ResNet50: 140 KB instead of 100 MB), every
+consumer reads a weight through the usual external-data path (:func:`onnxsurgeon.external.read_tensor`,
+checked like any external reference), and onnxruntime reads the weights from the file once per
+session (:class:`~onnxsurgeon.verify.run.Staged` hands it the light bytes and the file's folder),
+so no copy of the weights is serialized, written or kept besides the sessions' own.
+
+The light proto is validated as :func:`onnxsurgeon.io.load` validates a model (every tensor and
+external reference, the graph's structure). Anything the re-framing does not handle (several
+``graph`` fields, a file the external-data rules refuse to name, such as a hard-linked or
+symlinked model file) falls back to :func:`~onnxsurgeon.io.load`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import SurgeryError
+from ..external import check_tensors, iter_tensors
+from ..io import Model, load, parse_model
+from ..validate import validate_producers
+
+LIGHT_MIN_BYTES = 4 * 2**20
+"""Inline weight bytes from which a model is loaded light (below, :func:`~onnxsurgeon.io.load`)."""
+HEAVY_RAW_BYTES = 4096
+"""Smallest ``raw_data`` moved out of the proto (``protos.WEIGHTLESS_MIN_BYTES``'s rule)."""
+
+_GRAPH, _INITIALIZER, _RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION = 7, 5, 9, 13, 14
+"""Field numbers: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data,
+TensorProto.external_data, TensorProto.data_location."""
+
+
+def _varint(buf: mmap.mmap | bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(buf: mmap.mmap | bytes, start: int, end: int
+            ) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, key start, payload start, end) of each field in
+    ``buf[start:end]``; payload start is that of a length-delimited field's bytes."""
+    i = start
+    while i < end:
+        key_at = i
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, j = _varint(buf, i)
+        elif wire == 1:
+            j = i + 8
+        elif wire == 5:
+            j = i + 4
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            j = i + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if j > end:
+            raise ValueError("field past its message")
+        yield number, wire, key_at, i, j
+        i = j
+
+
+def _key(number: int, wire: int) -> bytes:
+    return _encode(number << 3 | wire)
+
+
+def _encode(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _delimited(number: int, payload: bytes) -> bytes:
+    return _key(number, 2) + _encode(len(payload)) + payload
+
+
+def _entry(key: str, value: str) -> bytes:
+    return _delimited(_EXTERNAL_DATA, _delimited(1, key.encode()) + _delimited(2, value.encode()))
+
+
+def light_bytes(buf: mmap.mmap | bytes, location: str) -> tuple[bytes, int] | None:
+    """The serialized model ``buf`` with every heavy ``raw_data`` of a main-graph initializer
+    replaced by an external reference to ``location`` at that data's offset, and the bytes moved
+    out; None when the bytes are not framed as one graph of plain initializers. O(fields of the
+    model and graph messages), no weight byte read."""
+    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
+    if len(graphs) != 1:
+        return None
+    out = bytearray()
+    moved = 0
+    _, _, g_key, g_start, g_end = graphs[0]
+    for number, wire, key_at, start, end in _fields(buf, g_start, g_end):
+        if number != _INITIALIZER or wire != 2:
+            out += buf[key_at:end]
+            continue
+        fields = list(_fields(buf, start, end))
+        raws = [f for f in fields if f[0] == _RAW_DATA and f[1] == 2]
+        if any(f[0] in (_EXTERNAL_DATA, _DATA_LOCATION) for f in fields) or len(raws) != 1 \
+                or raws[0][4] - raws[0][3] < HEAVY_RAW_BYTES:
+            out += buf[key_at:end]
+            continue
+        raw = raws[0]
+        tensor = bytearray()
+        for f in fields:
+            if f is not raw:
+                tensor += buf[f[2]:f[4]]
+        tensor += _entry("location", location) + _entry("offset", str(raw[3]))
+        tensor += _entry("length", str(raw[4] - raw[3]))
+        tensor += _key(_DATA_LOCATION, 0) + _encode(1)
+        out += _delimited(_INITIALIZER, bytes(tensor))
+        moved += raw[4] - raw[3]
+    return bytes(buf[:g_key]) + _delimited(_GRAPH, bytes(out)) + bytes(buf[g_end:]), moved
+
+
+def load_light(path: str | os.PathLike[str]) -> Model:
+    """The model at ``path`` for verification: light (see the module docstring) when its inline
+    weights reach :data:`LIGHT_MIN_BYTES`, else :func:`~onnxsurgeon.io.load`. Validated like
+    ``load``; ``warnings`` as it gives them.
+
+    Raises:
+        NotFoundError / InvalidModelError / UnsafeModelError: as :func:`~onnxsurgeon.io.load`.
+    """
+    p = Path(path)
+    try:
+        if os.path.getsize(p) < LIGHT_MIN_BYTES:
+            return load(p)
+        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            framed = light_bytes(buf, p.name)
+    except (OSError, ValueError, IndexError):
+        return load(p)  # says what is wrong with the file
+    if framed is None or framed[1] < LIGHT_MIN_BYTES:
+        return load(p)
+    data = framed[0]
+    try:
+        proto = parse_model(data, str(p))
+        source = Path(os.path.abspath(p))
+        model = Model(proto, base_dir=source.parent, source=source)
+        model._externals = check_tensors(iter_tensors(proto), model.base_dir)
+        found = validate_producers(proto)
+    except SurgeryError:
+        return load(p)  # the full load names the problem as it always has
+    model.warnings.extend(found.warnings)
+    return model
