@@ -27,7 +27,7 @@ the model, never with its square. ``forced`` (``--deep``) compares every shared 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..closure import closure
@@ -43,6 +43,26 @@ wave costs a session per model: on a deep chain of tensors that cannot show anyt
 back wave by wave costs more than comparing it all)."""
 
 
+_Step = Callable[[str, str], "list[tuple[str, str]] | None"]
+"""One step of the walk over the same graph (:func:`~.deep.same_step` with the pass's models
+and mapping), answered once per pair of tensors in a pass."""
+
+
+def _stepper(ref: Staged, cand: Staged, mapping: Mapping[str, str]) -> _Step:
+    """:func:`~.deep.same_step` of ``ref`` and ``cand`` under ``mapping``, each answer kept: the
+    walks of one pass's open pairs cross the same nodes and weights (a whole-model rename: every
+    tensor is an open pair's ancestor), so each node and weight is compared once per pass."""
+    answers: dict[tuple[str, str], list[tuple[str, str]] | None] = {}
+
+    def step(a: str, b: str) -> list[tuple[str, str]] | None:
+        key = (a, b)
+        if key not in answers:
+            answers[key] = same_step(ref, cand, a, b, mapping)
+        return answers[key]
+
+    return step
+
+
 @dataclass
 class _Walk:
     """Where one open pair's walk back ended: a failing tensor, a graph mismatch, tensors still
@@ -56,7 +76,7 @@ class _Walk:
 
 def _walk(ref: Staged, cand: Staged, r: str, c: str, *, known: Mapping[str, TensorError],
           shared: Mapping[str, Shared], tried: Collection[str], agreed: Collection[str],
-          mapping: Mapping[str, str], fed: Collection[str]) -> _Walk:
+          mapping: Mapping[str, str], fed: Collection[str], step: _Step | None = None) -> _Walk:
     """Walk back from the open pair (r, c) over the graph both compute alike, stopping at
     tensors that agree informatively (``agreed``, or compared in ``known``), at shared tensors
     not compared yet (``pending``) and at a compared tensor that differs (``failed``).
@@ -88,17 +108,17 @@ def _walk(ref: Staged, cand: Staged, r: str, c: str, *, known: Mapping[str, Tens
             out.pending.append(a)
             continue
         first = False
-        step = same_step(ref, cand, a, b, mapping)
-        if step is None:
+        pairs = step(a, b) if step is not None else same_step(ref, cand, a, b, mapping)
+        if pairs is None:
             out.mismatch = True
             return out
-        stack.extend(step)
+        stack.extend(pairs)
     return out
 
 
 def _identical_below(ref: Staged, cand: Staged, starts: Sequence[tuple[str, str]], *,
                      mapping: Mapping[str, str], fed: Collection[str],
-                     memo: dict[tuple[str, str], bool]) -> bool:
+                     memo: dict[tuple[str, str], bool], step: _Step | None = None) -> bool:
     """Whether both models compute every pair of ``starts`` with the same graph all the way to
     graph inputs fed alike and equal weights (then their values are equal whatever was
     compared). ``memo`` keeps each answer for the other pairs of the pass, so one pass walks
@@ -117,13 +137,13 @@ def _identical_below(ref: Staged, cand: Staged, starts: Sequence[tuple[str, str]
             if b in fed and mapping.get(a, a) == b:
                 memo[key] = True
                 continue
-            step = same_step(ref, cand, a, b, mapping)
-            if step is None:
+            pairs = step(a, b) if step is not None else same_step(ref, cand, a, b, mapping)
+            if pairs is None:
                 memo[key] = False
                 continue
-            steps[key] = step
+            steps[key] = pairs
             stack.append((key, True))
-            stack.extend((k, False) for k in step if k not in memo)
+            stack.extend((k, False) for k in pairs if k not in memo)
         if not memo.get(start, False):
             return False
     return True
@@ -182,6 +202,7 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
     verdicts: dict[int, PairReport] = {}
     deeper: set[int] = set()  # pairs judged by every shared tensor they depend on
     memo: dict[tuple[str, str], bool] = {}
+    step = _stepper(ref, cand, full)
     todo = list(range(len(open_pairs)))
     wave = 0
     while todo:
@@ -191,19 +212,20 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
             p = open_pairs[k]
             if k not in deeper:
                 walk = _walk(ref, cand, p.reference, p.candidate, known=known, shared=shared,
-                             tried=tried, agreed=agreed - {p.reference}, mapping=full, fed=fed)
+                             tried=tried, agreed=agreed - {p.reference}, mapping=full, fed=fed,
+                             step=step)
                 if walk.pending and not (walk.mismatch or walk.failed) and wave < MAX_WAVES:
                     wanted.update(dict.fromkeys(walk.pending))
                     waiting.append(k)
                     continue
                 if not (walk.pending or walk.mismatch or walk.failed) and _identical_below(
                         ref, cand, [(c, full.get(c, c)) for c in walk.cuts], mapping=full,
-                        fed=fed, memo=memo):
+                        fed=fed, memo=memo, step=step):
                     verdicts[k] = _passed(p, walk.cuts)
                     continue
                 if not (walk.mismatch or walk.failed) and _identical_below(
                         ref, cand, [(p.reference, p.candidate)], mapping=full, fed=fed,
-                        memo=memo):
+                        memo=memo, step=step):
                     # no informative frontier near it, but the same graph all the way: equal
                     verdicts[k] = _passed(p, ())
                     continue
