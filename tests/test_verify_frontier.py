@@ -255,3 +255,47 @@ def test_a_heavy_model_runs_from_one_staged_file_and_keeps_no_bytes():
     report = compare(ref, cand, deep=True)
     assert report.verdict == "fail" and report.divergence is not None
     assert report.divergence.node == "mm" and report.deep.first_difference.tensor == "m"
+
+
+@pytest.mark.parametrize("case", ["light", "heavy", "re-sorted"])
+def test_a_verbs_verify_runs_the_input_file_for_the_original(case, tmp_path, capsys,
+                                                             monkeypatch):
+    """`insert ... --verify` compares against the input as load read it: that very file, so
+    its sessions read the file (its bytes when light) instead of a serialized copy of the
+    proto; the rewritten model comes from memory. An input load repaired (nodes re-sorted)
+    is not its file's model: staged from memory too."""
+    from onnxsurgeon.verify import run
+
+    from .cli_helpers import cli_main
+
+    dim = 2048 if case == "heavy" else WIDTH
+    w = (np.random.default_rng(0).standard_normal((dim, dim)) / dim).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Tanh", ["m"], ["y"], name="tanh")]
+    if case == "re-sorted":
+        nodes.reverse()
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [1, dim])],
+                   [helper.make_tensor_value_info("y", F, [1, dim])],
+                   [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    staged: dict[str, tuple[object, object]] = {}
+    real = run.Staged._open
+
+    def recorded(self, wanted):
+        runner = real(self, wanted)
+        staged.setdefault(self.label, (self.source_path, self._path))
+        return runner
+
+    monkeypatch.setattr(run.Staged, "_open", recorded)
+    code, out, err = cli_main(capsys, "insert", path, "-o", tmp_path / "o.onnx", "--at", "m",
+                              "--op", "identity", "--verify")
+    assert code == 0, err
+    assert "pairs agree" in out
+    source, file = staged["original"]
+    if case == "re-sorted":
+        assert source is None
+    else:
+        assert source == path
+        assert (file == path) if case == "heavy" else file is None
+    assert staged["rewritten"][0] is None
