@@ -169,13 +169,15 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
            pairs: Sequence[PairReport], *, mapping: Mapping[str, str] | None = None,
            strict: bool = False, forced: bool = False, rtol: float | None = None,
            atol: float | None = None, exact: bool = False, dims: Mapping[str, int] | None = None,
-           notes: list[str] | None = None,
-           fed: Collection[str] = ()) -> tuple[list[PairReport], DeepResult | None]:
+           notes: list[str] | None = None, fed: Collection[str] = (),
+           seen: Sequence[PairReport] = ()) -> tuple[list[PairReport], DeepResult | None]:
     """The pairs with open (inconclusive) verdicts settled where possible (see the module
     docstring), and the deep result (None when nothing needed it). ``pairs`` name reference
     tensors of ``ref`` and candidate tensors of ``cand``; ``mapping`` maps further shared names
     (reference -> candidate). One pass for all of them: at most ``MAX_WAVES + 1`` batches of
-    sessions per model, each over the tensors still needed."""
+    sessions per model, each over the tensors still needed. ``seen``: shared tensors compared
+    already besides the pairs (their sessions computed them), counted as compared: listed in the
+    deep result when a verdict rests on them."""
     pairs = list(pairs)
     opened = [i for i, p in enumerate(pairs)
               if p.verdict == INCONCLUSIVE and ref.is_tensor(p.reference)]
@@ -194,7 +196,8 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
     items = shared_tensors(ref, cand, mapping=full, strict=strict,
                            targets=[p.reference for p in open_pairs])
     shared = {s.ref: s for s in items}
-    known = _known_from_pairs(pairs, shared)
+    known = _known_from_pairs([*pairs, *seen], shared)
+    extra = set(known) - {p.reference for p in pairs}  # of seen: shown when a verdict uses it
     # what the deep result lists: the open pairs and what was compared for them
     shown = {p.reference: known[p.reference] for p in open_pairs if p.reference in known}
     tried: set[str] = set(known)
@@ -222,6 +225,7 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
                         ref, cand, [(c, full.get(c, c)) for c in walk.cuts], mapping=full,
                         fed=fed, memo=memo, step=step):
                     verdicts[k] = _passed(p, walk.cuts)
+                    shown.update((c, known[c]) for c in walk.cuts if c in extra)
                     continue
                 if not (walk.mismatch or walk.failed) and _identical_below(
                         ref, cand, [(p.reference, p.candidate)], mapping=full, fed=fed,
@@ -233,6 +237,7 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
                 # differ on the way or behind a frontier that agrees (a change there may show
                 # only deeper), or the waves ran out: compare every shared tensor it reads
                 deeper.add(k)
+                shown.update((n, known[n]) for n in extra & _ancestors(ref, p.reference))
             missing = sorted(n for n in _ancestors(ref, p.reference) & shared.keys()
                              if n not in tried)
             if missing:
