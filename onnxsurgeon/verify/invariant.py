@@ -158,8 +158,8 @@ class Check:
         """The tensors near the pairs both models computed already (:func:`run_all`) compared
         as the settling pass compares its tensors: what it need not run again."""
         ref, cand = sides[0][0].staged, sides[0][1].staged
-        rvals = _NEAR.get(ref, {}).get(tuple(id(r.feeds) for r, _ in sides))
-        cvals = _NEAR.get(cand, {}).get(tuple(id(c.feeds) for _, c in sides))
+        rvals = _NEAR.get(ref, {}).get(tuple(id(r.feeds) for r, _ in sides), ((), []))[1]
+        cvals = _NEAR.get(cand, {}).get(tuple(id(c.feeds) for _, c in sides), ((), []))[1]
         if not rvals or not cvals:
             return []
         out = []
@@ -271,10 +271,11 @@ NEAR_MAX = 16
 """Most tensors one step behind its names a check's session computes besides them (see
 :func:`run_all`)."""
 
-_NEAR: weakref.WeakKeyDictionary[Staged, dict[tuple[int, ...], Values]] = (
+_NEAR: weakref.WeakKeyDictionary[Staged, dict[tuple[int, ...], tuple[tuple[Sample, ...], Values]]] = (
     weakref.WeakKeyDictionary())
-"""Staged model -> (ids of the samples it was fed) -> values of the tensors one step behind
-the ones a check asked for: what :meth:`Check._settle` compares instead of a session."""
+"""Staged model -> (ids of the samples it was fed) -> (those samples, held so that their ids
+name them only, and the values of the tensors one step behind the ones a check asked for):
+what :meth:`Check._settle` compares instead of a session."""
 
 
 def _near(staged: Staged, names: Sequence[str]) -> list[str]:
@@ -304,8 +305,8 @@ def run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Va
     with staged.session([*wanted, *near]) as runner:
         values = [runner.run(feed) for feed in feeds]
     if near:
-        _NEAR.setdefault(staged, {})[tuple(map(id, feeds))] = [
-            {n: v.pop(n) for n in near if n in v} for v in values]
+        _NEAR.setdefault(staged, {})[tuple(map(id, feeds))] = (tuple(feeds), [
+            {n: v.pop(n) for n in near if n in v} for v in values])
     return values
 
 
