@@ -107,6 +107,10 @@ class Model:
     _baseline: bytes | None = field(default=None, init=False, repr=False, compare=False)
     """Set by :func:`load`: the model-level fields it validated (see
     :func:`~onnxsurgeon.checking.check_touched`)."""
+    _as_source: bool = field(default=False, init=False, repr=False, compare=False)
+    """Set by :meth:`onnxsurgeon.session.Session.snapshot` on a copy of a model as load read it
+    (no verb, no repair since): ``source`` holds this very model, so onnxruntime may read that
+    file instead of a serialized copy (:class:`onnxsurgeon.verify.run.Staged`)."""
 
     def __repr__(self) -> str:
         """Short text (the proto's text form could be gigabytes)."""

@@ -77,6 +77,9 @@ class Session:
         self._pending: Upkeep | None = None
         """The journal handed on and not yet turned into the next index."""
         self._returned = 0
+        self._pristine = loaded and self.model.source is not None and not self.model.warnings
+        """The proto is still what load parsed from ``model.source`` (no verb indexed it since,
+        load repaired nothing): a :meth:`snapshot` then says its file holds it."""
         if loaded and index is None:
             self._next = io.take_loaded_index(self.model)
         _OPEN[key] = self
@@ -99,6 +102,7 @@ class Session:
         by the previous verb's edits (or load's, or the one given), used once; else
         :func:`onnxsurgeon.io.indexed`. O(1) when kept, else O(nodes)."""
         index, self._next = self._kept(), None
+        self._pristine = False  # a verb is about to change the proto
         return index if index is not None else io.indexed(self.model)
 
     def current_index(self) -> GraphIndex:
@@ -123,6 +127,7 @@ class Session:
         self.journal = self._pending = journal
         self.handed += 1
         self._next = None
+        self._pristine = False
 
     def _kept(self) -> GraphIndex | None:
         """The kept index: the one given or load's, else the one the pending journal's edits
@@ -153,13 +158,17 @@ class Session:
         a checkpoint reads it): the next verb rebuilds its index and the save checks all."""
         self._next = self._pending = None
         self.journal = None
+        self._pristine = False
 
     def snapshot(self) -> Session:
         """An open session on a private copy of the model (:func:`~onnxsurgeon.io.snapshot`),
         taken before a verb changes it: what ``--verify`` compares the rewrite against. The
-        copy's first index reuses (a copy of) this session's kept producer map. O(model) in C.
+        copy's first index reuses (a copy of) this session's kept producer map; taken before any
+        verb of a session opened on a loaded model, it is marked as its source file's model
+        (``--verify`` then runs that file instead of a serialized copy). O(model) in C.
         Close it when done."""
         twin = io.snapshot(self.model)
+        twin._as_source = self._pristine and self.handed == 0
         kept = self.kept_index()
         index = None
         if kept is not None:

@@ -3,6 +3,9 @@ the open pairs of one report by one deep pass (issue 29)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import pytest
@@ -83,15 +86,21 @@ def test_a_change_behind_an_agreeing_frontier_is_still_found():
 
 def test_rewrites_settle_the_frontier_behind_the_rewrite_site():
     """insert after the logits' input: the check compares the saturated output, settled by the
-    logits (the same graph computes it from them) without comparing the chain before."""
+    logits (the same graph computes it from them) without comparing the chain before, nor
+    opening a session for them (each costs a model load: 5 s on the 90k-node chain)."""
     ref = saturated_head("softmax")
     new = clone(ref)
     insert(new, f"t{DEPTH - 1}", op="identity")
+    before = COUNTS.copy()
     report = verify_log(ref, new)
     assert report.verdict == "pass", report.to_text()
     downstream = next(p for p in report.pairs if p.check == "downstream")
     assert not downstream.informative and "'logits'" in (downstream.evidence or "")
     assert report.deep is not None and [t.tensor for t in report.deep.tensors] == ["logits", "y"]
+    # the check's own sessions computed the logits beside the output (one step behind it):
+    # the original, the rewritten model, the block and the cut original, none for settling
+    assert COUNTS["sessions"] - before["sessions"] == 4
+    assert report.deep.batches == 0
 
 
 def saturated_taps(n: int) -> onnx.ModelProto:
@@ -127,6 +136,77 @@ def test_many_open_pairs_cost_one_deep_pass():
     assert COUNTS["deep passes"] - before["deep passes"] == 1
     # one session per model for the pairs; settling needed none (the pairs were compared)
     assert COUNTS["sessions"] - before["sessions"] <= 2
+
+
+def saturated_chain(n: int) -> onnx.ModelProto:
+    """x -> n x (Mul by 1e4 -> Sigmoid -> s_i, a graph output): every tensor after the first
+    Mul is saturated (0 or 1), so no pair on the chain can show a difference by itself."""
+    inits = [numpy_helper.from_array(np.array(1e4, np.float32), "gain")]
+    nodes, outs, h = [], [], "x"
+    for i in range(n):
+        nodes += [helper.make_node("Mul", [h, "gain"], [f"g{i}"], name=f"gain{i}"),
+                  helper.make_node("Sigmoid", [f"g{i}"], [f"s{i}"], name=f"sig{i}")]
+        outs.append(helper.make_tensor_value_info(f"s{i}", F, [1, WIDTH]))
+        h = f"s{i}"
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [1, WIDTH])], outs, inits)
+
+
+def test_one_pass_walks_each_node_once(monkeypatch):
+    """A whole-model rename of a chain of saturated tensors: every open pair walks back over
+    the open pairs before it to the input (the issue's MobileNetV3Small: 430 such walks took
+    most of `rename --regex --verify`). One pass compares each node (and weight) once,
+    whatever the number of walks crossing it: linear in the model, not quadratic."""
+    from onnxsurgeon.verify import deepen
+
+    n = 12
+    ref = saturated_chain(n)
+    new = clone(ref)
+    rename(new, regex={"^(.*)$": r"net/\1"})
+    real = deepen.same_step
+    calls: Counter[tuple[str, str]] = Counter()
+
+    def counted(ref_, cand_, a, b, mapping):
+        calls[(a, b)] += 1
+        return real(ref_, cand_, a, b, mapping)
+
+    monkeypatch.setattr(deepen, "same_step", counted)
+    report = verify_log(ref, new)
+    assert report.verdict == "pass", report.to_text()
+    assert sum(not p.informative for p in report.pairs) >= n
+    assert calls and max(calls.values()) == 1, calls.most_common(3)
+
+
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool", "complex64"])
+def test_bit_identical_sides_report_what_the_element_wise_comparison_does(dtype, monkeypatch):
+    """Exact pairs whose sides hold the same bits (every pair of a rename) are folded in a few
+    passes; the report is the element-wise comparison's (NaN, Inf, -0.0 and zeros included),
+    also after a later sample that differs."""
+    from onnxsurgeon.verify import accumulate
+
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((3, 50)).astype(np.float32)
+    base[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    base[1, :] = 0.0
+    if dtype == "int64":
+        base = np.nan_to_num(base * 1000, posinf=2**40, neginf=-(2**40))
+    samples = [base.astype(dtype) if dtype != "bool" else base > 0, (base * 2).astype(dtype)]
+    later = samples[1].copy()
+    later.reshape(-1)[7] = later.reshape(-1)[7] + 1 if dtype != "bool" else not later.reshape(-1)[7]
+
+    def fold(rounds):
+        acc = accumulate.PairAccumulator("r", "c", exact=True, dtype=dtype)
+        for k, (r, c) in enumerate(rounds):
+            acc.add(r, c.copy(), k)
+        return acc.result()
+
+    for rounds in ([(s, s) for s in samples], [(samples[0], samples[0]), (samples[1], later)]):
+        fast = fold(rounds)
+        monkeypatch.setattr(accumulate, "_same_bits", lambda a, b: False)
+        slow = fold(rounds)
+        monkeypatch.undo()
+        assert fast.cosine == pytest.approx(slow.cosine, abs=1e-15)
+        assert replace(fast, cosine=None) == replace(slow, cosine=None)
 
 
 def test_threads_default_to_the_cores_and_the_flags_set_them(tmp_path, capsys):
@@ -181,3 +261,47 @@ def test_a_heavy_model_runs_from_one_staged_file_and_keeps_no_bytes():
     report = compare(ref, cand, deep=True)
     assert report.verdict == "fail" and report.divergence is not None
     assert report.divergence.node == "mm" and report.deep.first_difference.tensor == "m"
+
+
+@pytest.mark.parametrize("case", ["light", "heavy", "re-sorted"])
+def test_a_verbs_verify_runs_the_input_file_for_the_original(case, tmp_path, capsys,
+                                                             monkeypatch):
+    """`insert ... --verify` compares against the input as load read it: that very file, so
+    its sessions read the file (its bytes when light) instead of a serialized copy of the
+    proto; the rewritten model comes from memory. An input load repaired (nodes re-sorted)
+    is not its file's model: staged from memory too."""
+    from onnxsurgeon.verify import run
+
+    from .cli_helpers import cli_main
+
+    dim = 2048 if case == "heavy" else WIDTH
+    w = (np.random.default_rng(0).standard_normal((dim, dim)) / dim).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Tanh", ["m"], ["y"], name="tanh")]
+    if case == "re-sorted":
+        nodes.reverse()
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [1, dim])],
+                   [helper.make_tensor_value_info("y", F, [1, dim])],
+                   [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    staged: dict[str, tuple[object, object]] = {}
+    real = run.Staged._open
+
+    def recorded(self, wanted):
+        runner = real(self, wanted)
+        staged.setdefault(self.label, (self.source_path, self._path))
+        return runner
+
+    monkeypatch.setattr(run.Staged, "_open", recorded)
+    code, out, err = cli_main(capsys, "insert", path, "-o", tmp_path / "o.onnx", "--at", "m",
+                              "--op", "identity", "--verify")
+    assert code == 0, err
+    assert "pairs agree" in out
+    source, file = staged["original"]
+    if case == "re-sorted":
+        assert source is None
+    else:
+        assert source == path
+        assert (file == path) if case == "heavy" else file is None
+    assert staged["rewritten"][0] is None

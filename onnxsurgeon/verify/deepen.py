@@ -31,7 +31,7 @@ frontier that was compared (never by the same graph from the same inputs and wei
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..closure import closure
@@ -55,6 +55,26 @@ wave costs a session per model: on a deep chain of tensors that cannot show anyt
 back wave by wave costs more than comparing it all)."""
 
 
+_Step = Callable[[str, str], "list[tuple[str, str]] | None"]
+"""One step of the walk over the same graph (:func:`~.deep.same_step` with the pass's models
+and mapping), answered once per pair of tensors in a pass."""
+
+
+def _stepper(ref: Staged, cand: Staged, mapping: Mapping[str, str]) -> _Step:
+    """:func:`~.deep.same_step` of ``ref`` and ``cand`` under ``mapping``, each answer kept: the
+    walks of one pass's open pairs cross the same nodes and weights (a whole-model rename: every
+    tensor is an open pair's ancestor), so each node and weight is compared once per pass."""
+    answers: dict[tuple[str, str], list[tuple[str, str]] | None] = {}
+
+    def step(a: str, b: str) -> list[tuple[str, str]] | None:
+        key = (a, b)
+        if key not in answers:
+            answers[key] = same_step(ref, cand, a, b, mapping)
+        return answers[key]
+
+    return step
+
+
 @dataclass
 class _Walk:
     """Where one open pair's walk back ended: a failing tensor, a graph mismatch, tensors still
@@ -68,7 +88,7 @@ class _Walk:
 
 def _walk(ref: Staged, cand: Staged, r: str, c: str, *, known: Mapping[str, TensorError],
           shared: Mapping[str, Shared], tried: Collection[str], agreed: Collection[str],
-          mapping: Mapping[str, str], fed: Collection[str]) -> _Walk:
+          mapping: Mapping[str, str], fed: Collection[str], step: _Step | None = None) -> _Walk:
     """Walk back from the open pair (r, c) over the graph both compute alike, stopping at
     tensors that agree informatively (``agreed``, or compared in ``known``), at shared tensors
     not compared yet (``pending``) and at a compared tensor that differs (``failed``).
@@ -100,17 +120,17 @@ def _walk(ref: Staged, cand: Staged, r: str, c: str, *, known: Mapping[str, Tens
             out.pending.append(a)
             continue
         first = False
-        step = same_step(ref, cand, a, b, mapping)
-        if step is None:
+        pairs = step(a, b) if step is not None else same_step(ref, cand, a, b, mapping)
+        if pairs is None:
             out.mismatch = True
             return out
-        stack.extend(step)
+        stack.extend(pairs)
     return out
 
 
 def _identical_below(ref: Staged, cand: Staged, starts: Sequence[tuple[str, str]], *,
                      mapping: Mapping[str, str], fed: Collection[str],
-                     memo: dict[tuple[str, str], bool]) -> bool:
+                     memo: dict[tuple[str, str], bool], step: _Step | None = None) -> bool:
     """Whether both models compute every pair of ``starts`` with the same graph all the way to
     graph inputs fed alike and equal weights (then their values are equal whatever was
     compared). ``memo`` keeps each answer for the other pairs of the pass, so one pass walks
@@ -129,13 +149,13 @@ def _identical_below(ref: Staged, cand: Staged, starts: Sequence[tuple[str, str]
             if b in fed and mapping.get(a, a) == b:
                 memo[key] = True
                 continue
-            step = same_step(ref, cand, a, b, mapping)
-            if step is None:
+            pairs = step(a, b) if step is not None else same_step(ref, cand, a, b, mapping)
+            if pairs is None:
                 memo[key] = False
                 continue
-            steps[key] = step
+            steps[key] = pairs
             stack.append((key, True))
-            stack.extend((k, False) for k in step if k not in memo)
+            stack.extend((k, False) for k in pairs if k not in memo)
         if not memo.get(start, False):
             return False
     return True
@@ -161,13 +181,15 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
            pairs: Sequence[PairReport], *, mapping: Mapping[str, str] | None = None,
            strict: bool = False, forced: bool = False, rtol: float | None = None,
            atol: float | None = None, exact: bool = False, dims: Mapping[str, int] | None = None,
-           notes: list[str] | None = None,
-           fed: Collection[str] = ()) -> tuple[list[PairReport], DeepResult | None]:
+           notes: list[str] | None = None, fed: Collection[str] = (),
+           seen: Sequence[PairReport] = ()) -> tuple[list[PairReport], DeepResult | None]:
     """The pairs with open (inconclusive) verdicts settled where possible (see the module
     docstring), and the deep result (None when nothing needed it). ``pairs`` name reference
     tensors of ``ref`` and candidate tensors of ``cand``; ``mapping`` maps further shared names
     (reference -> candidate). One pass for all of them: at most ``MAX_WAVES + 1`` batches of
-    sessions per model, each over the tensors still needed."""
+    sessions per model, each over the tensors still needed. ``seen``: shared tensors compared
+    already besides the pairs (their sessions computed them), counted as compared: listed in the
+    deep result when a verdict rests on them."""
     pairs = list(pairs)
     opened = [i for i, p in enumerate(pairs)
               if p.verdict == INCONCLUSIVE and ref.is_tensor(p.reference)]
@@ -186,7 +208,8 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
     items = shared_tensors(ref, cand, mapping=full, strict=strict,
                            targets=[p.reference for p in open_pairs])
     shared = {s.ref: s for s in items}
-    known = _known_from_pairs(pairs, shared)
+    known = _known_from_pairs([*pairs, *seen], shared)
+    extra = set(known) - {p.reference for p in pairs}  # of seen: shown when a verdict uses it
     # what the deep result lists: the open pairs and what was compared for them
     shown = {p.reference: known[p.reference] for p in open_pairs if p.reference in known}
     tried: set[str] = set(known)
@@ -195,6 +218,7 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
     deeper: set[int] = set()  # pairs judged by every shared tensor they depend on
     memo: dict[tuple[str, str], bool] = {}
     converted = isinstance(cand, Converted)  # the same graph alone proves nothing: a frontier does
+    step = _stepper(ref, cand, full)
     todo = list(range(len(open_pairs)))
     wave = 0
     while todo:
@@ -204,7 +228,8 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
             p = open_pairs[k]
             if k not in deeper:
                 walk = _walk(ref, cand, p.reference, p.candidate, known=known, shared=shared,
-                             tried=tried, agreed=agreed - {p.reference}, mapping=full, fed=fed)
+                             tried=tried, agreed=agreed - {p.reference}, mapping=full, fed=fed,
+                             step=step)
                 if walk.pending and not (walk.mismatch or walk.failed) and wave < MAX_WAVES:
                     wanted.update(dict.fromkeys(walk.pending))
                     waiting.append(k)
@@ -212,12 +237,13 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
                 if not (walk.pending or walk.mismatch or walk.failed) and (
                         walk.cuts or not converted) and _identical_below(
                         ref, cand, [(c, full.get(c, c)) for c in walk.cuts], mapping=full,
-                        fed=fed, memo=memo):
+                        fed=fed, memo=memo, step=step):
                     verdicts[k] = _passed(p, walk.cuts)
+                    shown.update((c, known[c]) for c in walk.cuts if c in extra)
                     continue
                 if not (walk.mismatch or walk.failed or converted) and _identical_below(
                         ref, cand, [(p.reference, p.candidate)], mapping=full, fed=fed,
-                        memo=memo):
+                        memo=memo, step=step):
                     # no informative frontier near it, but the same graph all the way: equal
                     verdicts[k] = _passed(p, ())
                     continue
@@ -225,6 +251,7 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
                 # differ on the way or behind a frontier that agrees (a change there may show
                 # only deeper), or the waves ran out: compare every shared tensor it reads
                 deeper.add(k)
+                shown.update((n, known[n]) for n in extra & _ancestors(ref, p.reference))
             missing = sorted(n for n in _ancestors(ref, p.reference) & shared.keys()
                              if n not in tried)
             if missing:

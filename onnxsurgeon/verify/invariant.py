@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -140,15 +141,46 @@ class Check:
             entry = self.entries[members[0]]
             ref, cand = sides[0][0].staged, sides[0][1].staged
             named = [replace(results[k], reference=self.entries[k].ref_name) for k in members]
+            full = {**entry.mapping, **{p.reference: p.candidate for p in named}}
             settled, found = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
                                     [dict(c.feeds) for _, c in sides], named,
                                     mapping=entry.mapping, strict=entry.strict,
                                     exact=entry.acc.exact, notes=self.notes, fed=entry.fed,
-                                    rtol=self.rtol, atol=self.atol)
+                                    rtol=self.rtol, atol=self.atol,
+                                    seen=self._seen(sides, full, entry.acc.exact))
             for k, result in zip(members, settled, strict=True):
                 out[k] = replace(result, reference=results[k].reference)
             deep = deep or found
         return out, deep
+
+    def _seen(self, sides: list[tuple[Side, Side]], mapping: Mapping[str, str],
+              exact: bool) -> list[PairReport]:
+        """The tensors near the pairs both models computed already (:func:`run_all`) compared
+        as the settling pass compares its tensors: what it need not run again."""
+        ref, cand = sides[0][0].staged, sides[0][1].staged
+        rvals = _NEAR.get(ref, {}).get(tuple(id(r.feeds) for r, _ in sides), ((), []))[1]
+        cvals = _NEAR.get(cand, {}).get(tuple(id(c.feeds) for _, c in sides), ((), []))[1]
+        if not rvals or not cvals:
+            return []
+        out = []
+        for r in rvals[0]:
+            c = mapping.get(r, r)
+            if not all(r in rv and c in cv for rv, cv in zip(rvals, cvals, strict=True)):
+                continue
+            acc = PairAccumulator(r, c, rtol=self.rtol, atol=self.atol, exact=exact,
+                                  dtype=numpy_dtype_name(ref.elem_type(r)),
+                                  bounds=saturation_bounds(ref, r))
+            usable = True
+            for k, (rv, cv) in enumerate(zip(rvals, cvals, strict=True)):
+                a, b = rv[r], cv[c]
+                if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                        and a.shape == b.shape and a.dtype == b.dtype):
+                    usable = False
+                    break
+                acc.add(a, b, k)
+            if usable:
+                out.append(acc.result())
+        return out
 
     def deep_all(self, results: Sequence[PairReport],
                  only: Collection[str] | None = None) -> DeepResult | None:
@@ -236,11 +268,47 @@ def _worse(a: TensorError, b: TensorError) -> bool:
         b.max_abs_diff if b.max_abs_diff is not None else math.inf)
 
 
+NEAR_MAX = 16
+"""Most tensors one step behind its names a check's session computes besides them (see
+:func:`run_all`)."""
+
+_NEAR: weakref.WeakKeyDictionary[Staged, dict[tuple[int, ...], tuple[tuple[Sample, ...], Values]]] = (
+    weakref.WeakKeyDictionary())
+"""Staged model -> (ids of the samples it was fed) -> (those samples, held so that their ids
+name them only, and the values of the tensors one step behind the ones a check asked for):
+what :meth:`Check._settle` compares instead of a session."""
+
+
+def _near(staged: Staged, names: Sequence[str]) -> list[str]:
+    """The tensors the producers of ``names`` read (computed, not weights or graph inputs),
+    at most :data:`NEAR_MAX`: the nearest frontier of a pair that cannot show a difference (a
+    saturated softmax's logits), usually. O(inputs of those producers)."""
+    index = staged.index
+    asked = set(names)
+    out: dict[str, None] = {}
+    for name in names:
+        j = index.producer.get(name)
+        if j is None:
+            continue
+        for x in index.graph.node[j].input:
+            if x and x not in asked and x in index.producer and staged.is_tensor(x):
+                out[x] = None
+    return list(out)[:NEAR_MAX]
+
+
 def run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Values:
-    """Values of ``names`` for every sample, in one session."""
+    """Values of ``names`` for every sample, in one session. The session computes the tensors
+    one step behind them too (:func:`_near`), kept for :meth:`Check._settle`: a pair that cannot
+    show a difference is then usually settled by its frontier without another session (each
+    costs a model load: 5 s for a 90k-node chain)."""
     wanted = [n for n in dict.fromkeys(names) if staged.is_tensor(n)]
-    with staged.session(wanted) as runner:
-        return [runner.run(feed) for feed in feeds]
+    near = _near(staged, wanted)
+    with staged.session([*wanted, *near]) as runner:
+        values = [runner.run(feed) for feed in feeds]
+    if near:
+        _NEAR.setdefault(staged, {})[tuple(map(id, feeds))] = (tuple(feeds), [
+            {n: v.pop(n) for n in near if n in v} for v in values])
+    return values
 
 
 def dtype_of(staged: Staged, name: str) -> str:

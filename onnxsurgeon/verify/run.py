@@ -136,8 +136,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _unchanged_source(model: Model, external: bool) -> Path | None:
-    """``model.source`` when the proto in memory equals that file and keeps weights external
-    (running it in place avoids copying the weights); None otherwise."""
+    """``model.source`` when the proto in memory equals that file and keeps weights external,
+    or is vouched to be that file's (``Model._as_source``: the copy ``--verify`` takes before
+    the verb); running it in place avoids serializing or copying the weights. None otherwise."""
+    if model.source is not None and model._as_source and Path(model.source).is_file():
+        return Path(model.source)
     if model.source is None or not external:
         return None
     try:
@@ -322,6 +325,11 @@ class Staged:
                     return False
                 self._bytes = data
             return True
+        if self._bytes is None and self.source_path is not None:  # the file holds the model
+            if self.source_path.stat().st_size > SESSION_BYTES_LIMIT:
+                self._heavy, self._path = True, self.source_path  # sessions from it, no copy
+                return False
+            self._bytes = self.source_path.read_bytes()
         if self._bytes is None:
             try:
                 data = self.model.proto.SerializeToString()
