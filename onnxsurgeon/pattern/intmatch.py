@@ -330,8 +330,8 @@ class Sweep:
             take = ok_o & ~chosen
             for k, v in sub_nodes.items():
                 nodes[k] = np.where(take, v, nodes[k]) if k in nodes else v
-            for k, v in sub_tens.items():
-                tens[k] = np.where(take, v, tens[k]) if k in tens else v
+            for pin, v in sub_tens.items():
+                tens[pin] = np.where(take, v, tens[pin]) if pin in tens else v
             result_ok |= ok_o
             chosen |= ok_o
         return result_ok, ask
