@@ -297,9 +297,10 @@ class Sweep:
                 and all(fast.anchor != ref for _, ref in nodes))
 
     def _walk(self, pn: int, G: Any, live: Any,
-              nodes: dict[int, Any], tens: dict[str, Any]) -> tuple[Any, Any]:
-        """(ok, ask) per entry of ``G`` for pattern node ``pn`` bound at ``G`` (only where
-        ``live``), filling ``nodes``/``tens`` with the chosen bindings."""
+              nodes: dict[int, Any], tens: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """(ok, ask, several) per entry of ``G`` for pattern node ``pn`` bound at ``G`` (only
+        where ``live``), filling ``nodes``/``tens`` with the chosen bindings; ``several``: more
+        than one binding fits (another input order would too, here or below)."""
         op, _attrs, spec, orders = self.fast.info[pn]
         E, P, S = self.E, self.P, self.S
         isnode = live & (G >= 0)
@@ -314,6 +315,7 @@ class Sweep:
         top = max(len(P) - 1, 0)
         chosen = np.zeros(len(G), dtype=bool)
         result_ok = np.zeros(len(G), dtype=bool)
+        several = np.zeros(len(G), dtype=bool)
         for order in orders:
             sub_nodes: dict[int, Any] = {}
             sub_tens: dict[str, Any] = {}
@@ -321,9 +323,10 @@ class Sweep:
             for j, (kind, ref) in enumerate(spec):
                 child = P[np.minimum(first + order[j], top)] if len(P) else G
                 if kind == _NODE:
-                    c_ok, c_ask = self._walk(ref, child, ok_o, sub_nodes, sub_tens)
+                    c_ok, c_ask, c_several = self._walk(ref, child, ok_o, sub_nodes, sub_tens)
                     ask |= c_ask
                     ok_o &= c_ok
+                    several |= c_several & ok_o
                 else:  # a pattern input: any tensor but an omitted one
                     ok_o &= child != -1
                     sub_tens[ref] = child
@@ -332,16 +335,19 @@ class Sweep:
                 nodes[k] = np.where(take, v, nodes[k]) if k in nodes else v
             for pin, v in sub_tens.items():
                 tens[pin] = np.where(take, v, tens[pin]) if pin in tens else v
+            several |= ok_o & chosen
             result_ok |= ok_o
             chosen |= ok_o
-        return result_ok, ask
+        return result_ok, ask, several
 
-    def run(self, anchors: list[int]) -> list[Any]:
-        """Per anchor: None, ``(p2g, t)`` or :data:`ASK` (see the class)."""
+    def run(self, anchors: list[int]) -> list[int]:
+        """Per anchor: :data:`NO`, :data:`ONLY`, :data:`SEVERAL` or :data:`ASK` (see the
+        class); ``ONLY``: no other binding fits, so a taken node among these means no match."""
         G = np.asarray(anchors, dtype=np.int64)
         nodes: dict[int, Any] = {}
         tens: dict[str, Any] = {}
-        ok, ask = self._walk(self.fast.anchor, G, np.ones(len(G), dtype=bool), nodes, tens)
+        ok, ask, several = self._walk(self.fast.anchor, G, np.ones(len(G), dtype=bool), nodes,
+                                      tens)
         order = list(nodes)
         cols = [nodes[k] for k in order]
         inner = [nodes[k] for k in order if k != self.fast.anchor]
@@ -356,21 +362,19 @@ class Sweep:
             for a in cols:
                 bad |= t == a
         ask = ask | (ok & bad)
-        status = np.where(ask, 2, np.where(ok, 1, 0)).tolist()
-        rows = list(zip(*(c.tolist() for c in cols), strict=True))
-        names = list(tens)
-        trows = list(zip(*(tens[k].tolist() for k in names), strict=True)) if names else None
-        out: list[Any] = []
-        for k, s in enumerate(status):
-            if s == 0:
-                out.append(None)
-            elif s == 2:
-                out.append(ASK)
-            else:
-                out.append((dict(zip(order, rows[k], strict=True)),
-                            dict(zip(names, trows[k], strict=True)) if trows else {}))
-        return out
+        self.order, self.names = order, list(tens)
+        self.rows: list[tuple[int, ...]] = list(zip(*(c.tolist() for c in cols), strict=True))
+        """Per anchor, the graph nodes bound to the pattern nodes (in ``order``)."""
+        self.trows = list(zip(*(tens[k].tolist() for k in self.names), strict=True))
+        return np.where(ask, ASK, np.where(ok, np.where(several, SEVERAL, ONLY), NO)).tolist()
+
+    def bound(self, k: int) -> tuple[dict[int, int], dict[str, int]]:
+        """The bindings :meth:`run` found at its ``k``-th anchor, as :meth:`IntMatcher.at`
+        gives them."""
+        return (dict(zip(self.order, self.rows[k], strict=True)),
+                dict(zip(self.names, self.trows[k], strict=True)) if self.names else {})
 
 
-ASK = object()
-""":meth:`Sweep.run`'s answer for an anchor only the walk decides."""
+NO, ONLY, ASK, SEVERAL = 0, 1, 2, 3
+""":meth:`Sweep.run`'s answers per anchor: no match; a match (:meth:`Sweep.bound`), the one
+binding that fits; only the walk decides; a match, but another binding fits too."""
