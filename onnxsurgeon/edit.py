@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from itertools import chain, repeat
-from operator import add, attrgetter, mul
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import onnx
@@ -54,7 +54,8 @@ from .protos import (
 )
 from .record import in_ipython, remember_before
 from .session import hand_on
-from .upkeep import Upkeep, Written
+from .splice import Written, splice_bytes
+from .upkeep import Upkeep
 from .validate import reorder_nodes
 
 __all__ = ["Edit", "keep_only"]
@@ -327,24 +328,9 @@ class Edit:
         if target is not self.graph or self._rewired:  # rewired ids would move too
             self.give_up()
             upkeep = None
-        field = target.node
-        n = len(field)
-        gone = set(removed)
-        kept = [i for i in range(n) if i not in gone]
-        groups = sorted((min(i, n), count, data) for i, (count, data) in inserted.items()
-                        if count)
-        # every kept node's bytes and every group's, merged in order (kept node i sorts as
-        # 2i + 1, a group put before node i as 2i: two ascending runs)
-        keys = [*map(add, map(mul, kept, repeat(2)), repeat(1)),
-                *(2 * pos for pos, _, _ in groups)]
-        parts = [*node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept)))),
-                 *(data for _, _, data in groups)]
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        data = b"".join(map(parts.__getitem__, order))
-        del field[:]
-        target.MergeFromString(data)
+        gone, groups = splice_bytes(target, removed, inserted)
         if upkeep is not None:
-            upkeep.spliced(gone, [(pos, count) for pos, count, _ in groups], written, stand_ins)
+            upkeep.spliced(gone, groups, written, stand_ins)
             if stand_ins:  # the copies' attribute tensors are the stand-ins': made here
                 upkeep.created_tensors(chain.from_iterable(map(attr_tensors, stand_ins)))
         self._rewired = set()  # none is said before a splice (ids move everywhere)

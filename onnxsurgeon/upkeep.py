@@ -31,42 +31,21 @@ of int work per edit plus the protobuf fields of the nodes that changed.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, chain, compress, repeat
-from operator import add, attrgetter, itemgetter, lt, sub
-from typing import Any, NamedTuple
+from operator import attrgetter, itemgetter, lt
+from typing import Any
 
 import onnx
 
 from .index import GraphIndex, NodeEdges, has_subgraphs, positions
-from .nodefields import EDGE_FIELDS, edge_op, edge_ops, node_pass
+from .nodefields import edge_ops, node_pass
+from .splice import Written, follow_splice
 
 _NAME = attrgetter("name")
 _FIELD0, _FIELD1, _FIELD2, _FIELD3, _FIELD4, _FIELD5 = map(itemgetter, range(6))  # EDGE_FIELDS
 
-
-class Written(NamedTuple):
-    """The fields of inserted nodes, as written into them (:meth:`Upkeep.inserted`)."""
-
-    inputs: Sequence[Sequence[str]]
-    outputs: Sequence[Sequence[str]]
-    names: Sequence[str]
-    ops: Sequence[str]
-    """Each node's :func:`~onnxsurgeon.nodefields.edge_op`."""
-
-    @classmethod
-    def of(cls, nodes: Sequence[onnx.NodeProto]) -> Written | None:
-        """The fields of ``nodes``, read from the proto by
-        :data:`~onnxsurgeon.nodefields.EDGE_FIELDS` (one C-level call per node); None when one
-        holds a body (If/Loop/Scan: the upkeep cannot follow it)."""
-        fields = list(map(EDGE_FIELDS, nodes))
-        if any(has_subgraphs(nodes[k]) for k in compress(range(len(fields)),
-                                                         map(_FIELD2, fields))):
-            return None
-        outs_of = list(map(_FIELD1, fields))
-        return cls(list(map(_FIELD0, fields)), outs_of, list(map(_FIELD3, fields)),
-                   list(map(edge_op, map(_FIELD4, fields), map(_FIELD5, fields), outs_of)))
+__all__ = ["Upkeep", "Written"]
 
 
 _Read = tuple[list[int], list[int], list[str], list[str], dict[str, int]]
@@ -535,118 +514,7 @@ class Upkeep:
 
     def _spliced(self, removed: list[int], groups: list[tuple[int, int]],
                  written: Written | None, stand_ins: list[onnx.NodeProto] | None) -> None:
-        """:meth:`spliced`, on ints and whole lists (C-level maps, no Python step per node or
-        edge): every id is renumbered, the kept nodes' reads follow, the new nodes' reads are
-        looked up by name, and every read must be of an earlier node or a leaf. O(nodes +
-        edges)."""
-        if not self.ok:
-            return
-        n, total = len(self.names), sum(map(_FIELD1, groups))
-        at = list(map(_FIELD0, groups))
-        if ((removed and not 0 <= removed[0] <= removed[-1] < n)
-                or (at and not (at[0] >= 0 and at[-1] <= n and at == sorted(set(at))))
-                or len(self.graph.node) != n - len(removed) + total):
-            self.fail()
-            return
-        # old id -> new id: the kept nodes before it plus the new nodes put at or before it
-        kept_mask = [1] * n
-        deque(map(kept_mask.__setitem__, removed, repeat(0)), 0)
-        added = [0] * (n + 1)
-        deque(map(added.__setitem__, at, map(_FIELD1, groups)), 0)
-        kept_before = [0, *accumulate(kept_mask)]
-        added_upto = list(accumulate(added))
-        new_of: list[Any] = list(map(add, kept_before[:n], added_upto[:n]))
-        n_new = n - len(removed) + total
-        kept_ids = list(compress(new_of, kept_mask))
-        ends = [kept_before[pos] + added_upto[pos] for pos in at]
-        new_ids = list(chain.from_iterable(map(range, map(sub, ends, map(_FIELD1, groups)),
-                                               ends)))
-        if written is None:
-            written = Written.of(list(map(self.graph.node.__getitem__, new_ids)))
-        if written is None or not (len(written.names) == len(written.inputs) == total
-                                   == len(written.outputs) == len(written.ops)):
-            self.fail()  # a body among the new nodes, or fields that do not fit
-            return
-        # the new nodes' outputs, and the producer map in node order (two ascending runs)
-        outs = list(chain.from_iterable(written.outputs))
-        where = list(chain.from_iterable(map(repeat, new_ids, map(len, written.outputs))))
-        if "" in outs:
-            if any(len(o) == 1 and not o[0] for o in written.outputs):
-                self.fail()  # a node's only output names nothing
-                return
-            keep = list(map(bool, outs))
-            outs, where = list(compress(outs, keep)), list(compress(where, keep))
-        fresh = dict(zip(outs, where, strict=True))
-        ids = self._ids()
-        if len(fresh) != len(outs) or not ids.keys().isdisjoint(fresh.keys()):
-            self.fail()  # a new output defined twice, or as a leaf
-            return
-        old_producer = self.producer
-        old_keys, old_vals = list(old_producer), list(old_producer.values())
-        alive = list(map(kept_mask.__getitem__, old_vals))
-        items = [*zip(compress(old_keys, alive),
-                      map(new_of.__getitem__, compress(old_vals, alive)), strict=True),
-                 *fresh.items()]
-        items.sort(key=_FIELD1)
-        producer = dict(items)
-        if len(producer) != len(items):
-            self.fail()  # a new output also defined by a kept node
-            return
-        touched = [new_of[t] for t in self._touched if kept_mask[t]]
-        dangling = [new_of[i] for i in self._dangling if kept_mask[i]]
-        # a read of a removed node's output: of the new node defining that name now (a node
-        # with several outputs, or of another domain: its readers are read again by name)
-        deque(map(new_of.__setitem__, removed, repeat(None)), 0)
-        again = list(filter(old_producer.__contains__, fresh))  # only removed nodes' names
-        olds = list(map(old_producer.__getitem__, again))
-        news: list[int | None] = list(map(fresh.__getitem__, again))
-        if "" in map(self.ops.__getitem__, olds):  # several outputs: read by name again
-            news = [k if self.ops[j] else None for j, k in zip(olds, news, strict=True)]
-        deque(map(new_of.__setitem__, olds, news), 0)
-        table = [*new_of, *range(-1 - len(self.leaves), 0)]  # leaf id -k at table[-k]
-        starts = self.starts
-        old_counts = list(map(sub, starts[1:], starts[:-1]))
-        counts = [0] * n_new
-        deque(map(counts.__setitem__, kept_ids, compress(old_counts, kept_mask)), 0)
-        deque(map(counts.__setitem__, new_ids, map(len, written.inputs)), 0)
-        new_starts = [0, *accumulate(counts)]
-        first_of, end_of = new_starts.__getitem__, new_starts[1:].__getitem__
-        preds: list[Any] = [None] * new_starts[-1]
-        edge_kept = chain.from_iterable(map(repeat, kept_mask, old_counts))
-        deque(map(preds.__setitem__,
-                  chain.from_iterable(map(range, map(first_of, kept_ids), map(end_of, kept_ids))),
-                  map(table.__getitem__, compress(self.preds, edge_kept))), 0)
-        known = producer.copy()  # a C-level clone, then the (few) leaves
-        known.update(ids)
-        known[""] = -1
-        read = list(map(known.get, chain.from_iterable(written.inputs)))
-        if None in read:
-            self.fail()  # a new node reads a name defined nowhere
-            return
-        deque(map(preds.__setitem__,
-                  chain.from_iterable(map(range, map(first_of, new_ids), map(end_of, new_ids))),
-                  read), 0)
-        for spot in positions(preds, None):  # a kept node read a removed one: read it again
-            dangling.append(bisect_left(new_starts, spot + 1) - 1)
-            preds[spot] = -1
-        if not all(map(lt, preds, chain.from_iterable(map(repeat, range(n_new), counts)))):
-            self.fail()  # a read of a later (or its own) output
-            return
-        names: list[Any] = [None] * n_new
-        ops: list[Any] = [None] * n_new
-        deque(map(names.__setitem__, kept_ids, compress(self.names, kept_mask)), 0)
-        deque(map(names.__setitem__, new_ids, written.names), 0)
-        deque(map(ops.__setitem__, kept_ids, compress(self.ops, kept_mask)), 0)
-        deque(map(ops.__setitem__, new_ids, written.ops), 0)
-        self._types_below = min(self._types_below, removed[0] if removed else n,
-                                at[0] if at else n)
-        if stand_ins is None:
-            touched.extend(new_ids)
-        else:
-            self.stand_ins.extend(stand_ins)
-        self._touched, self._dangling = touched, dangling
-        self.producer, self.preds, self.starts = producer, preds, new_starts
-        self.names, self.ops = names, ops
+        follow_splice(self, removed, groups, written, stand_ins)  # splice.py
 
     # ------------------------------------------------------------------ the kept state
     def result(self) -> tuple[dict[str, int], NodeEdges] | None:

@@ -18,7 +18,9 @@ LAYERS: dict[str, float] = {
     "fast": 0.5,
     "index": 1, "metadata": 1, "scan": 1, "record_base": 1, "selectors": 1.5,
     "protos": 2, "names": 2, "closure": 2, "select": 2, "pattern": 2, "validate": 2, "external": 2,
-    "checking": 2, "record": 2, "schema": 2, "outfile": 2, "atomic": 2, "upkeep": 2,
+    "checking": 2, "record": 2, "schema": 2, "outfile": 2, "atomic": 2,
+    "splice": 2.25,  # a node list spliced from bytes, and the upkeep following it
+    "upkeep": 2.5,  # an index kept true across a verb's edits (follows splices through splice)
     "session": 5.25,  # a model and the index its verbs keep: above io, below the edit API
     "edit": 5.5,  # the one editing API: above io (hands the journal on), below surgery
     "profile": 5.75,  # the cost model: inspect --profile and split (surgery) use it

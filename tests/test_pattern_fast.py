@@ -15,7 +15,7 @@ import onnxsurgeon.pattern.match as match_mod
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.names import _PROBES, NameAllocator
 from onnxsurgeon.pattern import find_matches, load_pattern
-from onnxsurgeon.pattern.intmatch import IntMatcher
+from onnxsurgeon.pattern.intmatch import ASK, NO, ONLY, IntMatcher, Sweep
 
 PATTERNS = {
     "add_relu_const": b"""<ir_version: 8, opset_import: ["" : 17]>
@@ -99,6 +99,57 @@ def test_int_graph_matches_equal_the_name_based_ones(seed, monkeypatch):
         total += len(fast.matches)
     assert calls, "the int-graph matcher never ran"
     assert total > 0
+
+
+TREES = {  # tree-shaped: each decided by the arrays (intmatch.Sweep) unless it must ask the walk
+    "mul_add": b"""g (float[4] p, float[4] q, float[4] r) => (float[4] y) {
+            m = Mul(p, q)
+            y = Add(m, r)
+        }""",
+    "relu_pair": b"""g (float[4] p, float[4] q) => (float[4] y) {
+            a = Relu(p)
+            b = Relu(q)
+            y = Add(a, b)
+        }""",
+    "adds_mul": b"""g (float[4] p, float[4] q, float[4] r, float[4] s) => (float[4] y) {
+            a = Add(p, q)
+            b = Add(r, s)
+            y = Mul(b, a)
+        }""",
+    "relu_chain": b"""g (float[4] p) => (float[4] y) {
+            a = Relu(p)
+            b = Add(a, p2)
+            y = Relu(b)
+        }""".replace(b"(float[4] p)", b"(float[4] p, float[4] p2)"),
+}
+
+
+def test_the_array_sweep_finds_what_the_walk_finds(monkeypatch):
+    """Commutative orders both ways, a node read by both inputs (bound twice), outside
+    readers, graph outputs and multi-output nodes on the way: the same matches, in the same
+    order, as the int walk alone and as the name-based matcher; the arrays decide most
+    anchors, the walk the ones they ask about."""
+    answers = []
+    run = Sweep.run
+    monkeypatch.setattr(Sweep, "run", lambda self, a: answers.extend(run(self, a)) or
+                        answers[len(answers) - len(a):])
+    total = 0
+    for seed in range(12):
+        m = _graph(seed)
+        for name, text in TREES.items():
+            pattern = load_pattern(text)
+            swept = find_matches(GraphIndex(m), pattern)
+            with monkeypatch.context() as walk_only:
+                walk_only.setattr(Sweep, "fits", staticmethod(lambda fast: False))
+                walked = find_matches(GraphIndex(m), pattern)
+            with monkeypatch.context() as names_only:
+                names_only.setattr(match_mod, "plan_ok", lambda p: False)
+                named = find_matches(GraphIndex(m), pattern)
+            assert swept.matches == walked.matches == named.matches, (seed, name)
+            assert swept.candidates == walked.candidates
+            total += len(swept.matches)
+    assert total > 20
+    assert {NO, ONLY, ASK} <= set(answers)
 
 
 def test_many_claims_merge_into_one_set():

@@ -250,3 +250,131 @@ def plan_ok(pattern: Pattern) -> bool:
         if node.domain not in _DEFAULT or len(node.output) != 1 or not node.output[0]:
             return False
     return True
+
+
+class Sweep:
+    """A tree-shaped pattern matched at many anchors at once, by array gathers over the int
+    graph (numpy: op-type codes, producer ids), with no Python step per visited node.
+
+    It decides only what the walk of :class:`IntMatcher` would decide the same way: a
+    pattern whose nodes' outputs are each read once inside it, every pattern input read once,
+    no constant and no attribute set. Per anchor :meth:`run` gives None (the walk finds no
+    match there), the bindings of the walk's first choice ignoring the nodes of earlier
+    matches (the caller checks those: if any is taken, it asks the walk), or :data:`ASK` (a
+    node the int graph cannot decide, a graph node bound twice, an omitted trailing input, a
+    read outside the match: the walk decides). Cost: O(anchors x pattern size) in numpy.
+    """
+
+    def __init__(self, fast: IntMatcher) -> None:
+        self.fast = fast
+        codes: dict[str, int] = {"": 0}
+        ops = fast.eops
+        self.E = np.fromiter(map(codes.setdefault, ops, itertools.count(len(codes))),
+                             dtype=np.int64, count=len(ops)) if ops else np.zeros(0, np.int64)
+        # setdefault with a running counter gives new ops fresh (not dense) codes: fine
+        self.codes = codes
+        self.P = np.asarray(fast.preds, dtype=np.int64)
+        self.S = np.asarray(fast.starts, dtype=np.int64)
+        self.C = np.bincount(self.P[self.P >= 0], minlength=len(ops)) if len(ops) else self.E
+        self.O = np.zeros(len(ops), dtype=bool)
+        if fast.out_nodes:
+            self.O[list(fast.out_nodes)] = True
+
+    @staticmethod
+    def fits(fast: IntMatcher) -> bool:
+        """Whether the pattern has the shape :class:`Sweep` decides."""
+        reads: Counter[Any] = Counter()
+        for _op, attrs, spec, _orders in fast.info.values():
+            if attrs:
+                return False
+            for kind, ref in spec:
+                if kind in (_OMITTED, _CONST):
+                    return False
+                reads[(kind, ref)] += 1
+        nodes = [k for k in reads if k[0] == _NODE]
+        return (all(c == 1 for c in reads.values())
+                and len(nodes) == fast.n_nodes - 1
+                and all(fast.anchor != ref for _, ref in nodes))
+
+    def _walk(self, pn: int, G: Any, live: Any,
+              nodes: dict[int, Any], tens: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """(ok, ask, several) per entry of ``G`` for pattern node ``pn`` bound at ``G`` (only
+        where ``live``), filling ``nodes``/``tens`` with the chosen bindings; ``several``: more
+        than one binding fits (another input order would too, here or below)."""
+        op, _attrs, spec, orders = self.fast.info[pn]
+        E, P, S = self.E, self.P, self.S
+        isnode = live & (G >= 0)
+        g = np.where(isnode, G, 0)
+        e = E[g]
+        ask = isnode & (e == 0)
+        ok = isnode & (e == self.codes.get(op, -1))
+        first, end = S[g], S[g + 1]
+        ask |= ok & (end > first) & (P[np.maximum(end - 1, 0)] == -1)
+        ok &= (end - first) == len(spec)
+        nodes[pn] = G
+        top = max(len(P) - 1, 0)
+        chosen = np.zeros(len(G), dtype=bool)
+        result_ok = np.zeros(len(G), dtype=bool)
+        several = np.zeros(len(G), dtype=bool)
+        for order in orders:
+            sub_nodes: dict[int, Any] = {}
+            sub_tens: dict[str, Any] = {}
+            ok_o = ok.copy()
+            for j, (kind, ref) in enumerate(spec):
+                child = P[np.minimum(first + order[j], top)] if len(P) else G
+                if kind == _NODE:
+                    c_ok, c_ask, c_several = self._walk(ref, child, ok_o, sub_nodes, sub_tens)
+                    ask |= c_ask
+                    ok_o &= c_ok
+                    several |= c_several & ok_o
+                else:  # a pattern input: any tensor but an omitted one
+                    ok_o &= child != -1
+                    sub_tens[ref] = child
+            take = ok_o & ~chosen
+            for k, v in sub_nodes.items():
+                nodes[k] = np.where(take, v, nodes[k]) if k in nodes else v
+            for pin, v in sub_tens.items():
+                tens[pin] = np.where(take, v, tens[pin]) if pin in tens else v
+            several |= ok_o & chosen
+            result_ok |= ok_o
+            chosen |= ok_o
+        return result_ok, ask, several
+
+    def run(self, anchors: list[int]) -> list[int]:
+        """Per anchor: :data:`NO`, :data:`ONLY`, :data:`SEVERAL` or :data:`ASK` (see the
+        class); ``ONLY``: no other binding fits, so a taken node among these means no match."""
+        G = np.asarray(anchors, dtype=np.int64)
+        nodes: dict[int, Any] = {}
+        tens: dict[str, Any] = {}
+        ok, ask, several = self._walk(self.fast.anchor, G, np.ones(len(G), dtype=bool), nodes,
+                                      tens)
+        order = list(nodes)
+        cols = [nodes[k] for k in order]
+        inner = [nodes[k] for k in order if k != self.fast.anchor]
+        bad = np.zeros(len(G), dtype=bool)
+        for i, a in enumerate(cols):  # a graph node bound twice
+            for b in cols[i + 1:]:
+                bad |= a == b
+        for a in inner:  # an inner output read outside, or a graph output
+            a0 = np.where(ok, a, 0)
+            bad |= (self.C[a0] != 1) | self.O[a0]
+        for t in tens.values():  # a pattern input bound to a node inside
+            for a in cols:
+                bad |= t == a
+        ask = ask | (ok & bad)
+        self.order, self.names = order, list(tens)
+        self.rows: list[tuple[int, ...]] = list(zip(*(c.tolist() for c in cols), strict=True))
+        """Per anchor, the graph nodes bound to the pattern nodes (in ``order``)."""
+        self.trows = list(zip(*(tens[k].tolist() for k in self.names), strict=True))
+        return np.where(ask, ASK, np.where(ok, np.where(several, SEVERAL, ONLY), NO)).tolist()
+
+    def bound(self, k: int) -> tuple[dict[int, int], dict[str, int]]:
+        """The bindings :meth:`run` found at its ``k``-th anchor, as :meth:`IntMatcher.at`
+        gives them."""
+        return (dict(zip(self.order, self.rows[k], strict=True)),
+                dict(zip(self.names, self.trows[k], strict=True)) if self.names else {})
+
+
+NO, ONLY, ASK, SEVERAL = 0, 1, 2, 3
+""":meth:`Sweep.run`'s answers per anchor: no match; a match (:meth:`Sweep.bound`), the one
+binding that fits; only the walk decides; a match, but another binding fits too."""

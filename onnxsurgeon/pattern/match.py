@@ -42,7 +42,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from ..index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
-from .intmatch import IntMatcher, Unsure, plan_ok
+from .intmatch import ASK, NO, ONLY, IntMatcher, Sweep, Unsure, plan_ok
 from .load import _DEFAULT, Pattern, _constant_value
 from .results import Match, Matches
 
@@ -537,13 +537,26 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         matcher = _Matcher(p, scope, used)
         where = f"{scope.path}: " if scope.path else ""
         fast = _int_matcher(matcher, scope) if fits else None
-        for gn in positions(scope.ops, op):
+        anchors = positions(scope.ops, op)
+        sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
+        swept = sweep.run(anchors) if sweep is not None else []
+        for k, gn in enumerate(anchors):
             tried += 1
             if gn in used:
                 if explain:
                     misses.append(f"{where}{scope.label(gn)}: node '{scope.label(gn)}' is in "
                                   "another match")
                 continue
+            if sweep is not None and fast is not None:  # the arrays decided, unless ASK
+                said = swept[k]
+                if said == NO:
+                    continue
+                if said != ASK:
+                    if used.isdisjoint(sweep.rows[k]):
+                        matches.append(_int_match(fast, scope, sweep.bound(k), used))
+                        continue
+                    if said == ONLY:  # the one binding that fits takes a taken node
+                        continue
             if fast is not None:
                 try:
                     found = fast.at(gn, used)
