@@ -150,6 +150,29 @@ def _cheap_shapes(index: GraphIndex, shapes: Mapping[str, Sequence[Dim]],
     return None if found is None else {n: shape_of(vi) for n, vi in found.items()}
 
 
+def _lost_outputs(proto: onnx.ModelProto, produced: Collection[str],
+                  found: Mapping[str, list[Dim] | None], light: onnx.ModelProto
+                  ) -> dict[str, list[Dim]]:
+    """Graph outputs that had a shape and got none (a graph output must have one): the new
+    shapes break a node (strict inference names it: a UsageError), else inference cannot follow
+    them, and each keeps its rank with unknown sizes."""
+    lost = {out.name: shape_of(out) for out in proto.graph.output
+            if out.name in produced and found.get(out.name) is None and shape_of(out) is not None}
+    if not lost:
+        return {}
+    try:
+        onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:
+        first = re.search(r"\(op_type:([^,]*), node name: ([^)]*)\): \[(?:Shape|Type)"
+                          r"InferenceError\] ([^(]*)", " ".join(str(exc).split()))
+        if first:
+            op, node, why = first.groups()
+            raise UsageError(f"node '{node}' ({op}) does not accept the new shapes: "
+                             f"{why.strip()}; give a size its ops accept (the old size "
+                             f"where a node fixes a dim)") from None
+    return {name: [None] * len(dims) for name, dims in lost.items() if dims is not None}
+
+
 def _final(dim: Dim, batch: Dim) -> Dim:
     """A probe dim in the rewritten model: the batch symbol -> the new batch; a merged one ->
     its size when the batch is static, else unnamed."""
@@ -266,6 +289,7 @@ def dims(model: Model | onnx.ModelProto, /, *,
             onnx.helper.make_tensor_value_info("", step.elem, None), outer[i])
             for i, step in planned.items()})
         found = {n: shape_of(typed.get(n)) for n in wanted}
+    found.update(_lost_outputs(proto, produced, found, probe(proto, shapes, planned, rows=rows)))
     outputs = [_with_dims(out, found.get(out.name)) if out.name in produced else
                _with_dims(out, shapes[out.name]) if out.name in shapes else out
                for out in proto.graph.output]
