@@ -23,7 +23,7 @@ from onnx import numpy_helper
 
 from ..edit import Edit
 from ..errors import NotFoundError, UsageError
-from ..index import GraphIndex, real_inputs
+from ..index import DEFAULT_INPUT_IR, GraphIndex, real_inputs
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..record import DimsRecord, add_rewrite
@@ -322,12 +322,15 @@ def dims(model: Model | onnx.ModelProto, /, *,
             feeds[(i, step.slot)] = names.fresh(f"{node_field[i].input[step.slot]}/dims")
     uses = {key: index.uses_of(node_field[key[0]].input[key[1]]) for key in feeds}
     # ------------------------------------------------------------------ mutate (all checked)
+    made = [*(numpy_helper.from_array(step.values.astype(np.int64), feeds[(i, step.slot)])
+              for i, step in rewrites.items() if step.batch_at < 0 and step.values is not None),
+            *route_inits] if feeds else []
+    if proto.ir_version < DEFAULT_INPUT_IR:  # before IR 4 every initializer is listed as an input
+        new_inputs += [onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t in made]
     e = Edit(index)
     if feeds:
-        e.add_initializers([*(numpy_helper.from_array(step.values.astype(np.int64),
-                                                      feeds[(i, step.slot)])
-                              for i, step in rewrites.items() if step.batch_at < 0
-                              and step.values is not None), *route_inits], made=True)
+        e.add_initializers(made, made=True)
         for (i, slot), feed in sorted(feeds.items()):
             e.rewire([u for u in uses[(i, slot)] if u.node == i and u.slot == slot], feed)
         if route:
