@@ -6,8 +6,8 @@ TF1, TF2, a PyTorch export, a BERT export), with the tensors picked by the gaunt
 call may exit 3; a refusal is one line naming the problem and the fix; each written model passes
 onnx.checker and computes what the verb promises; each ``--json`` document is its schema's; the
 input file is never modified. Light models shipped with onnx (squeezenet, IR 3: its weights are
-listed as graph inputs) run in a slow test. Regression cases for what this sweep found (dims)
-are hand-built onnx.helper graphs.
+listed as graph inputs) run in a slow test. Regression cases for what this sweep found (dims,
+fold, opset) are hand-built onnx.helper graphs.
 """
 
 from __future__ import annotations
@@ -217,6 +217,35 @@ def test_dims_refuses_a_batch_a_node_does_not_accept(tmp_path, capsys):
         code, _, err = call(capsys, "dims", src, "-o", dst, "--batch", "3", *extra)
         refused(code, err, "drop/Squeeze", "Squeeze")
         assert not dst.exists()
+
+
+def _ir3_tile_model() -> onnx.ModelProto:
+    """onnx's pytorch-operator/test_operator_repeat, rebuilt: IR 3, opset 9,
+    x[1,2] -> Tile(., Constant int64 [2, 3]) -> y[2,6]."""
+    repeats = numpy_helper.from_array(np.array([2, 3], np.int64), "repeats_value")
+    nodes = [helper.make_node("Constant", [], ["repeats"], value=repeats),
+             helper.make_node("Tile", ["x", "repeats"], ["y"])]
+    graph = helper.make_graph(nodes, "tile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    return model
+
+
+def test_fold_and_opset_on_an_ir3_constant(tmp_path, capsys):
+    """fold lists what it folds as graph inputs (IR 3 wants every initializer there); opset 8
+    has no int64 Constant: a refusal, not the save's internal error."""
+    src = tmp_path / "tile.onnx"
+    onnx.save(_ir3_tile_model(), str(src))
+    doc = done(capsys, "fold", src, "-o", tmp_path / "folded.onnx", "--verify")
+    assert doc["folded"] == ["repeats"], doc
+    folded = checked(tmp_path / "folded.onnx")
+    assert [n.op_type for n in folded.graph.node] == ["Tile"]
+    x = np.arange(2, dtype=np.float32).reshape(1, 2)
+    exact(run(folded, {"x": x})["y"], np.tile(x, (2, 3)), "fold on IR 3")
+    code, _, err = call(capsys, "opset", src, "-o", tmp_path / "o8.onnx", "--to", "8")
+    refused(code, err, "Constant", "int64")
+    assert not (tmp_path / "o8.onnx").exists()
 
 
 @pytest.mark.slow
