@@ -248,6 +248,18 @@ def test_fold_and_opset_on_an_ir3_constant(tmp_path, capsys):
     assert not (tmp_path / "o8.onnx").exists()
 
 
+def test_precision_bf16_below_opset_13_is_refused(tmp_path, capsys):
+    """Cast takes bfloat16 from opset 13 (onnx's light models and pytorch-converted tests are
+    opset 6-9): a refusal naming the fix, not the save's internal error; fp16 still converts."""
+    src = tmp_path / "ir3.onnx"
+    onnx.save(_ir3_reshape_model(), str(src))
+    code, _, err = call(capsys, "precision", src, "-o", tmp_path / "bf.onnx", "--to", "bf16")
+    refused(code, err, "opset 13", "--to fp16")
+    assert not (tmp_path / "bf.onnx").exists()
+    done(capsys, "precision", src, "-o", tmp_path / "fp.onnx", "--to", "fp16", "--keep-io-types")
+    checked(tmp_path / "fp.onnx")
+
+
 @pytest.mark.slow
 def test_newer_verbs_on_light_squeezenet(tmp_path, capsys):
     """onnx's light squeezenet: IR 3, opset 9, weights made by ConstantOfShape (so the outputs
