@@ -98,7 +98,7 @@ Rows = dict[tuple[int, int], Row]
 def const_values(index: GraphIndex, name: str) -> np.ndarray | None:
     """The int values of a small constant (initializer or Constant output), else None."""
     k = index.initializers.get(name)
-    if k is not None and name not in index.inputs:
+    if k is not None and not index.has_default(name):  # before IR 4 a listed input is a weight
         t = index.graph.initializer[k]
         if t.data_location == onnx.TensorProto.EXTERNAL:
             return None
@@ -200,7 +200,7 @@ def _data_type(index: GraphIndex, typed: Mapping[str, onnx.ValueInfoProto], name
 def _array(index: GraphIndex, name: str) -> np.ndarray | None:
     """The values of a constant (initializer or Constant output) of any type, else None."""
     k = index.initializers.get(name)
-    if k is not None and name not in index.inputs:
+    if k is not None and not index.has_default(name):  # before IR 4 a listed input is a weight
         t = index.graph.initializer[k]
         return None if t.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(t)
     j = index.producer.get(name)

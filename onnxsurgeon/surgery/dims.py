@@ -23,7 +23,7 @@ from onnx import numpy_helper
 
 from ..edit import Edit
 from ..errors import NotFoundError, SurgeryError, UsageError
-from ..index import GraphIndex, real_inputs
+from ..index import DEFAULT_INPUT_IR, GraphIndex, real_inputs
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..record import DimsRecord, add_rewrite
@@ -182,6 +182,29 @@ def _cheap_shapes(index: GraphIndex, shapes: Mapping[str, Sequence[Dim]],
     return None if found is None else {n: shape_of(vi) for n, vi in found.items()}
 
 
+def _lost_outputs(proto: onnx.ModelProto, produced: Collection[str],
+                  found: Mapping[str, list[Dim] | None], light: onnx.ModelProto
+                  ) -> dict[str, list[Dim]]:
+    """Graph outputs that had a shape and got none (a graph output must have one): the new
+    shapes break a node (strict inference names it: a UsageError), else inference cannot follow
+    them, and each keeps its rank with unknown sizes."""
+    lost = {out.name: shape_of(out) for out in proto.graph.output
+            if out.name in produced and found.get(out.name) is None and shape_of(out) is not None}
+    if not lost:
+        return {}
+    try:
+        onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:
+        first = re.search(r"\(op_type:([^,]*), node name: ([^)]*)\): \[(?:Shape|Type)"
+                          r"InferenceError\] ([^(]*)", " ".join(str(exc).split()))
+        if first:
+            op, node, why = first.groups()
+            raise UsageError(f"node '{node}' ({op}) does not accept the new shapes: "
+                             f"{why.strip()}; give a size its ops accept (the old size "
+                             f"where a node fixes a dim)") from None
+    return {name: [None] * len(dims) for name, dims in lost.items() if dims is not None}
+
+
 def _final(dim: Dim, batch: Dim) -> Dim:
     """A probe dim in the rewritten model: the batch symbol -> the new batch; a merged one ->
     its size when the batch is static, else unnamed."""
@@ -301,6 +324,7 @@ def dims(model: Model | onnx.ModelProto, /, *,
             onnx.helper.make_tensor_value_info("", step.elem, None), outer[i])
             for i, step in planned.items()})
         found = {n: shape_of(typed.get(n)) for n in wanted}
+    found.update(_lost_outputs(proto, produced, found, probe(proto, shapes, planned, rows=rows)))
     outputs = [_with_dims(out, found.get(out.name)) if out.name in produced else
                _with_dims(out, shapes[out.name]) if out.name in shapes else out
                for out in proto.graph.output]
@@ -333,12 +357,15 @@ def dims(model: Model | onnx.ModelProto, /, *,
             feeds[(i, step.slot)] = names.fresh(f"{node_field[i].input[step.slot]}/dims")
     uses = {key: index.uses_of(node_field[key[0]].input[key[1]]) for key in feeds}
     # ------------------------------------------------------------------ mutate (all checked)
+    made = [*(numpy_helper.from_array(step.values.astype(np.int64), feeds[(i, step.slot)])
+              for i, step in rewrites.items() if step.batch_at < 0 and step.values is not None),
+            *route_inits] if feeds else []
+    if proto.ir_version < DEFAULT_INPUT_IR:  # before IR 4 every initializer is listed as an input
+        new_inputs += [onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t in made]
     e = Edit(index)
     if feeds:
-        e.add_initializers([*(numpy_helper.from_array(step.values.astype(np.int64),
-                                                      feeds[(i, step.slot)])
-                              for i, step in rewrites.items() if step.batch_at < 0
-                              and step.values is not None), *route_inits], made=True)
+        e.add_initializers(made, made=True)
         for (i, slot), feed in sorted(feeds.items()):
             e.rewire([u for u in uses[(i, slot)] if u.node == i and u.slot == slot], feed)
         if route:

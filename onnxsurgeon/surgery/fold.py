@@ -34,7 +34,7 @@ from onnx import numpy_helper
 from ..edit import Edit
 from ..errors import UsageError
 from ..external import read_tensor
-from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
+from ..index import DEFAULT_INPUT_IR, GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
 from ..io import Model, as_model
 from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
@@ -434,6 +434,10 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
     if main is not None:
         e.add_initializers([main.values[n] for n in folded], made=True)
+        if proto.ir_version < DEFAULT_INPUT_IR:  # before IR 4 an initializer is listed as an input
+            e.add_inputs([onnx.helper.make_tensor_value_info(n, main.values[n].data_type,
+                                                             list(main.values[n].dims))
+                          for n in folded])
     if gone:
         e.remove_nodes(gone)
     for plan in bodies:

@@ -99,6 +99,32 @@ def _needs_adapters(proto: onnx.ModelProto, source: int, target: int) -> bool:
     return bool(changed_op_types(ops, source, target))
 
 
+def _narrowed(proto: onnx.ModelProto, source: int, target: int) -> bool:
+    """Whether a default-domain op of the main graph has another definition at ``target``
+    (a change of its types only, which needs no adapter, may still drop a type it reads)."""
+    seen = {n.op_type for n in proto.graph.node if n.domain in DEFAULT_DOMAINS}
+    for op in seen:
+        try:
+            if (onnx.defs.get_schema(op, source, "").since_version
+                    != onnx.defs.get_schema(op, target, "").since_version):
+                return True
+        except onnx.defs.SchemaError:
+            return True
+    return False
+
+
+def _checked(converted: onnx.ModelProto, source: int, to: int) -> None:
+    """Refuse a converted (weight-free) model onnx's node checker or strict typed inference
+    rejects."""
+    try:
+        _check_nodes(converted)
+        onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)
+    except Exception as exc:  # noqa: BLE001 - onnx's checker and inference errors
+        raise UsageError(f"cannot convert opset {source} -> {to}: onnx's version converter "
+                         f"makes an invalid model ({_first_line(exc)}); convert to another "
+                         "opset") from None
+
+
 def _first_line(exc: Exception) -> str:
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     text = " ".join(lines[:3]) if lines else type(exc).__name__
@@ -131,6 +157,10 @@ def opset(model: Model | onnx.ModelProto, /, *, to: int) -> OpsetResult:
         raise UsageError(f"the model is at opset {to} already; give another --to")
     if not _needs_adapters(proto, source, to):  # no op changes between the opsets
         ir = max(proto.ir_version, _min_ir(to))
+        if to < source and _narrowed(proto, source, to):  # a type the older op lacks?
+            probe = weightless_copy(proto)
+            Edit.of(probe).set_default_opset(to)
+            _checked(probe, source, to)
         e = Edit(index)
         e.set_default_opset(to)
         e.set_ir_version(ir)
@@ -145,13 +175,7 @@ def opset(model: Model | onnx.ModelProto, /, *, to: int) -> OpsetResult:
         raise _refusal(exc, source, to) from None
     ir = max(proto.ir_version, _min_ir(to))
     Edit.of(converted).set_ir_version(ir)
-    try:
-        _check_nodes(converted)
-        onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)
-    except Exception as exc:  # noqa: BLE001 - onnx's checker and inference errors
-        raise UsageError(f"cannot convert opset {source} -> {to}: onnx's version converter "
-                         f"makes an invalid model ({_first_line(exc)}); convert to another "
-                         "opset") from None
+    _checked(converted, source, to)
     before = {i.name: i for i in proto.graph.initializer}
     new_inits = [t for t in converted.graph.initializer if t.name not in before]
     labels = [index.node_label(i) for i in range(len(proto.graph.node))]

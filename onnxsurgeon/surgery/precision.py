@@ -40,6 +40,10 @@ from .replace import _tolerance
 FLOAT = TensorProto.FLOAT
 
 
+BF16_OPSET = 13
+"""The first default-domain opset whose Cast (and arithmetic) takes bfloat16."""
+
+
 class Target(enum.Enum):
     """The low-precision float type to convert to."""
 
@@ -533,7 +537,8 @@ def precision(
     O(nodes + bytes of float weights), plus one onnxruntime probe per distinct (op, types).
 
     Raises:
-        UsageError: an unknown target, a ``block`` naming nothing, a bad budget.
+        UsageError: an unknown target, a ``block`` naming nothing, a bad budget, bf16 below
+            opset 13.
     """
     try:
         target = Target(to) if not isinstance(to, Target) else to
@@ -547,6 +552,10 @@ def precision(
     if keep:
         nodes.update(i for i in range(len(index.graph.node)) if index.node_label(i) in keep)
     versions = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in proto.opset_import}
+    if target is Target.BF16 and versions.get("", BF16_OPSET) < BF16_OPSET:
+        raise UsageError(f"precision --to bf16 needs opset {BF16_OPSET} or newer (Cast reads "
+                         f"bfloat16 from {BF16_OPSET}); the model is at opset {versions['']}: "
+                         f"run 'opset --to {BF16_OPSET}' first, or use --to fp16")
     plan = _Plan(target=target, types=float_types(proto), opsets=list(proto.opset_import),
                  versions=versions, block_ops=ops, block_nodes=nodes,
                  base_dir=m.base_dir, names=NameAllocator.for_model(proto),
