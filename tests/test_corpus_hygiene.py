@@ -260,6 +260,47 @@ def test_precision_bf16_below_opset_13_is_refused(tmp_path, capsys):
     checked(tmp_path / "fp.onnx")
 
 
+def _ir3_conv_model() -> onnx.ModelProto:
+    """x[1,2,4,4] -> Conv(w, b) -> Relu -> y, opset 13, IR 3: the weights are initializers
+    listed as graph inputs (onnx's light squeezenet after ``opset --to 13``)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((3, 2, 1, 1)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal((3,)).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "ir3conv", [helper.make_tensor_value_info("x", f, [1, 2, 4, 4]),
+                                                 helper.make_tensor_value_info("w", f, [3, 2, 1, 1]),
+                                                 helper.make_tensor_value_info("b", f, [3])],
+                              [helper.make_tensor_value_info("y", f, [1, 3, 4, 4])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 3
+    return model
+
+
+@pytest.mark.parametrize("to", ["bf16", "fp16"])
+def test_precision_of_weights_listed_as_graph_inputs(to, tmp_path, capsys):
+    """A weight listed as a graph input is that input's default: without --keep-io-types both
+    take the low type together (the initializer stayed float32 while its input was declared
+    low: onnx.checker's 'Inferred elem type differs', exit 3 on light squeezenet)."""
+    src = tmp_path / "ir3conv.onnx"
+    onnx.save(_ir3_conv_model(), str(src))
+    dst = tmp_path / f"{to}.onnx"
+    done(capsys, "precision", src, "-o", dst, "--to", to)
+    low = checked(dst)
+    inits = {t.name: t.data_type for t in low.graph.initializer}
+    for vi in low.graph.input:
+        if vi.name in inits:
+            assert vi.type.tensor_type.elem_type == inits[vi.name], (vi.name, inits[vi.name])
+    want = TensorProto.FLOAT16 if to == "fp16" else TensorProto.BFLOAT16
+    assert {inits["w"], inits["b"]} == {want}
+    if to == "fp16":  # numpy feeds float16, not bfloat16
+        x = np.random.default_rng(1).standard_normal((1, 2, 4, 4)).astype(np.float32)
+        ref = run(src, {"x": x})["y"]
+        got = run(dst, {"x": x.astype(np.float16)})["y"]
+        np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.slow
 def test_newer_verbs_on_light_squeezenet(tmp_path, capsys):
     """onnx's light squeezenet: IR 3, opset 9, weights made by ConstantOfShape (so the outputs

@@ -302,8 +302,11 @@ def _convert_graph(plan: _Plan, g: onnx.GraphProto, env: Mapping[str, int], alia
             reads.pop(vi.name, None)
         inputs.append(_vi(vi, input_want))
     initializers: list[TensorProto] = []
+    listed = {v.name for v in g.input}
     for t in g.initializer:
-        if t.data_type == FLOAT and t.name in wants_low and t.name not in {v.name for v in g.input}:
+        # a weight also listed as a graph input (IR < 4) is that input's default: it takes the
+        # input's type, or the declared input and its value would disagree
+        if t.data_type == FLOAT and (input_want == low if t.name in listed else t.name in wants_low):
             initializers.append(_low_tensor(plan, t))
             home[t.name] = low
             plan.initializers += 1
