@@ -380,6 +380,7 @@ class PairAccumulator:
         r = _as_comparable(ref)
         c = _as_comparable(cand)
         rtol, atol = self.tolerances()
+        atol = effective_atol(atol, r)
         if r.dtype.kind in "fiub" and np.array_equal(r, c):
             # equal values (no NaN): nothing differs; one pass instead of a dozen (deep runs)
             finite = self.ref_stats.finite_last == r.size
@@ -610,17 +611,60 @@ def compare_arrays(ref: Any, cand: Any, *, rtol: float | None = None, atol: floa
 
 PRECISION = "precision"
 """Tolerance policy of ``precision --verify``: a float16/bfloat16 model against its float32
-original, never exact; the budget is :data:`PRECISION_BUDGETS` unless the user gives one."""
+original, never exact; the budget is :data:`PRECISION_BUDGETS` unless the user gives one, its
+atol raised per tensor by the scale term (:class:`ScaledAtol`)."""
 PRECISION_BUDGETS: dict[str, tuple[float, float]] = {
     "fp16": (1e-2, 1e-3),
     "bf16": (5e-2, 1e-2),
 }
 """(rtol, atol) a converted model's outputs meet against float32, by target type."""
+LOW_EPS: dict[str, float] = {"fp16": 2.0 ** -10, "bf16": 2.0 ** -7}
+"""Machine epsilon of the low type (float16 9.77e-4, bfloat16 7.8e-3)."""
+SCALE_ULPS = 4.0
+"""``c`` of the scale term ``c * eps * max|reference tensor|``. Low-float arithmetic errs with
+the magnitude of what it combined, not of the result: an element of a sum, a normalisation or
+an attention score near zero carries the rounding of operands as large as the tensor's largest
+values. The last op's inputs and output are each rounded to the low type (half an eps each at
+that scale), and its inputs carry the roundings of the ops before: 4 eps at the tensor's peak
+covers about eight such half-eps roundings. It is below ``rtol`` (1e-2 is 10 float16 eps), so
+an element as large as the peak is still held to ``rtol``; only elements well below the peak
+get the looser absolute bound."""
+
+
+class ScaledAtol(float):
+    """An absolute tolerance that rises with the compared tensor's magnitude: an element
+    passes within ``max(atol, scale * max|finite reference element|)`` (per tensor and sample)
+    or within ``rtol`` of its reference. Arithmetic on it gives a plain float."""
+
+    scale: float
+
+    def __new__(cls, atol: float, scale: float) -> ScaledAtol:
+        obj = super().__new__(cls, atol)
+        obj.scale = float(scale)
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ScaledAtol, (float(self), self.scale))
+
+
+def effective_atol(atol: float, ref: np.ndarray) -> float:
+    """``atol`` for ``ref``: a :class:`ScaledAtol` raised to its scale times the largest finite
+    magnitude of ``ref`` (a plain float is returned as it is)."""
+    scale = getattr(atol, "scale", 0.0)
+    if not scale or ref.dtype.kind not in "fc" or ref.size == 0:
+        return float(atol)
+    mag = np.abs(ref[np.isfinite(ref)])
+    return max(float(atol), scale * float(mag.max())) if mag.size else float(atol)
 
 
 def precision_budget(to: str, rtol: float | None = None,
                      atol: float | None = None) -> tuple[float, float]:
     """(rtol, atol) of the precision policy for target ``to`` ("fp16"/"bf16"); a given
-    ``rtol``/``atol`` replaces the default."""
+    ``rtol``/``atol`` replaces the default. The atol is a :class:`ScaledAtol` with scale
+    ``min(SCALE_ULPS * LOW_EPS[to], rtol)``, given or not: the given atol is the floor under
+    the scale term, and the term never allows an element more than ``rtol`` allows the
+    tensor's largest one (so a tighter given ``rtol`` tightens it too)."""
     d_rtol, d_atol = PRECISION_BUDGETS[to]
-    return (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+    base = d_atol if atol is None else float(atol)
+    r = d_rtol if rtol is None else rtol
+    return r, ScaledAtol(base, min(SCALE_ULPS * LOW_EPS[to], r))

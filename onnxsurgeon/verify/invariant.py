@@ -75,6 +75,9 @@ class Check:
         self.batch = batch
         self.samples = samples
         self.rtol, self.atol = rtol, atol  # of the comparisons that are not exact
+        self.explain: Callable[[Divergence], Divergence] | None = None
+        """Rewords the located divergence in the check's terms (``precision``: see
+        :meth:`~.precision.LowFloat.explain`)."""
 
     def compare(self, check: str, ref_name: str, cand_name: str, ref_vals: Values,
                 cand_vals: Values, *, dtype: str, exact: bool,
@@ -255,6 +258,8 @@ class Check:
                     raise
                 except SurgeryError as exc:
                     self.notes.append(f"could not locate the first difference: {exc}")
+                if divergence is not None and self.explain is not None:
+                    divergence = self.explain(divergence)
                 break
         return make_report(results, samples=samples, kind=kind, notes=self.notes,
                            divergence=divergence, inputs=dict(inputs or {}), deep=deep)

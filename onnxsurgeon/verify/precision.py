@@ -19,7 +19,7 @@ converted model is born (local) rather than inherited, or a value overflows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,13 +32,14 @@ from ..index import GraphIndex
 from ..io import Model, snapshot
 from ..record import PrecisionRecord
 from ..surgery.precision import _DEFAULT_FLOAT_DTYPE, _DTYPE_ATTRS, FP16_MAX, PrecisionResult
-from .accumulate import precision_budget
+from .accumulate import effective_atol, precision_budget
 from .compare import make_samples
 from .deep import DEEP_BUDGET_BYTES, Converted, tensor_batches
 from .inputs import InputsLike, Range, Sample
 from .invariant import Check, Context, dtype_of, rewrite_check, run_all
 from .isolate import Limits
-from .locate import Side, same_initializer
+from .locate import Side, describe, same_initializer
+from .report import Divergence
 from .run import Staged, Workspace
 
 FLOAT = TensorProto.FLOAT
@@ -95,6 +96,49 @@ class LowFloat(Converted):
                 self, self.index.graph.node[j]):
             b = self.index.graph.node[j].input[0]
         return b
+
+    def _added(self, ref: Staged, a: str, b: str) -> str:
+        """``b`` with the Casts between float types and the Identities the conversion added
+        on the way to it looked through (the original computes ``a`` with another op)."""
+        i = ref.index.producer.get(a)
+        op = ref.index.graph.node[i].op_type if i is not None else None
+        while (j := self.index.producer.get(b)) is not None:
+            node = self.index.graph.node[j]
+            if node.op_type == op or not node.input or not (
+                    self._float_cast(self, node) or node.op_type == "Identity"):
+                break
+            b = node.input[0]
+        return b
+
+    def explain(self, ref: Staged, found: Divergence, budget: tuple[float, float]) -> Divergence:
+        """``found`` (located against the float32 ``ref``) as the conversion made it: the node
+        behind the Casts and Identities it added, weights that differ beyond their rounding to
+        the low type, and the fix: its error is local (its inputs agree within ``budget``), so
+        keeping it float32 (``--block``) or ``--auto-block`` is what to do."""
+        cand = self._added(ref, found.tensor, found.candidate_tensor)
+        if cand != found.candidate_tensor and cand in self.index.producer:
+            found = describe(ref, self, found.tensor, {found.tensor: cand},
+                             max_abs=found.max_abs_diff, sessions=found.sessions)
+        rnode = ref.index.graph.node[ref.index.producer[found.tensor]]
+        cnode = self.index.graph.node[self.index.producer[found.candidate_tensor]]
+        weights = tuple(w for w in found.differing_weights
+                        if w in self.index.initializers and not self._same_weight(ref, w, w))
+        rewired = found.reference_inputs is not None and (
+            len(rnode.input) != len(cnode.input) or any(
+                self._added(ref, x, y) != x for x, y in zip(rnode.input, cnode.input, strict=True)))
+        if not rewired:
+            found = replace(found, reference_inputs=None, candidate_inputs=None)
+        rtol, atol = budget
+        return replace(found, differing_weights=weights, cause="local error", cause_detail=(
+            f"its inputs agree within the budget (rtol={rtol:g}, atol={float(atol):g} or "
+            f"{getattr(atol, 'scale', 0.0):.3g}*max|tensor|) and its {self.type_name} output "
+            f"does not: keep it float32 with --block '{found.node}', or let --auto-block find "
+            f"every such node"))
+
+    @property
+    def type_name(self) -> str:
+        """The low type's name (float16 or bfloat16)."""
+        return "float16" if self.low == TensorProto.FLOAT16 else "bfloat16"
 
     def _attrs(self, staged: Staged, node: onnx.NodeProto) -> list[bytes]:
         """The node's attributes serialized as the conversion would have made them in float32:
@@ -192,12 +236,16 @@ def _check_precision(ctx: Context, record: PrecisionRecord, check: Check) -> Non
     check.rtol, check.atol = precision_budget(
         record.to, given.get("rtol") if check.rtol is None else check.rtol,
         given.get("atol") if check.atol is None else check.atol)
+    scale = getattr(check.atol, "scale", 0.0)
     check.notes.append(f"{record.to} outputs compared within rtol={check.rtol:g}, "
-                       f"atol={check.atol:g} (the precision budget)")
+                       f"atol={check.atol:g} (the precision budget; atol raised per tensor to "
+                       f"{scale:.3g}*max|tensor|)")
 
     def sides(k: int) -> tuple[Side, Side]:
         return Side(orig, feeds[k]), Side(new, new_feeds[k])
 
+    budget = (check.rtol, check.atol)
+    check.explain = lambda found: new.explain(orig, found, budget)
     for n in names:
         check.compare("precision", n, n, orig_vals, new_vals, dtype=dtype_of(orig, n),
                       exact=False, sides=sides)
@@ -244,6 +292,7 @@ def _excess(ref: np.ndarray, cand: np.ndarray, rtol: float, atol: float) -> floa
     ok = np.isfinite(r)
     if not ok.any():
         return 0.0
+    atol = effective_atol(atol, r)
     return float(np.max(np.abs(c[ok] - r[ok]) / (atol + rtol * np.abs(r[ok]))))
 
 
@@ -396,14 +445,19 @@ def _rounding_sources(index: GraphIndex, i: int, excess: Mapping[str, float],
     if not outs or max(outs) <= 1.0 or (ins and max(ins) > 1.0):
         return {}
     found: dict[str, str] = {}
-    for n in node.input:
+    todo, seen = [n for n in node.input if n], set()
+    while todo:  # through the producers kept already (a rounding passes them unchanged)
+        n = todo.pop()
         j = index.producer.get(n)
-        if j is None:
+        if j is None or j in seen:
             continue
+        seen.add(j)
         src = index.node_label(j)
-        if src not in keep and src not in kept:
-            found[src] = (f"auto-block: its float16 rounding of '{n}' makes '{label}' "
-                          f"(kept) err {max(outs):.3g}x the budget")
+        if src in keep or src in kept:
+            todo.extend(x for x in index.graph.node[j].input if x)
+            continue
+        found[src] = (f"auto-block: its float16 rounding of '{n}' makes '{label}' "
+                      f"(kept) err {max(outs):.3g}x the budget")
     return found
 
 
