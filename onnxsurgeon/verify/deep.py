@@ -49,11 +49,15 @@ _BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": 
            "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
 
 
+_BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+"""Attribute types that hold a body."""
+
+
 class Converted(Staged):
     """A candidate made from the reference by a float type conversion (``precision``: the
     one kind, :class:`~.precision.LowFloat`): a tensor it converted pairs with the reference's
     float32 one of the same name, compared upcast (never exactly), and its nodes step with the
-    reference's as the conversion maps them (:meth:`step`, used by :func:`same_step`). The
+    reference's as the conversion maps them (:func:`same_step`, through :meth:`through`, :meth:`same_weight` and :meth:`node_attrs`). The
     same graph from the same inputs is then no proof of equal values: only a frontier that was
     compared is (:func:`~.deepen.settle`)."""
 
@@ -66,9 +70,18 @@ class Converted(Staged):
         (others unchanged)."""
         raise NotImplementedError
 
-    def step(self, ref: Staged, a: str, b: str,
-             mapping: Mapping[str, str]) -> list[tuple[str, str]] | None:
-        """:func:`same_step` for this conversion."""
+    def through(self, ref: Staged, a: str, b: str) -> str:
+        """Our tensor ``b`` with the Casts the conversion added between it and the computation
+        of the reference's ``a`` looked through (:func:`same_step` steps from there)."""
+        raise NotImplementedError
+
+    def same_weight(self, ref: Staged, a: str, b: str) -> bool:
+        """Whether our weight ``b`` is the reference's ``a`` as the conversion makes it."""
+        raise NotImplementedError
+
+    def node_attrs(self, staged: Staged, node: onnx.NodeProto) -> list[bytes]:
+        """``node``'s attributes (of ``staged``: the reference or us) as the conversion compares
+        them (a float type the conversion changed reads as one)."""
         raise NotImplementedError
 
 
@@ -306,25 +319,37 @@ def same_step(ref: Staged, cand: Staged, a: str, b: str,
     """One step of a walk over the same graph in both models: the (reference, candidate) tensor
     pairs to walk next when ``a`` and ``b`` are computed alike (same op, attributes and wiring;
     ``[]`` for equal initializers or a graph input fed alike), None when they differ. A
-    :class:`Converted` candidate steps by its conversion (:meth:`Converted.step`)."""
-    if isinstance(cand, Converted):
-        return cand.step(ref, a, b, mapping)
+    :class:`Converted` candidate steps by its conversion (its Casts looked through, its weights
+    and attributes compared as it made them)."""
+    conv = cand if isinstance(cand, Converted) else None
+    if conv is not None:
+        b = conv.through(ref, a, b)
     rindex, cindex = ref.index, cand.index
     r_init = rindex.initializers.get(a, -1) >= 0
     c_init = cindex.initializers.get(b, -1) >= 0
     if r_init or c_init:
-        return [] if r_init and c_init and same_initializer(ref, cand, a, b) else None
+        same = (conv.same_weight(ref, a, b) if conv is not None
+                else same_initializer(ref, cand, a, b))
+        return [] if r_init and c_init and same else None
     if a in rindex.inputs and a not in rindex.producer:
         return [] if mapping.get(a, a) == b else None
     i, j = rindex.producer.get(a), cindex.producer.get(b)
     if i is None or j is None:
         return None
     rn, cn = rindex.graph.node[i], cindex.graph.node[j]
-    rcap = list(dict.fromkeys(n for n, _ in rindex.captures.get(i, ())))
-    ccap = list(dict.fromkeys(n for n, _ in cindex.captures.get(j, ())))
+    if conv is not None:  # a converted body is not compared: a node holding one never steps
+        if any(x.type in _BODIES for x in (*rn.attribute, *cn.attribute)):
+            return None
+        rcap: list[str] = []
+        ccap: list[str] = []
+        rattrs, cattrs = conv.node_attrs(ref, rn), conv.node_attrs(conv, cn)
+    else:
+        rcap = list(dict.fromkeys(n for n, _ in rindex.captures.get(i, ())))
+        ccap = list(dict.fromkeys(n for n, _ in cindex.captures.get(j, ())))
+        rattrs, cattrs = _attrs(rn, rcap), _attrs(cn, ccap)
     if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
             or len(rcap) != len(ccap) or list(rn.output).index(a) != list(cn.output).index(b)
-            or _attrs(rn, rcap) != _attrs(cn, ccap)):
+            or rattrs != cattrs):
         return None
     out = list(zip(rcap, ccap, strict=True))
     for x, y in zip(rn.input, cn.input, strict=True):

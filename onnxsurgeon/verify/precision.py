@@ -43,7 +43,6 @@ from .report import Divergence
 from .run import Staged, Workspace
 
 FLOAT = TensorProto.FLOAT
-_BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 class LowFloat(Converted):
@@ -86,7 +85,7 @@ class LowFloat(Converted):
         to = next((a.i for a in node.attribute if a.name == "to"), 0)
         return to in self._floats and staged.elem_type(node.input[0]) in self._floats
 
-    def _through_casts(self, ref: Staged, a: str, b: str) -> str:
+    def through(self, ref: Staged, a: str, b: str) -> str:
         """``b`` with the Casts between float types that compute it looked through (those the
         conversion added), unless the original computes ``a`` with such a Cast too."""
         i = ref.index.producer.get(a)
@@ -122,7 +121,7 @@ class LowFloat(Converted):
         rnode = ref.index.graph.node[ref.index.producer[found.tensor]]
         cnode = self.index.graph.node[self.index.producer[found.candidate_tensor]]
         weights = tuple(w for w in found.differing_weights
-                        if w in self.index.initializers and not self._same_weight(ref, w, w))
+                        if w in self.index.initializers and not self.same_weight(ref, w, w))
         rewired = found.reference_inputs is not None and (
             len(rnode.input) != len(cnode.input) or any(
                 self._added(ref, x, y) != x for x, y in zip(rnode.input, cnode.input, strict=True)))
@@ -140,7 +139,7 @@ class LowFloat(Converted):
         """The low type's name (float16 or bfloat16)."""
         return "float16" if self.low == TensorProto.FLOAT16 else "bfloat16"
 
-    def _attrs(self, staged: Staged, node: onnx.NodeProto) -> list[bytes]:
+    def node_attrs(self, staged: Staged, node: onnx.NodeProto) -> list[bytes]:
         """The node's attributes serialized as the conversion would have made them in float32:
         dtype attributes naming either float type name float32, float constants rounded to the
         low type (a Constant's ``value_float(s)`` as its ``value``), implied defaults spelled."""
@@ -167,7 +166,7 @@ class LowFloat(Converted):
                 np.zeros([1], np.float32), "")))
         return sorted(x.SerializeToString(deterministic=True) for x in out)
 
-    def _same_weight(self, ref: Staged, a: str, b: str) -> bool:
+    def same_weight(self, ref: Staged, a: str, b: str) -> bool:
         """Initializer ``b`` holds ``a``'s values (rounded to the low type when converted)."""
         rt = ref.model.proto.graph.initializer[ref.index.initializers[a]]
         ct = self.model.proto.graph.initializer[self.index.initializers[b]]
@@ -178,39 +177,6 @@ class LowFloat(Converted):
         return bool(np.array_equal(self.rounded(read_tensor(rt, ref.model.base_dir)),
                                    self.rounded(read_tensor(ct, self.model.base_dir)),
                                    equal_nan=True))
-
-    def step(self, ref: Staged, a: str, b: str,
-             mapping: Mapping[str, str]) -> list[tuple[str, str]] | None:
-        """The (original, converted) tensor pairs to walk next when ``b`` is ``a`` as the
-        conversion computes it: the Casts it added looked through, then the same op, wiring and
-        attributes (modulo the float type), or equal weights (modulo rounding), or a graph input
-        fed alike (rounded when it was converted); None otherwise. A node with a body is never
-        the same (its converted body is not compared)."""
-        b = self._through_casts(ref, a, b)
-        rindex, cindex = ref.index, self.index
-        r_init = rindex.initializers.get(a, -1) >= 0
-        c_init = cindex.initializers.get(b, -1) >= 0
-        if r_init or c_init:
-            return [] if r_init and c_init and self._same_weight(ref, a, b) else None
-        if a in rindex.inputs and a not in rindex.producer:
-            return [] if mapping.get(a, a) == b else None
-        i, j = rindex.producer.get(a), cindex.producer.get(b)
-        if i is None or j is None:
-            return None
-        rn, cn = rindex.graph.node[i], cindex.graph.node[j]
-        if any(x.type in _BODIES for x in (*rn.attribute, *cn.attribute)):
-            return None
-        if (rn.op_type != cn.op_type or rn.domain != cn.domain or len(rn.input) != len(cn.input)
-                or list(rn.output).index(a) != list(cn.output).index(b)
-                or self._attrs(ref, rn) != self._attrs(self, cn)):
-            return None
-        out: list[tuple[str, str]] = []
-        for x, y in zip(rn.input, cn.input, strict=True):
-            if bool(x) != bool(y):
-                return None
-            if x:
-                out.append((x, y))
-        return out
 
 
 @rewrite_check(PrecisionRecord)
