@@ -44,6 +44,9 @@ DEFAULT_MAX_BYTES = 1 << 20
 """A folded value larger than this (1 MiB) stays computed."""
 
 _INPUTS = attrgetter("input")
+_OP_TYPE = attrgetter("op_type")
+_SPECIAL = frozenset({"CastLike", "Shape", "Size", "Constant"})
+"""Ops that may fold though they read a computed tensor (or nothing): see :func:`_plan_graph`."""
 _ATTRIBUTES = attrgetter("attribute")
 
 RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
@@ -170,28 +173,35 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
     constant = {n for n in inits if n not in inputs}
     fold: list[int] = []
     known: dict[str, np.ndarray] = {}  # Shape/Size of static shapes
-    for i, node in enumerate(graph.node):
-        if like and node.op_type == "CastLike" and len(node.input) == 2 \
-                and node.domain in ("", "ai.onnx") and node.input[0] in constant \
-                and node.input[1] in like and node.input[1] not in constant:
-            fold.append(i)
-            constant.update(o for o in node.output if o)
-            continue
-        if node.op_type in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
-                and node.input and node.input[0] not in constant:
-            dims = shapes.get(node.input[0])
-            if dims is not None:
-                known[node.output[0]] = _shape_value(node, dims)
-                constant.add(node.output[0])
+    nodes = graph.node
+    for i, (op, ins) in enumerate(zip(map(_OP_TYPE, nodes), map(_INPUTS, nodes), strict=True)):
+        if op in _SPECIAL:
+            node = nodes[i]
+            if like and op == "CastLike" and len(ins) == 2 \
+                    and node.domain in ("", "ai.onnx") and ins[0] in constant \
+                    and ins[1] in like and ins[1] not in constant:
                 fold.append(i)
+                constant.update(o for o in node.output if o)
                 continue
-        if node.op_type == "Constant" and not node.input:
-            if any(a.name == "sparse_value" for a in node.attribute):
+            if op in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
+                    and ins and ins[0] not in constant:
+                dims = shapes.get(ins[0])
+                if dims is not None:
+                    known[node.output[0]] = _shape_value(node, dims)
+                    constant.add(node.output[0])
+                    fold.append(i)
+                    continue
+            if op == "Constant" and not ins:
+                if any(a.name == "sparse_value" for a in node.attribute):
+                    continue
+                fold.append(i)
+                constant.update(o for o in node.output if o)
                 continue
-            fold.append(i)
-            constant.update(o for o in node.output if o)
+        # the cheap test first, C-level (an omitted input "" counts as constant)
+        if not ins or (not constant.issuperset(ins) and "" not in ins):
             continue
-        if node.input and _foldable_op(node, constant):
+        node = nodes[i]
+        if _foldable_op(node, constant):
             fold.append(i)
             constant.update(o for o in node.output if o)
     if not fold:

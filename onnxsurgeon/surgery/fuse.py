@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from ..edit import Edit
 from ..external import read_tensor
 from ..index import GraphIndex, iter_graphs, positions, subgraphs
 from ..names import NameAllocator
+from ..protos import node_entries, varint
 
 FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16})
 """Element types Gemm and the rules here take."""
@@ -51,6 +52,7 @@ NOOP_RULES = {"Identity": "identity", "Dropout": "dropout", "Cast": "cast",
 _INPUTS = attrgetter("input")
 _OP_TYPE = attrgetter("op_type")
 _DOMAIN_INPUTS = attrgetter("domain", "input")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
          "conv_batchnorm")
@@ -60,7 +62,7 @@ RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm
 @dataclass
 class _Plan:
     noops: dict[int, str] = field(default_factory=dict)  # node -> the input its readers read
-    gemms: dict[int, tuple[int, onnx.NodeProto]] = field(default_factory=dict)  # add -> (mm, gemm)
+    gemms: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # add -> (mm, gemm's bytes)
     convs: dict[int, tuple[int, onnx.NodeProto]] = field(default_factory=dict)  # bn -> (conv, new)
     tensors: list[onnx.TensorProto] = field(default_factory=list)
     fused: list[dict[str, Any]] = field(default_factory=list)
@@ -194,10 +196,32 @@ def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
     return None
 
 
+def _text(tag: bytes, text: str) -> bytes:
+    """A string field of a message: ``tag``, the length as a varint, the UTF-8 bytes."""
+    raw = text.encode()
+    return tag + varint(len(raw)) + raw
+
+
+def _gemm_bytes(x: str, w: str, b: str, y: str, name: str, *, weights: bytes | None = None
+                ) -> bytes:
+    """``NodeProto(op_type="Gemm", input=[x, w, b], output=[y], name=name)`` serialized, as
+    protobuf writes it (fields in number order, the name written even when empty).
+    ``weights``: ``w`` and ``b``'s fields, when the caller has them already."""
+    if weights is None:
+        weights = _text(b"\x0a", w) + _text(b"\x0a", b)
+    return b"".join((_text(b"\x0a", x), weights, _text(b"\x12", y), _text(b"\x1a", name),
+                     b"\x22\x04Gemm"))
+
+
+_GEMM = b"\x0a%c%b%b\x12%c%b\x1a%c%b\x22\x04Gemm"
+""":func:`_gemm_bytes` when every name is under 128 bytes (x's length and bytes, w and b's
+fields, y's, the name's)."""
+
+
 def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], add_at: int
-          ) -> tuple[int, onnx.NodeProto] | None:
-    """The Gemm replacing the MatMul read by Add ``add_at`` and that Add, or None (``ops``:
-    every node's op type, so that only real sites touch their MatMul)."""
+          ) -> tuple[int, bytes] | None:
+    """The Gemm (its bytes) replacing the MatMul read by Add ``add_at`` and that Add, or None
+    (``ops``: every node's op type, so that only real sites touch their MatMul)."""
     add_domain, add_ins = _DOMAIN_INPUTS(nodes[add_at])
     if add_domain not in ("", "ai.onnx") or len(add_ins) != 2:
         return None
@@ -221,10 +245,100 @@ def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], ad
             continue
         if not facts.is_matrix(x, wt.data_type):
             continue
-        gemm = onnx.NodeProto(op_type="Gemm", input=[x, w, b],
-                              output=[nodes[add_at].output[0]], name=nodes[mm_at].name)
-        return mm_at, gemm
+        return mm_at, _gemm_bytes(x, w, b, nodes[add_at].output[0], nodes[mm_at].name)
     return None
+
+
+def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str]
+                ) -> dict[int, tuple[int, bytes]] | None:
+    """Every Add -> (MatMul, Gemm bytes) that :func:`_gemm` finds, found on the int dataflow
+    graph: the candidates by numpy over the producer ids, op ids and read counts, each site's
+    weight and bias types read once per initializer, ``x``'s type from the forward type pass;
+    a site's own protos read only for the names its Gemm writes. None without an int graph
+    (the caller asks :func:`_gemm` per Add). O(nodes) in numpy + ~2 us a site."""
+    edges = facts.index.known_int_graph()
+    if edges is None or facts._edge_types is None:
+        return None
+    adds = positions(ops, "Add")
+    eops = edges.ops
+    if any(eops[i] != "Add" for i in adds):  # an Add of domain "ai.onnx" elsewhere...
+        return None
+    preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
+    starts = np.fromiter(edges.starts, np.int64, count=len(edges.starts))
+    n = len(starts) - 1
+    counts = np.diff(starts)
+    reads = np.bincount(preds[preds >= 0], minlength=n)
+    good_mm = np.zeros(n, bool)
+    mms = np.asarray(positions(eops, "MatMul"), np.int64)
+    good_mm[mms] = True
+    good_mm &= (counts == 2) & (reads == 1)
+    for o in facts.outputs:
+        j = facts.index.producer.get(o)
+        if j is not None:
+            good_mm[j] = False
+    leaves = edges.leaves
+    leaf_init = np.zeros(max(map(abs, leaves), default=1) + 1, bool)  # by -leaf id
+    for k, name in leaves.items():
+        leaf_init[-k] = name in facts.inits
+    a = np.asarray(adds, np.int64)
+    a = a[counts[a] == 2] if len(a) else a
+    p0, p1 = preds[starts[a]], preds[starts[a] + 1]
+
+    def sided(mm: np.ndarray, b: np.ndarray) -> np.ndarray:
+        ok = (mm >= 0) & (b <= -2)
+        ok[ok] = good_mm[mm[ok]] & leaf_init[-b[ok]]
+        return ok
+
+    ok0, ok1 = sided(p0, p1), sided(p1, p0)
+    keep = ok0 | ok1
+    a, p0, p1, ok0, ok1 = a[keep], p0[keep], p1[keep], ok0[keep], ok1[keep]
+    # (w leaf, b leaf) -> (the Gemm's dtype, or None: no site; w and b as the Gemm's fields)
+    pairs: dict[tuple[int, int], tuple[int | None, bytes]] = {}
+    types = facts._edge_types
+    inits = facts.inits
+    sites: dict[int, tuple[int, bytes]] = {}
+    for add_at, q0, q1, s0, s1 in zip(a.tolist(), p0.tolist(), p1.tolist(), ok0.tolist(),
+                                      ok1.tolist(), strict=True):
+        for mm_at, b_id, s in ((q0, q1, s0), (q1, q0, s1)):
+            if not s:
+                continue
+            mstart = int(starts[mm_at])
+            w_id, x_id = int(preds[mstart + 1]), int(preds[mstart])
+            if w_id > -2 or not leaf_init[-w_id]:
+                continue
+            pair = pairs.get((w_id, b_id))
+            if pair is None:
+                w, b = leaves[w_id], leaves[b_id]
+                pair = pairs[(w_id, b_id)] = (_pair_type(inits[w], inits[b]),
+                                              _text(b"\x0a", w) + _text(b"\x0a", b))
+            dtype = pair[0]
+            if dtype is None:
+                continue
+            t = types.get(x_id) if x_id >= 0 else None
+            x = nodes[mm_at].input[0]
+            if not (t[0] == dtype and len(t[1]) == 2 if t is not None
+                    else facts.is_matrix(x, dtype)):
+                continue
+            y, name = nodes[add_at].output[0], edges.names[mm_at]
+            xr, yr, nr = x.encode(), y.encode(), name.encode()
+            if len(xr) < 128 and len(yr) < 128 and len(nr) < 128:  # one-byte lengths
+                data = _GEMM % (len(xr), xr, pair[1], len(yr), yr, len(nr), nr)
+            else:
+                data = _gemm_bytes(x, "", "", y, name, weights=pair[1])
+            sites[add_at] = (mm_at, data)
+            break
+    return sites
+
+
+def _pair_type(wt: onnx.TensorProto, bt: onnx.TensorProto) -> int | None:
+    """The element type of a Gemm with weight ``wt`` and bias ``bt``, or None when they make
+    none (the weight 2-D of a float type, the bias of that type broadcast over its last dim)."""
+    if len(wt.dims) != 2 or wt.data_type not in FLOATS or bt.data_type != wt.data_type:
+        return None
+    n = wt.dims[1]
+    if tuple(bt.dims) not in ((), (1,), (n,), (1, n), (1, 1)):
+        return None
+    return int(wt.data_type)
 
 
 def _conv_bn(facts: _Facts, nodes: Sequence[onnx.NodeProto], bn_at: int, names: NameAllocator
@@ -288,10 +402,10 @@ def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object,
     facts = _Facts(index, inputs, base_dir)
     found: dict[int, str] = {}
     fused: list[dict[str, Any]] = []
-    for i, node in enumerate(index.graph.node):
-        rule = NOOP_RULES.get(node.op_type)
-        if rule is None:
-            continue
+    nodes = index.graph.node
+    ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
+    for i in sorted(chain.from_iterable(positions(ops, op) for op in NOOP_RULES)):
+        rule, node = NOOP_RULES[ops[i]], nodes[i]
         src = _noop_source(facts, node, opset)
         if src is None:
             continue
@@ -318,15 +432,24 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
     ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
     if "MatMul" in ops:
         facts.type_all()
-    for i in sorted([*positions(ops, "Add"), *positions(ops, "BatchNormalization")]):
+    sites = _gemm_sites(facts, nodes, ops) if "MatMul" in ops else {}
+    label = index.node_label
+    edges = index.known_int_graph()
+    if edges is not None:  # the names as load read them: no node touched for its label
+        enames = edges.names
+
+        def label(i: int) -> str:
+            return enames[i] or f"{ops[i]}#{i}"
+    for i in sorted([*(positions(ops, "Add") if sites is None else sites),
+                     *positions(ops, "BatchNormalization")]):
         if ops[i] == "Add":
-            got = _gemm(facts, nodes, ops, i)
+            got = sites[i] if sites is not None else _gemm(facts, nodes, ops, i)
             if got is not None and got[0] not in used:
                 used.update((i, got[0]))
                 plan.gemms[i] = got
-                plan.fused.append({"rule": "matmul_add_gemm",
-                                   "nodes": [index.node_label(got[0]), index.node_label(i)],
-                                   "into": index.node_label(got[0])})
+                first = label(got[0])
+                plan.fused.append({"rule": "matmul_add_gemm", "nodes": [first, label(i)],
+                                   "into": first})
         else:
             if names is None:
                 names = NameAllocator.for_index(index)
@@ -350,11 +473,13 @@ def apply_noops(e: Edit, index: GraphIndex, noops: Mapping[int, str]) -> None:
 
 def apply_fusions(e: Edit, plan: _Plan) -> None:
     """Each site's two nodes replaced by the one made, at the second's place (through ``e``)."""
-    removed: set[int] = set()
-    inserted: dict[int, list[onnx.NodeProto]] = {}
-    for second, (first, made) in (*plan.gemms.items(), *plan.convs.items()):
+    removed = set(plan.gemms)
+    removed.update(map(_FIRST, plan.gemms.values()))
+    inserted = dict(zip(plan.gemms, zip(repeat(1), node_entries(
+        list(map(_SECOND, plan.gemms.values())))), strict=True))
+    for second, (first, made) in plan.convs.items():
         removed.update((first, second))
-        inserted[second] = [made]
+        inserted[second] = (1, node_entries([made.SerializeToString()])[0])
     if plan.tensors:
         e.add_initializers(plan.tensors, made=True)
-    e.replace_nodes(removed, inserted)
+    e.splice_nodes(removed, inserted)
