@@ -34,7 +34,7 @@ from onnx import numpy_helper
 from ..edit import Edit
 from ..errors import UsageError
 from ..external import read_tensor
-from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
+from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, positions, subgraphs
 from ..io import Model, as_model
 from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
@@ -359,11 +359,12 @@ def _still_read(graph: onnx.GraphProto, gone: set[int]) -> set[str]:
     return read
 
 
-def _like_types(index: GraphIndex) -> dict[str, int] | None:
+def _like_types(index: GraphIndex, ops: list[str]) -> dict[str, int] | None:
     """Element types of the computed tensors main-graph ``CastLike`` nodes read as their
     target (None when there is no such node: no type is asked)."""
-    wanted = {node.input[1] for node in index.graph.node
-              if node.op_type == "CastLike" and len(node.input) == 2 and node.input[1]}
+    nodes = index.graph.node
+    wanted = {nodes[i].input[1] for i in positions(ops, "CastLike")
+              if len(nodes[i].input) == 2 and nodes[i].input[1]}
     wanted -= set(index.initializers)
     if not wanted:
         return None
@@ -374,11 +375,12 @@ def _like_types(index: GraphIndex) -> dict[str, int] | None:
     return {name: t for name, t in found.items() if t}
 
 
-def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
+def _static_shapes(m: Model, index: GraphIndex, ops: list[str]) -> dict[str, list[int]] | None:
     """Static shapes of the main graph's tensors read by a Shape/Size node, or None when no such
     node reads a computed tensor (shape inference runs only then)."""
-    wanted = {node.input[0] for node in index.graph.node
-              if node.op_type in ("Shape", "Size") and node.input and node.input[0]}
+    nodes = index.graph.node
+    wanted = {nodes[i].input[0] for i in sorted((*positions(ops, "Shape"), *positions(ops, "Size")))
+              if nodes[i].input and nodes[i].input[0]}
     if not wanted:
         return None
     from ..types import TypeOracle
@@ -419,9 +421,10 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     run = evaluate or reference_evaluator
     opsets = list(proto.opset_import)
     inputs = {i.name for i in proto.graph.input}
+    ops = list(map(_OP_TYPE, proto.graph.node))  # C-level: only the candidates are read further
     main = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
-                       shapes=_static_shapes(m, index), max_bytes=max_bytes, evaluate=run,
-                       opsets=opsets, ir_version=proto.ir_version, like=_like_types(index))
+                       shapes=_static_shapes(m, index, ops), max_bytes=max_bytes, evaluate=run,
+                       opsets=opsets, ir_version=proto.ir_version, like=_like_types(index, ops))
     bodies: list[_Plan] = []
     for i in index.body_holders:
         for body in subgraphs(proto.graph.node[i]):

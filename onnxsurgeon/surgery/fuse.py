@@ -292,19 +292,20 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[st
     ok0, ok1 = sided(p0, p1), sided(p1, p0)
     keep = ok0 | ok1
     a, p0, p1, ok0, ok1 = a[keep], p0[keep], p1[keep], ok0[keep], ok1[keep]
+    # per slot: the MatMul's x and weight ids (read only where that slot is a candidate)
+    x0, w0 = preds[starts[np.where(ok0, p0, 0)]], preds[starts[np.where(ok0, p0, 0)] + 1]
+    x1, w1 = preds[starts[np.where(ok1, p1, 0)]], preds[starts[np.where(ok1, p1, 0)] + 1]
     # (w leaf, b leaf) -> (the Gemm's dtype, or None: no site; w and b as the Gemm's fields)
     pairs: dict[tuple[int, int], tuple[int | None, bytes]] = {}
     types = facts._edge_types
     inits = facts.inits
     sites: dict[int, tuple[int, bytes]] = {}
-    for add_at, q0, q1, s0, s1 in zip(a.tolist(), p0.tolist(), p1.tolist(), ok0.tolist(),
-                                      ok1.tolist(), strict=True):
-        for mm_at, b_id, s in ((q0, q1, s0), (q1, q0, s1)):
-            if not s:
-                continue
-            mstart = int(starts[mm_at])
-            w_id, x_id = int(preds[mstart + 1]), int(preds[mstart])
-            if w_id > -2 or not leaf_init[-w_id]:
+    names = edges.names
+    for add_at, q0, q1, s0, s1, xa, wa, xb, wb in zip(
+            a.tolist(), p0.tolist(), p1.tolist(), ok0.tolist(), ok1.tolist(), x0.tolist(),
+            w0.tolist(), x1.tolist(), w1.tolist(), strict=True):
+        for mm_at, b_id, s, x_id, w_id in ((q0, q1, s0, xa, wa), (q1, q0, s1, xb, wb)):
+            if not s or w_id > -2 or not leaf_init[-w_id]:
                 continue
             pair = pairs.get((w_id, b_id))
             if pair is None:
@@ -319,7 +320,7 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[st
             if not (t[0] == dtype and len(t[1]) == 2 if t is not None
                     else facts.is_matrix(x, dtype)):
                 continue
-            y, name = nodes[add_at].output[0], edges.names[mm_at]
+            y, name = nodes[add_at].output[0], names[mm_at]
             xr, yr, nr = x.encode(), y.encode(), name.encode()
             if len(xr) < 128 and len(yr) < 128 and len(nr) < 128:  # one-byte lengths
                 data = _GEMM % (len(xr), xr, pair[1], len(yr), yr, len(nr), nr)
