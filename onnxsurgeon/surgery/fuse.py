@@ -52,6 +52,7 @@ NOOP_RULES = {"Identity": "identity", "Dropout": "dropout", "Cast": "cast",
 _INPUTS = attrgetter("input")
 _OP_TYPE = attrgetter("op_type")
 _DOMAIN_INPUTS = attrgetter("domain", "input")
+_OUTPUTS = attrgetter("output")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
@@ -299,8 +300,7 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[st
     pairs: dict[tuple[int, int], tuple[int | None, bytes]] = {}
     types = facts._edge_types
     inits = facts.inits
-    sites: dict[int, tuple[int, bytes]] = {}
-    names = edges.names
+    found: list[tuple[int, int, bytes]] = []  # (add, mm, w and b's fields), by add
     for add_at, q0, q1, s0, s1, xa, wa, xb, wb in zip(
             a.tolist(), p0.tolist(), p1.tolist(), ok0.tolist(), ok1.tolist(), x0.tolist(),
             w0.tolist(), x1.tolist(), w1.tolist(), strict=True):
@@ -316,18 +316,23 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[st
             if dtype is None:
                 continue
             t = types.get(x_id) if x_id >= 0 else None
-            x = nodes[mm_at].input[0]
             if not (t[0] == dtype and len(t[1]) == 2 if t is not None
-                    else facts.is_matrix(x, dtype)):
+                    else facts.is_matrix(nodes[mm_at].input[0], dtype)):
                 continue
-            y, name = nodes[add_at].output[0], names[mm_at]
-            xr, yr, nr = x.encode(), y.encode(), name.encode()
-            if len(xr) < 128 and len(yr) < 128 and len(nr) < 128:  # one-byte lengths
-                data = _GEMM % (len(xr), xr, pair[1], len(yr), yr, len(nr), nr)
-            else:
-                data = _gemm_bytes(x, "", "", y, name, weights=pair[1])
-            sites[add_at] = (mm_at, data)
+            found.append((add_at, mm_at, pair[1]))
             break
+    # the names each Gemm writes, read C-level: x, y, the MatMul's name
+    add_ids, mm_ids, wbs = (list(map(itemgetter(k), found)) for k in range(3))
+    xs = list(map(str.encode, map(_FIRST, map(_INPUTS, map(nodes.__getitem__, mm_ids)))))
+    ys = list(map(str.encode, map(_FIRST, map(_OUTPUTS, map(nodes.__getitem__, add_ids)))))
+    ns = list(map(str.encode, map(edges.names.__getitem__, mm_ids)))
+    if max(map(len, chain(xs, ys, ns)), default=0) < 128:  # one-byte lengths: one format
+        xl, yl, nl = (list(map(len, v)) for v in (xs, ys, ns))
+        data = list(map(_GEMM.__mod__, zip(xl, xs, wbs, yl, ys, nl, ns, strict=True)))
+    else:
+        data = [_gemm_bytes(x.decode(), "", "", y.decode(), n.decode(), weights=wb)
+                for x, wb, y, n in zip(xs, wbs, ys, ns, strict=True)]
+    sites = dict(zip(add_ids, zip(mm_ids, data, strict=True), strict=True))
     return sites
 
 
@@ -441,8 +446,14 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
 
         def label(i: int) -> str:
             return enames[i] or f"{ops[i]}#{i}"
-    for i in sorted([*(positions(ops, "Add") if sites is None else sites),
-                     *positions(ops, "BatchNormalization")]):
+    bns = positions(ops, "BatchNormalization")
+    if sites is not None and not bns:  # Gemms only (a MatMul is in one site at most)
+        plan.gemms = sites
+        firsts = list(map(label, map(_FIRST, sites.values())))
+        plan.fused = [{"rule": "matmul_add_gemm", "nodes": [first, label(i)], "into": first}
+                      for first, i in zip(firsts, sites, strict=True)]
+        return plan
+    for i in sorted([*(positions(ops, "Add") if sites is None else sites), *bns]):
         if ops[i] == "Add":
             got = sites[i] if sites is not None else _gemm(facts, nodes, ops, i)
             if got is not None and got[0] not in used:
