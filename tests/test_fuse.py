@@ -220,8 +220,9 @@ def test_gemm_sites_found_on_the_int_graph_are_those_each_add_finds(tmp_path):
     facts.type_all()
     nodes = m.proto.graph.node
     ops = [n.op_type for n in nodes]
-    fast = _gemm_sites(facts, nodes, ops)
-    assert fast is not None  # the int graph answered
+    found = _gemm_sites(facts, nodes, ops)
+    assert found is not None  # the int graph answered
+    fast, written = found
     slow = {i: got for i in positions(ops, "Add")
             if (got := _gemm(facts, nodes, ops, i)) is not None}
     assert fast == slow
@@ -230,3 +231,4 @@ def test_gemm_sites_found_on_the_int_graph_are_those_each_add_finds(tmp_path):
     gemm = onnx.NodeProto()
     gemm.ParseFromString(fast[4][1])
     assert gemm == helper.make_node("Gemm", ["r0", "W", "B"], ["a1"], name="mm1")
+    assert list(written.inputs[1]) == ["r0", "W", "B"] and list(written.outputs[1]) == ["a1"]

@@ -41,6 +41,7 @@ from ..external import read_tensor
 from ..index import GraphIndex, iter_graphs, positions, subgraphs
 from ..names import NameAllocator
 from ..protos import node_entries, varint
+from ..upkeep import Written
 
 FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16})
 """Element types Gemm and the rules here take."""
@@ -67,6 +68,7 @@ class _Plan:
     convs: dict[int, tuple[int, onnx.NodeProto]] = field(default_factory=dict)  # bn -> (conv, new)
     tensors: list[onnx.TensorProto] = field(default_factory=list)
     fused: list[dict[str, Any]] = field(default_factory=list)
+    written: Written | None = None  # the Gemms' fields in order, when they are all it makes
 
 
 def _attr(node: onnx.NodeProto, name: str) -> onnx.AttributeProto | None:
@@ -251,12 +253,13 @@ def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], ad
 
 
 def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str]
-                ) -> dict[int, tuple[int, bytes]] | None:
+                ) -> tuple[dict[int, tuple[int, bytes]], Written] | None:
     """Every Add -> (MatMul, Gemm bytes) that :func:`_gemm` finds, found on the int dataflow
     graph: the candidates by numpy over the producer ids, op ids and read counts, each site's
     weight and bias types read once per initializer, ``x``'s type from the forward type pass;
-    a site's own protos read only for the names its Gemm writes. None without an int graph
-    (the caller asks :func:`_gemm` per Add). O(nodes) in numpy + ~2 us a site."""
+    a site's own protos read only for the names its Gemm writes (C-level). With the Gemms'
+    fields, in site order, for the upkeep. None without an int graph (the caller asks
+    :func:`_gemm` per Add). O(nodes) in numpy + ~2 us a site."""
     edges = facts.index.known_int_graph()
     if edges is None or facts._edge_types is None:
         return None
@@ -300,7 +303,7 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[st
     pairs: dict[tuple[int, int], tuple[int | None, bytes]] = {}
     types = facts._edge_types
     inits = facts.inits
-    found: list[tuple[int, int, bytes]] = []  # (add, mm, w and b's fields), by add
+    found: list[tuple[int, int, bytes, str, str]] = []  # (add, mm, w and b's fields, w, b)
     for add_at, q0, q1, s0, s1, xa, wa, xb, wb in zip(
             a.tolist(), p0.tolist(), p1.tolist(), ok0.tolist(), ok1.tolist(), x0.tolist(),
             w0.tolist(), x1.tolist(), w1.tolist(), strict=True):
@@ -319,13 +322,14 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[st
             if not (t[0] == dtype and len(t[1]) == 2 if t is not None
                     else facts.is_matrix(nodes[mm_at].input[0], dtype)):
                 continue
-            found.append((add_at, mm_at, pair[1]))
+            found.append((add_at, mm_at, pair[1], leaves[w_id], leaves[b_id]))
             break
     # the names each Gemm writes, read C-level: x, y, the MatMul's name
-    add_ids, mm_ids, wbs = (list(map(itemgetter(k), found)) for k in range(3))
-    xs = list(map(str.encode, map(_FIRST, map(_INPUTS, map(nodes.__getitem__, mm_ids)))))
-    ys = list(map(str.encode, map(_FIRST, map(_OUTPUTS, map(nodes.__getitem__, add_ids)))))
-    ns = list(map(str.encode, map(edges.names.__getitem__, mm_ids)))
+    add_ids, mm_ids, wbs, w_names, b_names = (list(map(itemgetter(k), found)) for k in range(5))
+    x_names = list(map(_FIRST, map(_INPUTS, map(nodes.__getitem__, mm_ids))))
+    y_names = list(map(_FIRST, map(_OUTPUTS, map(nodes.__getitem__, add_ids))))
+    names = list(map(edges.names.__getitem__, mm_ids))
+    xs, ys, ns = (list(map(str.encode, v)) for v in (x_names, y_names, names))
     if max(map(len, chain(xs, ys, ns)), default=0) < 128:  # one-byte lengths: one format
         xl, yl, nl = (list(map(len, v)) for v in (xs, ys, ns))
         data = list(map(_GEMM.__mod__, zip(xl, xs, wbs, yl, ys, nl, ns, strict=True)))
@@ -333,7 +337,9 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[st
         data = [_gemm_bytes(x.decode(), "", "", y.decode(), n.decode(), weights=wb)
                 for x, wb, y, n in zip(xs, wbs, ys, ns, strict=True)]
     sites = dict(zip(add_ids, zip(mm_ids, data, strict=True), strict=True))
-    return sites
+    written = Written(list(zip(x_names, w_names, b_names, strict=True)),
+                      list(zip(y_names)), names, ["Gemm"] * len(names))
+    return sites, written
 
 
 def _pair_type(wt: onnx.TensorProto, bt: onnx.TensorProto) -> int | None:
@@ -438,7 +444,8 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
     ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
     if "MatMul" in ops:
         facts.type_all()
-    sites = _gemm_sites(facts, nodes, ops) if "MatMul" in ops else {}
+    found = _gemm_sites(facts, nodes, ops) if "MatMul" in ops else ({}, None)
+    sites = found[0] if found is not None else None
     label = index.node_label
     edges = index.known_int_graph()
     if edges is not None:  # the names as load read them: no node touched for its label
@@ -448,7 +455,7 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
             return enames[i] or f"{ops[i]}#{i}"
     bns = positions(ops, "BatchNormalization")
     if sites is not None and not bns:  # Gemms only (a MatMul is in one site at most)
-        plan.gemms = sites
+        plan.gemms, plan.written = sites, found[1] if found is not None else None
         firsts = list(map(label, map(_FIRST, sites.values())))
         plan.fused = [{"rule": "matmul_add_gemm", "nodes": [first, label(i)], "into": first}
                       for first, i in zip(firsts, sites, strict=True)]
@@ -494,4 +501,10 @@ def apply_fusions(e: Edit, plan: _Plan) -> None:
         inserted[second] = (1, node_entries([made.SerializeToString()])[0])
     if plan.tensors:
         e.add_initializers(plan.tensors, made=True)
-    e.splice_nodes(removed, inserted)
+    if plan.written is not None and not plan.convs and plan.gemms:
+        # every Gemm is the stand-in but for its names: the save checks its schema once
+        e.splice_nodes(removed, inserted, written=plan.written,
+                       stand_ins=[onnx.NodeProto(op_type="Gemm", input=["x", "w", "b"],
+                                                 output=["y"])])
+    else:
+        e.splice_nodes(removed, inserted)
