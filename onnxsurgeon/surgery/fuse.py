@@ -252,7 +252,7 @@ def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], ad
     return None
 
 
-def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str]
+def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
                 ) -> tuple[dict[int, tuple[int, bytes]], Written] | None:
     """Every Add -> (MatMul, Gemm bytes) that :func:`_gemm` finds, found on the int dataflow
     graph: the candidates by numpy over the producer ids, op ids and read counts, each site's
