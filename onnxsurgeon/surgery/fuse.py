@@ -296,34 +296,51 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
     ok0, ok1 = sided(p0, p1), sided(p1, p0)
     keep = ok0 | ok1
     a, p0, p1, ok0, ok1 = a[keep], p0[keep], p1[keep], ok0[keep], ok1[keep]
-    # per slot: the MatMul's x and weight ids (read only where that slot is a candidate)
-    x0, w0 = preds[starts[np.where(ok0, p0, 0)]], preds[starts[np.where(ok0, p0, 0)] + 1]
-    x1, w1 = preds[starts[np.where(ok1, p1, 0)]], preds[starts[np.where(ok1, p1, 0)] + 1]
-    # (w leaf, b leaf) -> (the Gemm's dtype, or None: no site; w and b as the Gemm's fields)
-    pairs: dict[tuple[int, int], tuple[int | None, bytes]] = {}
+    # (w leaf, b leaf) -> (the Gemm's dtype, or -1: no site; w and b as the Gemm's fields)
+    pairs: dict[tuple[int, int], tuple[int, bytes]] = {}
     types = facts._edge_types
     inits = facts.inits
+    codes: dict[int, int] = {}  # id of an x type -> its element type when 2-D, else -1
+
+    def slot(mm: np.ndarray, b: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+        """Where this slot's MatMul makes a Gemm with the Add, and each candidate's (w, b)."""
+        at = starts[np.where(ok, mm, 0)]
+        x, w = preds[at], preds[at + 1]
+        ok = ok & (w <= -2)
+        ok[ok] = leaf_init[-w[ok]]
+        keys: list[Any] = list(zip(w.tolist(), b.tolist(), strict=True))
+        idx = np.flatnonzero(ok).tolist()
+        for key in set(map(keys.__getitem__, idx)) - pairs.keys():
+            wn, bn = leaves[key[0]], leaves[key[1]]
+            pairs[key] = (_pair_type(inits[wn], inits[bn]) or -1,
+                          _text(b"\x0a", wn) + _text(b"\x0a", bn))
+        want = [pairs[keys[k]][0] for k in idx]
+        xs = x[idx].tolist()
+        got = list(map(types.get, xs))
+        for t in got:
+            if t is not None and id(t) not in codes:
+                codes[id(t)] = int(t[0]) if len(t[1]) == 2 else -1
+        for k, (j, t, dtype) in enumerate(zip(xs, got, want, strict=True)):
+            if dtype == -1:
+                continue
+            if j >= 0 and t is not None:
+                if codes[id(t)] != dtype:
+                    want[k] = -1
+            elif not facts.is_matrix(nodes[int(mm[idx[k]])].input[0], dtype):
+                want[k] = -1  # x a graph input, or untyped by the pass: the oracle says
+        ok[idx] = np.asarray(want, np.int64) != -1
+        return ok, keys
+
+    ok0, keys0 = slot(p0, p1, ok0)
+    ok1, keys1 = slot(p1, p0, ok1)
+    first = ok0 | ok1
+    a, p0, p1, ok0 = a[first], p0[first], p1[first], ok0[first]
+    chosen = np.flatnonzero(first).tolist()
+    mm_all = np.where(ok0, p0, p1).tolist()
     found: list[tuple[int, int, bytes, str, str]] = []  # (add, mm, w and b's fields, w, b)
-    for add_at, q0, q1, s0, s1, xa, wa, xb, wb in zip(
-            a.tolist(), p0.tolist(), p1.tolist(), ok0.tolist(), ok1.tolist(), x0.tolist(),
-            w0.tolist(), x1.tolist(), w1.tolist(), strict=True):
-        for mm_at, b_id, s, x_id, w_id in ((q0, q1, s0, xa, wa), (q1, q0, s1, xb, wb)):
-            if not s or w_id > -2 or not leaf_init[-w_id]:
-                continue
-            pair = pairs.get((w_id, b_id))
-            if pair is None:
-                w, b = leaves[w_id], leaves[b_id]
-                pair = pairs[(w_id, b_id)] = (_pair_type(inits[w], inits[b]),
-                                              _text(b"\x0a", w) + _text(b"\x0a", b))
-            dtype = pair[0]
-            if dtype is None:
-                continue
-            t = types.get(x_id) if x_id >= 0 else None
-            if not (t[0] == dtype and len(t[1]) == 2 if t is not None
-                    else facts.is_matrix(nodes[mm_at].input[0], dtype)):
-                continue
-            found.append((add_at, mm_at, pair[1], leaves[w_id], leaves[b_id]))
-            break
+    for add_at, mm_at, k, s0 in zip(a.tolist(), mm_all, chosen, ok0.tolist(), strict=True):
+        key = keys0[k] if s0 else keys1[k]
+        found.append((add_at, mm_at, pairs[key][1], leaves[key[0]], leaves[key[1]]))
     # the names each Gemm writes, read C-level: x, y, the MatMul's name
     add_ids, mm_ids, wbs, w_names, b_names = (list(map(itemgetter(k), found)) for k in range(5))
     x_names = list(map(_FIRST, map(_INPUTS, map(nodes.__getitem__, mm_ids))))
