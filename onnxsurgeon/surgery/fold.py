@@ -394,6 +394,29 @@ def _static_shapes(m: Model, index: GraphIndex, ops: list[str]) -> dict[str, lis
     return found
 
 
+def _nothing_folds(index: GraphIndex, ops: list[str], inputs: set[str]) -> bool:
+    """True when provably no main-graph node folds, from the int dataflow graph (numpy, no
+    node read): no Constant, Shape, Size or CastLike node, and no node reading only constant
+    leaves (initializers that are not inputs) and omitted inputs — the first node to fold, in
+    graph order, would be one. False when it cannot tell (no int graph). O(edges) in numpy."""
+    edges = index.known_int_graph()
+    if edges is None or not _SPECIAL.isdisjoint(ops):
+        return False
+    preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
+    starts = np.fromiter(edges.starts, np.int64, count=len(edges.starts))
+    constant = np.zeros(max(map(abs, edges.leaves), default=1) + 1, bool)  # by -leaf id
+    inits = index.initializers
+    for k, name in edges.leaves.items():
+        constant[-k] = name in inits and name not in inputs
+    leaf = preds <= -2
+    ok = preds == -1
+    ok[leaf] = constant[-preds[leaf]]
+    counts = np.diff(starts)
+    node_of = np.repeat(np.arange(len(counts)), counts)
+    bad = np.bincount(node_of[~ok], minlength=len(counts))
+    return not bool(np.any((counts > 0) & (bad == 0)))
+
+
 def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTES,
          evaluate: Evaluator | None = None, fuse: bool = True) -> FoldResult:
     """Replace every subgraph whose inputs are all constants by its value. Mutates model.
@@ -422,9 +445,10 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     opsets = list(proto.opset_import)
     inputs = {i.name for i in proto.graph.input}
     ops = list(map(_OP_TYPE, proto.graph.node))  # C-level: only the candidates are read further
-    main = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
-                       shapes=_static_shapes(m, index, ops), max_bytes=max_bytes, evaluate=run,
-                       opsets=opsets, ir_version=proto.ir_version, like=_like_types(index, ops))
+    main = None if _nothing_folds(index, ops, inputs) else _plan_graph(
+        proto.graph, inputs=inputs, base_dir=m.base_dir, shapes=_static_shapes(m, index, ops),
+        max_bytes=max_bytes, evaluate=run, opsets=opsets, ir_version=proto.ir_version,
+        like=_like_types(index, ops))
     bodies: list[_Plan] = []
     for i in index.body_holders:
         for body in subgraphs(proto.graph.node[i]):
