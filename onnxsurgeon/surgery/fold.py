@@ -498,7 +498,8 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     fused: list[dict[str, Any]] = []
     if fuse:
         index = indexed(m)
-        removed_labels += _fuse(m, index, inputs, fused)
+        removed_labels += _fuse(m, index, inputs, fused,
+                                ops=None if gone or nops or dead else ops)
         if fused and folded:
             read = _read_now(proto.graph)
             folded = [n for n in folded if n in read]
@@ -533,15 +534,17 @@ def _drop_dead_initializers(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -
         e.keep_initializers(keep)
 
 
-def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]]
-          ) -> tuple[str, ...]:
+def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]], *,
+          ops: list[str] | None = None) -> tuple[str, ...]:
     """The simplifications of :mod:`~onnxsurgeon.surgery.fuse` on the folded main graph (each
-    appended to ``fused``); the labels of the no-ops removed. Two edits at most."""
+    appended to ``fused``); the labels of the no-ops removed. Two edits at most. ``ops``: the
+    op types of the main graph's nodes as they are (the fold changed none), else None."""
     from .fuse import apply_fusions, apply_noops, plan_fusions, plan_noops
 
     proto = m.proto
     opset = default_opset(proto) or 1
-    noops, entries = plan_noops(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    noops, entries = plan_noops(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
+                                ops=ops)
     labels = tuple(index.node_label(i) for i in sorted(noops))
     if noops:
         e = Edit(index)
@@ -550,7 +553,8 @@ def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, A
         e.hand_on(m)
         fused.extend(entries)
         index = indexed(m)
-    plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
+                        ops=None if noops else ops)
     if plan.fused:
         e = Edit(index)
         apply_fusions(e, plan)

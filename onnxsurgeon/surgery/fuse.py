@@ -423,16 +423,17 @@ def _conv_bn(facts: _Facts, nodes: Sequence[onnx.NodeProto], bn_at: int, names: 
                            numpy_helper.from_array(new_b, b_name)]
 
 
-def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object,
-               opset: int) -> tuple[dict[int, str], list[dict[str, Any]]]:
+def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object, opset: int,
+               ops: list[str] | None = None) -> tuple[dict[int, str], list[dict[str, Any]]]:
     """The no-op nodes of the main graph (node -> the tensor its readers read instead; a chain
     of them reads the first input) and their ``fused`` entries. O(nodes); the type oracle only
-    when a Cast, Reshape or Transpose is a candidate."""
+    when a Cast, Reshape or Transpose is a candidate. ``ops``: every node's op type, when the
+    caller has them (else read here, C-level: only the candidates are read further)."""
     facts = _Facts(index, inputs, base_dir)
     found: dict[int, str] = {}
     fused: list[dict[str, Any]] = []
     nodes = index.graph.node
-    ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
+    ops = list(map(_OP_TYPE, nodes)) if ops is None else ops
     for i in sorted(chain.from_iterable(positions(ops, op) for op in NOOP_RULES)):
         rule, node = NOOP_RULES[ops[i]], nodes[i]
         src = _noop_source(facts, node, opset)
@@ -447,10 +448,11 @@ def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object,
     return found, fused
 
 
-def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
-                 opset: int) -> _Plan:
+def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object, opset: int,
+                 ops: list[str] | None = None) -> _Plan:
     """MatMul + Add -> Gemm and Conv + BatchNormalization -> Conv sites of the main graph (no
-    node in two sites). O(nodes); reads the weights of the Conv sites only."""
+    node in two sites). O(nodes); reads the weights of the Conv sites only. ``ops``: every
+    node's op type, when the caller has them."""
     facts = _Facts(index, inputs, base_dir)
     plan = _Plan()
     nodes = index.graph.node
@@ -458,7 +460,8 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
         return plan
     names: NameAllocator | None = None
     used: set[int] = set()
-    ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
+    if ops is None:
+        ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
     if "MatMul" in ops:
         facts.type_all()
     found = _gemm_sites(facts, nodes, ops) if "MatMul" in ops else ({}, None)
