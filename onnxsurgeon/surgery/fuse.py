@@ -343,8 +343,12 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
         found.append((add_at, mm_at, pairs[key][1], leaves[key[0]], leaves[key[1]]))
     # the names each Gemm writes, read C-level: x, y, the MatMul's name
     add_ids, mm_ids, wbs, w_names, b_names = (list(map(itemgetter(k), found)) for k in range(5))
-    x_names = list(map(_FIRST, map(_INPUTS, map(nodes.__getitem__, mm_ids))))
-    y_names = list(map(_FIRST, map(_OUTPUTS, map(nodes.__getitem__, add_ids))))
+    # a one-output node's output is the one name the producer map gives it (no node read)
+    name_of = dict(zip(facts.index.producer.values(), facts.index.producer, strict=True))
+    x_ids = preds[starts[np.asarray(mm_ids, np.int64)]].tolist() if mm_ids else []
+    x_names = [(leaves[j] if j <= -2 else name_of.get(j) if j >= 0 and eops[j] else None)
+               or nodes[mm].input[0] for j, mm in zip(x_ids, mm_ids, strict=True)]
+    y_names = [name_of.get(i) or nodes[i].output[0] for i in add_ids]
     names = list(map(edges.names.__getitem__, mm_ids))
     xs, ys, ns = (list(map(str.encode, v)) for v in (x_names, y_names, names))
     if max(map(len, chain(xs, ys, ns)), default=0) < 128:  # one-byte lengths: one format
