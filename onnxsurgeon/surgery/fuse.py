@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, eq, itemgetter
 from typing import Any
 
 import numpy as np
@@ -263,7 +263,7 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
     edges = facts.index.known_int_graph()
     if edges is None or facts._edge_types is None:
         return None
-    adds = positions(ops, "Add")
+    adds = _every(ops, "Add")
     eops = edges.ops
     if any(eops[i] != "Add" for i in adds):  # an Add of domain "ai.onnx" elsewhere...
         return None
@@ -273,7 +273,7 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
     counts = np.diff(starts)
     reads = np.bincount(preds[preds >= 0], minlength=n)
     good_mm = np.zeros(n, bool)
-    mms = np.asarray(positions(eops, "MatMul"), np.int64)
+    mms = np.asarray(_every(eops, "MatMul"), np.int64)
     good_mm[mms] = True
     good_mm &= (counts == 2) & (reads == 1)
     for o in facts.outputs:
@@ -361,6 +361,12 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
     written = Written(list(zip(x_names, w_names, b_names, strict=True)),
                       list(zip(y_names)), names, ["Gemm"] * len(names))
     return sites, written
+
+
+def _every(ops: list[str], op: str) -> list[int]:
+    """Every position of ``op`` in ``ops`` by one C-level pass (where it is common: a
+    :func:`~onnxsurgeon.index.positions` scan costs a call per match)."""
+    return list(compress(range(len(ops)), map(eq, ops, repeat(op))))
 
 
 def _pair_type(wt: onnx.TensorProto, bt: onnx.TensorProto) -> int | None:
