@@ -444,7 +444,11 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     run = evaluate or reference_evaluator
     opsets = list(proto.opset_import)
     inputs = {i.name for i in proto.graph.input}
-    ops = list(map(_OP_TYPE, proto.graph.node))  # C-level: only the candidates are read further
+    edges = index.known_int_graph()
+    if edges is not None and "" not in edges.ops:  # every node's op type, as load read them
+        ops = list(edges.ops)
+    else:
+        ops = list(map(_OP_TYPE, proto.graph.node))  # C-level: the candidates are read further
     main = None if _nothing_folds(index, ops, inputs) else _plan_graph(
         proto.graph, inputs=inputs, base_dir=m.base_dir, shapes=_static_shapes(m, index, ops),
         max_bytes=max_bytes, evaluate=run, opsets=opsets, ir_version=proto.ir_version,
