@@ -314,21 +314,19 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
             wn, bn = leaves[key[0]], leaves[key[1]]
             pairs[key] = (_pair_type(inits[wn], inits[bn]) or -1,
                           _text(b"\x0a", wn) + _text(b"\x0a", bn))
-        want = [pairs[keys[k]][0] for k in idx]
-        xs = x[idx].tolist()
-        got = list(map(types.get, xs))
+        want = np.asarray([pairs[keys[k]][0] for k in idx], np.int64)
+        xs = x[idx]
+        got = list(map(types.get, np.maximum(xs, -1).tolist()))  # a leaf is asked as -1
         for t in got:
             if t is not None and id(t) not in codes:
                 codes[id(t)] = int(t[0]) if len(t[1]) == 2 else -1
-        for k, (j, t, dtype) in enumerate(zip(xs, got, want, strict=True)):
-            if dtype == -1:
-                continue
-            if j >= 0 and t is not None:
-                if codes[id(t)] != dtype:
-                    want[k] = -1
-            elif not facts.is_matrix(nodes[int(mm[idx[k]])].input[0], dtype):
-                want[k] = -1  # x a graph input, or untyped by the pass: the oracle says
-        ok[idx] = np.asarray(want, np.int64) != -1
+        have = np.fromiter(map(codes.get, map(id, got), repeat(-2)), np.int64, count=len(got))
+        have[xs < 0] = -2  # the pass's types are asked for node outputs only
+        good = (want != -1) & (have == want)
+        for k in np.flatnonzero((want != -1) & (have == -2)).tolist():
+            # x a graph input, or untyped by the pass: the oracle says
+            good[k] = facts.is_matrix(nodes[int(mm[idx[k]])].input[0], int(want[k]))
+        ok[idx] = good
         return ok, keys
 
     ok0, keys0 = slot(p0, p1, ok0)
