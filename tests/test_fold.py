@@ -228,3 +228,26 @@ def test_fold_drops_adds_of_zeros_and_muls_by_ones_that_do_not_broadcast(tmp_pat
     assert set(result.removed) == {"add0", "mul1"}
     x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
     assert np.array_equal(run(proto, {"x": x})["y"], run(m.proto, {"x": x})["y"])
+
+
+@pytest.mark.parametrize(("reads", "nothing"), [(["x", "W"], True), (["W", "W"], False),
+                                                (["W", ""], False)])
+def test_nothing_folds_only_where_no_node_reads_constants_alone(tmp_path, reads, nothing):
+    from onnxsurgeon.session import indexed
+    from onnxsurgeon.surgery.fold import _nothing_folds
+
+    vi = helper.make_tensor_value_info
+    op = "Add" if "" not in reads else "Clip"
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node(op, reads, ["c"]),
+             helper.make_node("Add", ["r", "c"], ["y"])]
+    w = numpy_helper.from_array(np.ones(4, np.float32), "W")
+    g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, [4])],
+                          [vi("y", TensorProto.FLOAT, [4])], [w])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    m = load(path)
+    index = indexed(m)
+    assert index.known_int_graph() is not None
+    ops = [n.op_type for n in m.proto.graph.node]
+    assert _nothing_folds(index, ops, {"x"}) is nothing
+    assert (fold(m).folded == ()) is nothing

@@ -179,3 +179,56 @@ def test_a_castlike_to_a_typed_tensor_folds_and_its_conv_then_takes_the_batchnor
     assert [f["rule"] for f in r.fused] == ["conv_batchnorm"]
     assert [n.op_type for n in m.graph.node] == ["Conv", "Relu"]
     np.testing.assert_allclose(_run(m, feeds)["y"], before, rtol=1e-4, atol=1e-5)
+
+
+def _gemm_mix() -> onnx.ModelProto:
+    """MatMul + Add pairs of every kind the Gemm rule looks at: sites (the MatMul in either
+    slot, x typed by the int-graph pass or a graph input) and pairs that must stay."""
+    mk, vi = helper.make_node, helper.make_tensor_value_info
+    d = numpy_helper.from_array(RNG.standard_normal(4).astype(np.float64), "Bd")
+    nodes = [
+        mk("MatMul", ["x", "W"], ["m0"], name="mm0"), mk("Add", ["m0", "B"], ["a0"], name="add0"),
+        mk("Relu", ["a0"], ["r0"]),
+        mk("MatMul", ["r0", "W"], ["m1"], name="mm1"), mk("Add", ["B", "m1"], ["a1"], name="add1"),
+        mk("MatMul", ["a1", "W"], ["m2"], name="mm2"), mk("Add", ["m2", "B3"], ["a2"]),  # bias 3
+        mk("MatMul", ["a1", "W"], ["m3"], name="mm3"), mk("Add", ["m3", "B"], ["a3"]),
+        mk("Relu", ["m3"], ["r3"]),  # m3 read twice
+        mk("MatMul", ["a1", "W"], ["m4"], name="mm4"), mk("Add", ["m4", "m4"], ["a4"]),
+        mk("MatMul", ["a1", "W"], ["m5"], name="mm5"), mk("Add", ["m5", "Bd"], ["a5"]),  # f64
+        mk("MatMul", ["x3", "W"], ["m6"], name="mm6"), mk("Add", ["m6", "B"], ["a6"]),  # 3-D
+        mk("MatMul", ["a1", "W"], ["m7"], name="mm7"), mk("Add", ["m7", "B"], ["a7"]),  # output
+        mk("MatMul", ["a1", "x2"], ["m8"], name="mm8"), mk("Add", ["m8", "B"], ["a8"]),  # W fed
+        mk("Add", ["a1", "B"], ["a9"]), mk("MatMul", ["a9", "W"], ["m9"], name="mm9"),
+        mk("Add", ["m9", "B"], ["a10"], name=""),  # an unnamed Add: a site
+    ]
+    outs = [helper.make_tensor_value_info(n, F, None)
+            for n in ("r3", "a2", "a4", "a5", "a6", "m7", "a7", "a8", "a10")]
+    return _model(nodes, [vi("x", F, [2, 4]), vi("x3", F, [2, 2, 4]), vi("x2", F, [4, 4])],
+                  outs, [_w("W", 4, 4), _w("B", 4), _w("B3", 3), d])
+
+
+def test_gemm_sites_found_on_the_int_graph_are_those_each_add_finds(tmp_path):
+    from onnxsurgeon.index import positions
+    from onnxsurgeon.session import indexed
+    from onnxsurgeon.surgery.fuse import _Facts, _gemm, _gemm_sites
+
+    path = tmp_path / "mix.onnx"
+    onnx.save(_gemm_mix(), path)
+    m = load(path)
+    index = indexed(m)
+    facts = _Facts(index, {i.name for i in m.proto.graph.input}, m.base_dir)
+    facts.type_all()
+    nodes = m.proto.graph.node
+    ops = [n.op_type for n in nodes]
+    found = _gemm_sites(facts, nodes, ops)
+    assert found is not None  # the int graph answered
+    fast, written = found
+    slow = {i: got for i in positions(ops, "Add")
+            if (got := _gemm(facts, nodes, ops, i)) is not None}
+    assert fast == slow
+    made = {index.node_label(i) for i in fast}
+    assert made == {"add0", "add1", "Add#22"}
+    gemm = onnx.NodeProto()
+    gemm.ParseFromString(fast[4][1])
+    assert gemm == helper.make_node("Gemm", ["r0", "W", "B"], ["a1"], name="mm1")
+    assert list(written.inputs[1]) == ["r0", "W", "B"] and list(written.outputs[1]) == ["a1"]

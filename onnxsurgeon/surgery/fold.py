@@ -34,7 +34,15 @@ from onnx import numpy_helper
 from ..edit import Edit
 from ..errors import UsageError
 from ..external import read_tensor
-from ..index import DEFAULT_INPUT_IR, GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
+from ..index import (
+    DEFAULT_INPUT_IR,
+    GraphIndex,
+    has_subgraphs,
+    iter_graphs,
+    node_label,
+    positions,
+    subgraphs,
+)
 from ..io import Model, as_model
 from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
@@ -44,6 +52,9 @@ DEFAULT_MAX_BYTES = 1 << 20
 """A folded value larger than this (1 MiB) stays computed."""
 
 _INPUTS = attrgetter("input")
+_OP_TYPE = attrgetter("op_type")
+_SPECIAL = frozenset({"CastLike", "Shape", "Size", "Constant"})
+"""Ops that may fold though they read a computed tensor (or nothing): see :func:`_plan_graph`."""
 _ATTRIBUTES = attrgetter("attribute")
 
 RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
@@ -170,28 +181,35 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
     constant = {n for n in inits if n not in inputs}
     fold: list[int] = []
     known: dict[str, np.ndarray] = {}  # Shape/Size of static shapes
-    for i, node in enumerate(graph.node):
-        if like and node.op_type == "CastLike" and len(node.input) == 2 \
-                and node.domain in ("", "ai.onnx") and node.input[0] in constant \
-                and node.input[1] in like and node.input[1] not in constant:
-            fold.append(i)
-            constant.update(o for o in node.output if o)
-            continue
-        if node.op_type in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
-                and node.input and node.input[0] not in constant:
-            dims = shapes.get(node.input[0])
-            if dims is not None:
-                known[node.output[0]] = _shape_value(node, dims)
-                constant.add(node.output[0])
+    nodes = graph.node
+    for i, (op, ins) in enumerate(zip(map(_OP_TYPE, nodes), map(_INPUTS, nodes), strict=True)):
+        if op in _SPECIAL:
+            node = nodes[i]
+            if like and op == "CastLike" and len(ins) == 2 \
+                    and node.domain in ("", "ai.onnx") and ins[0] in constant \
+                    and ins[1] in like and ins[1] not in constant:
                 fold.append(i)
+                constant.update(o for o in node.output if o)
                 continue
-        if node.op_type == "Constant" and not node.input:
-            if any(a.name == "sparse_value" for a in node.attribute):
+            if op in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
+                    and ins and ins[0] not in constant:
+                dims = shapes.get(ins[0])
+                if dims is not None:
+                    known[node.output[0]] = _shape_value(node, dims)
+                    constant.add(node.output[0])
+                    fold.append(i)
+                    continue
+            if op == "Constant" and not ins:
+                if any(a.name == "sparse_value" for a in node.attribute):
+                    continue
+                fold.append(i)
+                constant.update(o for o in node.output if o)
                 continue
-            fold.append(i)
-            constant.update(o for o in node.output if o)
+        # the cheap test first, C-level (an omitted input "" counts as constant)
+        if not ins or (not constant.issuperset(ins) and "" not in ins):
             continue
-        if node.input and _foldable_op(node, constant):
+        node = nodes[i]
+        if _foldable_op(node, constant):
             fold.append(i)
             constant.update(o for o in node.output if o)
     if not fold:
@@ -349,11 +367,12 @@ def _still_read(graph: onnx.GraphProto, gone: set[int]) -> set[str]:
     return read
 
 
-def _like_types(index: GraphIndex) -> dict[str, int] | None:
+def _like_types(index: GraphIndex, ops: list[str]) -> dict[str, int] | None:
     """Element types of the computed tensors main-graph ``CastLike`` nodes read as their
     target (None when there is no such node: no type is asked)."""
-    wanted = {node.input[1] for node in index.graph.node
-              if node.op_type == "CastLike" and len(node.input) == 2 and node.input[1]}
+    nodes = index.graph.node
+    wanted = {nodes[i].input[1] for i in positions(ops, "CastLike")
+              if len(nodes[i].input) == 2 and nodes[i].input[1]}
     wanted -= set(index.initializers)
     if not wanted:
         return None
@@ -364,11 +383,12 @@ def _like_types(index: GraphIndex) -> dict[str, int] | None:
     return {name: t for name, t in found.items() if t}
 
 
-def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
+def _static_shapes(m: Model, index: GraphIndex, ops: list[str]) -> dict[str, list[int]] | None:
     """Static shapes of the main graph's tensors read by a Shape/Size node, or None when no such
     node reads a computed tensor (shape inference runs only then)."""
-    wanted = {node.input[0] for node in index.graph.node
-              if node.op_type in ("Shape", "Size") and node.input and node.input[0]}
+    nodes = index.graph.node
+    wanted = {nodes[i].input[0] for i in sorted((*positions(ops, "Shape"), *positions(ops, "Size")))
+              if nodes[i].input and nodes[i].input[0]}
     if not wanted:
         return None
     from ..types import TypeOracle
@@ -380,6 +400,29 @@ def _static_shapes(m: Model, index: GraphIndex) -> dict[str, list[int]] | None:
         if dims is not None:
             found[name] = dims
     return found
+
+
+def _nothing_folds(index: GraphIndex, ops: list[str], inputs: set[str]) -> bool:
+    """True when provably no main-graph node folds, from the int dataflow graph (numpy, no
+    node read): no Constant, Shape, Size or CastLike node, and no node reading only constant
+    leaves (initializers that are not inputs) and omitted inputs — the first node to fold, in
+    graph order, would be one. False when it cannot tell (no int graph). O(edges) in numpy."""
+    edges = index.known_int_graph()
+    if edges is None or not _SPECIAL.isdisjoint(ops):
+        return False
+    preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
+    starts = np.fromiter(edges.starts, np.int64, count=len(edges.starts))
+    constant = np.zeros(max(map(abs, edges.leaves), default=1) + 1, bool)  # by -leaf id
+    inits = index.initializers
+    for k, name in edges.leaves.items():
+        constant[-k] = name in inits and name not in inputs
+    leaf = preds <= -2
+    ok = preds == -1
+    ok[leaf] = constant[-preds[leaf]]
+    counts = np.diff(starts)
+    node_of = np.repeat(np.arange(len(counts)), counts)
+    bad = np.bincount(node_of[~ok], minlength=len(counts))
+    return not bool(np.any((counts > 0) & (bad == 0)))
 
 
 def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -409,9 +452,15 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     run = evaluate or reference_evaluator
     opsets = list(proto.opset_import)
     inputs = {i.name for i in proto.graph.input}
-    main = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
-                       shapes=_static_shapes(m, index), max_bytes=max_bytes, evaluate=run,
-                       opsets=opsets, ir_version=proto.ir_version, like=_like_types(index))
+    edges = index.known_int_graph()
+    if edges is not None and "" not in edges.ops:  # every node's op type, as load read them
+        ops = list(edges.ops)
+    else:
+        ops = list(map(_OP_TYPE, proto.graph.node))  # C-level: the candidates are read further
+    main = None if _nothing_folds(index, ops, inputs) else _plan_graph(
+        proto.graph, inputs=inputs, base_dir=m.base_dir, shapes=_static_shapes(m, index, ops),
+        max_bytes=max_bytes, evaluate=run, opsets=opsets, ir_version=proto.ir_version,
+        like=_like_types(index, ops))
     bodies: list[_Plan] = []
     for i in index.body_holders:
         for body in subgraphs(proto.graph.node[i]):
@@ -465,7 +514,8 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     fused: list[dict[str, Any]] = []
     if fuse:
         index = indexed(m)
-        removed_labels += _fuse(m, index, inputs, fused)
+        removed_labels += _fuse(m, index, inputs, fused,
+                                ops=None if gone or nops or dead else ops)
         if fused and folded:
             read = _read_now(proto.graph)
             folded = [n for n in folded if n in read]
@@ -500,15 +550,17 @@ def _drop_dead_initializers(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -
         e.keep_initializers(keep)
 
 
-def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]]
-          ) -> tuple[str, ...]:
+def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]], *,
+          ops: list[str] | None = None) -> tuple[str, ...]:
     """The simplifications of :mod:`~onnxsurgeon.surgery.fuse` on the folded main graph (each
-    appended to ``fused``); the labels of the no-ops removed. Two edits at most."""
+    appended to ``fused``); the labels of the no-ops removed. Two edits at most. ``ops``: the
+    op types of the main graph's nodes as they are (the fold changed none), else None."""
     from .fuse import apply_fusions, apply_noops, plan_fusions, plan_noops
 
     proto = m.proto
     opset = default_opset(proto) or 1
-    noops, entries = plan_noops(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    noops, entries = plan_noops(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
+                                ops=ops)
     labels = tuple(index.node_label(i) for i in sorted(noops))
     if noops:
         e = Edit(index)
@@ -517,7 +569,8 @@ def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, A
         e.hand_on(m)
         fused.extend(entries)
         index = indexed(m)
-    plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset)
+    plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
+                        ops=None if noops else ops)
     if plan.fused:
         e = Edit(index)
         apply_fusions(e, plan)

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, eq, itemgetter
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ from ..edit import Edit
 from ..external import read_tensor
 from ..index import GraphIndex, iter_graphs, positions, subgraphs
 from ..names import NameAllocator
+from ..protos import node_entries, varint
+from ..upkeep import Written
 
 FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16})
 """Element types Gemm and the rules here take."""
@@ -51,6 +53,8 @@ NOOP_RULES = {"Identity": "identity", "Dropout": "dropout", "Cast": "cast",
 _INPUTS = attrgetter("input")
 _OP_TYPE = attrgetter("op_type")
 _DOMAIN_INPUTS = attrgetter("domain", "input")
+_OUTPUTS = attrgetter("output")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
          "conv_batchnorm")
@@ -60,10 +64,11 @@ RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm
 @dataclass
 class _Plan:
     noops: dict[int, str] = field(default_factory=dict)  # node -> the input its readers read
-    gemms: dict[int, tuple[int, onnx.NodeProto]] = field(default_factory=dict)  # add -> (mm, gemm)
+    gemms: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # add -> (mm, gemm's bytes)
     convs: dict[int, tuple[int, onnx.NodeProto]] = field(default_factory=dict)  # bn -> (conv, new)
     tensors: list[onnx.TensorProto] = field(default_factory=list)
     fused: list[dict[str, Any]] = field(default_factory=list)
+    written: Written | None = None  # the Gemms' fields in order, when they are all it makes
 
 
 def _attr(node: onnx.NodeProto, name: str) -> onnx.AttributeProto | None:
@@ -194,10 +199,32 @@ def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
     return None
 
 
+def _text(tag: bytes, text: str) -> bytes:
+    """A string field of a message: ``tag``, the length as a varint, the UTF-8 bytes."""
+    raw = text.encode()
+    return tag + varint(len(raw)) + raw
+
+
+def _gemm_bytes(x: str, w: str, b: str, y: str, name: str, *, weights: bytes | None = None
+                ) -> bytes:
+    """``NodeProto(op_type="Gemm", input=[x, w, b], output=[y], name=name)`` serialized, as
+    protobuf writes it (fields in number order, the name written even when empty).
+    ``weights``: ``w`` and ``b``'s fields, when the caller has them already."""
+    if weights is None:
+        weights = _text(b"\x0a", w) + _text(b"\x0a", b)
+    return b"".join((_text(b"\x0a", x), weights, _text(b"\x12", y), _text(b"\x1a", name),
+                     b"\x22\x04Gemm"))
+
+
+_GEMM = b"\x0a%c%b%b\x12%c%b\x1a%c%b\x22\x04Gemm"
+""":func:`_gemm_bytes` when every name is under 128 bytes (x's length and bytes, w and b's
+fields, y's, the name's)."""
+
+
 def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], add_at: int
-          ) -> tuple[int, onnx.NodeProto] | None:
-    """The Gemm replacing the MatMul read by Add ``add_at`` and that Add, or None (``ops``:
-    every node's op type, so that only real sites touch their MatMul)."""
+          ) -> tuple[int, bytes] | None:
+    """The Gemm (its bytes) replacing the MatMul read by Add ``add_at`` and that Add, or None
+    (``ops``: every node's op type, so that only real sites touch their MatMul)."""
     add_domain, add_ins = _DOMAIN_INPUTS(nodes[add_at])
     if add_domain not in ("", "ai.onnx") or len(add_ins) != 2:
         return None
@@ -221,10 +248,134 @@ def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], ad
             continue
         if not facts.is_matrix(x, wt.data_type):
             continue
-        gemm = onnx.NodeProto(op_type="Gemm", input=[x, w, b],
-                              output=[nodes[add_at].output[0]], name=nodes[mm_at].name)
-        return mm_at, gemm
+        return mm_at, _gemm_bytes(x, w, b, nodes[add_at].output[0], nodes[mm_at].name)
     return None
+
+
+def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
+                ) -> tuple[dict[int, tuple[int, bytes]], Written] | None:
+    """Every Add -> (MatMul, Gemm bytes) that :func:`_gemm` finds, found on the int dataflow
+    graph: the candidates by numpy over the producer ids, op ids and read counts, each site's
+    weight and bias types read once per initializer, ``x``'s type from the forward type pass;
+    a site's own protos read only for the names its Gemm writes (C-level). With the Gemms'
+    fields, in site order, for the upkeep. None without an int graph (the caller asks
+    :func:`_gemm` per Add). O(nodes) in numpy + ~2 us a site."""
+    edges = facts.index.known_int_graph()
+    if edges is None or facts._edge_types is None:
+        return None
+    adds = _every(ops, "Add")
+    eops = edges.ops
+    if any(eops[i] != "Add" for i in adds):  # an Add of domain "ai.onnx" elsewhere...
+        return None
+    preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
+    starts = np.fromiter(edges.starts, np.int64, count=len(edges.starts))
+    n = len(starts) - 1
+    counts = np.diff(starts)
+    reads = np.bincount(preds[preds >= 0], minlength=n)
+    good_mm = np.zeros(n, bool)
+    mms = np.asarray(_every(eops, "MatMul"), np.int64)
+    good_mm[mms] = True
+    good_mm &= (counts == 2) & (reads == 1)
+    for o in facts.outputs:
+        j = facts.index.producer.get(o)
+        if j is not None:
+            good_mm[j] = False
+    leaves = edges.leaves
+    leaf_init = np.zeros(max(map(abs, leaves), default=1) + 1, bool)  # by -leaf id
+    for k, name in leaves.items():
+        leaf_init[-k] = name in facts.inits
+    a = np.asarray(adds, np.int64)
+    a = a[counts[a] == 2] if len(a) else a
+    p0, p1 = preds[starts[a]], preds[starts[a] + 1]
+
+    def sided(mm: np.ndarray, b: np.ndarray) -> np.ndarray:
+        ok = (mm >= 0) & (b <= -2)
+        ok[ok] = good_mm[mm[ok]] & leaf_init[-b[ok]]
+        return ok
+
+    ok0, ok1 = sided(p0, p1), sided(p1, p0)
+    keep = ok0 | ok1
+    a, p0, p1, ok0, ok1 = a[keep], p0[keep], p1[keep], ok0[keep], ok1[keep]
+    # (w leaf, b leaf) -> (the Gemm's dtype, or -1: no site; w and b as the Gemm's fields)
+    pairs: dict[tuple[int, int], tuple[int, bytes]] = {}
+    types = facts._edge_types
+    inits = facts.inits
+    codes: dict[int, int] = {}  # id of an x type -> its element type when 2-D, else -1
+
+    def slot(mm: np.ndarray, b: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+        """Where this slot's MatMul makes a Gemm with the Add, and each candidate's (w, b)."""
+        at = starts[np.where(ok, mm, 0)]
+        x, w = preds[at], preds[at + 1]
+        ok = ok & (w <= -2)
+        ok[ok] = leaf_init[-w[ok]]
+        keys: list[Any] = list(zip(w.tolist(), b.tolist(), strict=True))
+        idx = np.flatnonzero(ok).tolist()
+        for key in set(map(keys.__getitem__, idx)) - pairs.keys():
+            wn, bn = leaves[key[0]], leaves[key[1]]
+            pairs[key] = (_pair_type(inits[wn], inits[bn]) or -1,
+                          _text(b"\x0a", wn) + _text(b"\x0a", bn))
+        want = np.asarray([pairs[keys[k]][0] for k in idx], np.int64)
+        xs = x[idx]
+        got = list(map(types.get, np.maximum(xs, -1).tolist()))  # a leaf is asked as -1
+        for t in got:
+            if t is not None and id(t) not in codes:
+                codes[id(t)] = int(t[0]) if len(t[1]) == 2 else -1
+        have = np.fromiter(map(codes.get, map(id, got), repeat(-2)), np.int64, count=len(got))
+        have[xs < 0] = -2  # the pass's types are asked for node outputs only
+        good = (want != -1) & (have == want)
+        for k in np.flatnonzero((want != -1) & (have == -2)).tolist():
+            # x a graph input, or untyped by the pass: the oracle says
+            good[k] = facts.is_matrix(nodes[int(mm[idx[k]])].input[0], int(want[k]))
+        ok[idx] = good
+        return ok, keys
+
+    ok0, keys0 = slot(p0, p1, ok0)
+    ok1, keys1 = slot(p1, p0, ok1)
+    first = ok0 | ok1
+    a, p0, p1, ok0 = a[first], p0[first], p1[first], ok0[first]
+    chosen = np.flatnonzero(first).tolist()
+    mm_all = np.where(ok0, p0, p1).tolist()
+    found: list[tuple[int, int, bytes, str, str]] = []  # (add, mm, w and b's fields, w, b)
+    for add_at, mm_at, k, s0 in zip(a.tolist(), mm_all, chosen, ok0.tolist(), strict=True):
+        key = keys0[k] if s0 else keys1[k]
+        found.append((add_at, mm_at, pairs[key][1], leaves[key[0]], leaves[key[1]]))
+    # the names each Gemm writes, read C-level: x, y, the MatMul's name
+    add_ids, mm_ids, wbs, w_names, b_names = (list(map(itemgetter(k), found)) for k in range(5))
+    # a one-output node's output is the one name the producer map gives it (no node read)
+    name_of = dict(zip(facts.index.producer.values(), facts.index.producer, strict=True))
+    x_ids = preds[starts[np.asarray(mm_ids, np.int64)]].tolist() if mm_ids else []
+    x_names = [(leaves[j] if j <= -2 else name_of.get(j) if j >= 0 and eops[j] else None)
+               or nodes[mm].input[0] for j, mm in zip(x_ids, mm_ids, strict=True)]
+    y_names = [name_of.get(i) or nodes[i].output[0] for i in add_ids]
+    names = list(map(edges.names.__getitem__, mm_ids))
+    xs, ys, ns = (list(map(str.encode, v)) for v in (x_names, y_names, names))
+    if max(map(len, chain(xs, ys, ns)), default=0) < 128:  # one-byte lengths: one format
+        xl, yl, nl = (list(map(len, v)) for v in (xs, ys, ns))
+        data = list(map(_GEMM.__mod__, zip(xl, xs, wbs, yl, ys, nl, ns, strict=True)))
+    else:
+        data = [_gemm_bytes(x.decode(), "", "", y.decode(), n.decode(), weights=wb)
+                for x, wb, y, n in zip(xs, wbs, ys, ns, strict=True)]
+    sites = dict(zip(add_ids, zip(mm_ids, data, strict=True), strict=True))
+    written = Written(list(zip(x_names, w_names, b_names, strict=True)),
+                      list(zip(y_names)), names, ["Gemm"] * len(names))
+    return sites, written
+
+
+def _every(ops: list[str], op: str) -> list[int]:
+    """Every position of ``op`` in ``ops`` by one C-level pass (where it is common: a
+    :func:`~onnxsurgeon.index.positions` scan costs a call per match)."""
+    return list(compress(range(len(ops)), map(eq, ops, repeat(op))))
+
+
+def _pair_type(wt: onnx.TensorProto, bt: onnx.TensorProto) -> int | None:
+    """The element type of a Gemm with weight ``wt`` and bias ``bt``, or None when they make
+    none (the weight 2-D of a float type, the bias of that type broadcast over its last dim)."""
+    if len(wt.dims) != 2 or wt.data_type not in FLOATS or bt.data_type != wt.data_type:
+        return None
+    n = wt.dims[1]
+    if tuple(bt.dims) not in ((), (1,), (n,), (1, n), (1, 1)):
+        return None
+    return int(wt.data_type)
 
 
 def _conv_bn(facts: _Facts, nodes: Sequence[onnx.NodeProto], bn_at: int, names: NameAllocator
@@ -280,18 +431,19 @@ def _conv_bn(facts: _Facts, nodes: Sequence[onnx.NodeProto], bn_at: int, names: 
                            numpy_helper.from_array(new_b, b_name)]
 
 
-def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object,
-               opset: int) -> tuple[dict[int, str], list[dict[str, Any]]]:
+def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object, opset: int,
+               ops: list[str] | None = None) -> tuple[dict[int, str], list[dict[str, Any]]]:
     """The no-op nodes of the main graph (node -> the tensor its readers read instead; a chain
     of them reads the first input) and their ``fused`` entries. O(nodes); the type oracle only
-    when a Cast, Reshape or Transpose is a candidate."""
+    when a Cast, Reshape or Transpose is a candidate. ``ops``: every node's op type, when the
+    caller has them (else read here, C-level: only the candidates are read further)."""
     facts = _Facts(index, inputs, base_dir)
     found: dict[int, str] = {}
     fused: list[dict[str, Any]] = []
-    for i, node in enumerate(index.graph.node):
-        rule = NOOP_RULES.get(node.op_type)
-        if rule is None:
-            continue
+    nodes = index.graph.node
+    ops = list(map(_OP_TYPE, nodes)) if ops is None else ops
+    for i in sorted(chain.from_iterable(positions(ops, op) for op in NOOP_RULES)):
+        rule, node = NOOP_RULES[ops[i]], nodes[i]
         src = _noop_source(facts, node, opset)
         if src is None:
             continue
@@ -304,10 +456,11 @@ def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object,
     return found, fused
 
 
-def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
-                 opset: int) -> _Plan:
+def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object, opset: int,
+                 ops: list[str] | None = None) -> _Plan:
     """MatMul + Add -> Gemm and Conv + BatchNormalization -> Conv sites of the main graph (no
-    node in two sites). O(nodes); reads the weights of the Conv sites only."""
+    node in two sites). O(nodes); reads the weights of the Conv sites only. ``ops``: every
+    node's op type, when the caller has them."""
     facts = _Facts(index, inputs, base_dir)
     plan = _Plan()
     nodes = index.graph.node
@@ -315,18 +468,35 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object,
         return plan
     names: NameAllocator | None = None
     used: set[int] = set()
-    ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
+    if ops is None:
+        ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
     if "MatMul" in ops:
         facts.type_all()
-    for i in sorted([*positions(ops, "Add"), *positions(ops, "BatchNormalization")]):
+    found = _gemm_sites(facts, nodes, ops) if "MatMul" in ops else ({}, None)
+    sites = found[0] if found is not None else None
+    label = index.node_label
+    edges = index.known_int_graph()
+    if edges is not None:  # the names as load read them: no node touched for its label
+        enames = edges.names
+
+        def label(i: int) -> str:
+            return enames[i] or f"{ops[i]}#{i}"
+    bns = positions(ops, "BatchNormalization")
+    if sites is not None and not bns:  # Gemms only (a MatMul is in one site at most)
+        plan.gemms, plan.written = sites, found[1] if found is not None else None
+        firsts = list(map(label, map(_FIRST, sites.values())))
+        plan.fused = [{"rule": "matmul_add_gemm", "nodes": [first, label(i)], "into": first}
+                      for first, i in zip(firsts, sites, strict=True)]
+        return plan
+    for i in sorted([*(positions(ops, "Add") if sites is None else sites), *bns]):
         if ops[i] == "Add":
-            got = _gemm(facts, nodes, ops, i)
+            got = sites[i] if sites is not None else _gemm(facts, nodes, ops, i)
             if got is not None and got[0] not in used:
                 used.update((i, got[0]))
                 plan.gemms[i] = got
-                plan.fused.append({"rule": "matmul_add_gemm",
-                                   "nodes": [index.node_label(got[0]), index.node_label(i)],
-                                   "into": index.node_label(got[0])})
+                first = label(got[0])
+                plan.fused.append({"rule": "matmul_add_gemm", "nodes": [first, label(i)],
+                                   "into": first})
         else:
             if names is None:
                 names = NameAllocator.for_index(index)
@@ -350,11 +520,19 @@ def apply_noops(e: Edit, index: GraphIndex, noops: Mapping[int, str]) -> None:
 
 def apply_fusions(e: Edit, plan: _Plan) -> None:
     """Each site's two nodes replaced by the one made, at the second's place (through ``e``)."""
-    removed: set[int] = set()
-    inserted: dict[int, list[onnx.NodeProto]] = {}
-    for second, (first, made) in (*plan.gemms.items(), *plan.convs.items()):
+    removed = set(plan.gemms)
+    removed.update(map(_FIRST, plan.gemms.values()))
+    inserted = dict(zip(plan.gemms, zip(repeat(1), node_entries(
+        list(map(_SECOND, plan.gemms.values())))), strict=True))
+    for second, (first, made) in plan.convs.items():
         removed.update((first, second))
-        inserted[second] = [made]
+        inserted[second] = (1, node_entries([made.SerializeToString()])[0])
     if plan.tensors:
         e.add_initializers(plan.tensors, made=True)
-    e.replace_nodes(removed, inserted)
+    if plan.written is not None and not plan.convs and plan.gemms:
+        # every Gemm is the stand-in but for its names: the save checks its schema once
+        e.splice_nodes(removed, inserted, written=plan.written,
+                       stand_ins=[onnx.NodeProto(op_type="Gemm", input=["x", "w", "b"],
+                                                 output=["y"])])
+    else:
+        e.splice_nodes(removed, inserted)
