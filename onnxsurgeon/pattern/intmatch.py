@@ -183,6 +183,8 @@ class IntMatcher:
             if not self.eops[g]:
                 raise Unsure  # which output of a multi-output node: the names decide
             return self._node(ref, g)
+        if g >= 0 and not self.eops[g] and len(self.nodes[g].output) != 1:
+            raise Unsure  # which output of a multi-output node: the names decide
         t = self.t
         bound = t.get(ref)
         if bound is not None:
@@ -329,6 +331,7 @@ class Sweep:
                     several |= c_several & ok_o
                 else:  # a pattern input: any tensor but an omitted one
                     ok_o &= child != -1
+                    ask |= ok_o & (child >= 0) & (E[np.maximum(child, 0)] == 0)  # which output
                     sub_tens[ref] = child
             take = ok_o & ~chosen
             for k, v in sub_nodes.items():
