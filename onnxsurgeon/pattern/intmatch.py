@@ -366,9 +366,13 @@ class Sweep:
                 bad |= t == a
         ask = ask | (ok & bad)
         self.order, self.names = order, list(tens)
-        self.rows: list[tuple[int, ...]] = list(zip(*(c.tolist() for c in cols), strict=True))
+        self.ncols: list[list[int]] = [c.tolist() for c in cols]
+        """Per pattern node (in ``order``), the graph node bound to it at each anchor."""
+        self.rows: list[tuple[int, ...]] = list(zip(*self.ncols, strict=True))
         """Per anchor, the graph nodes bound to the pattern nodes (in ``order``)."""
-        self.trows = list(zip(*(tens[k].tolist() for k in self.names), strict=True))
+        self.tcols: list[list[int]] = [tens[k].tolist() for k in self.names]
+        """Per pattern input (in ``names``), the tensor id bound to it at each anchor."""
+        self.trows = list(zip(*self.tcols, strict=True))
         return np.where(ask, ASK, np.where(ok, np.where(several, SEVERAL, ONLY), NO)).tolist()
 
     def bound(self, k: int) -> tuple[dict[int, int], dict[str, int]]:
