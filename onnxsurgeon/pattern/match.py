@@ -35,7 +35,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -544,8 +544,8 @@ def _swept_match(sweep: Sweep, scope: _Scope, used: set[int]
             return _int_match(fast, scope, sweep.bound(k), used)
         nodes = tuple(sorted(row))
         used.update(nodes)
-        return Match(scope.path, nodes, tuple(map(label, nodes)), inputs,
-                     dict.fromkeys(keys, out), {}, ())
+        return Match(scope.path, nodes, tuple(map(label, nodes)),
+                     cast("dict[str, str]", inputs), dict.fromkeys(keys, out), {}, ())
 
     return made
 
