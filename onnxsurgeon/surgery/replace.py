@@ -126,8 +126,9 @@ class _SiteTypes:
         index = self.index
         vi = self.declared.get(name)
         key: _Key
-        if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            key = vi.type.SerializeToString(deterministic=True)
+        t = vi.type if vi is not None else None
+        if t is not None and t.tensor_type.elem_type:  # read only: sets no field; 0 unless set
+            key = t.SerializeToString(deterministic=True)
         elif self.initializers.get(name, -1) >= 0:
             init = index.graph.initializer[self.initializers[name]]
             key = int(init.data_type), tuple(init.dims)
