@@ -160,3 +160,35 @@ def test_many_claims_merge_into_one_set():
     assert len(names._pending) <= _PROBES
     assert not names.claim(["n5"]) and not names.claim(["c"]) and names.claim(["z"])
     assert names.fresh("n5") == "n5__1"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (b"""g (float[2] p) => (float[2] y) { y = Relu(p) }""",
+     [({"p": "s0"}, {"y": "r0"}), ({"p": "s1"}, {"y": "r1"})]),
+    (b"""g (float[2] p, float[2] q) => (float[2] y) {
+            a = Relu(p)
+            y = Add(a, q)
+        }""", [({"p": "s1", "q": "s0"}, {"y": "a1"})]),
+    (b"""g (float[2] p) => (float[2] y) { y = Add(p, p) }""", []),
+])
+def test_a_pattern_input_bound_to_a_second_output_names_that_output(text, want):
+    """Split -> two branches: a pattern input read from the Split's second output is bound
+    to that output's name (not the first one's), and one pattern input read twice never
+    binds two different outputs of the same node (the int graph has one id per node)."""
+    nodes = [helper.make_node("Split", ["x"], ["s0", "s1"], axis=0, num_outputs=2),
+             helper.make_node("Relu", ["s0"], ["r0"]),
+             helper.make_node("Relu", ["s1"], ["r1"]),
+             helper.make_node("Add", ["r1", "s0"], ["a1"]),
+             helper.make_node("Add", ["s0", "s1"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2]) for o in ("r0", "a1", "y")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(m)
+    pattern = load_pattern(text)
+    fast = find_matches(GraphIndex(m), pattern)
+    with pytest.MonkeyPatch.context() as names_only:
+        names_only.setattr(match_mod, "plan_ok", lambda p: False)
+        named = find_matches(GraphIndex(m), pattern)
+    assert [(mt.inputs, mt.outputs) for mt in fast.matches] == want
+    assert fast.matches == named.matches

@@ -183,6 +183,8 @@ class IntMatcher:
             if not self.eops[g]:
                 raise Unsure  # which output of a multi-output node: the names decide
             return self._node(ref, g)
+        if g >= 0 and not self.eops[g] and len(self.nodes[g].output) != 1:
+            raise Unsure  # which output of a multi-output node: the names decide
         t = self.t
         bound = t.get(ref)
         if bound is not None:
@@ -329,6 +331,7 @@ class Sweep:
                     several |= c_several & ok_o
                 else:  # a pattern input: any tensor but an omitted one
                     ok_o &= child != -1
+                    ask |= ok_o & (child >= 0) & (E[np.maximum(child, 0)] == 0)  # which output
                     sub_tens[ref] = child
             take = ok_o & ~chosen
             for k, v in sub_nodes.items():
@@ -363,9 +366,13 @@ class Sweep:
                 bad |= t == a
         ask = ask | (ok & bad)
         self.order, self.names = order, list(tens)
-        self.rows: list[tuple[int, ...]] = list(zip(*(c.tolist() for c in cols), strict=True))
+        self.ncols: list[list[int]] = [c.tolist() for c in cols]
+        """Per pattern node (in ``order``), the graph node bound to it at each anchor."""
+        self.rows: list[tuple[int, ...]] = list(zip(*self.ncols, strict=True))
         """Per anchor, the graph nodes bound to the pattern nodes (in ``order``)."""
-        self.trows = list(zip(*(tens[k].tolist() for k in self.names), strict=True))
+        self.tcols: list[list[int]] = [tens[k].tolist() for k in self.names]
+        """Per pattern input (in ``names``), the tensor id bound to it at each anchor."""
+        self.trows = list(zip(*self.tcols, strict=True))
         return np.where(ask, ASK, np.where(ok, np.where(several, SEVERAL, ONLY), NO)).tolist()
 
     def bound(self, k: int) -> tuple[dict[int, int], dict[str, int]]:

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -515,6 +515,41 @@ def _int_match(fast: IntMatcher, scope: _Scope, found: tuple[dict[int, int], dic
                  {c: name(t[c]) for c in p.constants if c in t}, tuple(sorted(dead)))
 
 
+def _swept_match(sweep: Sweep, scope: _Scope, used: set[int]
+                 ) -> Callable[[int, tuple[int, ...]], Match] | None:
+    """``(k, row) -> Match`` for the sweep's bindings at its ``k``-th anchor (``row``:
+    :attr:`Sweep.rows`), the same :class:`Match` as :func:`_int_match` gives for them, its
+    nodes joining ``used``. The bound tensors' names come per column from one table (leaf
+    ids and the producer map inverted: a single-output node's one name; the sweep and the
+    walk leave every multi-output node to the names), not from the protos per site. None when the pattern has constants (their Constant
+    nodes need :func:`_int_match`'s count) or no input."""
+    fast = sweep.fast
+    p = fast.p
+    if p.constants or not sweep.names:
+        return None
+    producer = scope.producer
+    table: dict[int, str] = dict(zip(producer.values(), producer.keys(), strict=True))
+    table.update(fast.leaves)
+    get = table.get
+    cols = [(pin, list(map(get, sweep.tcols[sweep.names.index(pin)])))
+            for pin in p.inputs if pin in sweep.names]
+    outs = list(map(get, sweep.ncols[sweep.order.index(fast.anchor)]))
+    keys = p.outputs
+    label = fast.label
+
+    def made(k: int, row: tuple[int, ...]) -> Match:
+        inputs = {pin: col[k] for pin, col in cols}
+        out = outs[k]
+        if out is None or None in inputs.values():  # an unnamed output: as the walk's
+            return _int_match(fast, scope, sweep.bound(k), used)
+        nodes = tuple(sorted(row))
+        used.update(nodes)
+        return Match(scope.path, nodes, tuple(map(label, nodes)),
+                     cast("dict[str, str]", inputs), dict.fromkeys(keys, out), {}, ())
+
+    return made
+
+
 def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                  bodies: bool = True) -> Matches:
     """Every non-overlapping match of ``pattern`` in the indexed model (see the module
@@ -540,6 +575,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         anchors = positions(scope.ops, op)
         sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
         swept = sweep.run(anchors) if sweep is not None else []
+        made = _swept_match(sweep, scope, used) if sweep is not None else None
         for k, gn in enumerate(anchors):
             tried += 1
             if gn in used:
@@ -552,8 +588,10 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 if said == NO:
                     continue
                 if said != ASK:
-                    if used.isdisjoint(sweep.rows[k]):
-                        matches.append(_int_match(fast, scope, sweep.bound(k), used))
+                    row = sweep.rows[k]
+                    if used.isdisjoint(row):
+                        matches.append(made(k, row) if made is not None
+                                       else _int_match(fast, scope, sweep.bound(k), used))
                         continue
                     if said == ONLY:  # the one binding that fits takes a taken node
                         continue

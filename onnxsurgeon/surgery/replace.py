@@ -126,8 +126,9 @@ class _SiteTypes:
         index = self.index
         vi = self.declared.get(name)
         key: _Key
-        if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            key = vi.type.SerializeToString(deterministic=True)
+        t = vi.type if vi is not None else None
+        if t is not None and t.tensor_type.elem_type:  # read only: sets no field; 0 unless set
+            key = t.SerializeToString(deterministic=True)
         elif self.initializers.get(name, -1) >= 0:
             init = index.graph.initializer[self.initializers[name]]
             key = int(init.data_type), tuple(init.dims)
@@ -313,15 +314,21 @@ def replace(
     main_sites = [site for site in found.matches if not site.graph]
     types = _SiteTypes(index, max(site.nodes[-1] for site in main_sites) + 1 if main_sites else 0)
     cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
-    key_of = types.key
-    for site in main_sites:  # the common case inline: a signature seen before
-        if tuple(map(key_of, [*map(site.inputs.__getitem__, p.inputs),
-                              *map(site.outputs.__getitem__, p.outputs)])) in cache:
+    key_of, known = types.key, types.memo.get
+    p_in, p_out = p.inputs, p.outputs
+    for site in main_sites:  # the common case inline: tensors typed before, a known signature
+        bound = [*map(site.inputs.__getitem__, p_in), *map(site.outputs.__getitem__, p_out)]
+        key = tuple(map(known, bound))
+        if None in key:
+            key = tuple(map(key_of, bound))
+        if key in cache:
             continue
         _check_site(site, block, p, types, cache, r.label)
     for site in found.matches:
+        at = site.nodes[-1]  # ascending
+        if at - site.nodes[0] + 1 == len(site.nodes):
+            continue  # no node between the site's own
         g = found.graphs[site.graph]
-        at = max(site.nodes)
         outs = set(site.outputs.values())
         inside = set(site.nodes)
         for j in range(min(site.nodes), at):
