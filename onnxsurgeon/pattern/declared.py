@@ -149,14 +149,41 @@ def type_clash(declared: Declared, path: str, inputs: Mapping[str, str],
     return None
 
 
-def int_fits(fast: IntMatcher, path: str, found: tuple[dict[int, int], dict[str, int]],
-             declared: Declared, lookup: TypeLookup) -> bool:
-    """Whether the int matcher's bindings (``found``: pattern node -> node, pattern tensor ->
-    int id) fit the types the pattern declares."""
-    p2g, t = found
-    name = fast.name_of
-    return type_clash(declared, path, {i: name(t[i]) for i in fast.p.inputs if i in t},
-                      {o: name(p2g[fast.anchor]) for o in fast.p.outputs}, lookup) is None
+class IntFilter:
+    """:func:`type_clash` for the int matcher's bindings (pattern node -> node, pattern tensor
+    -> int id): each graph tensor's type looked up once (a weight every match shares, the
+    output of one match that is the input of the next)."""
+
+    def __init__(self, fast: IntMatcher, path: str, declared: Declared,
+                 lookup: TypeLookup) -> None:
+        self.fast, self.path, self.lookup = fast, path, lookup
+        self.ins = [(i, declared[i]) for i in fast.p.inputs if i in declared]
+        self.outs = [declared[o] for o in fast.p.outputs if o in declared]
+        self.types: dict[int, tuple[int, int | None] | None] = {}
+
+    def _type(self, g: int) -> tuple[int, int | None] | None:
+        types = self.types
+        if g not in types:
+            types[g] = self.lookup(self.path, self.fast.name_of(g))
+        return types[g]
+
+    def fits(self, found: tuple[dict[int, int], dict[str, int]]) -> bool:
+        """Whether ``found`` fits the types the pattern declares."""
+        p2g, t = found
+        checks = [(t[i], want) for i, want in self.ins if i in t]
+        if self.outs:
+            g = p2g[self.fast.anchor]
+            checks.extend((g, want) for want in self.outs)
+        for g, want in checks:
+            have = self._type(g)
+            if have is not None and not _fits(want, have):
+                return False
+        return True
+
+
+def _fits(want: tuple[int, int | None], have: tuple[int, int | None]) -> bool:
+    return not (want[0] and have[0] and want[0] != have[0]) and not (
+        want[1] is not None and have[1] is not None and want[1] != have[1])
 
 
 def _dtype(elem: int) -> str:

@@ -548,6 +548,8 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         where = f"{scope.path}: " if scope.path else ""
         fast = _int_matcher(matcher, scope) if fits else None
         anchors = positions(scope.ops, op)
+        typed = _declared.IntFilter(fast, scope.path, declared, lookup) if (
+            fast is not None and declared) else None
         sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
         swept = sweep.run(anchors) if sweep is not None else []
         for k, gn in enumerate(anchors):
@@ -564,8 +566,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 if said != ASK:
                     if used.isdisjoint(sweep.rows[k]):
                         bound = sweep.bound(k)
-                        if not declared or _declared.int_fits(fast, scope.path, bound,
-                                                              declared, lookup):
+                        if typed is None or typed.fits(bound):
                             matches.append(_int_match(fast, scope, bound, used))
                         continue
                     if said == ONLY:  # the one binding that fits takes a taken node
@@ -576,8 +577,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 except Unsure:  # the names decide this anchor
                     pass
                 else:
-                    if found is not None and (not declared or _declared.int_fits(
-                            fast, scope.path, found, declared, lookup)):
+                    if found is not None and (typed is None or typed.fits(found)):
                         matches.append(_int_match(fast, scope, found, used))
                     continue
             st = matcher.at(anchor, gn)
