@@ -41,8 +41,8 @@ def run() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):  # a closed pipe: as the interpreter reports it
-        code = code or 120
+    except (OSError, ValueError):  # stdout closed by its reader (| head): see cli.EXIT_PIPE
+        code = code or 141
     os._exit(code)
 
 

@@ -2,7 +2,10 @@
 
 Exit codes: 0 success; 1 verification failed; 2 bad input or usage (one line on stderr naming the
 problem and the fix, no output file left behind); 3 internal error (a bug: please report it; set
-ONNXSURGEON_DEBUG=1 for the traceback).
+ONNXSURGEON_DEBUG=1 for the traceback); 141 standard output was closed before everything was
+written (``onnxsurgeon inspect M | head``: the reader's choice, not an error; nothing is printed
+on stderr; 141 is what a shell reports for a program a closed pipe stopped, so
+``set -o pipefail`` scripts see it).
 
 Every written model is checked with ``onnx.checker`` before the command succeeds: the full check
 (strict shape inference included) when the output has at most :data:`FULL_CHECK_MAX_NODES` nodes
@@ -41,6 +44,7 @@ from .cli_html import _check_html_path
 from .cli_io import EXIT_BAD_INPUT as EXIT_BAD_INPUT
 from .cli_io import EXIT_INTERNAL as EXIT_INTERNAL
 from .cli_io import EXIT_OK as EXIT_OK
+from .cli_io import EXIT_PIPE as EXIT_PIPE
 from .cli_io import EXIT_VERIFY_FAILED as EXIT_VERIFY_FAILED
 from .cli_io import _isolation
 from .cli_io import _node_count as _node_count
@@ -111,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("onnxsurgeon: interrupted; no output was written\n")
         return 130
+    except BrokenPipeError:
+        return stdout_closed()
     except Exception as exc:  # noqa: BLE001 - the CLI never shows a traceback by default
         if os.environ.get("ONNXSURGEON_DEBUG"):
             raise
@@ -119,6 +125,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ONNXSURGEON_DEBUG=1 for a traceback and report it\n"
         )
         return EXIT_INTERNAL
+
+
+def stdout_closed() -> int:
+    """Standard output was closed by its reader (``| head``): point it at the null device, so
+    that the interpreter's final flush does not fail again, and return :data:`EXIT_PIPE`."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file descriptor (captured): nothing to flush
+        pass
+    return EXIT_PIPE
 
 
 EXTRAS = {"torch": "torch", "onnxscript": "torch", "tensorflow": "tf", "tf2onnx": "tf",

@@ -255,10 +255,12 @@ def _match(args: argparse.Namespace) -> int:
 
         pattern = load_pattern(framework_pattern(args, model, args.pattern),
                                any_constant=args.any_constant)
-        result = find_matches(index, pattern, explain=True) if args.explain else \
-            find_matches(index, pattern)
-        if not result.matches and not args.explain:
-            result = find_matches(index, pattern, explain=True)  # the misses for the message
+        from .surgery.replace import site_type_lookup
+
+        types = site_type_lookup(index)  # the site types replace compares, the same matches
+        result = find_matches(index, pattern, explain=bool(args.explain), types=types)
+        if not result.matches and not args.explain:  # the misses for the message
+            result = find_matches(index, pattern, explain=True, types=types)
         sites = [m.to_json() for m in result.matches]
         misses = result.misses
         what = args.pattern

@@ -23,7 +23,8 @@ from .selectors import PREFIXES as SELECTOR_PREFIXES
 EXIT_CODES_HELP = (
     "exit codes: 0 success; 1 --verify (or verify) found a difference; 2 bad input or usage "
     "(one line on stderr naming the problem and the fix; nothing written); 3 internal error (a "
-    "bug: please report it; ONNXSURGEON_DEBUG=1 shows the traceback)"
+    "bug: please report it; ONNXSURGEON_DEBUG=1 shows the traceback); 141 standard output closed "
+    "early (| head), nothing else reported"
 )
 
 

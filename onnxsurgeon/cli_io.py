@@ -16,6 +16,8 @@ from typing import Any
 from .errors import UsageError
 
 EXIT_OK, EXIT_VERIFY_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_PIPE = 141
+"""Standard output closed early by its reader (``| head``): 128 + SIGPIPE, as a shell reports."""
 
 
 def _out(text: str) -> None:

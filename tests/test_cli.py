@@ -386,3 +386,29 @@ def test_the_program_flushes_everything_before_its_fast_exit(tmp_path):
     assert len(json.loads(proc.stdout)["node_list"]) == 1200
     proc = cli("extract", tmp_path / "missing.onnx", "-o", tmp_path / "o.onnx", "--outputs", "y")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("reader", ["closed pipe", "head -c 0"])
+def test_stdout_closed_by_its_reader_is_exit_141_quietly(tmp_path, reader):
+    """``onnxsurgeon inspect M | head -c 0``: the reader closing the pipe before the answer is
+    written is not a bug: exit 141 (128 + SIGPIPE, as a shell reports), nothing on stderr."""
+    import os
+    import shlex
+
+    src = tmp_path / "chain.onnx"
+    src.write_bytes(builders.chain(400).SerializeToString())
+    cmd = [sys.executable, "-m", "onnxsurgeon", "inspect", str(src), "--json", "--nodes"]
+    if reader == "closed pipe":
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        proc = subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        os.close(write_end)
+        code, err = proc.returncode, proc.stderr
+    else:  # head exits at once, long before the interpreter has started and written anything
+        line = f"{shlex.join(cmd)} | head -c 0; exit ${{PIPESTATUS[0]}}"
+        proc = subprocess.run(["bash", "-c", line], stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        code, err = proc.returncode, proc.stderr
+    assert code == 141, err
+    assert err == ""

@@ -515,3 +515,34 @@ def test_regression_sequence_of_maps_outputs_are_compared():
     assert not compare_arrays(a, [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.6}], exact=True).ok
     assert not compare_arrays(a, a[:1]).ok
     assert not compare_arrays(a, [{0: 0.25, 2: 0.75}, {0: 0.5, 1: 0.5}]).ok
+
+
+def _add_model(opset: int, elem: int) -> onnx.ModelProto:
+    vi = [helper.make_tensor_value_info(n, elem, [2]) for n in "xyz"]
+    graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "g", vi[:2], vi[2:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 3 if opset < 8 else 8
+    return model
+
+
+def test_a_missing_kernel_at_an_old_opset_advises_the_opset_command(tmp_path, capsys):
+    """onnx's pytorch-operator test models are at opset 6 (Add(6), Gemm(6)): onnxruntime has no
+    kernel for them, and every --verify names the conversion that fixes it; the converted model
+    verifies. A missing kernel at a current version (Add(14) on bfloat16) is not about the opset."""
+    from .cli_helpers import cli_main
+
+    old, out = tmp_path / "add6.onnx", tmp_path / "add13.onnx"
+    save(_add_model(6, TensorProto.FLOAT), old)
+    for argv in (["verify", old, old], ["rename", old, "-o", tmp_path / "r.onnx", "--map",
+                                        "z=w", "--verify"]):
+        code, _, err = cli_main(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1, err
+        assert "no kernel for Add at opset 6" in err
+        assert "onnxsurgeon opset MODEL -o OUT --to 13" in err
+    assert cli_main(capsys, "opset", old, "-o", out, "--to", "13")[0] == 0
+    assert cli_main(capsys, "verify", out, out)[0] == 0
+    from onnxsurgeon.verify.run import ModelRunError, new_session
+
+    with pytest.raises(ModelRunError, match=r"Add\(14\).*check the model") as refused:
+        new_session(_add_model(14, TensorProto.BFLOAT16).SerializeToString())
+    assert "opset MODEL" not in str(refused.value)

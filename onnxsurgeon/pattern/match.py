@@ -22,7 +22,10 @@ model where it occurs, the main graph first, then each If/Loop/Scan body, by the
 * a match whose inner tensors (computed by a matched node and not a pattern output) are read by a
   node outside it, or are graph outputs, is not a match; nor is one whose inputs are computed
   from its own outputs;
-* matches never overlap: anchors are tried in node order (topological) and the first match wins.
+* matches never overlap: anchors are tried in node order (topological) and the first match wins;
+* the element types and ranks P's inputs and outputs declare limit what they match (a filter on
+  each candidate before it is accepted: :mod:`onnxsurgeon.pattern.declared`); a candidate that
+  does not fit is a near miss, and only the first binding of an anchor is tried against it.
 
 Cost: O(nodes) C-level passes to bucket the nodes by op type, plus for each anchor candidate a
 walk bounded by the pattern's size (candidates x pattern size); no Python object per node.
@@ -42,6 +45,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from ..index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
+from . import declared as _declared
 from .intmatch import ASK, NO, ONLY, IntMatcher, Sweep, Unsure, plan_ok
 from .load import _DEFAULT, Pattern, _constant_value
 from .results import Match, Matches
@@ -551,10 +555,12 @@ def _swept_match(sweep: Sweep, scope: _Scope, used: set[int]
 
 
 def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
-                 bodies: bool = True) -> Matches:
+                 bodies: bool = True, types: _declared.TypeLookup | None = None) -> Matches:
     """Every non-overlapping match of ``pattern`` in the indexed model (see the module
     docstring for the rules). ``explain``: also one line per near miss, with the first reason.
-    ``bodies``: look inside If/Loop/Scan bodies too. A query: nothing changes.
+    ``bodies``: look inside If/Loop/Scan bodies too. ``types``: the site tensors' types the
+    pattern's declared ones are compared with (default: what each graph declares,
+    :func:`~onnxsurgeon.pattern.declared.declared_lookup`). A query: nothing changes.
 
     O(nodes) to bucket the anchor op type per graph, plus candidates x pattern size.
     """
@@ -566,6 +572,10 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
     tried = 0
     graphs: dict[str, onnx.GraphProto] = {}
     fits = not explain and plan_ok(p)
+    declared = _declared.declared_types(p)
+    lookup = _declared.declared_lookup(graphs, index)
+    if types is not None:
+        lookup = _declared.chained(types, lookup)
     for scope in (_scopes(index) if bodies else [_Scope(index.graph, "", 0, index)]):
         graphs[scope.path] = scope.graph
         used: set[int] = set()
@@ -573,6 +583,8 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         where = f"{scope.path}: " if scope.path else ""
         fast = _int_matcher(matcher, scope) if fits else None
         anchors = positions(scope.ops, op)
+        typed = _declared.IntFilter(fast, scope.path, declared, lookup) if (
+            fast is not None and declared) else None
         sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
         swept = sweep.run(anchors) if sweep is not None else []
         made = _swept_match(sweep, scope, used) if sweep is not None else None
@@ -590,8 +602,9 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 if said != ASK:
                     row = sweep.rows[k]
                     if used.isdisjoint(row):
-                        matches.append(made(k, row) if made is not None
-                                       else _int_match(fast, scope, sweep.bound(k), used))
+                        if typed is None or typed.fits(sweep.bound(k)):
+                            matches.append(made(k, row) if made is not None
+                                           else _int_match(fast, scope, sweep.bound(k), used))
                         continue
                     if said == ONLY:  # the one binding that fits takes a taken node
                         continue
@@ -601,13 +614,20 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 except Unsure:  # the names decide this anchor
                     pass
                 else:
-                    if found is not None:
+                    if found is not None and (typed is None or typed.fits(found)):
                         matches.append(_int_match(fast, scope, found, used))
                     continue
             st = matcher.at(anchor, gn)
             if st is None:
                 if explain:
                     misses.append(f"{where}{scope.label(gn)}: {matcher.reason or 'no match'}")
+                continue
+            clash = declared and _declared.type_clash(
+                declared, scope.path, {i: st.t[i] for i in p.inputs if i in st.t},
+                {o: st.t[o] for o in p.outputs}, lookup)
+            if clash:
+                if explain:
+                    misses.append(f"{where}{scope.label(gn)}: {clash}")
                 continue
             nodes = tuple(sorted(st.g2p))
             used.update(nodes)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
+from ..pattern.declared import TypeLookup, indexed_type
 from ..record import ReplaceRecord, add_rewrite
 from ..select import drop_missing, name_map
 from ..session import indexed
@@ -165,6 +167,35 @@ class _SiteTypes:
         return t.SerializeToString(deterministic=True) if t is not None else b"-"
 
 
+def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> TypeLookup:
+    """The site tensors' types :func:`~onnxsurgeon.pattern.find_matches` compares with what a
+    pattern declares: in the main graph the per-site checks' own (declared, initializer, the
+    cheap pass, inference: ``types``, made when not given); None in a body (find_matches then
+    reads what the body declares)."""
+    main = types if types is not None else _SiteTypes(index, len(index.graph.node))
+
+    seen: dict[_Key, tuple[int, int | None] | None] = {}
+    declared = partial(indexed_type, index)
+
+    def lookup(path: str, name: str) -> tuple[int, int | None] | None:
+        if path:
+            return None
+        known = declared(name)
+        if known is not None:
+            return known
+        key = main.key(name)
+        if isinstance(key, tuple):
+            return key[0], len(key[1])
+        if key not in seen:
+            t = _type_of(key)
+            shape = _shape(t)
+            seen[key] = None if t is None or not t.HasField("tensor_type") else (
+                _elem(t), len(shape) if shape is not None else None)
+        return seen[key]
+
+    return lookup
+
+
 def _type_of(key: _Key) -> onnx.TypeProto | None:
     """The TypeProto a :data:`_Key` stands for."""
     if isinstance(key, tuple):
@@ -187,8 +218,8 @@ def _infer(block: onnx.ModelProto, types: Sequence[onnx.TypeProto | None],
         inferred = onnx.shape_inference.infer_shapes(probe, check_type=True, strict_mode=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         first = (str(exc).strip().splitlines() or ["inference failed"])[0][:200]
-        raise RewriteError(f"replacement '{label}' cannot take this site's inputs ({first}); "
-                           "make it fit their shapes and dtypes") from None
+        raise RewriteError(f"{label} cannot take this site's inputs ({first}); make it fit "
+                           "their shapes and dtypes") from None
     return [vi.type if vi.type.WhichOneof("value") else None for vi in inferred.graph.output]
 
 
@@ -229,7 +260,7 @@ def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins
         want = vi.type if vi.type.WhichOneof("value") else None
         check_types(f"site {site.labels[-1]}: replacement input '{vi.name}'", vi.name, name,
                     _elem(want), _elem(t), _shape(want), _shape(t))
-    inferred = _infer(r, in_types, label)
+    inferred = _infer(r, in_types, f"site {site.labels[-1]}: replacement '{label}'")
     for k, (name, got, have_t) in enumerate(zip(outs, inferred, out_types, strict=True)):
         have = _elem(have_t)
         if have and _elem(got) and have != _elem(got):
@@ -293,9 +324,11 @@ def replace(
             "position, so give them the same numbers")
     tolerance = _tolerance(tolerance)
     index = indexed(m)  # load's int dataflow graph rides along when the model is unchanged
-    found = find_matches(index, p)
+    types = _SiteTypes(index, len(index.graph.node))
+    lookup = site_type_lookup(index, types)
+    found = find_matches(index, p, types=lookup)
     if not found.matches:
-        found = find_matches(index, p, explain=True)  # the first near miss for the message
+        found = find_matches(index, p, explain=True, types=lookup)  # the first near miss for the message
         first = found.misses[0] if found.misses else "no node of the anchor's op type"
         raise RewriteError(f"pattern '{p.label}' matches nothing ({found.candidates} candidates; "
                            f"first: {first}); run 'onnxsurgeon match --explain' for every miss")
@@ -312,7 +345,6 @@ def replace(
     opsets = merge_opsets(block, host, r.label)
     functions = merge_functions(block, host)
     main_sites = [site for site in found.matches if not site.graph]
-    types = _SiteTypes(index, max(site.nodes[-1] for site in main_sites) + 1 if main_sites else 0)
     cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
     key_of, known = types.key, types.memo.get
     p_in, p_out = p.inputs, p.outputs

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -124,10 +125,39 @@ def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = No
         return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several unrelated types
+        old = _old_opset_kernel(str(exc))
+        if old is not None:
+            raise ModelRunError(
+                f"onnxruntime cannot load model '{name}': it has no kernel for {old[0]} at "
+                f"opset {old[1]} (an old version of the op); convert the model first: "
+                f"onnxsurgeon opset MODEL -o OUT --to {_ADVISED_OPSET}, then rerun on OUT"
+            ) from None
         raise ModelRunError(
             f"onnxruntime cannot load model '{name}': {_first_line(exc)}; check the model "
             "with 'onnxsurgeon inspect' and onnx.checker"
         ) from None
+
+
+_ADVISED_OPSET = 13
+"""The opset ``opset --to`` is advised to when onnxruntime lacks a kernel at an older one."""
+
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\)")
+
+
+def _old_opset_kernel(text: str) -> tuple[str, int] | None:
+    """(op, version) when onnxruntime's refusal ``text`` is a missing kernel for a standard ONNX
+    op at a version older than :data:`_ADVISED_OPSET` that a newer version of the op replaced
+    (Add(6), Gemm(6) of old exporters): converting the opset is the fix. None otherwise (a
+    missing kernel for an input type, a custom op: converting would not help)."""
+    found = _NO_KERNEL.search(text)
+    if found is None:
+        return None
+    op, version = found.group(1), int(found.group(2))
+    try:
+        newest = onnx.defs.get_schema(op, _ADVISED_OPSET, "").since_version
+    except onnx.defs.SchemaError:
+        return None
+    return (op, version) if version < _ADVISED_OPSET and newest > version else None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,108 @@
+"""The element types and ranks a pattern declares limit what it matches (issue 28): a float
+rank-1 pattern skips the rank-4 and the double sites (near misses, with the reason) instead of
+making ``replace`` refuse the whole call; symbolic dims match any rank. Hand-built graphs, the
+counts against an independent count from onnx shape inference."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+import pytest
+
+from onnxsurgeon.index import GraphIndex
+from onnxsurgeon.pattern import find_matches, load_pattern
+from tests.cli_helpers import cli_main
+
+MIXED = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,2,3,4] x4, float[4] x1, double[4] d1) => (float[1,2,3,4] a, float[4] b, double[4] c,
+                                                  float[1,2,3,4] e3, float[4] g2) {
+    a = Relu(x4)
+    b = Relu(x1)
+    c = Relu(d1)
+    e = Neg(x4)
+    e2 = Relu(e)
+    e3 = Neg(e2)
+    g1 = Neg(x1)
+    g2 = Relu(g1)
+}"""
+RANK1 = "g (float[4] p) => (float[4] r) { r = Relu(p) }"
+ANY_RANK = "g (float[N] p) => (float[N] r) { r = Relu(p) }"
+DOUBLE = "g (double[N] p) => (double[N] r) { r = Relu(p) }"
+WANT = {RANK1: (onnx.TensorProto.FLOAT, 1), ANY_RANK: (onnx.TensorProto.FLOAT, None),
+        DOUBLE: (onnx.TensorProto.DOUBLE, None)}
+
+
+def _independent(m: onnx.ModelProto, elem: int, rank: int | None) -> list[str]:
+    """The Relu nodes whose input has that element type (and rank), by shape inference."""
+    inferred = onnx.shape_inference.infer_shapes(m)
+    types = {vi.name: vi.type.tensor_type for vi in [*inferred.graph.input,
+                                                     *inferred.graph.value_info]}
+    return [f"Relu#{i}" for i, n in enumerate(m.graph.node) if n.op_type == "Relu"
+            and types[n.input[0]].elem_type == elem
+            and (rank is None or len(types[n.input[0]].shape.dim) == rank)]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("types")
+    m = onnx.parser.parse_model(MIXED)
+    onnx.save(m, folder / "mixed.onnx")
+    for k, text in enumerate(WANT):
+        (folder / f"p{k}.txt").write_text(text)
+    return m, folder
+
+
+@pytest.mark.parametrize("k", range(len(WANT)))
+def test_declared_types_limit_the_matches_to_an_independent_count(mixed, capsys, k):
+    m, folder = mixed
+    text = list(WANT)[k]
+    expected = _independent(m, *WANT[text])
+    assert expected  # every pattern has sites, and the rank-1 one skips some float ones
+    for extra in ([], ["--explain"]):  # the int fast path, and the name walk
+        code, out, err = cli_main(capsys, "match", folder / "mixed.onnx", "--pattern",
+                                  folder / f"p{k}.txt", "--json", *extra)
+        assert code == 0, err
+        assert [s["nodes"] for s in json.loads(out)["sites"]] == [[n] for n in expected]
+
+
+def test_near_misses_name_the_type_that_does_not_fit(mixed, capsys):
+    m, folder = mixed
+    code, out, _ = cli_main(capsys, "match", folder / "mixed.onnx", "--pattern",
+                            folder / "p0.txt", "--explain")
+    assert code == 0
+    assert "'x4' has rank 4; the pattern declares rank 1" in out
+    assert "'d1' is float64; the pattern declares float32" in out
+    assert "'e' has rank 4" in out  # known by inference only: no value_info
+    # find_matches alone compares what the graph declares: 'e' and 'e2' state no type
+    declared = find_matches(GraphIndex(m), load_pattern(RANK1.encode()), explain=True)
+    assert [s.labels for s in declared.matches] == [("Relu#1",), ("Relu#4",), ("Relu#7",)]
+    assert any("'d1' is float64; the pattern declares float32" in x for x in declared.misses)
+
+
+def test_replace_acts_at_the_sites_that_fit_and_refuses_one_r_cannot_take(mixed, capsys,
+                                                                          tmp_path):
+    m, folder = mixed
+    r = tmp_path / "r.txt"
+    r.write_text("g (float[4] p) => (float[4] r) { n = Neg(p)\n t = Neg(n)\n r = Relu(t) }")
+    out = tmp_path / "out.onnx"
+    code, text, err = cli_main(capsys, "replace", folder / "mixed.onnx", "-o", out, "--pattern",
+                               folder / "p0.txt", "--replacement", r, "--json", "--verify")
+    assert code == 0, err
+    assert json.loads(text)["matches"] == len(_independent(m, onnx.TensorProto.FLOAT, 1)) == 2
+    new = onnx.load(out)
+    assert [n.op_type for n in new.graph.node].count("Neg") == 3 + 2 * 2  # 3 kept, 2 per replaced site
+    feeds = {"x4": np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype(np.float32),
+             "x1": np.array([-1, 2, -3, 4], np.float32), "d1": np.array([-1, 2, -3, 4.0])}
+    run = [ort.InferenceSession(x.SerializeToString()).run(None, feeds) for x in (m, new)]
+    for a, b in zip(*run, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # any rank in P, rank 1 in R: the rank-4 float sites are P's matches that R cannot take
+    code, _, err = cli_main(capsys, "replace", folder / "mixed.onnx", "-o", tmp_path / "o2.onnx",
+                            "--pattern", folder / "p1.txt", "--replacement", r)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "site Relu#0" in err
+    assert not (tmp_path / "o2.onnx").exists()
