@@ -17,6 +17,7 @@ import argparse
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,6 +121,7 @@ def main() -> None:
     print(text)
     if args.out is not None:
         args.out.write_text(text)
+    shutil.rmtree(folder, ignore_errors=True)  # the built chains: nothing left in the temp dir
 
 
 if __name__ == "__main__":
