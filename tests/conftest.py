@@ -108,12 +108,11 @@ GPT2_DIMS = {"layers": 3, "embd": 32, "heads": 2, "vocab": 64, "batch": 1, "seq"
 """The configuration of the ``gpt2`` fixture (its hand counts in tests/test_profile.py)."""
 
 
-@pytest.fixture(scope="session")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A transformers GPT2Model (GPT2_DIMS, random seeded weights) exported by torch.onnx
-    (dynamo) at input_ids [batch, seq]: built once per session (~25 s)."""
-    import warnings
-
+def gpt2_module():  # type: ignore[no-untyped-def]
+    """A transformers GPT2Model of GPT2_DIMS (seed 0; non-zero biases: the dynamo exporter drops
+    zero ones) wrapped to take ``input_ids`` alone (an explicit mask skips the packed-sequence
+    check), in eval mode: what the ``gpt2`` fixture and the TorchScript export of
+    tests/test_profile.py export."""
     import torch
     import transformers
 
@@ -123,7 +122,7 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                   vocab_size=d["vocab"], n_positions=16, use_cache=False,
                                   return_dict=False)
     inner = transformers.GPT2Model(cfg).eval()
-    with torch.no_grad():  # non-zero biases: the exporter drops zero ones
+    with torch.no_grad():
         for name, param in inner.named_parameters():
             if name.endswith("bias"):
                 param.uniform_(-0.1, 0.1)
@@ -134,15 +133,27 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
             self.m = inner
 
         def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-            # an explicit mask skips the packed-sequence check
             return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))[0]
 
+    return Wrap().eval()
+
+
+@pytest.fixture(scope="session")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`gpt2_module` exported by torch.onnx (dynamo) at input_ids [batch, seq]: built once
+    per session (~25 s)."""
+    import warnings
+
+    import torch
+
+    d = GPT2_DIMS
+    module = gpt2_module()
     ids = torch.randint(0, d["vocab"], (d["batch"], d["seq"]),
                         generator=torch.Generator().manual_seed(0))
     path = tmp_path_factory.mktemp("gpt2") / "gpt2.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prog = torch.onnx.export(Wrap().eval(), (ids,), dynamo=True, verbose=False)
+        prog = torch.onnx.export(module, (ids,), dynamo=True, verbose=False)
     prog.save(str(path))
     return path
 

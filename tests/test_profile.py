@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from onnxsurgeon.profile import ProfileBy, profile
 from tests.cli_helpers import cli_main
-from tests.conftest import GPT2_DIMS
+from tests.conftest import GPT2_DIMS, gpt2_module
 
 
 def _cnn(batch: int | str = 1) -> onnx.ModelProto:
@@ -183,27 +183,14 @@ def gpt2_torchscript(tmp_path_factory: pytest.TempPathFactory):
     import warnings
 
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     d = GPT2_DIMS
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=d["layers"], n_embd=d["embd"], n_head=d["heads"],
-                                  vocab_size=d["vocab"], n_positions=16, use_cache=False,
-                                  return_dict=False)
-    inner = transformers.GPT2Model(cfg).eval()
-
-    class Wrap(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = inner
-
-        def forward(self, input_ids):  # type: ignore[no-untyped-def]
-            return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))[0]
-
+    module = gpt2_module()
     path = tmp_path_factory.mktemp("gpt2_ts") / "gpt2_ts.onnx"
     ids = torch.zeros((d["batch"], d["seq"]), dtype=torch.int64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Wrap().eval(), (ids,), str(path), dynamo=False, opset_version=17,
+        torch.onnx.export(module, (ids,), str(path), dynamo=False, opset_version=17,
                           input_names=["input_ids"], output_names=["h"],
                           dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
                                         "h": {0: "batch", 1: "seq"}})
