@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
+from . import cli_values as _v
 from .cli_flags import EXIT_CODES_HELP, LIST_HELP, ListAction, split_ranges, whole
 from .cli_flags import HelpFormatter as _HelpFormatter
 from .cli_io import EXIT_BAD_INPUT
@@ -31,45 +32,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
 
 
-def _name(value: str) -> str:
-    """One name (any selector): a value holding ',' and '=' is a list or pairs given to a flag
-    that takes one name, a typo."""
-    if "," in value and "=" in value:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} looks like a list of pairs, but this flag takes one name")
-    return value
-
-
-def _pair(value: str) -> tuple[str, str]:
-    left, sep, right = value.partition("=")
-    if not sep or not left or not right:
-        raise argparse.ArgumentTypeError(f"expected A=B, got {value!r}")
-    return left, right
-
-
-def _one_pair(value: str, right_name: str, spelling: str, flag: str, why: str) -> tuple[str, str]:
-    """``A=B`` for a flag whose commas belong to the value (``split=whole``): a right side that
-    also holds ``=`` is two pairs run together, refused in one line."""
-    left, right = _pair(value)
-    if "," in right and "=" in right:
-        raise argparse.ArgumentTypeError(
-            f"the {right_name} in {value!r} holds ',' and '=': give each {spelling} its own "
-            f"{flag} ({why})")
-    return left, right
-
-
-def _attr(value: str) -> tuple[str, str]:
-    """``NODE.KEY=VALUE`` of ``set --attr`` (commas belong to the value: ints ``1,2,3``)."""
-    return _one_pair(value, "value", "NODE.KEY=VALUE", "--attr",
-                     "commas belong to the value here: ints 1,2,3")
-
-
-def _regex(value: str) -> tuple[str, str]:
-    """``PATTERN=REPLACEMENT`` of ``rename --regex`` (commas are regex syntax)."""
-    return _one_pair(value, "replacement", "PATTERN=REPLACEMENT", "--regex",
-                     "commas are regex syntax here, they do not split")
-
-
 def _add_pattern_framework_flags(p: argparse.ArgumentParser) -> None:
     """Match and replace: a pattern (and replacement) written as a framework function."""
     p.add_argument("--framework", choices=["tf", "torch"], default=None,
@@ -81,51 +43,8 @@ def _add_pattern_framework_flags(p: argparse.ArgumentParser) -> None:
                         "x:Nx16:float16 (default dtype float32)")
 
 
-def _tolerance(value: str) -> tuple[float, float]:
-    """``RTOL,ATOL`` -> (rtol, atol), both >= 0."""
-    try:
-        rtol, atol = (float(v) for v in value.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected RTOL,ATOL (two numbers), got {value!r}") from None
-    if rtol < 0 or atol < 0:
-        raise argparse.ArgumentTypeError(f"tolerances must be >= 0, got {value!r}")
-    return rtol, atol
-
-
-def _dim(value: str) -> tuple[str, int]:
-    name, right = _pair(value)
-    if not right.isdigit() or int(right) < 1:
-        raise argparse.ArgumentTypeError(f"dimension size must be a positive integer in {value!r}")
-    return name, int(right)
-
-
-def _range(value: str) -> tuple[str, tuple[float, float]]:
-    name, sep, bounds = value.rpartition("=")
-    lo, comma, hi = bounds.partition(",")
-    try:
-        low, high = float(lo), float(hi)
-    except ValueError:
-        comma = ""
-    if not comma or (sep and not name) or not low < high:
-        raise argparse.ArgumentTypeError(
-            f"expected LO,HI or NAME=LO,HI with LO < HI, got {value!r} (negative bounds: "
-            "--range=-1,1)")
-    return (name if sep else "*"), (low, high)
-
-
-def _budget(value: str) -> tuple[float, float]:
-    lo, comma, hi = value.partition(",")
-    try:
-        rtol, atol = float(lo), float(hi)
-    except ValueError:
-        comma = ""
-    if not comma or not (rtol >= 0 and atol >= 0):
-        raise argparse.ArgumentTypeError(f"expected RTOL,ATOL (two numbers >= 0), got {value!r}")
-    return rtol, atol
-
-
 def _add_input_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--range", dest="ranges", action=ListAction, item=_range, split=split_ranges,
+    p.add_argument("--range", dest="ranges", action=ListAction, item=_v.input_range, split=split_ranges,
                    default=[],
                    metavar="[NAME=]LO,HI",
                    help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
@@ -165,36 +84,14 @@ def _add_check_flag(p: argparse.ArgumentParser) -> None:
                         "strict shape inference, at any size (default: touched)")
 
 
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
-    return number
-
-
-def _positive_count(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
-    return int(value)
-
-
-def _positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number of MB, got {value!r}")
-    return int(value)
-
-
 def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--isolate", action="store_true",
                    help="run onnxruntime in a child process with time and memory limits "
                         "(for untrusted models)")
-    p.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--timeout", type=_v.positive_float, default=None, metavar="S",
                    help="with --isolate: seconds one load or run may take (default 30; implies "
                         "--isolate)")
-    p.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
+    p.add_argument("--memory-limit", type=_v.positive_int, default=None, metavar="MB",
                    help="with --isolate: address space of the child process in MB (default "
                         "4096; implies --isolate)")
 
@@ -214,15 +111,15 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
                    help="real input arrays for the check (.npz, one array per graph input of the "
                         "model the check runs, or a folder of them) instead of seeded random "
                         "inputs")
-    g.add_argument("--verify-samples", type=_positive_count, default=None, metavar="N",
+    g.add_argument("--verify-samples", type=_v.positive_count, default=None, metavar="N",
                    help="random input samples (default 2)")
     g.add_argument("--verify-seed", type=int, default=0, metavar="N",
                    help="seed of the random inputs")
-    g.add_argument("--verify-dim", dest="verify_dims", action=ListAction, item=_dim, nargs="+",
+    g.add_argument("--verify-dim", dest="verify_dims", action=ListAction, item=_v.dim, nargs="+",
                    default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
     names = ("--range", "--verify-range") if range_alias else ("--verify-range",)
-    g.add_argument(*names, dest="ranges", action=ListAction, item=_range, split=split_ranges,
+    g.add_argument(*names, dest="ranges", action=ListAction, item=_v.input_range, split=split_ranges,
                    default=[], metavar="[NAME=]LO,HI",
                    help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
                         "NAME= for one input (integers too, e.g. token ids); repeatable, or "
@@ -236,7 +133,7 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
     g.add_argument("--verify-deep", action="store_true",
                    help="also compare every tensor on the way to each checked output, layer by "
                         "layer (a differing one fails the check; the table goes to --json)")
-    g.add_argument("--verify-threads", type=_positive_int, default=None, metavar="N",
+    g.add_argument("--verify-threads", type=_v.positive_int, default=None, metavar="N",
                    help="onnxruntime threads per session (default: the machine's cores)")
     p.set_defaults(verify_advice=("--verify-inputs FILE.npz", "--verify-range LO,HI",
                                   "--verify-deep"))
@@ -252,20 +149,8 @@ def _add_verify_flag(p: argparse.ArgumentParser) -> None:
                    help="exit 0 (with a warning) when nothing compared could show a difference")
 
 
-def _byte_size(value: str) -> int:
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a size in bytes >= 0, got {value!r}")
-    return int(value)
-
-
-def _context(value: str) -> int:
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of hops >= 0, got {value!r}")
-    return int(value)
-
-
 def _add_context_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--context", type=_context, default=2, metavar="K",
+    p.add_argument("--context", type=_v.context, default=2, metavar="K",
                    help="hops of unchanged neighbours drawn around the changes (default 2)")
 
 
@@ -315,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="inputs, outputs, opsets, op histogram, weights")
     p.add_argument("model", metavar="MODEL", help="the .onnx file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--around", type=_name, metavar="T",
+    p.add_argument("--around", type=_v.one_name, metavar="T",
                    help="the neighbourhood of tensor T (its producer, readers and --context hops; "
                         "any selector); narrows --nodes/--tensors too")
     p.add_argument("--html", metavar="FILE.html", help="with --around: draw it as an HTML page")
@@ -323,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_inspect import add_listing_flags, add_profile_flags
 
     add_listing_flags(p)
-    add_profile_flags(p, _dim)
+    add_profile_flags(p, _v.dim)
 
     p = sub.add_parser("extract", help="the dependency closure of tensors as a standalone model")
     _add_model_io(p)
@@ -345,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="independent: the copy gets its own initializers; shared: it reads the "
                         "original's")
     p.add_argument("--prefix", default="copy/", metavar="P", help="name prefix of the copy")
-    p.add_argument("--replace-input", action=ListAction, item=_pair, nargs="+", default=[],
+    p.add_argument("--replace-input", action=ListAction, item=_v.pair, nargs="+", default=[],
                    metavar="A=B", help="the copy reads B wherever the original read A "
                                        "(several pairs A=B,C=D, or the flag repeated)")
     p.add_argument("--stop-at", "--stop", dest="stop", action=ListAction, nargs="+", default=[],
@@ -356,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("insert", help="splice a processing block in at a tensor")
     _add_model_io(p)
-    p.add_argument("--at", type=_name, required=True, metavar="T",
+    p.add_argument("--at", type=_v.one_name, required=True, metavar="T",
                    help="the activation to process (ONNX, TF ':0', node name or torch module "
                         "path); a selector (glob:encoder.layer.?.output, re:..., op:Relu) puts "
                         "one block at every match, in one rewrite")
@@ -384,9 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reroute", help="consumers of A read B instead")
     _add_model_io(p)
-    p.add_argument("--from", dest="source", type=_name, required=True, metavar="A",
+    p.add_argument("--from", dest="source", type=_v.one_name, required=True, metavar="A",
                    help="the tensor whose readers move (any selector)")
-    p.add_argument("--to", dest="target", type=_name, required=True, metavar="B",
+    p.add_argument("--to", dest="target", type=_v.one_name, required=True, metavar="B",
                    help="the tensor they read instead (any selector)")
     p.add_argument("--consumers", action=ListAction, default=None, metavar="NODE[,NODE...]",
                    help="only these readers of A: node names, torch module paths (the module's "
@@ -398,10 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rename", help="rename tensors (or nodes) keeping every reader and output")
     _add_model_io(p)
-    p.add_argument("--map", action=ListAction, item=_pair, nargs="+", default=[], metavar="OLD=NEW",
+    p.add_argument("--map", action=ListAction, item=_v.pair, nargs="+", default=[], metavar="OLD=NEW",
                    help="old name (any selector; glob:/re:/op: must match one name) -> new name "
                         "(several pairs a=b,c=d, or the flag repeated)")
-    p.add_argument("--regex", action=ListAction, item=_regex, split=whole, nargs="+", default=[],
+    p.add_argument("--regex", action=ListAction, item=_v.regex, split=whole, nargs="+", default=[],
                    metavar="PATTERN=REPLACEMENT",
                    help="re.sub over every other name (split at the first '='; \\1 for groups; "
                         "commas are regex syntax: one pair per value)")
@@ -421,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "nodes whose local error exceeds the budget or that overflow")
     p.add_argument("--inputs", dest="auto_inputs", metavar="DATA.npz|DIR", default=None,
                    help="real inputs for --auto-block (default: random, --range LO,HI)")
-    p.add_argument("--budget", type=_budget, default=None, metavar="RTOL,ATOL",
+    p.add_argument("--budget", type=_v.budget, default=None, metavar="RTOL,ATOL",
                    help="the error the outputs may have against float32 (default 1e-2,1e-3 for "
                         "fp16, 5e-2,1e-2 for bf16); --auto-block and --verify use it")
     _add_rewrite_flags(p)
@@ -446,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(p)
     _add_share_data_flag(p)
     _add_check_flag(p)
-    p.add_argument("--connect", action=ListAction, item=_pair, nargs="+", required=True,
+    p.add_argument("--connect", action=ListAction, item=_v.pair, nargs="+", required=True,
                    metavar="FIRST_OUT=SECOND_IN",
                    help="SECOND_IN reads FIRST's tensor FIRST_OUT (several pairs a=b,c=d, or the "
                         "flag repeated)")
@@ -483,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--any-constant", action=ListAction, default=[], metavar="NAME[,NAME...]",
                    help="pattern constants that match any constant of their dtype and rank")
     _add_pattern_framework_flags(p)
-    p.add_argument("--tolerance", type=_tolerance, default=None, metavar="RTOL,ATOL",
+    p.add_argument("--tolerance", type=_v.tolerance, default=None, metavar="RTOL,ATOL",
                    help="with --verify: R is compared with P at each site (and the outputs) "
                         "under these tolerances, for an R that computes the same function "
                         "differently (a fused op); default: exactly")
@@ -511,12 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("set", help="change node attributes or initializer values (type-checked)")
     _add_model_io(p)
-    p.add_argument("--attr", action=ListAction, item=_attr, split=whole, nargs="+", default=[],
+    p.add_argument("--attr", action=ListAction, item=_v.attr, split=whole, nargs="+", default=[],
                    metavar="NODE.KEY=VALUE",
                    help="attribute KEY of node NODE (split at the last '.') takes VALUE, parsed "
                         "per the op schema's type: 3, 0.5, text, ints 1,2,3, floats 0.5,1 "
                         "(one pair per value, the flag repeated)")
-    p.add_argument("--weight", action=ListAction, item=_pair, nargs="+", default=[],
+    p.add_argument("--weight", action=ListAction, item=_v.pair, nargs="+", default=[],
                    metavar="NAME=FILE.npy",
                    help="initializer NAME takes the values of FILE.npy (same dtype and shape)")
     p.add_argument("--reshape", action="store_true",
@@ -526,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     # ---- folding, dims and opsets (issue 30, part 2)
     p = sub.add_parser("fold", help="replace every subgraph of constants by its value")
     _add_model_io(p)
-    p.add_argument("--max-bytes", type=_byte_size, default=1 << 20, metavar="N",
+    p.add_argument("--max-bytes", type=_v.byte_size, default=1 << 20, metavar="N",
                    help="a folded value larger than N bytes stays computed (default 1048576)")
     p.add_argument("--no-fuse", dest="fuse", action="store_false",
                    help="fold only: no constant-weight simplification (by default fold also "
@@ -537,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dims", help="set input shapes or the batch; shape constants follow it")
     _add_model_io(p)
-    p.add_argument("--input", dest="input_shapes", action=ListAction, item=_pair, nargs="+",
+    p.add_argument("--input", dest="input_shapes", action=ListAction, item=_v.pair, nargs="+",
                    default=[], metavar="NAME=SHAPE",
                    help="graph input NAME gets SHAPE (1x3x224x224, batch x3x224x224 with a "
                         "symbol, or batch,3,224,224); several pairs, or the flag repeated")
@@ -554,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="compare two models numerically with onnxruntime")
     p.add_argument("reference", metavar="REFERENCE", help="the reference .onnx file")
     p.add_argument("candidate", metavar="CANDIDATE", help="the .onnx file checked against it")
-    p.add_argument("--pair", action=ListAction, item=_pair, nargs="+", default=[], metavar="R=C",
+    p.add_argument("--pair", action=ListAction, item=_v.pair, nargs="+", default=[], metavar="R=C",
                    help="compare reference output R with candidate output C (several pairs, or "
                         "the flag repeated); default: outputs with equal names")
     p.add_argument("--inputs", "--data", dest="inputs", metavar="FILE.npz|DIR",
@@ -565,9 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=None,
                    help="absolute tolerance (default: by dtype, 1e-5 for float32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--dim", action=ListAction, item=_dim, nargs="+", default=[], metavar="NAME=SIZE",
+    p.add_argument("--dim", action=ListAction, item=_v.dim, nargs="+", default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
-    p.add_argument("--samples", type=_positive_count, default=None, metavar="N",
+    p.add_argument("--samples", type=_v.positive_count, default=None, metavar="N",
                    help="random input samples (default 2)")
     _add_input_flags(p)
     p.set_defaults(verify_advice=("--inputs FILE.npz", "--range LO,HI", "--deep"))
@@ -583,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png",
                    help="with --deep: plot the error of every shared tensor against depth")
     p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
-    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--threads", type=_v.positive_int, default=None, metavar="N",
                    help="onnxruntime threads per session (default: the machine's cores)")
     p.add_argument("--against-tf", metavar="SOURCE",
                    help="instead of REFERENCE.onnx, compare CANDIDATE with this TF source "
@@ -646,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .cli_split import add_split_parser
 
-    add_split_parser(sub, _dim)
+    add_split_parser(sub, _v.dim)
 
     p = sub.add_parser("demo", help="run the whole job on the bundled models and print a report")
     p.add_argument("--files", metavar="DIR",
@@ -684,7 +569,7 @@ def _add_recipe_parsers(sub: Any, add_isolation_flags: Any) -> None:
                         "and nothing written if a check fails)")
     add_isolation_flags(p)
     _add_verify_options(p)  # every checkpoint's, a verify step's own keys first
-    p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+    p.add_argument("--jobs", type=_v.jobs, default=1, metavar="N",
                    help="fleet: models processed in parallel (processes; default 1)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="fleet: run the per-model tasks on Ray (alone: a private local instance "
@@ -699,7 +584,3 @@ def _add_recipe_parsers(sub: Any, add_isolation_flags: Any) -> None:
     p.add_argument("--json", action="store_true", help="JSON instead of YAML")
 
 
-def _jobs(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of jobs, got {value!r}")
-    return int(value)

@@ -19,9 +19,9 @@ from tests.cli_helpers import assert_refused, cli
 from tests.conftest import run
 
 # two sample items per item converter (a new converter must get its samples here)
-SAMPLES = {"str": ("a", "b"), "_pair": ("a=b", "c=d"), "_dim": ("n=2", "m=3"),
-           "_range": ("x=0,1", "y=-2,2"), "_regex": ("a{1,3}=b", "c=d"),
-           "_attr": ("n.pads=1,1", "m.alpha=0.5")}
+SAMPLES = {"str": ("a", "b"), "pair": ("a=b", "c=d"), "dim": ("n=2", "m=3"),
+           "input_range": ("x=0,1", "y=-2,2"), "regex": ("a{1,3}=b", "c=d"),
+           "attr": ("n.pads=1,1", "m.alpha=0.5")}
 
 
 def _commands() -> list[tuple[list[str], argparse.ArgumentParser]]:

@@ -33,7 +33,7 @@ LAYERS: dict[str, float] = {
     "notebook": 7.5,  # rich display; lower layers reach it only from `_repr_html_` (DISPLAY_HOOK)
     "recipe": 8, "cluster": 8, "demo": 8, "demo_models": 8, "cli": 8, "__main__": 8,
     "cli_flags": 8, "cli_inspect": 8, "cli_noise": 8, "cli_output": 8, "cli_split": 8,
-    "cli_parser": 8, "cli_io": 8, "cli_html": 8, "cli_verbs": 8, "cli_commands": 8,
+    "cli_parser": 8, "cli_values": 8, "cli_io": 8, "cli_html": 8, "cli_verbs": 8, "cli_commands": 8,
 }
 """Top-level module or subpackage of ``onnxsurgeon`` -> layer (ARCHITECTURE.md). An import must
 point to a lower layer, or stay inside its own module/subpackage; the orchestration layer (8: the

@@ -89,11 +89,11 @@ def _precision(model: Any, p: Mapping[str, Any], ctx: StepContext) -> dict[str, 
     import argparse
 
     from ..cli_flags import split_ranges
-    from ..cli_parser import _range
+    from ..cli_values import input_range
     from ..verify.precision import auto_block
 
     try:
-        ranges = dict(_range(item) for item in split_ranges(p["range"])) if p.get("range") \
+        ranges = dict(input_range(item) for item in split_ranges(p["range"])) if p.get("range") \
             else None
     except argparse.ArgumentTypeError as exc:
         raise UsageError(f"precision range: {exc}") from None
