@@ -45,6 +45,7 @@ import onnx
 from .external import attr_tensors
 from .index import GraphIndex, Use, positions
 from .io import Model
+from .order import reorder_nodes
 from .protos import (
     node_entries,
     rename_scoped,
@@ -56,7 +57,6 @@ from .record import in_ipython, remember_before
 from .session import hand_on
 from .splice import Written, splice_bytes
 from .upkeep import Upkeep
-from .validate import reorder_nodes
 
 __all__ = ["Edit", "keep_only"]
 
@@ -676,7 +676,7 @@ class Edit:
         """The nodes of ``graph`` (the main graph, a body or a local function) are in the order
         ``order`` (a permutation of their positions) now. The upkeep gives up when the main
         graph's order changes (ids move). The messages move in place, none copied
-        (:func:`~onnxsurgeon.validate.reorder_nodes`): O(nodes log nodes) C-level."""
+        (:func:`~onnxsurgeon.order.reorder_nodes`): O(nodes log nodes) C-level."""
         if list(order) == list(range(len(graph.node))):
             return
         if graph is self.graph:

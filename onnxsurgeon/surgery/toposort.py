@@ -24,9 +24,9 @@ import onnx
 from ..edit import Edit
 from ..index import body_captures, has_subgraphs, subgraphs
 from ..io import Model, as_model
+from ..order import stable_toposort
 from ..record import ToposortRecord, add_rewrite
 from ..session import indexed
-from ..validate import _stable_toposort
 
 __all__ = ["ToposortResult", "toposort"]
 
@@ -54,7 +54,7 @@ def _order(label: str, nodes: Sequence[onnx.NodeProto],
            producer: dict[str, int] | None = None) -> list[int] | None:
     """The stable topological order of ``nodes`` (one scope: names defined by these nodes;
     reads of anything else come from outside), or None when they are in order already.
-    O(nodes + edges) (a sort: Kahn on ints, :func:`~onnxsurgeon.validate._stable_toposort`).
+    O(nodes + edges) (a sort: Kahn on ints, :func:`~onnxsurgeon.order.stable_toposort`).
 
     Raises:
         InvalidModelError: a cycle (named).
@@ -78,7 +78,7 @@ def _order(label: str, nodes: Sequence[onnx.NodeProto],
         late = bool((src >= np.repeat(np.arange(len(nodes), dtype=np.int64), counts)).any())
     if not late:
         return None
-    return _stable_toposort(label, nodes, producer, captures)
+    return stable_toposort(label, nodes, producer, captures)
 
 
 def toposort(model: Model | onnx.ModelProto, /) -> ToposortResult:
