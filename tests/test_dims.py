@@ -385,3 +385,36 @@ def test_dims_expands_a_class_token_joined_at_batch_one(tmp_path, capsys):
     join = next(n for n in m.graph.node if n.name == "join")
     assert {n.output[0]: n.op_type for n in m.graph.node}[join.input[0]] == "Expand"
     assert shape_of(m.graph.output[0]) == ["batch", 4, 8]
+
+
+def test_dims_keeps_a_scalar_output_scalar_behind_a_sequence(tmp_path, capsys):
+    """A graph output of rank 0 that inference cannot follow (behind SplitToSequence) keeps its
+    empty shape: a shape cleared to "unknown rank" fails the checker (was exit 3)."""
+    g = helper.make_graph(
+        [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=-1),
+         helper.make_node("SequenceLength", ["seq"], ["len"])],
+        "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("len", TensorProto.INT64, [])])
+    src, out = tmp_path / "seq.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]), src)
+    code, _, err = cli_main(capsys, "dims", str(src), "-o", str(out), "--batch", "dynamic")
+    assert code == 0, err
+    written = onnx.load(out)
+    assert written.graph.output[0].type.tensor_type.HasField("shape")
+    assert shape_of(written.graph.output[0]) == []
+    assert shape_of(written.graph.input[0])[0] == "batch"
+    onnx.checker.check_model(written, full_check=True)
+
+
+def test_dims_names_an_unnamed_node_that_refuses_the_new_batch(tmp_path, capsys):
+    """StringNormalizer takes [C] or [1,C]: a dynamic batch is refused in one line naming the op,
+    though the node has no name (was exit 3: the checker failed the written model)."""
+    g = helper.make_graph(
+        [helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action="UPPER")],
+        "strnorm", [helper.make_tensor_value_info("x", TensorProto.STRING, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [1, 6])])
+    src, out = tmp_path / "strnorm.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]), src)
+    refused_in_process(capsys, ["dims", str(src), "-o", str(out), "--batch", "dynamic"],
+                       "a StringNormalizer node (unnamed) does not accept the new shapes",
+                       src=src, out=out)

@@ -124,6 +124,7 @@ def with_dims(vi: onnx.ValueInfoProto, dims: Sequence[Dim] | None) -> onnx.Value
         tt.ClearField("shape")
         if dims is not None:
             shape = tt.shape
+            shape.SetInParent()  # a scalar's empty shape is rank 0, not an unknown rank
             for d in dims:
                 dim = shape.dim.add()
                 if isinstance(d, int):

@@ -195,11 +195,12 @@ def _lost_outputs(proto: onnx.ModelProto, produced: Collection[str],
     try:
         onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as exc:
-        first = re.search(r"\(op_type:([^,]*), node name: ([^)]*)\): \[(?:Shape|Type)"
+        first = re.search(r"\(op_type:([^,)]*)(?:, node name: ([^)]*))?\): \[(?:Shape|Type)"
                           r"InferenceError\] ([^(]*)", " ".join(str(exc).split()))
         if first:
             op, node, why = first.groups()
-            raise UsageError(f"node '{node}' ({op}) does not accept the new shapes: "
+            where = f"node '{node}' ({op})" if node else f"a {op} node (unnamed)"
+            raise UsageError(f"{where} does not accept the new shapes: "
                              f"{why.strip()}; give a size its ops accept (the old size "
                              f"where a node fixes a dim)") from None
     return {name: [None] * len(dims) for name, dims in lost.items() if dims is not None}
