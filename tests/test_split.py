@@ -125,6 +125,19 @@ def test_bad_cuts_are_one_line_exit_2(tmp_path, capsys, argv, needle):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_one_node_model_is_refused_without_advising_the_stages_it_asked_for(tmp_path, capsys):
+    """One node cannot make 2 stages: the fix is not '--stages 2 or fewer' (what was asked)."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "one",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "one.onnx"
+    onnx.save(helper.make_model(g), str(path))
+    code, out, err = cli_main(capsys, "split", path, "-o", tmp_path / "out", "--stages", "2")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "the model has 1 node: it cannot make 2 stages; a model of fewer than 2 nodes" in err
+    assert "--stages 2 or fewer" not in err and not (tmp_path / "out").exists()
+
+
 def test_an_external_data_model_splits_into_stages_with_their_own_weights(tmp_path, capsys):
     rng = np.random.default_rng(0)
     inits, nodes, prev = [], [], "x"

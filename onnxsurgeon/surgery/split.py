@@ -201,8 +201,10 @@ def _plan(m: Model, stages: int | None, by: SplitBy, at: Sequence[str],
     if stages is None or stages < 2:
         raise UsageError("split needs --stages N with N >= 2 (or --at tensors to cut at)")
     if stages > n:
-        raise UsageError(f"the model has {n} nodes: it cannot make {stages} stages; give "
-                         f"--stages {max(n, 2)} or fewer")
+        fix = (f"give --stages {n} or fewer" if n >= 2 else
+               "a model of fewer than 2 nodes has nothing to split")
+        raise UsageError(f"the model has {n} node{'s' if n != 1 else ''}: it cannot make "
+                         f"{stages} stages; {fix}")
     shapes = Shapes(index, dict(dims or {}))
     costs = node_costs(m, dims=dims, index=index, shapes=shapes)
     # last reader of each tensor computed by a node (n: a graph output, read "after the end")
