@@ -1,7 +1,9 @@
 """``fold``: replace every subgraph whose inputs are all constants by its value.
 
 Constants are initializers (that are not graph inputs: an input with a default may be fed),
-``Constant`` nodes, ``Shape``/``Size`` of a tensor whose shape is statically known, and a
+``Constant`` nodes, ``Shape``/``Size`` of a tensor whose shape is statically known, a ``Gather``
+or ``Slice`` of a ``Shape`` that selects only static dims of a partly dynamic shape
+(``x[N,3,H,W] -> Shape -> Gather(1)`` is 3; :mod:`onnxsurgeon.surgery._foldshape`), and a
 ``CastLike`` of a constant to a computed tensor whose element type is known (it folds as the
 ``Cast`` to that type: torch's exporter writes those for a zero bias). A node
 folds when every input it reads is a constant, its op is a deterministic standard-domain op
@@ -47,6 +49,7 @@ from ..io import Model, as_model
 from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
 from ..session import indexed
+from ._foldshape import selected, shape_entries, small_value
 
 DEFAULT_MAX_BYTES = 1 << 20
 """A folded value larger than this (1 MiB) stays computed."""
@@ -171,16 +174,19 @@ def _outer_reads(graph: onnx.GraphProto) -> set[str]:
 
 
 def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
-                shapes: Mapping[str, list[int]] | None, max_bytes: int,
+                shapes: Mapping[str, list[int | str | None]] | None, max_bytes: int,
                 evaluate: Evaluator, opsets: Sequence[onnx.OperatorSetIdProto],
                 ir_version: int, like: Mapping[str, int] | None = None) -> _Plan | None:
     """The fold of one graph (its own constants), or None when nothing folds. O(nodes).
     ``like``: element types of the computed tensors a ``CastLike`` reads as its target (a
-    CastLike of a constant to a tensor of known type folds as a Cast)."""
+    CastLike of a constant to a tensor of known type folds as a Cast). ``shapes``: the shapes
+    (rank known) of the tensors Shape/Size nodes read."""
     inits = _tensors_of(graph)
     constant = {n for n in inits if n not in inputs}
     fold: list[int] = []
-    known: dict[str, np.ndarray] = {}  # Shape/Size of static shapes
+    known: dict[str, np.ndarray] = {}  # Shape/Size of static shapes, static parts of others
+    partial: dict[str, list[int | None]] = {}  # a Shape's entries, where some are not static
+    constant_nodes: dict[str, onnx.NodeProto] = {}  # Constant node outputs (values read lazily)
     nodes = graph.node
     for i, (op, ins) in enumerate(zip(map(_OP_TYPE, nodes), map(_INPUTS, nodes), strict=True)):
         if op in _SPECIAL:
@@ -194,16 +200,30 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
             if op in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
                     and ins and ins[0] not in constant:
                 dims = shapes.get(ins[0])
-                if dims is not None:
-                    known[node.output[0]] = _shape_value(node, dims)
+                static = _static_shape(dims)
+                if static is not None:
+                    known[node.output[0]] = _shape_value(node, static)
                     constant.add(node.output[0])
                     fold.append(i)
                     continue
+                if dims is not None and op == "Shape":
+                    partial[node.output[0]] = shape_entries(node, dims)
             if op == "Constant" and not ins:
                 if any(a.name == "sparse_value" for a in node.attribute):
                     continue
                 fold.append(i)
                 constant.update(o for o in node.output if o)
+                constant_nodes[node.output[0]] = nodes[i]
+                continue
+        if partial and op in ("Gather", "Slice") and ins and ins[0] in partial:
+            node = nodes[i]
+            value = selected(node, partial[ins[0]],
+                             [small_value(n, inits, constant_nodes) if n in constant else None
+                              for n in ins[1:]]) if node.domain in ("", "ai.onnx") else None
+            if value is not None:
+                known[node.output[0]] = value
+                constant.add(node.output[0])
+                fold.append(i)
                 continue
         # the cheap test first, C-level (an omitted input "" counts as constant)
         if not ins or (not constant.issuperset(ins) and "" not in ins):
@@ -262,6 +282,14 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
     folded = [o for i in fold for o in graph.node[i].output if o in values]
     still_read = {n for j, node in enumerate(graph.node) if j not in in_fold for n in node.input}
     still_read |= captured | outputs
+    # a partly dynamic Shape whose every reader folded is read no more: it goes too
+    spent = {i for i, node in enumerate(graph.node) if node.output and node.output[0] in partial
+             and node.output[0] not in still_read} if partial else set()
+    if spent:
+        fold = sorted((*fold, *spent))
+        in_fold |= spent
+        still_read = {n for j, node in enumerate(graph.node) if j not in in_fold
+                      for n in node.input} | captured | outputs
     dead = {n for i in fold for n in graph.node[i].input
             if n in inits and n not in still_read and n not in inputs}
     return _Plan(graph, folded, values, fold, dead, kept)
@@ -383,9 +411,11 @@ def _like_types(index: GraphIndex, ops: list[str]) -> dict[str, int] | None:
     return {name: t for name, t in found.items() if t}
 
 
-def _static_shapes(m: Model, index: GraphIndex, ops: list[str]) -> dict[str, list[int]] | None:
-    """Static shapes of the main graph's tensors read by a Shape/Size node, or None when no such
-    node reads a computed tensor (shape inference runs only then)."""
+def _known_shapes(m: Model, index: GraphIndex, ops: list[str]
+                  ) -> dict[str, list[int | str | None]] | None:
+    """Shapes (rank known; static, or partly: a dim a symbol or unknown) of the main graph's
+    tensors read by a Shape/Size node, or None when no such node reads a computed tensor (shape
+    inference runs only then)."""
     nodes = index.graph.node
     wanted = {nodes[i].input[0] for i in sorted((*positions(ops, "Shape"), *positions(ops, "Size")))
               if nodes[i].input and nodes[i].input[0]}
@@ -394,9 +424,9 @@ def _static_shapes(m: Model, index: GraphIndex, ops: list[str]) -> dict[str, lis
     from ..types import TypeOracle
 
     oracle = TypeOracle(index)
-    found: dict[str, list[int]] = {}
+    found: dict[str, list[int | str | None]] = {}
     for name in sorted(wanted):
-        dims = _static_shape(oracle.shape(name))
+        dims = oracle.shape(name)
         if dims is not None:
             found[name] = dims
     return found
@@ -458,7 +488,7 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     else:
         ops = list(map(_OP_TYPE, proto.graph.node))  # C-level: the candidates are read further
     main = None if _nothing_folds(index, ops, inputs) else _plan_graph(
-        proto.graph, inputs=inputs, base_dir=m.base_dir, shapes=_static_shapes(m, index, ops),
+        proto.graph, inputs=inputs, base_dir=m.base_dir, shapes=_known_shapes(m, index, ops),
         max_bytes=max_bytes, evaluate=run, opsets=opsets, ir_version=proto.ir_version,
         like=_like_types(index, ops))
     bodies: list[_Plan] = []

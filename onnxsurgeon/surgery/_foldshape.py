@@ -1,0 +1,93 @@
+"""Parts of a shape that are known though the whole is not: ``fold``'s partial ``Shape`` values.
+
+A ``Shape`` of a tensor whose rank is known but some dims are symbolic (a dynamic batch) is not
+a constant; the entries a ``Gather`` or ``Slice`` of it selects may all be static, and those fold
+(``x[N,3,224,224] -> Shape -> Gather(1)`` is 3: the channel count a torch export reads back
+with ``x.shape[1]``). Onnx-graphsurgeon's ``fold_constants`` and onnxsim fold these too.
+
+Pure queries over one graph's nodes: nothing here mutates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+Dims = list[int | None]
+"""A shape vector's entries: a static size, or None where it is not known statically."""
+
+SMALL_BYTES = 1 << 12
+"""Index and slice operands read at plan time are at most this large (they are a few ints)."""
+
+
+def shape_entries(node: onnx.NodeProto, dims: Sequence[int | str | None]) -> Dims:
+    """The entries of ``Shape(x)`` (its ``start``/``end`` attributes applied) for ``x`` of
+    ``dims``: each static size, or None."""
+    start, end = 0, len(dims)
+    for a in node.attribute:
+        if a.name == "start":
+            start = int(a.i)
+        elif a.name == "end":
+            end = int(a.i)
+    return [d if isinstance(d, int) and d >= 0 else None for d in dims[slice(start, end)]]
+
+
+def small_value(name: str, inits: Mapping[str, onnx.TensorProto],
+                constants: Mapping[str, onnx.NodeProto]) -> np.ndarray | None:
+    """The value of a small inline initializer or ``Constant`` node output (``value`` or
+    ``value_int(s)``), else None. Reads at most :data:`SMALL_BYTES`."""
+    t = inits.get(name)
+    if t is not None:
+        if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() > SMALL_BYTES:
+            return None
+        return numpy_helper.to_array(t)
+    node = constants.get(name)
+    if node is None or len(node.attribute) != 1:
+        return None
+    a = node.attribute[0]
+    if a.name == "value" and a.t.ByteSize() <= SMALL_BYTES:
+        return numpy_helper.to_array(a.t)
+    if a.name == "value_int":
+        return np.array(a.i, dtype=np.int64)
+    if a.name == "value_ints":
+        return np.array(list(a.ints), dtype=np.int64)
+    return None
+
+
+def selected(node: onnx.NodeProto, entries: Dims, operands: Sequence[np.ndarray | None]
+             ) -> np.ndarray | None:
+    """The value of ``Gather`` (axis 0) or ``Slice`` (axis 0) of a shape vector of ``entries``,
+    its other inputs' values ``operands`` (None: not a known constant); None unless every
+    entry it selects is static and its operands are known and in range."""
+    if any(v is None or v.dtype.kind not in "iu" for v in operands):
+        return None
+    n = len(entries)
+    if node.op_type == "Gather":
+        if any(a.name == "axis" and a.i not in (0, -1) for a in node.attribute) or \
+                len(operands) != 1:
+            return None
+        index = np.asarray(operands[0], dtype=np.int64)
+        if index.size and (index.min() < -n or index.max() >= n):
+            return None
+        picked = [entries[int(k)] for k in index.reshape(-1)]
+        if any(d is None for d in picked):
+            return None
+        return np.array(picked, dtype=np.int64).reshape(index.shape)
+    if node.op_type == "Slice" and len(operands) >= 2:
+        starts, ends = (np.asarray(v, dtype=np.int64).reshape(-1) for v in operands[:2])
+        axes = np.asarray(operands[2], dtype=np.int64).reshape(-1) if len(operands) > 2 \
+            else np.zeros_like(starts)
+        steps = np.asarray(operands[3], dtype=np.int64).reshape(-1) if len(operands) > 3 \
+            else np.ones_like(starts)
+        if not (len(starts) == len(ends) == len(axes) == len(steps) == 1) \
+                or int(axes[0]) not in (0, -1) or int(steps[0]) == 0:
+            return None
+        start, end, step = (max(min(int(v), 2**62), -2**62) for v in (starts[0], ends[0], steps[0]))
+        picked = entries[slice(start, end, step)]
+        if any(d is None for d in picked):
+            return None
+        return np.array(picked, dtype=np.int64)
+    return None
