@@ -516,6 +516,10 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         index = indexed(m)
         removed_labels += _fuse(m, index, inputs, fused,
                                 ops=None if gone or nops or dead else ops)
+        if index.body_holders or proto.functions:  # planned, then one edit
+            from ._fuse_bodies import fuse_bodies
+
+            fuse_bodies(m, fused)
         if fused and folded:
             read = _read_now(proto.graph)
             folded = [n for n in folded if n in read]

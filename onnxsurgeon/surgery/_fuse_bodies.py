@@ -1,0 +1,331 @@
+"""``fold``'s simplifications (:mod:`onnxsurgeon.surgery.fuse`) inside If/Loop/Scan bodies, at
+any depth, and inside local functions (issue 30).
+
+Each body becomes the main graph of a body model (:func:`._bodies.body_model`: its outer reads
+as typed inputs), children first: a body's own bodies are simplified inside its body model and
+put back there before the body itself is planned. The outer constants a body reads (the
+initializers of the main graph and of the bodies around it, never a graph input) are given to
+its body model as initializers, so that a MatMul reading a host weight becomes a Gemm; they are
+taken out again before the body goes back. A local function becomes a model the same way: its
+nodes, its ``Constant`` values as initializers, its inputs and outputs untyped (a rule that
+needs a type the function cannot know skips the site, never guesses it); nodes reading a
+function attribute (``ref_attr_name``) are left alone. Its unnamed nodes are named by their
+label in the function while planned, so that the ``fused`` entries name them as the function
+does.
+
+Everything is planned on copies first; the host changes only at the end, in one
+:class:`~onnxsurgeon.edit.Edit` (the top-level bodies through :meth:`Edit.set_body`, the
+functions through :meth:`Edit.set_function_nodes`): a raising call leaves the model unchanged.
+New weight names (Conv + BatchNormalization) come from one allocator that knows every name of
+the host, so a body never defines a name its outer scopes hold. Each ``fused`` entry carries
+``"graph"``: the body path (``<holder label>/<attribute>``, nested with ``/``, as
+:mod:`._bodies` writes it), ``function <domain.name>`` for a local function.
+
+O(size of the bodies and functions) plus one shape inference of the host (the outer types)
+and one per body model that has a candidate; recursive over the nesting depth only (bounded by
+:data:`onnxsurgeon.index.MAX_NESTING`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from ..edit import Edit
+from ..index import GraphIndex, iter_graphs, node_label, subgraphs
+from ..io import Model
+from ..names import NameAllocator, all_names
+from ..protos import default_opset
+from ._bodies import BodyModel, body_model, outer_types, put_back
+from .fold import _read_now
+from .fuse import NOOP_RULES, apply_fusions, apply_noops, plan_fusions, plan_noops
+
+_CANDIDATES = frozenset({*NOOP_RULES, "MatMul", "BatchNormalization"})
+"""Ops a rule starts from: a graph holding none is not planned."""
+_HAZARDS = frozenset({*NOOP_RULES, "BatchNormalization"})
+"""Ops whose rule reads their attributes (a function attribute's reference reads as 0)."""
+_REF = "onnxsurgeon.ref_attr"
+"""Domain a function node reading a function attribute wears while planned (no rule takes a
+node outside the default domain)."""
+
+
+@dataclass
+class _Scope:
+    """What every body and function planned in one call shares."""
+
+    base_dir: object
+    names: NameAllocator
+    types: dict[str, onnx.ValueInfoProto] | None = None
+    fused: list[dict[str, Any]] = field(default_factory=list)
+    moved: set[str] = field(default_factory=set)  # outer constants given to a body model
+
+
+def fuse_bodies(m: Model, fused: list[dict[str, Any]]) -> None:
+    """Simplify every If/Loop/Scan body and local function of ``m`` as the main graph is (see
+    the module docstring), appending each entry (with its ``"graph"``) to ``fused``; main-graph
+    initializers only the bodies read and no longer do are dropped. Mutates model (one edit,
+    after everything is planned). O(size of bodies and functions)."""
+    host = m.proto
+    if not _has_candidates(host):
+        return
+    scope = _Scope(m.base_dir, NameAllocator(all_names(host)))
+    inputs = {vi.name for vi in host.graph.input}
+    consts = {t.name: t for t in host.graph.initializer if t.name not in inputs}
+    bodies = _plan_bodies(host, "", consts, scope) if _holds_bodies(host.graph) else []
+    functions = [(fn, nodes) for fn in host.functions
+                 if (nodes := _plan_function(host, fn, scope)) is not None]
+    if not bodies and not functions:
+        return
+    # ------------------------------------------------------------------ mutate (all planned)
+    e = Edit(GraphIndex(host), follow=False)  # bodies are not followed: the next verb indexes
+    for body in bodies:
+        put_back(e, body)
+    for fn, nodes in functions:
+        e.set_function_nodes(fn, nodes)
+    if bodies:  # a host weight a body read before its fusion and nothing reads now
+        read = _read_now(host.graph)
+        keep = [k for k, t in enumerate(host.graph.initializer)
+                if t.name in read or t.name in inputs or t.name not in scope.moved]
+        if len(keep) < len(host.graph.initializer):
+            e.keep_initializers(keep)
+    e.hand_on(m)
+    fused.extend(scope.fused)
+
+
+def _has_candidates(model: onnx.ModelProto) -> bool:
+    """Some body or local function holds a node a rule starts from."""
+    for fn in model.functions:
+        for node in fn.node:
+            if node.op_type in _CANDIDATES or any(
+                    n.op_type in _CANDIDATES for sub in subgraphs(node)
+                    for g in iter_graphs(sub) for n in g.node):
+                return True
+    for node in model.graph.node:
+        for sub in subgraphs(node):
+            for g in iter_graphs(sub):
+                if any(n.op_type in _CANDIDATES for n in g.node):
+                    return True
+    return False
+
+
+def _holds_bodies(graph: onnx.GraphProto) -> bool:
+    return any(True for node in graph.node for _ in subgraphs(node))
+
+
+def _direct_bodies(graph: onnx.GraphProto) -> list[str]:
+    """Paths of the bodies held by ``graph``'s own nodes (as :func:`~onnxsurgeon.selectors.
+    body_graphs` writes them), in node order; a path two holders share (two nodes of one name)
+    is left out: it does not say which body it means."""
+    paths: list[str] = []
+    for i, node in enumerate(graph.node):
+        for attr in node.attribute:
+            where = f"{node_label(node, i)}/{attr.name}"
+            if attr.type == onnx.AttributeProto.GRAPH:
+                paths.append(where)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                paths.extend(f"{where}[{k}]" for k in range(len(attr.graphs)))
+    return [p for p in paths if paths.count(p) == 1]
+
+
+def _plan_bodies(host: onnx.ModelProto, prefix: str, consts: Mapping[str, onnx.TensorProto],
+                 scope: _Scope) -> list[BodyModel]:
+    """The body models of ``host``'s direct bodies that changed, each simplified (its own
+    bodies first, put back into it), ``host`` untouched. ``consts``: the constants its nodes
+    see (name -> initializer of an enclosing graph)."""
+    if scope.types is None:
+        scope.types = outer_types(host)  # names are unique model-wide: one map serves all
+    changed: list[BodyModel] = []
+    for path in _direct_bodies(host.graph):
+        body = body_model(host, path, scope.types)
+        g = body.model.graph
+        own = {vi.name for vi in g.input[:body.inputs]}
+        inner = dict(consts)
+        inner.update((t.name, t) for t in g.initializer if t.name not in own)
+        done = False
+        if _holds_bodies(g):
+            nested = _plan_bodies(body.model, f"{prefix}{path}/", inner, scope)
+            if nested:
+                e = Edit(GraphIndex(body.model), follow=False)
+                for child in nested:
+                    put_back(e, child)
+                e.finish()
+                done = True
+        if any(n.op_type in _CANDIDATES for n in g.node):
+            outer = [vi.name for vi in g.input[body.inputs:body.inputs + body.outer]]
+            direct = {x for n in g.node for x in n.input}
+            moved = [name for name in outer if name in consts and name in direct]
+            scope.moved.update(moved)
+            if moved:  # the outer constants it reads, as initializers of its body model
+                Edit(GraphIndex(body.model), follow=False).add_initializers(
+                    [consts[name] for name in moved])
+            inputs = {vi.name for vi in g.input} - set(moved)
+            done |= _simplify(body.model, inputs, f"{prefix}{path}", scope)
+            if moved:
+                gone = set(moved)
+                Edit(GraphIndex(body.model), follow=False).keep_initializers(
+                    [k for k, t in enumerate(g.initializer) if t.name not in gone])
+        if done:
+            changed.append(body)
+    return changed
+
+
+def _simplify(model: onnx.ModelProto, inputs: set[str], graph: str, scope: _Scope) -> bool:
+    """The no-ops, then the fusions of ``model``'s main graph (a private copy), its entries
+    tagged ``graph``; whether anything changed. Two edits at most."""
+    opset = default_opset(model) or 1
+    index = GraphIndex(model)
+    noops, entries = plan_noops(index, inputs=inputs, base_dir=scope.base_dir, opset=opset)
+    if noops:
+        e = Edit(index, follow=False)
+        apply_noops(e, index, noops)
+        _drop_dead(e, model.graph, inputs)
+        e.finish()
+        scope.fused.extend({**f, "graph": graph} for f in entries)
+        index = GraphIndex(model)
+    plan = plan_fusions(index, inputs=inputs, base_dir=scope.base_dir, opset=opset,
+                        names=scope.names)
+    if plan.fused:
+        e = Edit(index, follow=False)
+        apply_fusions(e, plan)
+        _drop_dead(e, model.graph, inputs)
+        e.finish()
+        scope.fused.extend({**f, "graph": graph} for f in plan.fused)
+    return bool(noops or plan.fused)
+
+
+def _drop_dead(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -> None:
+    read = _read_now(graph)
+    keep = [k for k, t in enumerate(graph.initializer) if t.name in read or t.name in inputs]
+    if len(keep) < len(graph.initializer):
+        e.keep_initializers(keep)
+
+
+# ------------------------------------------------------------------ local functions
+def _constant_value(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The tensor a default-domain ``Constant`` node holds in its ``value`` attribute (not a
+    function attribute's reference, not external), else None."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    if len(node.attribute) != 1:
+        return None
+    a = node.attribute[0]
+    if a.name != "value" or a.ref_attr_name or a.type != onnx.AttributeProto.TENSOR:
+        return None
+    if a.t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    t = onnx.TensorProto()
+    t.CopyFrom(a.t)
+    t.name = node.output[0]
+    return t
+
+
+def _reads_attribute(node: onnx.NodeProto) -> bool:
+    """A node of ``node``'s bodies whose rule reads its attributes reads a function attribute
+    (``ref_attr_name``): the bodies are then left as they are."""
+    return any(a.ref_attr_name for sub in subgraphs(node) for g in iter_graphs(sub)
+               for n in g.node if n.op_type in _HAZARDS for a in n.attribute)
+
+
+def _plan_function(host: onnx.ModelProto, fn: onnx.FunctionProto, scope: _Scope
+                   ) -> list[onnx.NodeProto] | None:
+    """The nodes of local function ``fn`` simplified (see the module docstring), or None when
+    nothing changed. ``host`` untouched."""
+    if not any(n.op_type in _CANDIDATES or _holds_bodies_node(n) for n in fn.node):
+        return None
+    name = f"{fn.domain}.{fn.name}" if fn.domain else fn.name
+    graph = f"function {name}"
+    model = onnx.ModelProto()
+    model.ir_version = host.ir_version
+    model.opset_import.extend(fn.opset_import)
+    model.functions.extend(host.functions)
+    g = model.graph
+    g.name = fn.name
+    g.input.extend(onnx.ValueInfoProto(name=x) for x in fn.input)
+    g.output.extend(onnx.ValueInfoProto(name=y) for y in fn.output)
+    g.value_info.extend(fn.value_info)
+    real = {n.name for n in fn.node if n.name}
+    temp: set[str] = set()
+    constants: list[str] = []
+    marked: dict[str, str] = {}  # temporary domain -> the node's own
+    for j, node in enumerate(fn.node):
+        value = _constant_value(node)
+        if value is not None:
+            g.initializer.append(value)
+            constants.append(value.name)
+            continue
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        if not copy.name:
+            copy.name = node_label(node, j)
+            temp.add(copy.name)
+        if copy.domain in ("", "ai.onnx") and copy.op_type in _HAZARDS and any(
+                a.ref_attr_name for a in copy.attribute):
+            marked[f"{_REF}.{copy.domain}"] = copy.domain
+            copy.domain = f"{_REF}.{copy.domain}"
+        g.node.append(copy)
+    # an import of each temporary domain: onnx's inference refuses a domain without one
+    model.opset_import.extend(onnx.helper.make_opsetid(d, 1) for d in marked)
+    inputs = set(fn.input)
+    done = False
+    if _holds_bodies(g) and not any(_reads_attribute(n) for n in g.node):
+        consts = {t.name: t for t in g.initializer}
+        nested = _plan_bodies(model, f"{graph}/", consts, _Scope(
+            scope.base_dir, scope.names, None, scope.fused))
+        if nested:
+            e = Edit(GraphIndex(model), follow=False)
+            for child in nested:
+                put_back(e, child)
+            e.finish()
+            done = True
+    if any(n.op_type in _CANDIDATES for n in g.node):
+        done |= _simplify(model, inputs, graph, scope)
+    if not done:
+        return None
+    return _function_nodes(model, fn, constants, temp - real, marked)
+
+
+def _holds_bodies_node(node: onnx.NodeProto) -> bool:
+    return any(True for _ in subgraphs(node))
+
+
+def _function_nodes(model: onnx.ModelProto, fn: onnx.FunctionProto, constants: list[str],
+                    temp: set[str], marked: Mapping[str, str]) -> list[onnx.NodeProto]:
+    """The function's nodes from its simplified model: each initializer still read back as a
+    ``Constant`` node (the function's own where it had one) just before its first reader, the
+    temporary names and domains taken off."""
+    g = model.graph
+    values = {t.name: t for t in g.initializer}
+    original = {node.output[0]: node for node in fn.node if node.output
+                and node.output[0] in values and node.output[0] in constants}
+    read = _read_now(g)
+    pending = dict.fromkeys(n for n in values if n in read or n in fn.output)
+    nodes: list[onnx.NodeProto] = []
+
+    def emit_constant(name: str) -> None:
+        made = original.get(name)
+        if made is None:
+            made = onnx.helper.make_node("Constant", [], [name], value=values[name])
+        nodes.append(made)
+        del pending[name]
+
+    for node in g.node:
+        reads = set(node.input)
+        for sub in subgraphs(node):
+            for inner in iter_graphs(sub):
+                for n in inner.node:
+                    reads.update(n.input)
+        for name in [n for n in pending if n in reads]:
+            emit_constant(name)
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        if copy.name in temp:
+            copy.name = ""
+        if copy.domain in marked:
+            copy.domain = marked[copy.domain]
+        nodes.append(copy)
+    for name in list(pending):  # read by a function output only
+        emit_constant(name)
+    return nodes
