@@ -185,6 +185,30 @@ def test_a_body_nested_two_deep_is_fused_with_its_path():
     _agree(original, m, [base, {**base, "c2": np.array(False)}, {**base, "c1": np.array(False)}])
 
 
+def test_a_body_conv_on_host_weights_fuses_and_the_host_weights_only_it_read_go():
+    conv, inits = _conv_bn_nodes("img", "r", "h_")
+    then = helper.make_graph(conv, "then", [], [vi("r", F, [1, 4, 6, 6])])
+    els = helper.make_graph([mk("Relu", ["h_pad"], ["e"], name="relu_e")], "else", [],
+                            [vi("e", F, [1, 4, 6, 6])])
+    pad = numpy_helper.from_array(np.zeros((1, 4, 6, 6), np.float32), "h_pad")
+    m = _model([mk("If", ["c"], ["y"], name="if", then_branch=then, else_branch=els),
+                mk("Identity", ["h_b"], ["bias"], name="also")],  # the BN bias read elsewhere
+               [vi("img", F, [1, 3, 6, 6]), vi("c", B, [])],
+               [vi("y", F, [1, 4, 6, 6]), vi("bias", F, [4])], [*inits, pad])
+    original = onnx.ModelProto()
+    original.CopyFrom(m)
+    r = surgery.fold(m)
+    assert [(f["graph"], f["rule"]) for f in r.fused] == [("if/then_branch", "conv_batchnorm")]
+    then = _bodies(m)["if/then_branch"]
+    assert list(then.node[0].input) == ["img", "h_W_bn", "h_Bc_bn_bias"]
+    assert {t.name for t in then.initializer} == {"h_W_bn", "h_Bc_bn_bias"}
+    # the weights only the body read are gone; one read by the main graph stays
+    assert {t.name for t in m.graph.initializer} == {"h_b", "h_pad"}
+    onnx.checker.check_model(m, full_check=True)
+    base = _feeds(original, c=np.array(True))
+    _agree(original, m, [base, {**base, "c": np.array(False)}])
+
+
 def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
     return mk("Constant", [], [name], value=numpy_helper.from_array(value, name))
 
@@ -245,6 +269,40 @@ def test_a_local_function_fuses_where_its_types_are_known_and_names_nodes_as_it_
     assert gemm.name == "" and list(gemm.input) == ["xr", "W", "B"] and gemm.output == ["a1"]
     onnx.checker.check_model(m, full_check=True)
     _agree(original, m, [_feeds(original)])
+
+
+def test_a_body_inside_a_local_function_is_fused_with_its_path():
+    w = RNG.standard_normal((4, 4)).astype(np.float32)
+    then = helper.make_graph(
+        [mk("MatMul", ["xr", "W"], ["m"], name="mm"), mk("Add", ["m", "B"], ["t"], name="add")],
+        "then", [], [vi("t", F, [3, 4])])
+    els = helper.make_graph([mk("Neg", ["xr"], ["e"], name="neg")], "else", [],
+                            [vi("e", F, [3, 4])])
+    nodes = [_constant("W", w), _constant("B", RNG.standard_normal(4).astype(np.float32)),
+             _constant("shape", np.array([3, 4], np.int64)),
+             mk("Cast", ["x"], ["xc"], name="cast", to=F),
+             mk("Reshape", ["xc", "shape"], ["xr"], name="reshape"),
+             mk("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=els)]
+    fn = helper.make_function("local", "pick", ["x", "c"], ["y"], nodes,
+                              [helper.make_opsetid("", 17)])
+    m = _model([mk("pick", ["x", "c"], ["y"], name="call", domain="local")],
+               [vi("x", F, [3, 4]), vi("c", B, [])], [vi("y", F, [3, 4])], [], functions=[fn],
+               opsets=(("", 17), ("local", 1)))
+    original = onnx.ModelProto()
+    original.CopyFrom(m)
+    r = surgery.fold(m)
+    assert [(f["graph"], f["rule"]) for f in r.fused] == [
+        ("function local.pick/branch/then_branch", "matmul_add_gemm")]
+    body = _bodies_of_function(m.functions[0])["branch/then_branch"]
+    assert _ops(body) == ["Gemm"] and list(body.node[0].input) == ["xr", "W", "B"]
+    onnx.checker.check_model(m, full_check=True)
+    base = _feeds(original, c=np.array(True))
+    _agree(original, m, [base, {**base, "c": np.array(False)}])
+
+
+def _bodies_of_function(fn: onnx.FunctionProto) -> dict[str, onnx.GraphProto]:
+    g = helper.make_graph(list(fn.node), "f", [], [])
+    return dict(body_graphs(g))
 
 
 def test_a_body_weight_name_the_host_holds_is_not_reused():

@@ -6,12 +6,14 @@ as typed inputs), children first: a body's own bodies are simplified inside its 
 put back there before the body itself is planned. The outer constants a body reads (the
 initializers of the main graph and of the bodies around it, never a graph input) are given to
 its body model as initializers, so that a MatMul reading a host weight becomes a Gemm; they are
-taken out again before the body goes back. A local function becomes a model the same way: its
-nodes, its ``Constant`` values as initializers, its inputs and outputs untyped (a rule that
-needs a type the function cannot know skips the site, never guesses it); nodes reading a
-function attribute (``ref_attr_name``) are left alone. Its unnamed nodes are named by their
-label in the function while planned, so that the ``fused`` entries name them as the function
-does.
+taken out again before the body goes back. A local function becomes a model the same way:
+its nodes, its ``Constant`` values as initializers, its inputs and outputs untyped (a rule that
+needs a type the function cannot know skips the site, never guesses it). A node whose rule
+reads its attributes (a no-op's, a BatchNormalization) and that takes one from a function
+attribute (``ref_attr_name``) is left alone, and so are bodies in a function holding one. Its
+unnamed nodes are named by their label in the function while planned, so that the ``fused``
+entries name them as the function does; each ``Constant`` still read goes back just before its
+first reader.
 
 Everything is planned on copies first; the host changes only at the end, in one
 :class:`~onnxsurgeon.edit.Edit` (the top-level bodies through :meth:`Edit.set_body`, the
@@ -19,7 +21,8 @@ functions through :meth:`Edit.set_function_nodes`): a raising call leaves the mo
 New weight names (Conv + BatchNormalization) come from one allocator that knows every name of
 the host, so a body never defines a name its outer scopes hold. Each ``fused`` entry carries
 ``"graph"``: the body path (``<holder label>/<attribute>``, nested with ``/``, as
-:mod:`._bodies` writes it), ``function <domain.name>`` for a local function.
+:mod:`._bodies` writes it), ``function <domain.name>`` for a local function (and
+``function <domain.name>/<body path>`` for a body inside one).
 
 O(size of the bodies and functions) plus one shape inference of the host (the outer types)
 and one per body model that has a candidate; recursive over the nesting depth only (bounded by
@@ -28,6 +31,7 @@ and one per body model that has a candidate; recursive over the nesting depth on
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,11 +90,7 @@ def fuse_bodies(m: Model, fused: list[dict[str, Any]]) -> None:
     for fn, nodes in functions:
         e.set_function_nodes(fn, nodes)
     if bodies:  # a host weight a body read before its fusion and nothing reads now
-        read = _read_now(host.graph)
-        keep = [k for k, t in enumerate(host.graph.initializer)
-                if t.name in read or t.name in inputs or t.name not in scope.moved]
-        if len(keep) < len(host.graph.initializer):
-            e.keep_initializers(keep)
+        _drop_dead(e, host.graph, inputs, only=scope.moved)
     e.hand_on(m)
     fused.extend(scope.fused)
 
@@ -117,17 +117,20 @@ def _holds_bodies(graph: onnx.GraphProto) -> bool:
 
 def _direct_bodies(graph: onnx.GraphProto) -> list[str]:
     """Paths of the bodies held by ``graph``'s own nodes (as :func:`~onnxsurgeon.selectors.
-    body_graphs` writes them), in node order; a path two holders share (two nodes of one name)
-    is left out: it does not say which body it means."""
-    paths: list[str] = []
+    body_graphs` writes them), in node order, that hold a node a rule starts from (at any
+    depth); a path two holders share (two nodes of one name) is left out: it does not say
+    which body it means."""
+    found: list[tuple[str, onnx.GraphProto]] = []
     for i, node in enumerate(graph.node):
         for attr in node.attribute:
             where = f"{node_label(node, i)}/{attr.name}"
             if attr.type == onnx.AttributeProto.GRAPH:
-                paths.append(where)
+                found.append((where, attr.g))
             elif attr.type == onnx.AttributeProto.GRAPHS:
-                paths.extend(f"{where}[{k}]" for k in range(len(attr.graphs)))
-    return [p for p in paths if paths.count(p) == 1]
+                found.extend((f"{where}[{k}]", g) for k, g in enumerate(attr.graphs))
+    count = Counter(p for p, _ in found)
+    return [p for p, body in found if count[p] == 1 and any(
+        n.op_type in _CANDIDATES for g in iter_graphs(body) for n in g.node)]
 
 
 def _plan_bodies(host: onnx.ModelProto, prefix: str, consts: Mapping[str, onnx.TensorProto],
@@ -151,6 +154,7 @@ def _plan_bodies(host: onnx.ModelProto, prefix: str, consts: Mapping[str, onnx.T
                 e = Edit(GraphIndex(body.model), follow=False)
                 for child in nested:
                     put_back(e, child)
+                _drop_dead(e, g, {vi.name for vi in g.input}, only=scope.moved)
                 e.finish()
                 done = True
         if any(n.op_type in _CANDIDATES for n in g.node):
@@ -196,9 +200,12 @@ def _simplify(model: onnx.ModelProto, inputs: set[str], graph: str, scope: _Scop
     return bool(noops or plan.fused)
 
 
-def _drop_dead(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -> None:
+def _drop_dead(e: Edit, graph: onnx.GraphProto, inputs: set[str], *,
+               only: set[str] | None = None) -> None:
+    """Drop the initializers of ``graph`` nothing reads (of ``only``, when given)."""
     read = _read_now(graph)
-    keep = [k for k, t in enumerate(graph.initializer) if t.name in read or t.name in inputs]
+    keep = [k for k, t in enumerate(graph.initializer) if t.name in read or t.name in inputs
+            or (only is not None and t.name not in only)]
     if len(keep) < len(graph.initializer):
         e.keep_initializers(keep)
 

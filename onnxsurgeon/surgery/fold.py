@@ -98,7 +98,9 @@ class FoldResult:
         body_folded: tensors folded inside nested bodies.
         max_bytes: the limit used.
         fused: with ``fuse``, each simplification made: ``{"rule", "nodes", "into"}`` (see
-            :mod:`onnxsurgeon.surgery.fuse`; no-ops removed are in ``removed`` too).
+            :mod:`onnxsurgeon.surgery.fuse`; main-graph no-ops removed are in ``removed``
+            too), with ``"graph"`` (the body path, ``function <domain.name>``) for one made
+            inside an If/Loop/Scan body or a local function.
         fuse: whether the simplifications were asked for.
     """
 
