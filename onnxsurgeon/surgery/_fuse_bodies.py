@@ -32,21 +32,24 @@ and one per body model that has a candidate; recursive over the nesting depth on
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import onnx
 
 from ..edit import Edit
-from ..index import GraphIndex, iter_graphs, node_label, subgraphs
+from ..index import GraphIndex, has_subgraphs, iter_graphs, node_label, subgraphs
 from ..io import Model
 from ..names import NameAllocator, all_names
 from ..protos import default_opset
+from ..session import indexed
 from ._bodies import BodyModel, body_model, outer_types, put_back
 from .fold import _read_now
 from .fuse import NOOP_RULES, apply_fusions, apply_noops, plan_fusions, plan_noops
 
+_ATTRIBUTES, _OP_TYPE = attrgetter("attribute"), attrgetter("op_type")
 _CANDIDATES = frozenset({*NOOP_RULES, "MatMul", "BatchNormalization"})
 """Ops a rule starts from: a graph holding none is not planned."""
 _HAZARDS = frozenset({*NOOP_RULES, "BatchNormalization"})
@@ -56,15 +59,59 @@ _REF = "onnxsurgeon.ref_attr"
 node outside the default domain)."""
 
 
+class _Types(Mapping[str, onnx.ValueInfoProto]):
+    """:func:`._bodies.outer_types` of a host, its shape inference run only when a name has
+    no declared type (the declared one wins there too)."""
+
+    def __init__(self, host: onnx.ModelProto) -> None:
+        self.host = host
+        self.declared: dict[str, onnx.ValueInfoProto] = {}
+        for g in iter_graphs(host.graph):
+            for vi in (*g.input, *g.output, *g.value_info):
+                if vi.type.WhichOneof("value") is not None:
+                    self.declared.setdefault(vi.name, vi)
+            for t in g.initializer:
+                if t.name not in self.declared:
+                    self.declared[t.name] = onnx.helper.make_tensor_value_info(
+                        t.name, t.data_type, list(t.dims))
+        self._all: dict[str, onnx.ValueInfoProto] | None = None
+
+    def _inferred(self) -> dict[str, onnx.ValueInfoProto]:
+        if self._all is None:
+            self._all = outer_types(self.host)
+        return self._all
+
+    def __getitem__(self, name: str) -> onnx.ValueInfoProto:
+        found = self.declared.get(name)
+        return found if found is not None else self._inferred()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.declared or name in self._inferred()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._inferred())
+
+    def __len__(self) -> int:
+        return len(self._inferred())
+
+
 @dataclass
 class _Scope:
     """What every body and function planned in one call shares."""
 
+    host: onnx.ModelProto
     base_dir: object
-    names: NameAllocator
-    types: dict[str, onnx.ValueInfoProto] | None = None
+    types: _Types | None = None
     fused: list[dict[str, Any]] = field(default_factory=list)
     moved: set[str] = field(default_factory=set)  # outer constants given to a body model
+    _names: NameAllocator | None = None
+
+    def names(self) -> NameAllocator:
+        """The allocator of new weight names: every name of the host (built when first
+        asked: only a BatchNormalization site needs it), then each name handed out."""
+        if self._names is None:
+            self._names = NameAllocator(all_names(self.host))
+        return self._names
 
 
 def fuse_bodies(m: Model, fused: list[dict[str, Any]]) -> None:
@@ -73,55 +120,60 @@ def fuse_bodies(m: Model, fused: list[dict[str, Any]]) -> None:
     initializers only the bodies read and no longer do are dropped. Mutates model (one edit,
     after everything is planned). O(size of bodies and functions)."""
     host = m.proto
-    if not _has_candidates(host):
+    holders = _holders(host.graph)
+    if not _has_candidates(host, holders):
         return
-    scope = _Scope(m.base_dir, NameAllocator(all_names(host)))
+    scope = _Scope(host, m.base_dir)
     inputs = {vi.name for vi in host.graph.input}
     consts = {t.name: t for t in host.graph.initializer if t.name not in inputs}
-    bodies = _plan_bodies(host, "", consts, scope) if _holds_bodies(host.graph) else []
+    bodies = _plan_bodies(host, "", consts, scope, holders) if holders else []
     functions = [(fn, nodes) for fn in host.functions
                  if (nodes := _plan_function(host, fn, scope)) is not None]
     if not bodies and not functions:
         return
     # ------------------------------------------------------------------ mutate (all planned)
-    e = Edit(GraphIndex(host), follow=False)  # bodies are not followed: the next verb indexes
+    e = Edit(indexed(m), follow=False)  # bodies are not followed: the next verb indexes
     for body in bodies:
         put_back(e, body)
     for fn, nodes in functions:
         e.set_function_nodes(fn, nodes)
-    if bodies:  # a host weight a body read before its fusion and nothing reads now
+    if not scope.moved.isdisjoint(consts):  # a host weight only a fused body read before
         _drop_dead(e, host.graph, inputs, only=scope.moved)
     e.hand_on(m)
     fused.extend(scope.fused)
 
 
-def _has_candidates(model: onnx.ModelProto) -> bool:
+def _holders(graph: onnx.GraphProto | onnx.FunctionProto) -> list[int]:
+    """Positions of the nodes holding a body. One C-level field read per node."""
+    nodes = graph.node
+    return [i for i, attrs in enumerate(map(_ATTRIBUTES, nodes))
+            if attrs and has_subgraphs(nodes[i])]
+
+
+def _has_candidates(model: onnx.ModelProto, holders: list[int]) -> bool:
     """Some body or local function holds a node a rule starts from."""
     for fn in model.functions:
-        for node in fn.node:
-            if node.op_type in _CANDIDATES or any(
-                    n.op_type in _CANDIDATES for sub in subgraphs(node)
-                    for g in iter_graphs(sub) for n in g.node):
-                return True
-    for node in model.graph.node:
-        for sub in subgraphs(node):
-            for g in iter_graphs(sub):
-                if any(n.op_type in _CANDIDATES for n in g.node):
-                    return True
-    return False
+        if not _CANDIDATES.isdisjoint(map(_OP_TYPE, fn.node)):
+            return True
+        if any(_holds_candidates(fn.node[i]) for i in _holders(fn)):
+            return True
+    return any(_holds_candidates(model.graph.node[i]) for i in holders)
 
 
-def _holds_bodies(graph: onnx.GraphProto) -> bool:
-    return any(True for node in graph.node for _ in subgraphs(node))
+def _holds_candidates(node: onnx.NodeProto) -> bool:
+    return any(n.op_type in _CANDIDATES for sub in subgraphs(node) for g in iter_graphs(sub)
+               for n in g.node)
 
 
-def _direct_bodies(graph: onnx.GraphProto) -> list[str]:
-    """Paths of the bodies held by ``graph``'s own nodes (as :func:`~onnxsurgeon.selectors.
-    body_graphs` writes them), in node order, that hold a node a rule starts from (at any
-    depth); a path two holders share (two nodes of one name) is left out: it does not say
-    which body it means."""
+def _direct_bodies(graph: onnx.GraphProto, holders: list[int]
+                   ) -> list[tuple[str, onnx.GraphProto]]:
+    """(path, body) of the bodies held by ``graph``'s nodes at ``holders`` (paths as
+    :func:`~onnxsurgeon.selectors.body_graphs` writes them), in node order, that hold a node a
+    rule starts from (at any depth); a path two holders share (two nodes of one name) is left
+    out: it does not say which body it means."""
     found: list[tuple[str, onnx.GraphProto]] = []
-    for i, node in enumerate(graph.node):
+    for i in holders:
+        node = graph.node[i]
         for attr in node.attribute:
             where = f"{node_label(node, i)}/{attr.name}"
             if attr.type == onnx.AttributeProto.GRAPH:
@@ -129,27 +181,27 @@ def _direct_bodies(graph: onnx.GraphProto) -> list[str]:
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 found.extend((f"{where}[{k}]", g) for k, g in enumerate(attr.graphs))
     count = Counter(p for p, _ in found)
-    return [p for p, body in found if count[p] == 1 and any(
+    return [(p, body) for p, body in found if count[p] == 1 and any(
         n.op_type in _CANDIDATES for g in iter_graphs(body) for n in g.node)]
 
 
 def _plan_bodies(host: onnx.ModelProto, prefix: str, consts: Mapping[str, onnx.TensorProto],
-                 scope: _Scope) -> list[BodyModel]:
-    """The body models of ``host``'s direct bodies that changed, each simplified (its own
-    bodies first, put back into it), ``host`` untouched. ``consts``: the constants its nodes
-    see (name -> initializer of an enclosing graph)."""
+                 scope: _Scope, holders: list[int]) -> list[BodyModel]:
+    """The body models of ``host``'s direct bodies (held by its nodes at ``holders``) that
+    changed, each simplified (its own bodies first, put back into it), ``host`` untouched.
+    ``consts``: the constants its nodes see (name -> initializer of an enclosing graph)."""
     if scope.types is None:
-        scope.types = outer_types(host)  # names are unique model-wide: one map serves all
+        scope.types = _Types(host)  # names are unique model-wide: one map serves all
     changed: list[BodyModel] = []
-    for path in _direct_bodies(host.graph):
-        body = body_model(host, path, scope.types)
+    for path, graph in _direct_bodies(host.graph, holders):
+        body = body_model(host, path, scope.types, graph=graph)
         g = body.model.graph
         own = {vi.name for vi in g.input[:body.inputs]}
         inner = dict(consts)
         inner.update((t.name, t) for t in g.initializer if t.name not in own)
         done = False
-        if _holds_bodies(g):
-            nested = _plan_bodies(body.model, f"{prefix}{path}/", inner, scope)
+        if inside := _holders(g):
+            nested = _plan_bodies(body.model, f"{prefix}{path}/", inner, scope, inside)
             if nested:
                 e = Edit(GraphIndex(body.model), follow=False)
                 for child in nested:
@@ -189,8 +241,9 @@ def _simplify(model: onnx.ModelProto, inputs: set[str], graph: str, scope: _Scop
         e.finish()
         scope.fused.extend({**f, "graph": graph} for f in entries)
         index = GraphIndex(model)
+    bns = "BatchNormalization" in map(_OP_TYPE, model.graph.node)
     plan = plan_fusions(index, inputs=inputs, base_dir=scope.base_dir, opset=opset,
-                        names=scope.names)
+                        names=scope.names() if bns else None)
     if plan.fused:
         e = Edit(index, follow=False)
         apply_fusions(e, plan)
@@ -240,7 +293,8 @@ def _plan_function(host: onnx.ModelProto, fn: onnx.FunctionProto, scope: _Scope
                    ) -> list[onnx.NodeProto] | None:
     """The nodes of local function ``fn`` simplified (see the module docstring), or None when
     nothing changed. ``host`` untouched."""
-    if not any(n.op_type in _CANDIDATES or _holds_bodies_node(n) for n in fn.node):
+    if _CANDIDATES.isdisjoint(map(_OP_TYPE, fn.node)) and not any(
+            _holds_candidates(fn.node[i]) for i in _holders(fn)):
         return None
     name = f"{fn.domain}.{fn.name}" if fn.domain else fn.name
     graph = f"function {name}"
@@ -277,10 +331,11 @@ def _plan_function(host: onnx.ModelProto, fn: onnx.FunctionProto, scope: _Scope
     model.opset_import.extend(onnx.helper.make_opsetid(d, 1) for d in marked)
     inputs = set(fn.input)
     done = False
-    if _holds_bodies(g) and not any(_reads_attribute(n) for n in g.node):
+    inside = _holders(g)
+    if inside and not any(_reads_attribute(g.node[i]) for i in inside):
         consts = {t.name: t for t in g.initializer}
         nested = _plan_bodies(model, f"{graph}/", consts, _Scope(
-            scope.base_dir, scope.names, None, scope.fused))
+            model, scope.base_dir, None, scope.fused, set(), scope.names()), inside)
         if nested:
             e = Edit(GraphIndex(model), follow=False)
             for child in nested:
@@ -292,10 +347,6 @@ def _plan_function(host: onnx.ModelProto, fn: onnx.FunctionProto, scope: _Scope
     if not done:
         return None
     return _function_nodes(model, fn, constants, temp - real, marked)
-
-
-def _holds_bodies_node(node: onnx.NodeProto) -> bool:
-    return any(True for _ in subgraphs(node))
 
 
 def _function_nodes(model: onnx.ModelProto, fn: onnx.FunctionProto, constants: list[str],
