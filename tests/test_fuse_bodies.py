@@ -151,6 +151,29 @@ def test_a_loop_body_fuses_its_matmul_add_and_runs_the_same():
     _agree(original, m, [_feeds(original)])
 
 
+def test_a_scan_body_fuses_its_matmul_add_and_runs_the_same():
+    # each step: state[1, 4] -> MatMul(Ws) + Add(bias) + the scanned row -> next state
+    body = helper.make_graph(
+        [mk("MatMul", ["s", "Ws"], ["m"], name="mm"),
+         mk("Add", ["m", "Bs"], ["a"], name="add"),
+         mk("Add", ["a", "row"], ["s_next"], name="plus"),
+         mk("Identity", ["s_next"], ["out_row"], name="emit")],
+        "body", [vi("s", F, [1, 4]), vi("row", F, [4])],
+        [vi("s_next", F, [1, 4]), vi("out_row", F, [1, 4])], [_w("Bs", 4)])
+    m = _model([mk("Scan", ["s0", "rows"], ["s_last", "outs"], name="scan", body=body,
+                   num_scan_inputs=1)],
+               [vi("s0", F, [1, 4]), vi("rows", F, [5, 4])],
+               [vi("s_last", F, [1, 4]), vi("outs", F, [5, 1, 4])], [_w("Ws", 4, 4)])
+    original = onnx.ModelProto()
+    original.CopyFrom(m)
+    r = surgery.fold(m)
+    assert [(f["graph"], f["rule"], f["nodes"]) for f in r.fused] == [
+        ("scan/body", "matmul_add_gemm", ["mm", "add"])]
+    assert _ops(_bodies(m)["scan/body"]) == ["Gemm", "Add", "Identity"]
+    onnx.checker.check_model(m, full_check=True)
+    _agree(original, m, [_feeds(original)])
+
+
 def _nested() -> onnx.ModelProto:
     """If(c1) then: If(c2) then: MatMul(x, W) + Add(b) (W in the main graph, b in the outer
     branch, read two levels down); every other branch a Neg."""
@@ -342,6 +365,34 @@ def test_a_failure_while_a_later_body_is_planned_leaves_the_model_unchanged():
     assert [p for p, _ in body_graphs(m.graph)] == ["if/else_branch", "if/then_branch"]
     before = m.SerializeToString()
     with pytest.raises(InvalidModelError, match="t_mean"):
+        surgery.fold(m)
+    assert m.SerializeToString() == before
+
+
+def test_a_failure_in_a_local_function_after_a_body_was_planned_leaves_the_model_unchanged():
+    conv, inits = _conv_bn_nodes("img", "r", "e_")
+    els = helper.make_graph(conv, "else", [], [vi("r", F, [1, 4, 6, 6])], inits)
+    then = helper.make_graph([mk("Neg", ["img4"], ["t"], name="neg")], "then", [],
+                             [vi("t", F, [1, 4, 6, 6])])
+    mean = numpy_helper.from_array(np.zeros(2, np.float32), "mean")
+    mean.dims[:] = [4]  # 2 floats for 4 channels: reading it raises
+    nodes = [_constant("Wc", RNG.standard_normal((4, 3, 1, 1)).astype(np.float32)),
+             *(_constant(n, RNG.uniform(0.5, 2.0, 4).astype(np.float32))
+               for n in ("s", "bb", "var")),
+             mk("Constant", [], ["mean"], value=mean),
+             mk("Conv", ["x", "Wc"], ["q"], name="conv"),
+             mk("BatchNormalization", ["q", "s", "bb", "mean", "var"], ["z"], name="bn")]
+    fn = helper.make_function("local", "head", ["x"], ["z"], nodes,
+                              [helper.make_opsetid("", 17)])
+    g = helper.make_graph(
+        [mk("If", ["c"], ["y"], name="if", then_branch=then, else_branch=els),
+         mk("head", ["img"], ["z"], name="call", domain="local")], "g",
+        [vi("img", F, [1, 3, 6, 6]), vi("img4", F, [1, 4, 6, 6]), vi("c", B, [])],
+        [vi("y", F, [1, 4, 6, 6]), vi("z", F, [1, 4, 6, 6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("local", 1)], functions=[fn])
+    before = m.SerializeToString()
+    with pytest.raises(InvalidModelError, match="mean"):
         surgery.fold(m)
     assert m.SerializeToString() == before
 
