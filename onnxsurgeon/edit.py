@@ -634,6 +634,15 @@ class Edit:
             _replace_all(getattr(graph, name), list(getattr(new, name)))
         _replace_all(graph.input, list(inputs))
 
+    def set_function_nodes(self, fn: onnx.FunctionProto,
+                           nodes: Sequence[onnx.NodeProto]) -> None:
+        """The local function ``fn`` (of this model) has the nodes ``nodes`` (copied) now: a
+        verb edited its body as the main graph of a model of its own (``fold``'s
+        simplifications, ``surgery/_fuse_bodies.py``). The upkeep does not follow functions.
+        O(nodes of ``fn``)."""
+        self.give_up()
+        _replace_all(fn.node, nodes)
+
     def set_all_nodes(self, nodes: Sequence[onnx.NodeProto]) -> None:
         """The main graph's nodes are ``nodes`` now (moved in, not copied: the caller's list
         must not be used after). The upkeep cannot follow a whole new node list: the next verb

@@ -405,7 +405,8 @@ class FoldRecord(RewriteRecord):
     """fold: the main-graph tensors that became initializers, the nodes removed, the foldable
     tensors left computed (over ``max_bytes``), the tensors folded inside bodies; with
     ``fuse``, the simplifications made (``{"rule", "nodes", "into"}`` each, see
-    :mod:`onnxsurgeon.surgery.fuse`)."""
+    :mod:`onnxsurgeon.surgery.fuse`; ``"graph"`` too for one inside a body or local
+    function)."""
 
     op: ClassVar[str] = "fold"
     folded: tuple[str, ...]

@@ -15,7 +15,7 @@ the body it edits); the main graph comes last.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -107,10 +107,12 @@ class BodyModel:
 
 
 def body_model(host: onnx.ModelProto, path: str,
-               types: dict[str, onnx.ValueInfoProto]) -> BodyModel:
+               types: Mapping[str, onnx.ValueInfoProto], *,
+               graph: onnx.GraphProto | None = None) -> BodyModel:
     """The body at ``path`` as the main graph of a model of its own (see the module
-    docstring). O(size of the body)."""
-    graph = locate(host, path)
+    docstring). O(size of the body); ``graph``: that body, when the caller holds it (else
+    found by :func:`locate`)."""
+    graph = locate(host, path) if graph is None else graph
     model = onnx.ModelProto()
     model.ir_version = host.ir_version
     model.opset_import.extend(host.opset_import)

@@ -101,7 +101,9 @@ class FoldResult:
         body_folded: tensors folded inside nested bodies.
         max_bytes: the limit used.
         fused: with ``fuse``, each simplification made: ``{"rule", "nodes", "into"}`` (see
-            :mod:`onnxsurgeon.surgery.fuse`; no-ops removed are in ``removed`` too).
+            :mod:`onnxsurgeon.surgery.fuse`; main-graph no-ops removed are in ``removed``
+            too), with ``"graph"`` (the body path, ``function <domain.name>``) for one made
+            inside an If/Loop/Scan body or a local function.
         fuse: whether the simplifications were asked for.
     """
 
@@ -546,6 +548,10 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         index = indexed(m)
         removed_labels += _fuse(m, index, inputs, fused,
                                 ops=None if gone or nops or dead else ops)
+        if index.body_holders or proto.functions:  # planned, then one edit
+            from ._fuse_bodies import fuse_bodies
+
+            fuse_bodies(m, fused)
         if fused and folded:
             read = _read_now(proto.graph)
             folded = [n for n in folded if n in read]

@@ -20,7 +20,8 @@ Each is listed in :attr:`~onnxsurgeon.surgery.fold.FoldResult.fused` as ``{"rule
 "into"}`` (the labels of the nodes removed, the label of the node made, "" for a no-op) and is
 proved by ``fold --verify`` like the fold itself (every graph output agrees within the dtype's
 tolerance: a Gemm runs another kernel than MatMul + Add, the folded Conv weight rounds
-differently). Bodies and local functions are not fused.
+differently). Bodies of If/Loop/Scan (any depth) and local functions are simplified the
+same way by :mod:`onnxsurgeon.surgery._fuse_bodies`, their entries tagged ``"graph"``.
 """
 
 from __future__ import annotations
@@ -457,16 +458,17 @@ def plan_noops(index: GraphIndex, *, inputs: set[str], base_dir: object, opset: 
 
 
 def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object, opset: int,
-                 ops: list[str] | None = None) -> _Plan:
+                 ops: list[str] | None = None, names: NameAllocator | None = None) -> _Plan:
     """MatMul + Add -> Gemm and Conv + BatchNormalization -> Conv sites of the main graph (no
     node in two sites). O(nodes); reads the weights of the Conv sites only. ``ops``: every
-    node's op type, when the caller has them."""
+    node's op type, when the caller has them. ``names``: the allocator of the Conv sites' new
+    weight names (default: one for the index's model; a body's caller passes one that also
+    knows the host's names)."""
     facts = _Facts(index, inputs, base_dir)
     plan = _Plan()
     nodes = index.graph.node
     if opset < 9:
         return plan
-    names: NameAllocator | None = None
     used: set[int] = set()
     if ops is None:
         ops = list(map(_OP_TYPE, nodes))  # C-level: only the candidates are read further
