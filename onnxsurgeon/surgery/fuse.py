@@ -104,7 +104,12 @@ class _Facts:
             from ._proto import quick_value_info
 
             index = self.index
-            self._oracle = TypeOracle(index, quick=lambda name: quick_value_info(index, name))
+            # the cheap step only on the int dataflow graph (memoized there); without it (a
+            # main graph holding bodies) each ask would walk the tensor's whole closure, O(n^2)
+            # over a chain's candidates: one shape inference answers all asks instead
+            quick = (lambda name: quick_value_info(index, name)) \
+                if index.int_graph() is not None else None
+            self._oracle = TypeOracle(index, quick=quick)
         return self._oracle
 
     def type_all(self) -> None:
