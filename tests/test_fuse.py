@@ -239,9 +239,8 @@ def test_gemm_sites_of_a_main_graph_holding_a_body_are_typed_by_one_inference(tm
     """A main graph with an If has no int dataflow graph: the Gemm candidates' types come from
     one shape inference, not a walk of each candidate's closure (O(n^2) on a chain: a 30k-block
     chain with one If took over 11 minutes)."""
-    from tests import builders
-
     from onnxsurgeon.surgery import _proto
+    from tests import builders
 
     model = builders.chain(60)
     out = model.graph.output[0].name
