@@ -16,6 +16,8 @@ never runs onnxruntime). A folded value over ``max_bytes`` stays computed (its p
 and what it reads is folded instead). Bodies of If/Loop/Scan fold the same way over their own
 constants. Folded values become initializers (an external-data model's save writes the big ones
 to its data file); the folded nodes and the initializers nothing reads any more are removed.
+A main-graph ``If`` whose condition is constant then is replaced by the branch it takes, and
+what that makes constant folds in turn (:mod:`onnxsurgeon.surgery._inline_if`).
 Then, on the folded graph (its shapes static now), a node that passes an input through unchanged
 (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1`` with a constant that broadcasts ``x`` to no other
 shape or type) is removed, its readers reading ``x``.
@@ -525,6 +527,11 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         e.fold_body(plan.graph, plan.removed, [plan.values[n] for n in plan.folded],
                     plan.dead_inits)
     e.hand_on(m)
+    if "If" in ops:  # an If whose condition is constant now takes its branch; that folds too
+        inlined, more = _inline_ifs(m, inputs, max_bytes=max_bytes, evaluate=run)
+        removed_labels += inlined
+        folded += more
+        index = indexed(m)
     # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
     neutral = _neutral_constants(proto.graph, inputs)
     index = indexed(m) if neutral else index
@@ -562,6 +569,50 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         fused=tuple(fused), fuse=fuse)
     add_rewrite(proto, result.record())
     return result
+
+
+def _inline_ifs(m: Model, inputs: set[str], *, max_bytes: int, evaluate: Evaluator
+                ) -> tuple[tuple[str, ...], list[str]]:
+    """Main-graph Ifs whose condition is a constant replaced by the branch they take
+    (:mod:`~onnxsurgeon.surgery._inline_if`), then what the inlined nodes compute from
+    constants folded; a round per level of nesting, until no If is constant. The labels of the
+    Ifs and nodes removed, and the tensors folded. Each round: one edit for the Ifs, one for
+    the fold. O(rounds x nodes)."""
+    from ._inline_if import apply_inline, plan_inline
+
+    proto = m.proto
+    labels: tuple[str, ...] = ()
+    folded: list[str] = []
+    while True:
+        index = indexed(m)
+        plans = plan_inline(index, inputs)
+        if not plans:
+            return labels, folded
+        labels += tuple(p.label for p in plans)
+        e = Edit(index)
+        apply_inline(e, plans)
+        e.hand_on(m)
+        index = indexed(m)
+        ops = list(map(_OP_TYPE, proto.graph.node))
+        again = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
+                            shapes=_known_shapes(m, index, ops), max_bytes=max_bytes,
+                            evaluate=evaluate, opsets=list(proto.opset_import),
+                            ir_version=proto.ir_version, like=_like_types(index, ops))
+        gone = set(again.removed) if again is not None else set()
+        labels += tuple(node_label(proto.graph.node[i], i) for i in sorted(gone))
+        read = _still_read(proto.graph, gone)  # the conditions and what other branches read go
+        drop = {k for k, t in enumerate(proto.graph.initializer)
+                if t.name not in read and t.name not in inputs}
+        if not (drop or gone):
+            continue
+        e = Edit(index)
+        if drop:
+            e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
+        if again is not None:
+            e.add_initializers([again.values[n] for n in again.folded], made=True)
+            e.remove_nodes(gone)
+            folded += again.folded
+        e.hand_on(m)
 
 
 def _read_now(graph: onnx.GraphProto) -> set[str]:
