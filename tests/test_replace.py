@@ -353,3 +353,38 @@ def test_the_splice_is_followed_so_the_save_vouches_for_the_copies_by_their_stan
     onnx.checker.check_model(onnx.load(tmp_path / "out.onnx"), full_check=True)
     assert (tmp_path / "out.onnx").read_bytes() == model.proto.SerializeToString(
         deterministic=True)
+
+
+MAX_MIN = b"""<ir_version: 8, opset_import: ["" : 17]>
+p (float x, float lo, float hi) => (float y) { m = Max(x, lo)\n y = Min(m, hi) }"""
+CLIP = b"""<ir_version: 8, opset_import: ["" : 17]>
+r (float x, float lo, float hi) => (float y) { y = Clip(x, lo, hi) }"""
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["any-rank", "fixed-rank"])
+def test_a_replacement_declared_without_a_fixed_size_takes_a_site_of_any_rank(tmp_path, capsys,
+                                                                            fixed):
+    """``float x`` declares no rank (as for P, README): Max/Min -> Clip (onnx-graphsurgeon's
+    replacing-a-subgraph example) on a rank-3 site passes where R says ``float x``; R saying
+    ``float[2] x`` (rank 1) is refused at the site in one line (was refused either way)."""
+    host = model("""g (float[1,3,4] x) => (float[1,3,4] y) <float lo = {0.0}, float hi = {6.0}> {
+        r = Relu(x)
+        mx = Max(r, lo)
+        mn = Min(mx, hi)
+        y = Neg(mn)
+    }""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(MAX_MIN)
+    rep.write_bytes(CLIP.replace(b"(float x,", b"(float[2] x,") if fixed else CLIP)
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify", "--json")
+    if fixed:
+        assert code == 2 and err.count("\n") == 1 and "has rank 1" in err and not out.exists()
+        return
+    assert code == 0, err
+    assert json.loads(stdout)["verify"]["verdict"] == "pass"
+    got = onnx.load(out)
+    assert [n.op_type for n in got.graph.node] == ["Relu", "Clip", "Neg"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 4)).astype(np.float32) * 8
+    assert np.array_equal(run(host, {"x": x})[0], run(got, {"x": x})[0])

@@ -57,6 +57,12 @@ def _of(t: onnx.TypeProto) -> tuple[int, int | None]:
     return int(tt.elem_type), (len(dims) if fixed else None)
 
 
+def declared_rank(t: onnx.TypeProto) -> int | None:
+    """The rank a pattern's (or replacement's) tensor type declares: its rank when a dim has a
+    fixed size, else None (``float x``, ``float[N] x``: any rank)."""
+    return _of(t)[1] if t.HasField("tensor_type") else None
+
+
 def _site_of(t: onnx.TypeProto) -> tuple[int, int | None]:
     """A site tensor's (element type, rank): the rank whenever a shape is given."""
     tt = t.tensor_type

@@ -29,7 +29,7 @@ from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
-from ..pattern.declared import TypeLookup, indexed_type
+from ..pattern.declared import TypeLookup, declared_rank, indexed_type
 from ..record import ReplaceRecord, add_rewrite
 from ..select import drop_missing, name_map
 from ..session import indexed
@@ -214,6 +214,9 @@ def _infer(block: onnx.ModelProto, types: Sequence[onnx.TypeProto | None],
     for vi, t in zip(real, types, strict=True):
         if t is not None:
             vi.type.CopyFrom(t)
+    for vi in (*probe.graph.output, *probe.graph.value_info):  # ``float y``: any rank, inferred
+        if vi.type.HasField("tensor_type") and declared_rank(vi.type) is None:
+            vi.type.tensor_type.ClearField("shape")
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, check_type=True, strict_mode=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
@@ -258,8 +261,11 @@ def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins
     r_inputs = [vi for vi in r.graph.input if vi.name not in inits]
     for vi, name, t in zip(r_inputs, ins, in_types, strict=True):
         want = vi.type if vi.type.WhichOneof("value") else None
+        # R's declared shape limits the rank as P's does: only where a dim has a fixed size
+        want_shape = _shape(want) if want is not None and declared_rank(want) is not None \
+            else None
         check_types(f"site {site.labels[-1]}: replacement input '{vi.name}'", vi.name, name,
-                    _elem(want), _elem(t), _shape(want), _shape(t))
+                    _elem(want), _elem(t), want_shape, _shape(t))
     inferred = _infer(r, in_types, f"site {site.labels[-1]}: replacement '{label}'")
     for k, (name, got, have_t) in enumerate(zip(outs, inferred, out_types, strict=True)):
         have = _elem(have_t)
