@@ -574,6 +574,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
     fits = not explain and plan_ok(p)
     declared = _declared.declared_types(p)
     lookup = _declared.declared_lookup(graphs, index)
+    by_id = types.by_id if isinstance(types, _declared.IdTypeLookup) else None
     if types is not None:
         lookup = _declared.chained(types, lookup)
     for scope in (_scopes(index) if bodies else [_Scope(index.graph, "", 0, index)]):
@@ -583,11 +584,13 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         where = f"{scope.path}: " if scope.path else ""
         fast = _int_matcher(matcher, scope) if fits else None
         anchors = positions(scope.ops, op)
-        typed = _declared.IntFilter(fast, scope.path, declared, lookup) if (
+        typed = _declared.IntFilter(fast, scope.path, declared, lookup,
+                                    None if scope.path else by_id) if (
             fast is not None and declared) else None
         sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
         swept = sweep.run(anchors) if sweep is not None else []
         made = _swept_match(sweep, scope, used) if sweep is not None else None
+        fits_at = typed.swept(sweep) if typed is not None and sweep is not None else None
         for k, gn in enumerate(anchors):
             tried += 1
             if gn in used:
@@ -602,7 +605,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 if said != ASK:
                     row = sweep.rows[k]
                     if used.isdisjoint(row):
-                        if typed is None or typed.fits(sweep.bound(k)):
+                        if fits_at is None or fits_at(k):
                             matches.append(made(k, row) if made is not None
                                            else _int_match(fast, scope, sweep.bound(k), used))
                         continue

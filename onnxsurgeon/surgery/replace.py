@@ -29,7 +29,7 @@ from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
-from ..pattern.declared import TypeLookup, indexed_type
+from ..pattern.declared import indexed_type
 from ..record import ReplaceRecord, add_rewrite
 from ..select import drop_missing, name_map
 from ..session import indexed
@@ -141,6 +141,10 @@ class _SiteTypes:
         self.memo[name] = key
         return key
 
+    def cheap_type(self, j: int) -> Any:
+        """The cheap pass's type of node ``j``'s output, None when it has none."""
+        return self._cheap().get(j)
+
     def _cheap(self) -> dict[int, Any]:
         """Node id -> type by the cheap pass, run once when a type is first asked of it."""
         if self.cheap is None:
@@ -167,25 +171,36 @@ class _SiteTypes:
         return t.SerializeToString(deterministic=True) if t is not None else b"-"
 
 
-def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> TypeLookup:
+def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> _SiteLookup:
     """The site tensors' types :func:`~onnxsurgeon.pattern.find_matches` compares with what a
     pattern declares: in the main graph the per-site checks' own (declared, initializer, the
     cheap pass, inference: ``types``, made when not given); None in a body (find_matches then
-    reads what the body declares)."""
-    main = types if types is not None else _SiteTypes(index, len(index.graph.node))
+    reads what the body declares). Also by int id (:class:`~onnxsurgeon.pattern.declared.IdTypeLookup`)."""
+    return _SiteLookup(index, types if types is not None else _SiteTypes(
+        index, len(index.graph.node)))
 
-    seen: dict[_Key, tuple[int, int | None] | None] = {}
-    declared = partial(indexed_type, index)
 
-    def lookup(path: str, name: str) -> tuple[int, int | None] | None:
+class _SiteLookup:
+    """:func:`site_type_lookup`'s answer: by name, and by id in the int dataflow graph."""
+
+    def __init__(self, index: GraphIndex, main: _SiteTypes) -> None:
+        self.index, self.main = index, main
+        self.seen: dict[_Key, tuple[int, int | None] | None] = {}
+        self.declared = partial(indexed_type, index)
+        self.by_node: dict[int, Any] | None = None
+        self.leaves: dict[int, str] = {}
+        self.ops: list[str] = []
+
+    def __call__(self, path: str, name: str) -> tuple[int, int | None] | None:
         if path:
             return None
-        known = declared(name)
+        known = self.declared(name)
         if known is not None:
             return known
-        key = main.key(name)
+        key = self.main.key(name)
         if isinstance(key, tuple):
             return key[0], len(key[1])
+        seen = self.seen
         if key not in seen:
             t = _type_of(key)
             shape = _shape(t)
@@ -193,7 +208,49 @@ def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> Type
                 _elem(t), len(shape) if shape is not None else None)
         return seen[key]
 
-    return lookup
+    def by_id(self, g: int) -> tuple[int, int | None] | None:
+        """What :meth:`__call__` answers for tensor ``g`` of the int dataflow graph when it
+        comes from what the graph declares or from the cheap type pass, without the name;
+        None otherwise (ask by name). A node's ValueInfo is found through a node id -> entry
+        table built once (O(value_info)); an initializer's or a Constant's name is left to the
+        names."""
+        by_node = self.by_node
+        if by_node is None:
+            by_node = self._by_node()
+        if g < 0:
+            leaf = self.leaves.get(g)
+            return self.declared(leaf) if leaf is not None else None
+        op = self.ops[g]
+        if not op or op == "Constant":
+            return None
+        vi = by_node.get(g, False)
+        if vi is False:
+            found = self.main.cheap_type(g)
+            return (found[0], len(found[1])) if found is not None else None
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return None
+        tt = vi.type.tensor_type
+        elem = tt.elem_type
+        if not elem:
+            return None
+        return int(elem), (len(tt.shape.dim) if tt.HasField("shape") else None)
+
+    def _by_node(self) -> dict[int, Any]:
+        """Node id -> its output's ValueInfo, None for a node whose output is named as an
+        initializer (the names decide). O(value_info + initializers)."""
+        index = self.index
+        edges = index.known_int_graph()
+        self.leaves, self.ops = (edges.leaves, edges.ops) if edges is not None else ({}, [])
+        producer = index.producer
+        by_node: dict[Any, Any] = dict(zip(map(producer.get, index.value_info),
+                                           index.value_info.values(), strict=True))
+        for name in index.initializers:
+            j = producer.get(name)
+            if j is not None:
+                by_node[j] = None
+        by_node.pop(None, None)
+        self.by_node = by_node
+        return by_node
 
 
 def _type_of(key: _Key) -> onnx.TypeProto | None:
