@@ -159,3 +159,16 @@ def test_the_types_by_id_are_those_by_name():
     assert not find_matches(index, load_pattern(add % b"float[4]"), types=lookup).matches
     found = find_matches(index, load_pattern(add % b"double[N]"), types=lookup).matches
     assert [(s.inputs, s.outputs) for s in found] == [({"p": "a", "w": "w"}, {"r": "b"})]
+
+
+def test_replace_names_the_first_site_r_cannot_take(mixed, capsys, tmp_path):
+    """Sites of several signatures, R taking only the first one's (rank 4): the error names
+    the first site in order that R cannot take (Relu#1, rank 1), not a later one (Relu#7)."""
+    _, folder = mixed
+    r = tmp_path / "r4.txt"
+    r.write_text("g (float[A,B,C,D] p) => (float[A,B,C,D] r) { r = Relu(p) }")
+    code, _, err = cli_main(capsys, "replace", folder / "mixed.onnx", "-o", tmp_path / "o.onnx",
+                            "--pattern", folder / "p1.txt", "--replacement", r)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "site Relu#1:" in err and "Relu#7" not in err, err
+    assert not (tmp_path / "o.onnx").exists()

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -291,18 +291,27 @@ def _elem(t: onnx.TypeProto | None) -> int:
     return int(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else 0
 
 
-def _check_site(site: Match, r: onnx.ModelProto, p: Pattern, types: _SiteTypes | None,
-                cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]], label: str) -> None:
-    """Refuse the site when R cannot take its inputs or gives other dtypes or shapes (once per
-    distinct signature of the site's types)."""
-    if types is None:
-        return
-    ins = list(map(site.inputs.__getitem__, p.inputs))
-    outs = list(map(site.outputs.__getitem__, p.outputs))
-    key = tuple(map(types.key, chain(ins, outs)))
-    if key in cache:
-        return
-    _check_signature(site, r, key, ins, outs, cache, label)
+def _check_sites(sites: Sequence[Match], r: onnx.ModelProto, p: Pattern, types: _SiteTypes,
+                 label: str) -> None:
+    """Refuse the first site (in order) R cannot take: its inputs, or other dtypes or shapes
+    out. The sites' signatures (their bound tensors' types) column by column, each tensor's
+    type looked up once; R inferred once per distinct signature. O(sites x pattern I/O)."""
+    cols = [[site.inputs[pin] for site in sites] for pin in p.inputs]
+    cols += [[site.outputs[pout] for site in sites] for pout in p.outputs]
+    key_of, memo = types.key, types.memo
+    keys = []
+    for col in cols:
+        for name in dict.fromkeys(col):
+            if name not in memo:
+                key_of(name)  # memoized
+        keys.append(list(map(memo.__getitem__, col)))
+    signatures = list(zip(*keys, strict=True))  # a pattern has an output: keys is not empty
+    first = dict(zip(reversed(signatures), range(len(signatures) - 1, -1, -1), strict=True))
+    cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
+    n_in = len(p.inputs)
+    for key, k in sorted(first.items(), key=itemgetter(1)):
+        bound = [col[k] for col in cols]
+        _check_signature(sites[k], r, key, bound[:n_in], bound[n_in:], cache, label)
 
 
 def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins: list[str],
@@ -402,17 +411,7 @@ def replace(
     opsets = merge_opsets(block, host, r.label)
     functions = merge_functions(block, host)
     main_sites = [site for site in found.matches if not site.graph]
-    cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
-    key_of, known = types.key, types.memo.get
-    p_in, p_out = p.inputs, p.outputs
-    for site in main_sites:  # the common case inline: tensors typed before, a known signature
-        bound = [*map(site.inputs.__getitem__, p_in), *map(site.outputs.__getitem__, p_out)]
-        key = tuple(map(known, bound))
-        if None in key:
-            key = tuple(map(key_of, bound))
-        if key in cache:
-            continue
-        _check_site(site, block, p, types, cache, r.label)
+    _check_sites(main_sites, block, p, types, r.label)
     for site in found.matches:
         at = site.nodes[-1]  # ascending
         if at - site.nodes[0] + 1 == len(site.nodes):
