@@ -233,7 +233,6 @@ class _Matcher:
         self.used = used
         self.reason: str | None = None
         self.inputs = set(pattern.inputs)
-        self.ops = scope.ops
         edges = scope.index.known_int_graph() if scope.index is not None else None
         self.single: list[str] | None = edges.ops if edges is not None else None
         """Per node, its op when it is in the default domain with one output, else ""."""
@@ -250,6 +249,11 @@ class _Matcher:
             self.info[pn] = (node.op_type, domains,
                              [(a, _attr_value(a)) for a in node.attribute], pins,
                              list(node.output), orders)
+
+    @property
+    def ops(self) -> list[str]:
+        """Every node's op type (read from the protos when first asked)."""
+        return self.s.ops
 
     def fail(self, why: str) -> None:
         if self.reason is None:
@@ -483,6 +487,19 @@ def _scopes(index: GraphIndex) -> list[_Scope]:
     return found
 
 
+def _anchors(scope: _Scope, op: str) -> list[int]:
+    """The nodes of op type ``op``, ascending: from the int dataflow graph's op list when there
+    is one (the protos read only for its multi-output and other-domain nodes), else from every
+    node's op type. O(nodes), C-level scans."""
+    edges = scope.index.known_int_graph() if scope.index is not None else None
+    if edges is None:
+        return positions(scope.ops, op)
+    found = positions(edges.ops, op)
+    nodes = scope.nodes
+    others = [i for i in positions(edges.ops, "") if nodes[i].op_type == op]
+    return sorted(found + others) if others else found
+
+
 def _int_matcher(matcher: _Matcher, scope: _Scope) -> IntMatcher | None:
     """The int-graph matcher of a scope that has an int dataflow graph (the main graph)."""
     edges = scope.index.int_graph() if scope.index is not None else None
@@ -583,7 +600,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         matcher = _Matcher(p, scope, used)
         where = f"{scope.path}: " if scope.path else ""
         fast = _int_matcher(matcher, scope) if fits else None
-        anchors = positions(scope.ops, op)
+        anchors = _anchors(scope, op)
         typed = _declared.IntFilter(fast, scope.path, declared, lookup,
                                     None if scope.path else by_id) if (
             fast is not None and declared) else None

@@ -141,9 +141,9 @@ class _SiteTypes:
         self.memo[name] = key
         return key
 
-    def cheap_type(self, j: int) -> Any:
-        """The cheap pass's type of node ``j``'s output, None when it has none."""
-        return self._cheap().get(j)
+    def cheap_types(self) -> dict[int, Any]:
+        """Node id -> its output's type by the cheap pass (run once, when first asked)."""
+        return self._cheap()
 
     def _cheap(self) -> dict[int, Any]:
         """Node id -> type by the cheap pass, run once when a type is first asked of it."""
@@ -188,6 +188,7 @@ class _SiteLookup:
         self.seen: dict[_Key, tuple[int, int | None] | None] = {}
         self.declared = partial(indexed_type, index)
         self.by_node: dict[int, Any] | None = None
+        self.cheap: dict[int, Any] | None = None
         self.leaves: dict[int, str] = {}
         self.ops: list[str] = []
 
@@ -225,7 +226,10 @@ class _SiteLookup:
             return None
         vi = by_node.get(g, False)
         if vi is False:
-            found = self.main.cheap_type(g)
+            cheap = self.cheap
+            if cheap is None:
+                cheap = self.cheap = self.main.cheap_types()
+            found = cheap.get(g)
             return (found[0], len(found[1])) if found is not None else None
         if vi is None or not vi.type.HasField("tensor_type"):
             return None
