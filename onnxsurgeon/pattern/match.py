@@ -552,21 +552,26 @@ def _swept_match(sweep: Sweep, scope: _Scope, used: set[int]
     table: dict[int, str] = dict(zip(producer.values(), producer.keys(), strict=True))
     table.update(fast.leaves)
     get = table.get
-    cols = [(pin, list(map(get, sweep.tcols[sweep.names.index(pin)])))
-            for pin in p.inputs if pin in sweep.names]
+    pins = [pin for pin in p.inputs if pin in sweep.names]
+    rows = list(zip(*[list(map(get, sweep.tcols[sweep.names.index(pin)])) for pin in pins],
+                    strict=True))
     outs = list(map(get, sweep.ncols[sweep.order.index(fast.anchor)]))
     keys = p.outputs
-    label = fast.label
+    label, names = fast.label, fast.names
 
     def made(k: int, row: tuple[int, ...]) -> Match:
-        inputs = {pin: col[k] for pin, col in cols}
+        bound = rows[k]
         out = outs[k]
-        if out is None or None in inputs.values():  # an unnamed output: as the walk's
+        if out is None or None in bound:  # an unnamed output: as the walk's
             return _int_match(fast, scope, sweep.bound(k), used)
         nodes = tuple(sorted(row))
         used.update(nodes)
-        return Match(scope.path, nodes, tuple(map(label, nodes)),
-                     cast("dict[str, str]", inputs), dict.fromkeys(keys, out), {}, ())
+        labels = tuple(map(names.__getitem__, nodes))
+        if "" in labels:  # an unnamed node: OpType#i
+            labels = tuple(map(label, nodes))
+        return Match(scope.path, nodes, labels, dict(zip(pins, cast("tuple[str, ...]", bound),
+                                                         strict=True)),
+                     dict.fromkeys(keys, out), {}, ())
 
     return made
 

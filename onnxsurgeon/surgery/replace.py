@@ -68,8 +68,12 @@ class ReplaceResult:
 
     def site_json(self) -> list[dict[str, Any]]:
         """The sites as ``--json`` and the record list them."""
-        return [{**site.to_json(), "replaced": list(new)}
-                for site, new in zip(self.sites, self.replaced, strict=True)]
+        listed = []
+        for site, new in zip(self.sites, self.replaced, strict=True):
+            data = site.to_json()
+            data["replaced"] = list(new)
+            listed.append(data)
+        return listed
 
     def record(self) -> ReplaceRecord:
         """The rewrite record of this replace (the sites, P and R inline: it replays)."""
