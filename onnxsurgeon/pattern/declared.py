@@ -208,14 +208,18 @@ class IntFilter:
             cols.extend((out, want) for want in self.outs)
         verdicts: dict[tuple[int, int | None], dict[int, bool]] = {}
         checks = [(col, verdicts.setdefault(want, {}), want) for col, want in cols]
-        resolve = self._type
+        resolve, by_id, types = self._type, self.by_id, self.types
 
         def fits(k: int) -> bool:
             for col, seen, want in checks:
                 g = col[k]
                 ok = seen.get(g)
                 if ok is None:
-                    have = resolve(g)
+                    have = by_id(g) if by_id is not None else None  # by_id first, as _type
+                    if have is None:
+                        have = resolve(g)
+                    else:
+                        types[g] = have
                     ok = seen[g] = have is None or _fits(want, have)
                 if not ok:
                     return False
