@@ -172,3 +172,22 @@ def test_replace_names_the_first_site_r_cannot_take(mixed, capsys, tmp_path):
     assert code == 2 and err.count("\n") == 1, err
     assert "site Relu#1:" in err and "Relu#7" not in err, err
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_weight_every_site_shares_is_checked_once_and_the_rest_still_are():
+    """The bench's shape: every Add reads one weight. Once a site found the weight fits, the
+    swept sites check only their other tensors: the double ``d`` still fails; a weight of
+    another type fails every site (by id and by name alike)."""
+    from onnxsurgeon.surgery.replace import site_type_lookup
+
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+    g (float[4] x, double[4] d) => (float[4] f, double[4] e) <%s[4] W = {1, 2, 3, 4}> {
+        a = Add(x, W)
+        e = Add(d, W)
+        f = Add(a, W)
+    }"""
+    p = load_pattern(b"g (float[4] p, float[4] w) => (float[4] r) { r = Add(p, w) }")
+    for elem, want in (("float", [(0,), (2,)]), ("double", [])):
+        index = GraphIndex(onnx.parser.parse_model(text % elem))
+        for types in (site_type_lookup(index), None):
+            assert [s.nodes for s in find_matches(index, p, types=types).matches] == want

@@ -209,6 +209,9 @@ class IntFilter:
         verdicts: dict[tuple[int, int | None], dict[int, bool]] = {}
         checks = [(col, verdicts.setdefault(want, {}), want) for col, want in cols]
         resolve, by_id, types = self._type, self.by_id, self.types
+        # a column binding one tensor at every anchor (a weight all matches share): dropped
+        # from the checks once a site found it fits
+        same = [c for c in checks if c[0] and c[0].count(c[0][0]) == len(c[0])]
 
         def fits(k: int) -> bool:
             for col, seen, want in checks:
@@ -223,6 +226,9 @@ class IntFilter:
                     ok = seen[g] = have is None or _fits(want, have)
                 if not ok:
                     return False
+            if same and all(seen.get(col[0]) for col, seen, _ in same):
+                checks[:] = [c for c in checks if all(c is not x for x in same)]
+                same.clear()
             return True
 
         return fits

@@ -145,6 +145,22 @@ class _SiteTypes:
         self.memo[name] = key
         return key
 
+    def fill(self, names: Iterable[str]) -> None:
+        """:meth:`key` of every name not asked before, in order (memoized): a name neither
+        declared nor an initializer that the cheap pass types by C-level maps, the others one
+        by one. O(names)."""
+        memo = self.memo
+        todo = [n for n in dict.fromkeys(names) if n not in memo]
+        declared, inits = self.declared, self.initializers
+        plain = [n for n in todo if n not in declared and n not in inits]
+        if plain:
+            got = list(map(self._cheap().get, map(self.producer.get, plain)))
+            typed = [t is not None for t in got]
+            memo.update(zip(compress(plain, typed), compress(got, typed), strict=True))
+        for name in todo:
+            if name not in memo:
+                self.key(name)
+
     def cheap_types(self) -> dict[int, Any]:
         """Node id -> its output's type by the cheap pass (run once, when first asked)."""
         return self._cheap()
@@ -306,13 +322,9 @@ def _check_sites(sites: Sequence[Match], r: onnx.ModelProto, p: Pattern, types: 
     type looked up once; R inferred once per distinct signature. O(sites x pattern I/O)."""
     cols = [[site.inputs[pin] for site in sites] for pin in p.inputs]
     cols += [[site.outputs[pout] for site in sites] for pout in p.outputs]
-    key_of, memo = types.key, types.memo
-    keys = []
-    for col in cols:
-        for name in dict.fromkeys(col):
-            if name not in memo:
-                key_of(name)  # memoized
-        keys.append(list(map(memo.__getitem__, col)))
+    types.fill(chain.from_iterable(cols))
+    memo = types.memo
+    keys = [list(map(memo.__getitem__, col)) for col in cols]
     signatures = list(zip(*keys, strict=True))  # a pattern has an output: keys is not empty
     first = dict(zip(reversed(signatures), range(len(signatures) - 1, -1, -1), strict=True))
     cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
