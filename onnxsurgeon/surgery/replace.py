@@ -13,7 +13,7 @@ rebuilds each touched graph's node list once.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress, repeat
@@ -154,7 +154,8 @@ class _SiteTypes:
         declared, inits = self.declared, self.initializers
         plain = [n for n in todo if n not in declared and n not in inits]
         if plain:
-            got = list(map(self._cheap().get, map(self.producer.get, plain)))
+            get: Callable[[Any], Any] = self._cheap().get  # None: no producer or no type
+            got: list[Any] = list(map(get, map(self.producer.get, plain)))
             typed = [t is not None for t in got]
             memo.update(zip(compress(plain, typed), compress(got, typed), strict=True))
         for name in todo:
