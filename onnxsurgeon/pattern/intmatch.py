@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,6 @@ class IntMatcher:
         self.attrs_ok = attrs_ok
         self.anchor = pattern.producer[pattern.outputs[0]][0]
         self.n_nodes = len(pattern.nodes)
-        self.counts: Counter[int] = Counter(edges.preds)
         self.out_nodes = out_nodes
         self.used: set[int] = set()
         self.p2g: dict[int, int] = {}
@@ -98,6 +98,11 @@ class IntMatcher:
             if node.op_type in commutative and 1 < n <= _MAX_ORDERS:
                 orders = list(itertools.permutations(range(n)))
             self.info[pn] = (node.op_type, attrs.get(pn, []), spec, orders)
+
+    @cached_property
+    def counts(self) -> Counter[int]:
+        """Node id -> how many reads its output has (built when the walk first needs it)."""
+        return Counter(self.preds)
 
     # ------------------------------------------------------------------ the walk
     def at(self, gn: int, used: set[int]) -> tuple[dict[int, int], dict[str, int]] | None:
@@ -372,14 +377,13 @@ class Sweep:
         """Per anchor, the graph nodes bound to the pattern nodes (in ``order``)."""
         self.tcols: list[list[int]] = [tens[k].tolist() for k in self.names]
         """Per pattern input (in ``names``), the tensor id bound to it at each anchor."""
-        self.trows = list(zip(*self.tcols, strict=True))
         return np.where(ask, ASK, np.where(ok, np.where(several, SEVERAL, ONLY), NO)).tolist()
 
     def bound(self, k: int) -> tuple[dict[int, int], dict[str, int]]:
         """The bindings :meth:`run` found at its ``k``-th anchor, as :meth:`IntMatcher.at`
         gives them."""
         return (dict(zip(self.order, self.rows[k], strict=True)),
-                dict(zip(self.names, self.trows[k], strict=True)) if self.names else {})
+                {name: col[k] for name, col in zip(self.names, self.tcols, strict=True)})
 
 
 NO, ONLY, ASK, SEVERAL = 0, 1, 2, 3
