@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ..index import NodeEdges
 from .load import _DEFAULT, Pattern
+from .results import Match
 
 _MAX_ORDERS = 4
 _OMITTED, _INPUT, _CONST, _NODE = 0, 1, 2, 3
@@ -245,6 +246,69 @@ class IntMatcher:
 
     def label(self, i: int) -> str:
         return self.names[i] or f"{self.eops[i]}#{i}"
+
+
+def int_match(fast: IntMatcher, path: str, found: tuple[dict[int, int], dict[str, int]],
+              used: set[int]) -> Match:
+    """The :class:`Match` of the int matcher's bindings (the same as the name-based one's);
+    its nodes, and the Constant nodes only it reads, join ``used``."""
+    p = fast.p
+    p2g, t = found
+    nodes = tuple(sorted(p2g.values()))
+    used.update(nodes)
+    inside = set(nodes)
+    dead = []
+    for c in p.constants:
+        g = t.get(c, -1)
+        if g < 0 or g in inside or fast.eops[g] != "Constant" or g in fast.out_nodes:
+            continue
+        if fast.counts[g] == fast.reads_inside(g, inside) and g not in used:
+            dead.append(g)
+            used.add(g)
+    name = fast.name_of
+    return Match(path, nodes, tuple(map(fast.label, nodes)),
+                 {i: name(t[i]) for i in p.inputs if i in t},
+                 {o: name(p2g[fast.anchor]) for o in p.outputs},
+                 {c: name(t[c]) for c in p.constants if c in t}, tuple(sorted(dead)))
+
+
+def swept_match(sweep: Sweep, path: str, producer: Mapping[str, int], used: set[int]
+                ) -> Callable[[int, tuple[int, ...]], Match] | None:
+    """``(k, row) -> Match`` for the sweep's bindings at its ``k``-th anchor (``row``:
+    :attr:`Sweep.rows`), the same :class:`Match` as :func:`int_match` gives for them, its
+    nodes joining ``used``. The bound tensors' names come per column from one table (leaf
+    ids and the producer map inverted: a single-output node's one name; the sweep and the
+    walk leave every multi-output node to the names), not from the protos per site. None when the pattern has constants (their Constant
+    nodes need :func:`int_match`'s count) or no input."""
+    fast = sweep.fast
+    p = fast.p
+    if p.constants or not sweep.names:
+        return None
+    table: dict[int, str] = dict(zip(producer.values(), producer.keys(), strict=True))
+    table.update(fast.leaves)
+    get = table.get
+    pins = [pin for pin in p.inputs if pin in sweep.names]
+    rows = list(zip(*[list(map(get, sweep.tcols[sweep.names.index(pin)])) for pin in pins],
+                    strict=True))
+    outs = list(map(get, sweep.ncols[sweep.order.index(fast.anchor)]))
+    keys = p.outputs
+    label, names = fast.label, fast.names
+
+    def made(k: int, row: tuple[int, ...]) -> Match:
+        bound = rows[k]
+        out = outs[k]
+        if out is None or None in bound:  # an unnamed output: as the walk's
+            return int_match(fast, path, sweep.bound(k), used)
+        nodes = tuple(sorted(row))
+        used.update(nodes)
+        labels = tuple(map(names.__getitem__, nodes))
+        if "" in labels:  # an unnamed node: OpType#i
+            labels = tuple(map(label, nodes))
+        return Match(path, nodes, labels, dict(zip(pins, cast("tuple[str, ...]", bound),
+                                                         strict=True)),
+                     dict.fromkeys(keys, out), {}, ())
+
+    return made
 
 
 def plan_ok(pattern: Pattern) -> bool:

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import onnx
@@ -46,7 +46,7 @@ from onnx import AttributeProto, numpy_helper
 
 from ..index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
 from . import declared as _declared
-from .intmatch import ASK, NO, ONLY, IntMatcher, Sweep, Unsure, plan_ok
+from .intmatch import ASK, NO, ONLY, IntMatcher, Sweep, Unsure, int_match, plan_ok, swept_match
 from .load import _DEFAULT, Pattern, _constant_value
 from .results import Match, Matches
 
@@ -512,70 +512,6 @@ def _int_matcher(matcher: _Matcher, scope: _Scope) -> IntMatcher | None:
                       _attrs_equal, attrs)
 
 
-def _int_match(fast: IntMatcher, scope: _Scope, found: tuple[dict[int, int], dict[str, int]],
-               used: set[int]) -> Match:
-    """The :class:`Match` of the int matcher's bindings (the same as the name-based one's);
-    its nodes, and the Constant nodes only it reads, join ``used``."""
-    p = fast.p
-    p2g, t = found
-    nodes = tuple(sorted(p2g.values()))
-    used.update(nodes)
-    inside = set(nodes)
-    dead = []
-    for c in p.constants:
-        g = t.get(c, -1)
-        if g < 0 or g in inside or fast.eops[g] != "Constant" or g in fast.out_nodes:
-            continue
-        if fast.counts[g] == fast.reads_inside(g, inside) and g not in used:
-            dead.append(g)
-            used.add(g)
-    name = fast.name_of
-    return Match(scope.path, nodes, tuple(map(fast.label, nodes)),
-                 {i: name(t[i]) for i in p.inputs if i in t},
-                 {o: name(p2g[fast.anchor]) for o in p.outputs},
-                 {c: name(t[c]) for c in p.constants if c in t}, tuple(sorted(dead)))
-
-
-def _swept_match(sweep: Sweep, scope: _Scope, used: set[int]
-                 ) -> Callable[[int, tuple[int, ...]], Match] | None:
-    """``(k, row) -> Match`` for the sweep's bindings at its ``k``-th anchor (``row``:
-    :attr:`Sweep.rows`), the same :class:`Match` as :func:`_int_match` gives for them, its
-    nodes joining ``used``. The bound tensors' names come per column from one table (leaf
-    ids and the producer map inverted: a single-output node's one name; the sweep and the
-    walk leave every multi-output node to the names), not from the protos per site. None when the pattern has constants (their Constant
-    nodes need :func:`_int_match`'s count) or no input."""
-    fast = sweep.fast
-    p = fast.p
-    if p.constants or not sweep.names:
-        return None
-    producer = scope.producer
-    table: dict[int, str] = dict(zip(producer.values(), producer.keys(), strict=True))
-    table.update(fast.leaves)
-    get = table.get
-    pins = [pin for pin in p.inputs if pin in sweep.names]
-    rows = list(zip(*[list(map(get, sweep.tcols[sweep.names.index(pin)])) for pin in pins],
-                    strict=True))
-    outs = list(map(get, sweep.ncols[sweep.order.index(fast.anchor)]))
-    keys = p.outputs
-    label, names = fast.label, fast.names
-
-    def made(k: int, row: tuple[int, ...]) -> Match:
-        bound = rows[k]
-        out = outs[k]
-        if out is None or None in bound:  # an unnamed output: as the walk's
-            return _int_match(fast, scope, sweep.bound(k), used)
-        nodes = tuple(sorted(row))
-        used.update(nodes)
-        labels = tuple(map(names.__getitem__, nodes))
-        if "" in labels:  # an unnamed node: OpType#i
-            labels = tuple(map(label, nodes))
-        return Match(scope.path, nodes, labels, dict(zip(pins, cast("tuple[str, ...]", bound),
-                                                         strict=True)),
-                     dict.fromkeys(keys, out), {}, ())
-
-    return made
-
-
 def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                  bodies: bool = True, types: _declared.TypeLookup | None = None) -> Matches:
     """Every non-overlapping match of ``pattern`` in the indexed model (see the module
@@ -611,7 +547,8 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
             fast is not None and declared) else None
         sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
         swept = sweep.run(anchors) if sweep is not None else []
-        made = _swept_match(sweep, scope, used) if sweep is not None else None
+        made = swept_match(sweep, scope.path, scope.producer, used) if (
+            sweep is not None) else None
         fits_at = typed.swept(sweep) if typed is not None and sweep is not None else None
         for k, gn in enumerate(anchors):
             tried += 1
@@ -629,7 +566,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                     if used.isdisjoint(row):
                         if fits_at is None or fits_at(k):
                             matches.append(made(k, row) if made is not None
-                                           else _int_match(fast, scope, sweep.bound(k), used))
+                                           else int_match(fast, scope.path, sweep.bound(k), used))
                         continue
                     if said == ONLY:  # the one binding that fits takes a taken node
                         continue
@@ -640,7 +577,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                     pass
                 else:
                     if found is not None and (typed is None or typed.fits(found)):
-                        matches.append(_int_match(fast, scope, found, used))
+                        matches.append(int_match(fast, scope.path, found, used))
                     continue
             st = matcher.at(anchor, gn)
             if st is None:
