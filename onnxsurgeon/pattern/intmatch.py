@@ -19,6 +19,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import cached_property
+from itertools import chain, repeat
 from typing import Any, cast
 
 import numpy as np
@@ -273,13 +274,14 @@ def int_match(fast: IntMatcher, path: str, found: tuple[dict[int, int], dict[str
 
 
 def swept_match(sweep: Sweep, path: str, producer: Mapping[str, int], used: set[int]
-                ) -> Callable[[int, tuple[int, ...]], Match] | None:
-    """``(k, row) -> Match`` for the sweep's bindings at its ``k``-th anchor (``row``:
-    :attr:`Sweep.rows`), the same :class:`Match` as :func:`int_match` gives for them, its
-    nodes joining ``used``. The bound tensors' names come per column from one table (leaf
-    ids and the producer map inverted: a single-output node's one name; the sweep and the
-    walk leave every multi-output node to the names), not from the protos per site. None when the pattern has constants (their Constant
-    nodes need :func:`int_match`'s count) or no input."""
+                ) -> Callable[[list[int]], list[Match]] | None:
+    """``ks -> Matches`` for the sweep's bindings at its ``k``-th anchors (taken already:
+    their nodes are in ``used``), the same :class:`Match` each as :func:`int_match` gives for
+    them, built by C-level maps over the sites when every bound tensor and node is named. The
+    bound tensors' names come per column from one table (leaf ids and the producer map
+    inverted: a single-output node's one name; the sweep and the walk leave every
+    multi-output node to the names), not from the protos per site. None when the pattern has
+    constants (their Constant nodes need :func:`int_match`'s count) or no input."""
     fast = sweep.fast
     p = fast.p
     if p.constants or not sweep.names:
@@ -294,19 +296,27 @@ def swept_match(sweep: Sweep, path: str, producer: Mapping[str, int], used: set[
     keys = p.outputs
     label, names = fast.label, fast.names
 
-    def made(k: int, row: tuple[int, ...]) -> Match:
-        bound = rows[k]
-        out = outs[k]
+    def one(k: int, nodes: tuple[int, ...]) -> Match:
+        bound, out = rows[k], outs[k]
         if out is None or None in bound:  # an unnamed output: as the walk's
             return int_match(fast, path, sweep.bound(k), used)
-        nodes = tuple(sorted(row))
-        used.update(nodes)
-        labels = tuple(map(names.__getitem__, nodes))
-        if "" in labels:  # an unnamed node: OpType#i
-            labels = tuple(map(label, nodes))
+        labels = tuple(map(label, nodes))  # OpType#i for an unnamed node
         return Match(path, nodes, labels, dict(zip(pins, cast("tuple[str, ...]", bound),
                                                          strict=True)),
                      dict.fromkeys(keys, out), {}, ())
+
+    def made(ks: list[int]) -> list[Match]:
+        nodes = list(map(tuple, map(sorted, map(sweep.rows.__getitem__, ks))))
+        bound = list(map(rows.__getitem__, ks))
+        out = list(map(outs.__getitem__, ks))
+        labels = list(map(tuple, map(map, repeat(names.__getitem__), nodes)))
+        if None in out or None in chain.from_iterable(bound) or "" in chain.from_iterable(
+                labels):
+            return list(map(one, ks, nodes))
+        return list(map(Match, repeat(path), nodes, labels,
+                        map(dict, map(zip, repeat(pins), bound)),
+                        map(dict.fromkeys, repeat(keys), out), map(dict, repeat(())),
+                        repeat(())))
 
     return made
 

@@ -38,7 +38,7 @@ import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -550,6 +550,8 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         made = swept_match(sweep, scope.path, scope.producer, used) if (
             sweep is not None) else None
         fits_at = typed.swept(sweep) if typed is not None and sweep is not None else None
+        later: list[int] = []  # swept matches, built at once after the loop: their positions
+        taken: list[int] = []  # and anchors
         for k, gn in enumerate(anchors):
             tried += 1
             if gn in used:
@@ -565,8 +567,14 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                     row = sweep.rows[k]
                     if used.isdisjoint(row):
                         if fits_at is None or fits_at(k):
-                            matches.append(made(k, row) if made is not None
-                                           else int_match(fast, scope.path, sweep.bound(k), used))
+                            if made is None:
+                                matches.append(int_match(fast, scope.path, sweep.bound(k),
+                                                         used))
+                                continue
+                            used.update(row)
+                            later.append(len(matches))
+                            taken.append(k)
+                            matches.append(cast(Match, None))  # filled after the loop
                         continue
                     if said == ONLY:  # the one binding that fits takes a taken node
                         continue
@@ -609,4 +617,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 {i: st.t[i] for i in p.inputs if i in st.t},
                 {o: st.t[o] for o in p.outputs},
                 {c: st.t[c] for c in p.constants if c in st.t}, tuple(sorted(dead))))
+        if taken and made is not None:
+            for pos, match in zip(later, made(taken), strict=True):
+                matches[pos] = match
     return Matches(matches, misses, tried, graphs)
