@@ -231,9 +231,9 @@ class _SiteLookup:
         return seen[key]
 
     def by_id(self, g: int) -> tuple[int, int | None] | None:
-        """What :meth:`__call__` answers for tensor ``g`` of the int dataflow graph when it
-        comes from what the graph declares or from the cheap type pass, without the name;
-        None otherwise (ask by name). A node's ValueInfo is found through a node id -> entry
+        """What :meth:`__call__` answers for tensor ``g`` of the index's int dataflow graph
+        when it comes from what the graph declares or from the cheap type pass, without the
+        name; None otherwise (ask by name). A node's ValueInfo is found through a node id -> entry
         table built once (O(value_info)); an initializer's or a Constant's name is left to the
         names."""
         by_node = self.by_node
@@ -242,7 +242,8 @@ class _SiteLookup:
         if g < 0:
             leaf = self.leaves.get(g)
             return self.declared(leaf) if leaf is not None else None
-        op = self.ops[g]
+        ops = self.ops
+        op = ops[g] if g < len(ops) else ""  # no int graph: none of its ids
         if not op or op == "Constant":
             return None
         vi = by_node.get(g, False)
