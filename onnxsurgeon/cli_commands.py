@@ -281,8 +281,8 @@ def _match(args: argparse.Namespace) -> int:
     lines = [f"{len(listed)} match{'es' if len(listed) != 1 else ''} of {what}"]
     for k, site in enumerate(listed, 1):
         where = f" [{site['graph']}]" if site.get("graph") else ""
-        ins = " ".join(f"{a}={b}" for a, b in site["inputs"].items())
-        outs = " ".join(f"{a}={b}" for a, b in site["outputs"].items())
+        ins = " ".join(map("=".join, site["inputs"].items()))  # name=tensor, C-level
+        outs = " ".join(map("=".join, site["outputs"].items()))
         lines.append(f"  {k}.{where} {', '.join(site['nodes'])}"
                      + (f"  inputs {ins}" if ins else "") + (f"  outputs {outs}" if outs else ""))
     if args.explain:

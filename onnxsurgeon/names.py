@@ -47,6 +47,16 @@ _PROBES = 256
 into one set."""
 
 
+def _meets(names: Collection[str], wanted: set[str]) -> bool:
+    """Whether ``names`` and ``wanted`` share a name, probing the smaller into the larger for a
+    dict or a set (C-level ``isdisjoint``), else each wanted name into ``names``."""
+    if isinstance(names, dict):
+        return not names.keys().isdisjoint(wanted)
+    if isinstance(names, (set, frozenset)):
+        return not names.isdisjoint(wanted)
+    return any(map(names.__contains__, wanted))
+
+
 class NameAllocator:
     """Hands out names never seen in the model nor handed out before.
 
@@ -128,12 +138,13 @@ class NameAllocator:
     def claim(self, bases: list[str]) -> bool:
         """Reserve every name of ``bases`` when none is empty, taken or repeated (then
         ``fresh_many(bases) == bases``) and return True; else reserve nothing and return False.
-        In C: O(len(bases) x collections not merged yet) probes (``set.isdisjoint`` of a dict
-        would walk the dict); after :data:`_PROBES` claims the names are merged into one set,
-        once."""
+        In C: per collection not merged yet, probes of the smaller side into the larger (a
+        dict's keys view or a set against the set of ``bases``: a handful of graph inputs costs
+        a handful of probes, not one per base); after :data:`_PROBES` claims the names are
+        merged into one set, once."""
         wanted = set(bases)
         if len(wanted) != len(bases) or "" in wanted or any(
-                any(map(names.__contains__, bases)) for names in [self._names, *self._pending]):
+                _meets(names, wanted) for names in [self._names, *self._pending]):
             return False
         if self._pending and len(self._pending) < _PROBES:
             self._pending.append(wanted)

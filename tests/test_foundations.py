@@ -220,6 +220,27 @@ def test_name_allocator_claims_all_or_nothing():
     assert names.fresh_many(["copy/c", "copy/a"]) == ["copy/c", "copy/a__2"]
 
 
+def test_an_index_allocator_refuses_a_claim_of_any_name_the_model_has():
+    """``for_index`` probes the index's name maps (dicts, the node names' set) instead of one
+    set of every name: a claim that takes any kind of name, alone among many new ones, is
+    refused whole; one of new names only is taken."""
+    from onnxsurgeon.index import GraphIndex
+
+    m = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[2] x) => (float[2] out) <float[2] vi_t, float[2] w = {1, 2}> {
+            vi_t = Relu(x)
+            out = Add(vi_t, w)
+        }""")
+    m.graph.node[0].name = "relu_node"
+    fresh = [f"copy/{k}" for k in range(5000)]
+    for taken in ("x", "w", "vi_t", "out", "relu_node"):
+        names = NameAllocator.for_index(GraphIndex(m))
+        assert not names.claim([*fresh, taken]), taken
+        assert not names.claim([taken, *fresh]), taken
+        assert "copy/0" not in names
+        assert names.claim(fresh) and names.fresh(taken) == f"{taken}__1"
+
+
 def test_name_allocator_sees_nested_and_function_names():
     names = NameAllocator.for_model(builders.if_capture())
     assert names.fresh("then_mul") == "then_mul__1"

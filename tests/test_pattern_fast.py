@@ -192,3 +192,25 @@ def test_a_pattern_input_bound_to_a_second_output_names_that_output(text, want):
         named = find_matches(GraphIndex(m), pattern)
     assert [(mt.inputs, mt.outputs) for mt in fast.matches] == want
     assert fast.matches == named.matches
+
+
+def test_the_anchor_candidates_include_other_domains_and_multi_output_nodes():
+    """The anchors come from the int graph's op list, which leaves out a node of another domain
+    and one with several outputs: those are read from the protos, so the candidates tried are
+    every node of the anchor's op type (an independent count), in node order."""
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "y"], ["a"]),
+         helper.make_node("Add", ["a", "y"], ["b"], domain="com.example"),
+         helper.make_node("Add", ["b", "y"], ["c", "c2"], domain="com.example"),
+         helper.make_node("Relu", ["c"], ["d"]),
+         helper.make_node("Add", ["d", "y"], ["e"])],
+        "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xy"],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("e", "c2")]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    index = GraphIndex(m)
+    assert index.int_graph() is not None
+    p = load_pattern(b"g (p, q) => (r) { r = Add(p, q) }")
+    found = find_matches(index, p, explain=True)
+    assert found.candidates == sum(n.op_type == "Add" for n in m.graph.node) == 4
+    assert [line.split(":")[0] for line in found.misses] == ["Add#1", "Add#2"]
+    assert [s.nodes for s in find_matches(index, p).matches] == [(0,), (4,)]

@@ -106,3 +106,89 @@ def test_replace_acts_at_the_sites_that_fit_and_refuses_one_r_cannot_take(mixed,
     assert code == 2 and err.count("\n") == 1, err
     assert "site Relu#0" in err
     assert not (tmp_path / "o2.onnx").exists()
+
+
+BY_ID = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[4] x, float[2,3] y, u) => (float[4] o, float[1,3] q) <double[4,1] b, float[4] w = {1,2,3,4}> {
+    a = Relu(x)
+    b = Add(a, w)
+    k = Constant<value = float[1] {2.0}>()
+    c = Mul(b, k)
+    s1, s2 = Split<axis = 0, num_outputs = 2>(y)
+    t = Neg(s1)
+    q = Relu(t)
+    v = Identity(u)
+    o = Relu(c)
+    n = Neg(a)
+}"""
+
+
+def test_the_types_by_id_are_those_by_name():
+    """``site_type_lookup(...).by_id`` (how the matcher reads a bound tensor's type without its
+    name) answers as the name lookup for every tensor of the int graph it answers for: a
+    declared ValueInfo that contradicts what inference would say (``b``), the cheap pass's
+    type (``a``, ``n``), a graph input, an initializer; it leaves a Constant, the outputs of a
+    multi-output node and their readers (``t``), an untyped ValueInfo and an input without a
+    type to the names."""
+    from onnxsurgeon.surgery.replace import site_type_lookup
+
+    m = onnx.parser.parse_model(BY_ID)
+    m.graph.value_info.append(onnx.helper.make_value_info("c", onnx.TypeProto()))
+    index = GraphIndex(m)
+    edges = index.int_graph()
+    assert edges is not None
+    lookup = site_type_lookup(index)
+    answered = {}
+    for name in [*index.producer, *edges.leaves.values()]:
+        g = index.edge_id(name)
+        if g is None or (g >= 0 and len(m.graph.node[g].output) != 1):
+            continue
+        found = lookup.by_id(g)
+        if found is not None:
+            assert found == lookup("", name), name
+            answered[name] = found
+    f = onnx.TensorProto.FLOAT
+    assert answered == {"x": (f, 1), "y": (f, 2), "w": (f, 1), "a": (f, 1),
+                        "b": (onnx.TensorProto.DOUBLE, 2), "q": (f, 2),
+                        "o": (f, 1), "n": (f, 1)}
+    # by name only: after the untyped ValueInfo the cheap pass (from b's declared type); the
+    # Constant's value
+    assert lookup("", "c") == (onnx.TensorProto.DOUBLE, 2) and lookup("", "k") == (f, 1)
+    # the declared double[4,1] of 'b' limits a match through by_id as it does by name
+    add = b"g (float[4] p, float[4] w) => (%s r) { r = Add(p, w) }"
+    assert not find_matches(index, load_pattern(add % b"float[4]"), types=lookup).matches
+    found = find_matches(index, load_pattern(add % b"double[N]"), types=lookup).matches
+    assert [(s.inputs, s.outputs) for s in found] == [({"p": "a", "w": "w"}, {"r": "b"})]
+
+
+def test_replace_names_the_first_site_r_cannot_take(mixed, capsys, tmp_path):
+    """Sites of several signatures, R taking only the first one's (rank 4): the error names
+    the first site in order that R cannot take (Relu#1, rank 1), not a later one (Relu#7)."""
+    _, folder = mixed
+    r = tmp_path / "r4.txt"
+    # a fixed size declares the rank (symbolic dims alone would take any rank, as in P)
+    r.write_text("g (float[1,B,C,D] p) => (float[1,B,C,D] r) { r = Relu(p) }")
+    code, _, err = cli_main(capsys, "replace", folder / "mixed.onnx", "-o", tmp_path / "o.onnx",
+                            "--pattern", folder / "p1.txt", "--replacement", r)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "site Relu#1:" in err and "Relu#7" not in err, err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_weight_every_site_shares_is_checked_once_and_the_rest_still_are():
+    """The bench's shape: every Add reads one weight. Once a site found the weight fits, the
+    swept sites check only their other tensors: the double ``d`` still fails; a weight of
+    another type fails every site (by id and by name alike)."""
+    from onnxsurgeon.surgery.replace import site_type_lookup
+
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+    g (float[4] x, double[4] d) => (float[4] f, double[4] e) <%s[4] W = {1, 2, 3, 4}> {
+        a = Add(x, W)
+        e = Add(d, W)
+        f = Add(a, W)
+    }"""
+    p = load_pattern(b"g (float[4] p, float[4] w) => (float[4] r) { r = Add(p, w) }")
+    for elem, want in (("float", [(0,), (2,)]), ("double", [])):
+        index = GraphIndex(onnx.parser.parse_model(text % elem))
+        for types in (site_type_lookup(index), None):
+            assert [s.nodes for s in find_matches(index, p, types=types).matches] == want

@@ -18,7 +18,7 @@ float32``) and the next candidates can take its nodes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import onnx
 
@@ -26,7 +26,7 @@ from .load import Pattern
 
 if TYPE_CHECKING:
     from ..index import GraphIndex
-    from .intmatch import IntMatcher
+    from .intmatch import IntMatcher, Sweep
 
 Declared = dict[str, tuple[int, int | None]]
 """Pattern input/output name -> (element type, 0 when undeclared; rank, None when undeclared)."""
@@ -34,6 +34,18 @@ Declared = dict[str, tuple[int, int | None]]
 TypeLookup = Callable[[str, str], "tuple[int, int | None] | None"]
 """(body path, "" for the main graph; tensor name) -> the tensor's (element type, 0 when
 unknown; rank, None when unknown), or None when nothing is known."""
+
+
+@runtime_checkable
+class IdTypeLookup(Protocol):
+    """A :data:`TypeLookup` that also answers a main-graph tensor by its id in the int dataflow
+    graph (a leaf, or a one-output node's output), without its name."""
+
+    def __call__(self, path: str, name: str) -> tuple[int, int | None] | None: ...
+
+    def by_id(self, g: int) -> tuple[int, int | None] | None:
+        """What the lookup answers for tensor ``g`` of the main graph; None: ask by name (it
+        may know nothing either)."""
 
 
 def declared_types(pattern: Pattern) -> Declared:
@@ -158,11 +170,13 @@ def type_clash(declared: Declared, path: str, inputs: Mapping[str, str],
 class IntFilter:
     """:func:`type_clash` for the int matcher's bindings (pattern node -> node, pattern tensor
     -> int id): each graph tensor's type looked up once (a weight every match shares, the
-    output of one match that is the input of the next)."""
+    output of one match that is the input of the next), by id when the lookup can
+    (:class:`IdTypeLookup`), else by name."""
 
     def __init__(self, fast: IntMatcher, path: str, declared: Declared,
-                 lookup: TypeLookup) -> None:
-        self.fast, self.path, self.lookup = fast, path, lookup
+                 lookup: TypeLookup, by_id: Callable[[int], tuple[int, int | None] | None]
+                 | None = None) -> None:
+        self.fast, self.path, self.lookup, self.by_id = fast, path, lookup, by_id
         self.ins = [(i, declared[i]) for i in fast.p.inputs if i in declared]
         self.outs = [declared[o] for o in fast.p.outputs if o in declared]
         self.types: dict[int, tuple[int, int | None] | None] = {}
@@ -170,7 +184,9 @@ class IntFilter:
     def _type(self, g: int) -> tuple[int, int | None] | None:
         types = self.types
         if g not in types:
-            types[g] = self.lookup(self.path, self.fast.name_of(g))
+            found = self.by_id(g) if self.by_id is not None else None
+            types[g] = found if found is not None else self.lookup(self.path,
+                                                                   self.fast.name_of(g))
         return types[g]
 
     def fits(self, found: tuple[dict[int, int], dict[str, int]]) -> bool:
@@ -185,6 +201,43 @@ class IntFilter:
             if have is not None and not _fits(want, have):
                 return False
         return True
+
+    def swept(self, sweep: Sweep) -> Callable[[int], bool]:
+        """``k -> fits`` for the bindings :meth:`Sweep.run` found at its ``k``-th anchor, read
+        from its rows (no per-site dicts); a tensor's type looked up when a site that is not
+        taken by an earlier match asks, once per tensor, and whether it fits once per declared
+        type. O(declared inputs and outputs) per site."""
+        names = sweep.names
+        cols = [(sweep.tcols[names.index(i)], want) for i, want in self.ins if i in names]
+        if self.outs:
+            out = sweep.ncols[sweep.order.index(self.fast.anchor)]
+            cols.extend((out, want) for want in self.outs)
+        verdicts: dict[tuple[int, int | None], dict[int, bool]] = {}
+        checks = [(col, verdicts.setdefault(want, {}), want) for col, want in cols]
+        resolve, by_id, types = self._type, self.by_id, self.types
+        # a column binding one tensor at every anchor (a weight all matches share): dropped
+        # from the checks once a site found it fits
+        same = [c for c in checks if c[0] and c[0].count(c[0][0]) == len(c[0])]
+
+        def fits(k: int) -> bool:
+            for col, seen, want in checks:
+                g = col[k]
+                ok = seen.get(g)
+                if ok is None:
+                    have = by_id(g) if by_id is not None else None  # by_id first, as _type
+                    if have is None:
+                        have = resolve(g)
+                    else:
+                        types[g] = have
+                    ok = seen[g] = have is None or _fits(want, have)
+                if not ok:
+                    return False
+            if same and all(seen.get(col[0]) for col, seen, _ in same):
+                checks[:] = [c for c in checks if all(c is not x for x in same)]
+                same.clear()
+            return True
+
+        return fits
 
 
 def _fits(want: tuple[int, int | None], have: tuple[int, int | None]) -> bool:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from itertools import chain, repeat
+from typing import Any, cast
 
 import numpy as np
 
 from ..index import NodeEdges
 from .load import _DEFAULT, Pattern
+from .results import Match
 
 _MAX_ORDERS = 4
 _OMITTED, _INPUT, _CONST, _NODE = 0, 1, 2, 3
@@ -68,7 +71,6 @@ class IntMatcher:
         self.attrs_ok = attrs_ok
         self.anchor = pattern.producer[pattern.outputs[0]][0]
         self.n_nodes = len(pattern.nodes)
-        self.counts: Counter[int] = Counter(edges.preds)
         self.out_nodes = out_nodes
         self.used: set[int] = set()
         self.p2g: dict[int, int] = {}
@@ -98,6 +100,11 @@ class IntMatcher:
             if node.op_type in commutative and 1 < n <= _MAX_ORDERS:
                 orders = list(itertools.permutations(range(n)))
             self.info[pn] = (node.op_type, attrs.get(pn, []), spec, orders)
+
+    @cached_property
+    def counts(self) -> Counter[int]:
+        """Node id -> how many reads its output has (built when the walk first needs it)."""
+        return Counter(self.preds)
 
     # ------------------------------------------------------------------ the walk
     def at(self, gn: int, used: set[int]) -> tuple[dict[int, int], dict[str, int]] | None:
@@ -242,6 +249,78 @@ class IntMatcher:
         return self.names[i] or f"{self.eops[i]}#{i}"
 
 
+def int_match(fast: IntMatcher, path: str, found: tuple[dict[int, int], dict[str, int]],
+              used: set[int]) -> Match:
+    """The :class:`Match` of the int matcher's bindings (the same as the name-based one's);
+    its nodes, and the Constant nodes only it reads, join ``used``."""
+    p = fast.p
+    p2g, t = found
+    nodes = tuple(sorted(p2g.values()))
+    used.update(nodes)
+    inside = set(nodes)
+    dead = []
+    for c in p.constants:
+        g = t.get(c, -1)
+        if g < 0 or g in inside or fast.eops[g] != "Constant" or g in fast.out_nodes:
+            continue
+        if fast.counts[g] == fast.reads_inside(g, inside) and g not in used:
+            dead.append(g)
+            used.add(g)
+    name = fast.name_of
+    return Match(path, nodes, tuple(map(fast.label, nodes)),
+                 {i: name(t[i]) for i in p.inputs if i in t},
+                 {o: name(p2g[fast.anchor]) for o in p.outputs},
+                 {c: name(t[c]) for c in p.constants if c in t}, tuple(sorted(dead)))
+
+
+def swept_match(sweep: Sweep, path: str, producer: Mapping[str, int], used: set[int]
+                ) -> Callable[[list[int]], list[Match]] | None:
+    """``ks -> Matches`` for the sweep's bindings at its ``k``-th anchors (taken already:
+    their nodes are in ``used``), the same :class:`Match` each as :func:`int_match` gives for
+    them, built by C-level maps over the sites when every bound tensor and node is named. The
+    bound tensors' names come per column from one table (leaf ids and the producer map
+    inverted: a single-output node's one name; the sweep and the walk leave every
+    multi-output node to the names), not from the protos per site. None when the pattern has
+    constants (their Constant nodes need :func:`int_match`'s count) or no input."""
+    fast = sweep.fast
+    p = fast.p
+    if p.constants or not sweep.names:
+        return None
+    table: dict[int, str] = dict(zip(producer.values(), producer.keys(), strict=True))
+    table.update(fast.leaves)
+    get = table.get
+    pins = [pin for pin in p.inputs if pin in sweep.names]
+    rows = list(zip(*[list(map(get, sweep.tcols[sweep.names.index(pin)])) for pin in pins],
+                    strict=True))
+    outs = list(map(get, sweep.ncols[sweep.order.index(fast.anchor)]))
+    keys = p.outputs
+    label, names = fast.label, fast.names
+
+    def one(k: int, nodes: tuple[int, ...]) -> Match:
+        bound, out = rows[k], outs[k]
+        if out is None or None in bound:  # an unnamed output: as the walk's
+            return int_match(fast, path, sweep.bound(k), used)
+        labels = tuple(map(label, nodes))  # OpType#i for an unnamed node
+        return Match(path, nodes, labels, dict(zip(pins, cast("tuple[str, ...]", bound),
+                                                         strict=True)),
+                     dict.fromkeys(keys, out), {}, ())
+
+    def made(ks: list[int]) -> list[Match]:
+        nodes = list(map(tuple, map(sorted, map(sweep.rows.__getitem__, ks))))
+        bound = list(map(rows.__getitem__, ks))
+        out = list(map(outs.__getitem__, ks))
+        labels = list(map(tuple, map(map, repeat(names.__getitem__), nodes)))
+        if None in out or None in chain.from_iterable(bound) or "" in chain.from_iterable(
+                labels):
+            return list(map(one, ks, nodes))
+        return list(map(Match, repeat(path), nodes, labels,
+                        map(dict, map(zip, repeat(pins), bound)),
+                        map(dict.fromkeys, repeat(keys), out), map(dict, repeat(())),
+                        repeat(())))
+
+    return made
+
+
 def plan_ok(pattern: Pattern) -> bool:
     """The pattern fits the int graph: one output, every node of the default domain with one
     output."""
@@ -372,14 +451,13 @@ class Sweep:
         """Per anchor, the graph nodes bound to the pattern nodes (in ``order``)."""
         self.tcols: list[list[int]] = [tens[k].tolist() for k in self.names]
         """Per pattern input (in ``names``), the tensor id bound to it at each anchor."""
-        self.trows = list(zip(*self.tcols, strict=True))
         return np.where(ask, ASK, np.where(ok, np.where(several, SEVERAL, ONLY), NO)).tolist()
 
     def bound(self, k: int) -> tuple[dict[int, int], dict[str, int]]:
         """The bindings :meth:`run` found at its ``k``-th anchor, as :meth:`IntMatcher.at`
         gives them."""
         return (dict(zip(self.order, self.rows[k], strict=True)),
-                dict(zip(self.names, self.trows[k], strict=True)) if self.names else {})
+                {name: col[k] for name, col in zip(self.names, self.tcols, strict=True)})
 
 
 NO, ONLY, ASK, SEVERAL = 0, 1, 2, 3

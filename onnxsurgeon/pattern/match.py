@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any, cast
 
@@ -46,7 +46,7 @@ from onnx import AttributeProto, numpy_helper
 
 from ..index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
 from . import declared as _declared
-from .intmatch import ASK, NO, ONLY, IntMatcher, Sweep, Unsure, plan_ok
+from .intmatch import ASK, NO, ONLY, IntMatcher, Sweep, Unsure, int_match, plan_ok, swept_match
 from .load import _DEFAULT, Pattern, _constant_value
 from .results import Match, Matches
 
@@ -233,7 +233,6 @@ class _Matcher:
         self.used = used
         self.reason: str | None = None
         self.inputs = set(pattern.inputs)
-        self.ops = scope.ops
         edges = scope.index.known_int_graph() if scope.index is not None else None
         self.single: list[str] | None = edges.ops if edges is not None else None
         """Per node, its op when it is in the default domain with one output, else ""."""
@@ -250,6 +249,11 @@ class _Matcher:
             self.info[pn] = (node.op_type, domains,
                              [(a, _attr_value(a)) for a in node.attribute], pins,
                              list(node.output), orders)
+
+    @property
+    def ops(self) -> list[str]:
+        """Every node's op type (read from the protos when first asked)."""
+        return self.s.ops
 
     def fail(self, why: str) -> None:
         if self.reason is None:
@@ -483,6 +487,19 @@ def _scopes(index: GraphIndex) -> list[_Scope]:
     return found
 
 
+def _anchors(scope: _Scope, op: str) -> list[int]:
+    """The nodes of op type ``op``, ascending: from the int dataflow graph's op list when there
+    is one (the protos read only for its multi-output and other-domain nodes), else from every
+    node's op type. O(nodes), C-level scans."""
+    edges = scope.index.known_int_graph() if scope.index is not None else None
+    if edges is None:
+        return positions(scope.ops, op)
+    found = positions(edges.ops, op)
+    nodes = scope.nodes
+    others = [i for i in positions(edges.ops, "") if nodes[i].op_type == op]
+    return sorted(found + others) if others else found
+
+
 def _int_matcher(matcher: _Matcher, scope: _Scope) -> IntMatcher | None:
     """The int-graph matcher of a scope that has an int dataflow graph (the main graph)."""
     edges = scope.index.int_graph() if scope.index is not None else None
@@ -493,65 +510,6 @@ def _int_matcher(matcher: _Matcher, scope: _Scope) -> IntMatcher | None:
     attrs = {pn: info[2] for pn, info in matcher.info.items() if info[2]}
     return IntMatcher(matcher.p, edges, scope.nodes, scope.constant, out_nodes, COMMUTATIVE,
                       _attrs_equal, attrs)
-
-
-def _int_match(fast: IntMatcher, scope: _Scope, found: tuple[dict[int, int], dict[str, int]],
-               used: set[int]) -> Match:
-    """The :class:`Match` of the int matcher's bindings (the same as the name-based one's);
-    its nodes, and the Constant nodes only it reads, join ``used``."""
-    p = fast.p
-    p2g, t = found
-    nodes = tuple(sorted(p2g.values()))
-    used.update(nodes)
-    inside = set(nodes)
-    dead = []
-    for c in p.constants:
-        g = t.get(c, -1)
-        if g < 0 or g in inside or fast.eops[g] != "Constant" or g in fast.out_nodes:
-            continue
-        if fast.counts[g] == fast.reads_inside(g, inside) and g not in used:
-            dead.append(g)
-            used.add(g)
-    name = fast.name_of
-    return Match(scope.path, nodes, tuple(map(fast.label, nodes)),
-                 {i: name(t[i]) for i in p.inputs if i in t},
-                 {o: name(p2g[fast.anchor]) for o in p.outputs},
-                 {c: name(t[c]) for c in p.constants if c in t}, tuple(sorted(dead)))
-
-
-def _swept_match(sweep: Sweep, scope: _Scope, used: set[int]
-                 ) -> Callable[[int, tuple[int, ...]], Match] | None:
-    """``(k, row) -> Match`` for the sweep's bindings at its ``k``-th anchor (``row``:
-    :attr:`Sweep.rows`), the same :class:`Match` as :func:`_int_match` gives for them, its
-    nodes joining ``used``. The bound tensors' names come per column from one table (leaf
-    ids and the producer map inverted: a single-output node's one name; the sweep and the
-    walk leave every multi-output node to the names), not from the protos per site. None when the pattern has constants (their Constant
-    nodes need :func:`_int_match`'s count) or no input."""
-    fast = sweep.fast
-    p = fast.p
-    if p.constants or not sweep.names:
-        return None
-    producer = scope.producer
-    table: dict[int, str] = dict(zip(producer.values(), producer.keys(), strict=True))
-    table.update(fast.leaves)
-    get = table.get
-    cols = [(pin, list(map(get, sweep.tcols[sweep.names.index(pin)])))
-            for pin in p.inputs if pin in sweep.names]
-    outs = list(map(get, sweep.ncols[sweep.order.index(fast.anchor)]))
-    keys = p.outputs
-    label = fast.label
-
-    def made(k: int, row: tuple[int, ...]) -> Match:
-        inputs = {pin: col[k] for pin, col in cols}
-        out = outs[k]
-        if out is None or None in inputs.values():  # an unnamed output: as the walk's
-            return _int_match(fast, scope, sweep.bound(k), used)
-        nodes = tuple(sorted(row))
-        used.update(nodes)
-        return Match(scope.path, nodes, tuple(map(label, nodes)),
-                     cast("dict[str, str]", inputs), dict.fromkeys(keys, out), {}, ())
-
-    return made
 
 
 def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
@@ -574,6 +532,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
     fits = not explain and plan_ok(p)
     declared = _declared.declared_types(p)
     lookup = _declared.declared_lookup(graphs, index)
+    by_id = types.by_id if isinstance(types, _declared.IdTypeLookup) else None
     if types is not None:
         lookup = _declared.chained(types, lookup)
     for scope in (_scopes(index) if bodies else [_Scope(index.graph, "", 0, index)]):
@@ -582,12 +541,17 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         matcher = _Matcher(p, scope, used)
         where = f"{scope.path}: " if scope.path else ""
         fast = _int_matcher(matcher, scope) if fits else None
-        anchors = positions(scope.ops, op)
-        typed = _declared.IntFilter(fast, scope.path, declared, lookup) if (
+        anchors = _anchors(scope, op)
+        typed = _declared.IntFilter(fast, scope.path, declared, lookup,
+                                    None if scope.path else by_id) if (
             fast is not None and declared) else None
         sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
         swept = sweep.run(anchors) if sweep is not None else []
-        made = _swept_match(sweep, scope, used) if sweep is not None else None
+        made = swept_match(sweep, scope.path, scope.producer, used) if (
+            sweep is not None) else None
+        fits_at = typed.swept(sweep) if typed is not None and sweep is not None else None
+        later: list[int] = []  # swept matches, built at once after the loop: their positions
+        taken: list[int] = []  # and anchors
         for k, gn in enumerate(anchors):
             tried += 1
             if gn in used:
@@ -602,9 +566,15 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 if said != ASK:
                     row = sweep.rows[k]
                     if used.isdisjoint(row):
-                        if typed is None or typed.fits(sweep.bound(k)):
-                            matches.append(made(k, row) if made is not None
-                                           else _int_match(fast, scope, sweep.bound(k), used))
+                        if fits_at is None or fits_at(k):
+                            if made is None:
+                                matches.append(int_match(fast, scope.path, sweep.bound(k),
+                                                         used))
+                                continue
+                            used.update(row)
+                            later.append(len(matches))
+                            taken.append(k)
+                            matches.append(cast(Match, None))  # filled after the loop
                         continue
                     if said == ONLY:  # the one binding that fits takes a taken node
                         continue
@@ -615,7 +585,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                     pass
                 else:
                     if found is not None and (typed is None or typed.fits(found)):
-                        matches.append(_int_match(fast, scope, found, used))
+                        matches.append(int_match(fast, scope.path, found, used))
                     continue
             st = matcher.at(anchor, gn)
             if st is None:
@@ -647,4 +617,7 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                 {i: st.t[i] for i in p.inputs if i in st.t},
                 {o: st.t[o] for o in p.outputs},
                 {c: st.t[c] for c in p.constants if c in st.t}, tuple(sorted(dead))))
+        if taken and made is not None:
+            for pos, match in zip(later, made(taken), strict=True):
+                matches[pos] = match
     return Matches(matches, misses, tried, graphs)

@@ -200,6 +200,8 @@ def build_copies(tpl: Template, sites: Sequence[Match], p: Pattern, weights: dic
     empty = False
     encoded, literals, p_in, p_out = tpl.encoded, tpl.literals, p.inputs, p.outputs
     encode = str.encode
+    replaced = out.replaced
+    plans = out.plans
     for k, (site, prefix) in enumerate(zip(sites, prefixes, strict=True)):
         if claimed:
             mine = wanted[k * width:(k + 1) * width]
@@ -208,11 +210,15 @@ def build_copies(tpl: Template, sites: Sequence[Match], p: Pattern, weights: dic
         bound = [*map(site.inputs.__getitem__, p_in), *map(site.outputs.__getitem__, p_out)]
         if "" in bound:
             empty = True
-        inserted = out.plans.setdefault(site.graph, (set(), {}))[1]
-        inserted[site.nodes[-1]] = (n_nodes, encoded(list(map(encode, chain(bound, mine)))))
-        out.replaced.append(mine[n_inner:])
-        if not site.graph:
-            main.append((site.nodes[-1], [*bound, *mine[:n_inner], *literals]))
+        graph = site.graph
+        plan = plans.get(graph)
+        if plan is None:
+            plan = plans[graph] = (set(), {})
+        at = site.nodes[-1]
+        plan[1][at] = (n_nodes, encoded(list(map(encode, bound + mine))))
+        replaced.append(mine[n_inner:])
+        if not graph:
+            main.append((at, [*bound, *mine[:n_inner], *literals]))
     for site in sites:
         removed = out.plans[site.graph][0]
         removed.update(site.nodes)

@@ -13,11 +13,11 @@ rebuilds each touched graph's node list once.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from ..index import GraphIndex
 from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
-from ..pattern.declared import TypeLookup, declared_rank, indexed_type
+from ..pattern.declared import declared_rank, indexed_type
 from ..record import ReplaceRecord, add_rewrite
 from ..select import drop_missing, name_map
 from ..session import indexed
@@ -68,8 +68,12 @@ class ReplaceResult:
 
     def site_json(self) -> list[dict[str, Any]]:
         """The sites as ``--json`` and the record list them."""
-        return [{**site.to_json(), "replaced": list(new)}
-                for site, new in zip(self.sites, self.replaced, strict=True)]
+        listed = []
+        for site, new in zip(self.sites, self.replaced, strict=True):
+            data = site.to_json()
+            data["replaced"] = list(new)
+            listed.append(data)
+        return listed
 
     def record(self) -> ReplaceRecord:
         """The rewrite record of this replace (the sites, P and R inline: it replays)."""
@@ -141,6 +145,27 @@ class _SiteTypes:
         self.memo[name] = key
         return key
 
+    def fill(self, names: Iterable[str]) -> None:
+        """:meth:`key` of every name not asked before, in order (memoized): a name neither
+        declared nor an initializer that the cheap pass types by C-level maps, the others one
+        by one. O(names)."""
+        memo = self.memo
+        todo = [n for n in dict.fromkeys(names) if n not in memo]
+        declared, inits = self.declared, self.initializers
+        plain = [n for n in todo if n not in declared and n not in inits]
+        if plain:
+            get: Callable[[Any], Any] = self._cheap().get  # None: no producer or no type
+            got: list[Any] = list(map(get, map(self.producer.get, plain)))
+            typed = [t is not None for t in got]
+            memo.update(zip(compress(plain, typed), compress(got, typed), strict=True))
+        for name in todo:
+            if name not in memo:
+                self.key(name)
+
+    def cheap_types(self) -> dict[int, Any]:
+        """Node id -> its output's type by the cheap pass (run once, when first asked)."""
+        return self._cheap()
+
     def _cheap(self) -> dict[int, Any]:
         """Node id -> type by the cheap pass, run once when a type is first asked of it."""
         if self.cheap is None:
@@ -167,25 +192,37 @@ class _SiteTypes:
         return t.SerializeToString(deterministic=True) if t is not None else b"-"
 
 
-def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> TypeLookup:
+def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> _SiteLookup:
     """The site tensors' types :func:`~onnxsurgeon.pattern.find_matches` compares with what a
     pattern declares: in the main graph the per-site checks' own (declared, initializer, the
     cheap pass, inference: ``types``, made when not given); None in a body (find_matches then
-    reads what the body declares)."""
-    main = types if types is not None else _SiteTypes(index, len(index.graph.node))
+    reads what the body declares). Also by int id (:class:`~onnxsurgeon.pattern.declared.IdTypeLookup`)."""
+    return _SiteLookup(index, types if types is not None else _SiteTypes(
+        index, len(index.graph.node)))
 
-    seen: dict[_Key, tuple[int, int | None] | None] = {}
-    declared = partial(indexed_type, index)
 
-    def lookup(path: str, name: str) -> tuple[int, int | None] | None:
+class _SiteLookup:
+    """:func:`site_type_lookup`'s answer: by name, and by id in the int dataflow graph."""
+
+    def __init__(self, index: GraphIndex, main: _SiteTypes) -> None:
+        self.index, self.main = index, main
+        self.seen: dict[_Key, tuple[int, int | None] | None] = {}
+        self.declared = partial(indexed_type, index)
+        self.by_node: dict[int, Any] | None = None
+        self.cheap: dict[int, Any] | None = None
+        self.leaves: dict[int, str] = {}
+        self.ops: list[str] = []
+
+    def __call__(self, path: str, name: str) -> tuple[int, int | None] | None:
         if path:
             return None
-        known = declared(name)
+        known = self.declared(name)
         if known is not None:
             return known
-        key = main.key(name)
+        key = self.main.key(name)
         if isinstance(key, tuple):
             return key[0], len(key[1])
+        seen = self.seen
         if key not in seen:
             t = _type_of(key)
             shape = _shape(t)
@@ -193,7 +230,53 @@ def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> Type
                 _elem(t), len(shape) if shape is not None else None)
         return seen[key]
 
-    return lookup
+    def by_id(self, g: int) -> tuple[int, int | None] | None:
+        """What :meth:`__call__` answers for tensor ``g`` of the index's int dataflow graph
+        when it comes from what the graph declares or from the cheap type pass, without the
+        name; None otherwise (ask by name). A node's ValueInfo is found through a node id -> entry
+        table built once (O(value_info)); an initializer's or a Constant's name is left to the
+        names."""
+        by_node = self.by_node
+        if by_node is None:
+            by_node = self._by_node()
+        if g < 0:
+            leaf = self.leaves.get(g)
+            return self.declared(leaf) if leaf is not None else None
+        ops = self.ops
+        op = ops[g] if g < len(ops) else ""  # no int graph: none of its ids
+        if not op or op == "Constant":
+            return None
+        vi = by_node.get(g, False)
+        if vi is False:
+            cheap = self.cheap
+            if cheap is None:
+                cheap = self.cheap = self.main.cheap_types()
+            found = cheap.get(g)
+            return (found[0], len(found[1])) if found is not None else None
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return None
+        tt = vi.type.tensor_type
+        elem = tt.elem_type
+        if not elem:
+            return None
+        return int(elem), (len(tt.shape.dim) if tt.HasField("shape") else None)
+
+    def _by_node(self) -> dict[int, Any]:
+        """Node id -> its output's ValueInfo, None for a node whose output is named as an
+        initializer (the names decide). O(value_info + initializers)."""
+        index = self.index
+        edges = index.known_int_graph()
+        self.leaves, self.ops = (edges.leaves, edges.ops) if edges is not None else ({}, [])
+        producer = index.producer
+        by_node: dict[Any, Any] = dict(zip(map(producer.get, index.value_info),
+                                           index.value_info.values(), strict=True))
+        for name in index.initializers:
+            j = producer.get(name)
+            if j is not None:
+                by_node[j] = None
+        by_node.pop(None, None)
+        self.by_node = by_node
+        return by_node
 
 
 def _type_of(key: _Key) -> onnx.TypeProto | None:
@@ -237,18 +320,23 @@ def _elem(t: onnx.TypeProto | None) -> int:
     return int(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else 0
 
 
-def _check_site(site: Match, r: onnx.ModelProto, p: Pattern, types: _SiteTypes | None,
-                cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]], label: str) -> None:
-    """Refuse the site when R cannot take its inputs or gives other dtypes or shapes (once per
-    distinct signature of the site's types)."""
-    if types is None:
-        return
-    ins = list(map(site.inputs.__getitem__, p.inputs))
-    outs = list(map(site.outputs.__getitem__, p.outputs))
-    key = tuple(map(types.key, chain(ins, outs)))
-    if key in cache:
-        return
-    _check_signature(site, r, key, ins, outs, cache, label)
+def _check_sites(sites: Sequence[Match], r: onnx.ModelProto, p: Pattern, types: _SiteTypes,
+                 label: str) -> None:
+    """Refuse the first site (in order) R cannot take: its inputs, or other dtypes or shapes
+    out. The sites' signatures (their bound tensors' types) column by column, each tensor's
+    type looked up once; R inferred once per distinct signature. O(sites x pattern I/O)."""
+    cols = [[site.inputs[pin] for site in sites] for pin in p.inputs]
+    cols += [[site.outputs[pout] for site in sites] for pout in p.outputs]
+    types.fill(chain.from_iterable(cols))
+    memo = types.memo
+    keys = [list(map(memo.__getitem__, col)) for col in cols]
+    signatures = list(zip(*keys, strict=True))  # a pattern has an output: keys is not empty
+    first = dict(zip(reversed(signatures), range(len(signatures) - 1, -1, -1), strict=True))
+    cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
+    n_in = len(p.inputs)
+    for key, k in sorted(first.items(), key=itemgetter(1)):
+        bound = [col[k] for col in cols]
+        _check_signature(sites[k], r, key, bound[:n_in], bound[n_in:], cache, label)
 
 
 def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins: list[str],
@@ -351,17 +439,7 @@ def replace(
     opsets = merge_opsets(block, host, r.label)
     functions = merge_functions(block, host)
     main_sites = [site for site in found.matches if not site.graph]
-    cache: dict[tuple[_Key, ...], list[onnx.TypeProto | None]] = {}
-    key_of, known = types.key, types.memo.get
-    p_in, p_out = p.inputs, p.outputs
-    for site in main_sites:  # the common case inline: tensors typed before, a known signature
-        bound = [*map(site.inputs.__getitem__, p_in), *map(site.outputs.__getitem__, p_out)]
-        key = tuple(map(known, bound))
-        if None in key:
-            key = tuple(map(key_of, bound))
-        if key in cache:
-            continue
-        _check_site(site, block, p, types, cache, r.label)
+    _check_sites(main_sites, block, p, types, r.label)
     for site in found.matches:
         at = site.nodes[-1]  # ascending
         if at - site.nodes[0] + 1 == len(site.nodes):
