@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
-from itertools import accumulate, chain, compress, repeat
+from itertools import accumulate, chain, compress, filterfalse, repeat
 from operator import add, itemgetter, lt, mul, sub
 from typing import Any, NamedTuple
 
@@ -64,17 +64,26 @@ def splice_bytes(target: onnx.GraphProto, removed: Collection[int],
     field = target.node
     n = len(field)
     gone = set(removed)
-    kept = [i for i in range(n) if i not in gone]
+    kept = list(filterfalse(gone.__contains__, range(n)))
     groups = sorted((min(i, n), count, data) for i, (count, data) in inserted.items()
                     if count)
-    # every kept node's bytes and every group's, merged in order (kept node i sorts as
-    # 2i + 1, a group put before node i as 2i: two ascending runs)
-    keys = [*map(add, map(mul, kept, repeat(2)), repeat(1)),
-            *(2 * pos for pos, _, _ in groups)]
-    parts = [*node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept)))),
-             *(data for _, _, data in groups)]
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    data = b"".join(map(parts.__getitem__, order))
+    at = list(map(_FIELD0, groups))
+    if len(set(at)) == len(at):
+        # node i's slot holds the group put before it, then its own bytes (when kept)
+        parts = [b""] * (n + 1)
+        deque(map(parts.__setitem__, kept,
+                  node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept))))), 0)
+        deque(map(parts.__setitem__, at, map(add, map(_FIELD2, groups),
+                                               map(parts.__getitem__, at))), 0)
+        data = b"".join(parts)
+    else:  # appended groups given as several positions past the end: merged in order
+        # (kept node i sorts as 2i + 1, a group put before node i as 2i: two ascending runs)
+        keys = [*map(add, map(mul, kept, repeat(2)), repeat(1)),
+                *(2 * pos for pos, _, _ in groups)]
+        parts = [*node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept)))),
+                 *(data for _, _, data in groups)]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        data = b"".join(map(parts.__getitem__, order))
     del field[:]
     target.MergeFromString(data)
     return gone, [(pos, count) for pos, count, _ in groups]

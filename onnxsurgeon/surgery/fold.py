@@ -477,25 +477,17 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     dead = [k for k, t in enumerate(proto.graph.initializer)
             if t.name not in read and t.name not in inputs] if gone else []
     # ------------------------------------------------------------------ mutate (all planned)
-    e = Edit(index)
-    if dead:
-        drop = set(dead)
-        e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
-    if main is not None:
-        e.add_initializers([main.values[n] for n in folded], made=True)
-        if proto.ir_version < DEFAULT_INPUT_IR:  # before IR 4 an initializer is listed as an input
-            e.add_inputs([onnx.helper.make_tensor_value_info(n, main.values[n].data_type,
-                                                             list(main.values[n].dims))
-                          for n in folded])
-    if gone:
-        e.remove_nodes(gone)
-    for plan in bodies:
-        e.fold_body(plan.graph, plan.removed, [plan.values[n] for n in plan.folded],
-                    plan.dead_inits)
-    e.hand_on(m)
+    # nothing folds and fusions follow: no empty edit first, so that the fusions edit load's
+    # index as it is (the save's touched check builds on its validation); ``pending``: it
+    pending: GraphIndex | None = None
+    if fuse and not (dead or gone or bodies or main is not None):
+        pending = index
+    else:
+        _fold_edit(m, index, dead, main, bodies, gone)
     # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
     neutral = _neutral_constants(proto.graph, inputs)
-    index = indexed(m) if neutral else index
+    if neutral and pending is None:
+        index = indexed(m)
     nops = _neutral_nodes(index, neutral) if neutral else {}
     if nops:
         removed_labels += tuple(index.node_label(i) for i in sorted(nops))
@@ -511,14 +503,17 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
             e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
         e.remove_nodes(set(nops))
         e.hand_on(m)
+        pending = None
     fused: list[dict[str, Any]] = []
     if fuse:
-        index = indexed(m)
+        index = indexed(m) if pending is None else pending
         removed_labels += _fuse(m, index, inputs, fused,
                                 ops=None if gone or nops or dead else ops)
         if fused and folded:
             read = _read_now(proto.graph)
             folded = [n for n in folded if n in read]
+        if pending is not None and not fused:  # nothing changed: the journal of no edit
+            Edit(pending).hand_on(m)
     result = FoldResult(
         folded=tuple(folded), removed=removed_labels,
         kept=tuple(main.kept) if main else (),
@@ -526,6 +521,31 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         fused=tuple(fused), fuse=fuse)
     add_rewrite(proto, result.record())
     return result
+
+
+def _fold_edit(m: Model, index: GraphIndex, dead: list[int], main: _Plan | None,
+               bodies: list[_Plan], gone: set[int]) -> None:
+    """The fold's one edit (all planned): dead initializers dropped, folded values added,
+    folded nodes removed, bodies folded; its journal handed on."""
+    proto = m.proto
+    inputs_ir = proto.ir_version < DEFAULT_INPUT_IR  # before IR 4 an initializer is an input
+    folded = list(main.folded) if main is not None else []
+    e = Edit(index)
+    if dead:
+        drop = set(dead)
+        e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
+    if main is not None:
+        e.add_initializers([main.values[n] for n in folded], made=True)
+        if inputs_ir:
+            e.add_inputs([onnx.helper.make_tensor_value_info(n, main.values[n].data_type,
+                                                             list(main.values[n].dims))
+                          for n in folded])
+    if gone:
+        e.remove_nodes(gone)
+    for plan in bodies:
+        e.fold_body(plan.graph, plan.removed, [plan.values[n] for n in plan.folded],
+                    plan.dead_inits)
+    e.hand_on(m)
 
 
 def _read_now(graph: onnx.GraphProto) -> set[str]:
