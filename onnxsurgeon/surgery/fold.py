@@ -114,7 +114,7 @@ class FoldResult:
         """The rewrite record of this fold."""
         return FoldRecord(folded=self.folded, removed=self.removed, kept=self.kept,
                           body_folded=self.body_folded, max_bytes=self.max_bytes,
-                          fused=tuple(dict(f) for f in self.fused), fuse=self.fuse)
+                          fused=tuple(map(dict, self.fused)), fuse=self.fuse)
 
 
 @dataclass
