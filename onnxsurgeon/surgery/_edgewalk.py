@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..index import GraphIndex, NodeEdges
+from ..index import GraphIndex, NodeEdges, int_arrays
 from ._proto import _Type, apply_op, boundary_type
 
 
@@ -277,14 +277,7 @@ def closure_edges(
 
 def edge_arrays(index: GraphIndex) -> tuple[np.ndarray, np.ndarray] | None:
     """The ``preds`` and ``starts`` of the index's known int dataflow graph as numpy int64
-    arrays (made once per index, kept in its memo: the fold's and the fusions' scans share
-    them), or None without one. O(edges) the first time."""
+    arrays (:func:`~onnxsurgeon.index.int_arrays`: made once, kept in the index's memo, so the
+    fold's scan, the fusions' and the save's check share them), or None without one."""
     edges = index.known_int_graph()
-    if edges is None:
-        return None
-    got = index.memo.get("edge_arrays")
-    if got is None or got[0] is not edges:
-        got = (edges, np.fromiter(edges.preds, np.int64, count=len(edges.preds)),
-               np.fromiter(edges.starts, np.int64, count=len(edges.starts)))
-        index.memo["edge_arrays"] = got
-    return got[1], got[2]
+    return None if edges is None else int_arrays(edges, index.memo)

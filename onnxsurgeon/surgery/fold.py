@@ -38,6 +38,7 @@ from ..index import (
     DEFAULT_INPUT_IR,
     GraphIndex,
     has_subgraphs,
+    int_arrays,
     iter_graphs,
     node_label,
     positions,
@@ -410,8 +411,7 @@ def _nothing_folds(index: GraphIndex, ops: list[str], inputs: set[str]) -> bool:
     edges = index.known_int_graph()
     if edges is None or not _SPECIAL.isdisjoint(ops):
         return False
-    preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
-    starts = np.fromiter(edges.starts, np.int64, count=len(edges.starts))
+    preds, starts = int_arrays(edges, index.memo)
     constant = np.zeros(max(map(abs, edges.leaves), default=1) + 1, bool)  # by -leaf id
     inits = index.initializers
     for k, name in edges.leaves.items():
