@@ -66,9 +66,17 @@ def splice_bytes(target: onnx.GraphProto, removed: Collection[int],
     n = len(field)
     gone = set(removed)
     kept = list(filterfalse(gone.__contains__, range(n)))
-    groups = sorted((min(i, n), count, data) for i, (count, data) in inserted.items()
-                    if count)
-    at = list(map(_FIELD0, groups))
+    items = sorted(inserted.items())  # distinct ids: C-level
+    at = list(map(_FIELD0, items))
+    if at and at[-1] <= n:  # (else appended groups given as several positions past the end)
+        sizes, datas = zip(*map(_FIELD1, items), strict=True)
+        if 0 in sizes:
+            keep = list(map(bool, sizes))
+            at, sizes, datas = (list(compress(v, keep)) for v in (at, sizes, datas))
+        groups = list(zip(at, sizes, datas, strict=True))
+    else:
+        groups = sorted((min(i, n), count, data) for i, (count, data) in items if count)
+        at = list(map(_FIELD0, groups))
     if len(set(at)) == len(at):
         # node i's slot holds the group put before it, then its own bytes (when kept)
         parts = [b""] * (n + 1)
