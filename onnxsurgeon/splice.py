@@ -242,7 +242,7 @@ def splice_holds(up: Any, removed: list[int], groups: list[tuple[int, int]],
     place = np.repeat(np.asarray(at, np.int64), list(map(_FIELD1, groups)))  # before old id
     outs = list(chain.from_iterable(written.outputs))
     leaf_ids = up._ids()
-    if "" in outs or len(set(outs)) != len(outs) or not leaf_ids.keys().isdisjoint(outs):
+    if "" in outs or not leaf_ids.keys().isdisjoint(outs):
         return False
     producer = up.producer
     olds = np.fromiter(map(producer.get, outs, repeat(-1)), np.int64, count=len(outs))
@@ -252,6 +252,8 @@ def splice_holds(up: Any, removed: list[int], groups: list[tuple[int, int]],
     if len(outs) != total:
         owners = np.repeat(np.arange(total), list(map(len, written.outputs))).tolist()
     fresh = dict(zip(outs, owners, strict=True))
+    if len(fresh) != len(outs):
+        return False  # a name two new nodes define
     # the new nodes' reads: a leaf, "", an earlier new node's output, a kept node's before it
     ins = list(chain.from_iterable(written.inputs))
     reader = np.repeat(np.arange(total), list(map(len, written.inputs)))
@@ -275,7 +277,7 @@ def splice_holds(up: Any, removed: list[int], groups: list[tuple[int, int]],
     hit &= ~gone[owner]
     if bool(hit.any()):
         ids, readers = preds[hit], owner[hit]
-        if "" in map(up.ops.__getitem__, np.unique(ids).tolist()):
+        if "" in map(up.ops.__getitem__, ids.tolist()):
             return False  # a removed node with several outputs: which one is read?
         read = _names_of(producer, ids)
         if read is None:
