@@ -30,6 +30,8 @@ __all__ = ["Written", "follow_splice", "splice_bytes", "splice_holds"]
 
 _FIELD0, _FIELD1, _FIELD2, _FIELD3, _FIELD4, _FIELD5 = map(itemgetter, range(6))  # EDGE_FIELDS
 _SERIALIZE = onnx.NodeProto.SerializeToString
+_RUN = 4096
+"""Pieces of a rebuilt node list joined and parsed at a time."""
 
 
 class Written(NamedTuple):
@@ -84,7 +86,7 @@ def splice_bytes(target: onnx.GraphProto, removed: Collection[int],
                   node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept))))), 0)
         deque(map(parts.__setitem__, at, map(add, map(_FIELD2, groups),
                                                map(parts.__getitem__, at))), 0)
-        data = b"".join(parts)
+        pieces: Sequence[bytes] = parts
     else:  # appended groups given as several positions past the end: merged in order
         # (kept node i sorts as 2i + 1, a group put before node i as 2i: two ascending runs)
         keys = [*map(add, map(mul, kept, repeat(2)), repeat(1)),
@@ -92,9 +94,12 @@ def splice_bytes(target: onnx.GraphProto, removed: Collection[int],
         parts = [*node_entries(list(map(_SERIALIZE, map(field.__getitem__, kept)))),
                  *(data for _, _, data in groups)]
         order = sorted(range(len(keys)), key=keys.__getitem__)
-        data = b"".join(map(parts.__getitem__, order))
+        pieces = list(map(parts.__getitem__, order))
     del field[:]
-    target.MergeFromString(data)
+    # parsed a run at a time (a merge appends to the node list): join's buffer table (80 bytes
+    # a piece) and the whole list's bytes are never held at once
+    for k in range(0, len(pieces), _RUN):
+        target.MergeFromString(b"".join(pieces[k:k + _RUN]))
     return gone, [(pos, count) for pos, count, _ in groups]
 
 
