@@ -71,11 +71,11 @@ def splice_bytes(target: onnx.GraphProto, removed: Collection[int],
     items = sorted(inserted.items())  # distinct ids: C-level
     at = list(map(_FIELD0, items))
     if at and at[-1] <= n:  # (else appended groups given as several positions past the end)
-        sizes, datas = zip(*map(_FIELD1, items), strict=True)
-        if 0 in sizes:
-            keep = list(map(bool, sizes))
-            at, sizes, datas = (list(compress(v, keep)) for v in (at, sizes, datas))
-        groups = list(zip(at, sizes, datas, strict=True))
+        values = list(map(_FIELD1, items))
+        groups = list(zip(at, map(_FIELD0, values), map(_FIELD1, values), strict=True))
+        if 0 in map(_FIELD1, groups):
+            groups = [g for g in groups if g[1]]
+            at = list(map(_FIELD0, groups))
     else:
         groups = sorted((min(i, n), count, data) for i, (count, data) in items if count)
         at = list(map(_FIELD0, groups))
