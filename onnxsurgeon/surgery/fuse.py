@@ -269,7 +269,7 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
         return None
     adds = _every(ops, "Add")
     eops = edges.ops
-    if any(eops[i] != "Add" for i in adds):  # an Add of domain "ai.onnx" elsewhere...
+    if any(map("Add".__ne__, map(eops.__getitem__, adds))):  # an Add of domain "ai.onnx"...
         return None
     preds, starts = arrays
     n = len(starts) - 1
