@@ -58,16 +58,20 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys
 
 
 def _median(jobs: dict[str, list[str]], outs: dict[str, list[Path]], repeat: int
-            ) -> dict[str, tuple[float, float]]:
-    """name -> (median wall, max peak RSS MB), the jobs interleaved round by round."""
+            ) -> dict[str, tuple[float, float, float]]:
+    """name -> (median wall, max peak RSS MB, median CPU), the jobs interleaved round by
+    round."""
     walls: dict[str, list[float]] = {k: [] for k in jobs}
+    cpus: dict[str, list[float]] = {k: [] for k in jobs}
     rss: dict[str, float] = dict.fromkeys(jobs, 0.0)
     for _ in range(repeat):
         for name, argv in jobs.items():
             s = run_once(argv, outs[name])
             walls[name].append(s.wall)
+            cpus[name].append(s.cpu)
             rss[name] = max(rss[name], s.rss_mb)
-    return {k: (statistics.median(v), rss[k]) for k, v in walls.items()}
+    return {k: (statistics.median(v), rss[k], statistics.median(cpus[k]))
+            for k, v in walls.items()}
 
 
 def _verbs(src: Path, out: Path, tag: str, mid: str, weight: str, npy: Path
@@ -118,10 +122,12 @@ def main() -> int:
         jobs = {"floor: onnx load+save": [PY, "-c", FLOOR, str(src), str(tmp / "floor.onnx")],
                 **_verbs(src, tmp, "", "relu100", "W", npy)}
         res = _median(jobs, _outs(jobs), args.repeat)
-        floor = res["floor: onnx load+save"][0]
+        floor, _, floor_cpu = res["floor: onnx load+save"]
         lines += [f"## {3 * args.blocks}-node chain (median of {args.repeat})", "",
-                  "| job | wall s | x floor | peak RSS MB |", "|---|---|---|---|"]
-        lines += [f"| {k} | {w:.3f} | {w / floor:.2f} | {r:.0f} |" for k, (w, r) in res.items()]
+                  "| job | wall s | x floor | CPU s | CPU x floor | peak RSS MB |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {k} | {w:.3f} | {w / floor:.2f} | {c:.3f} | {c / floor_cpu:.2f} | {r:.0f} |"
+                  for k, (w, r, c) in res.items()]
         for mb in (m for m in args.external_mb if m):
             ext = tmp / "ext"
             blocks = int(build_in_child("external", ext, mb, "big.onnx"))
@@ -141,7 +147,7 @@ def main() -> int:
             eres = _median(ejobs, eouts, 1)
             lines += ["", f"## external data, {mb} MB ({blocks} weights), one "
                       "round", "", "| job | wall s | peak RSS MB |", "|---|---|---|"]
-            lines += [f"| {k} | {w:.2f} | {r:.0f} |" for k, (w, r) in eres.items()]
+            lines += [f"| {k} | {w:.2f} | {r:.0f} |" for k, (w, r, _) in eres.items()]
             shutil.rmtree(ext)
             shutil.rmtree(outdir)
         if args.reversed:
@@ -153,7 +159,7 @@ def main() -> int:
             rres = _median(rjobs, _outs(rjobs), 1)
             lines += ["", f"## toposort of a reversed {args.reversed}-node chain, one round", "",
                       "| job | wall s | peak RSS MB |", "|---|---|---|"]
-            lines += [f"| {k} | {w:.2f} | {r:.0f} |" for k, (w, r) in rres.items()]
+            lines += [f"| {k} | {w:.2f} | {r:.0f} |" for k, (w, r, _) in rres.items()]
     text = "\n".join(lines) + "\n"
     (HERE / "results_hygiene_c.md").write_text(text)
     sys.stdout.write(text)

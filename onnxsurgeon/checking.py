@@ -42,6 +42,8 @@ class Edits(Protocol):
 
     def dearer_than_check(self) -> bool: ...
 
+    def holds_unapplied(self) -> list[Any] | None: ...
+
     def touched(self) -> list[int] | None: ...
 
 FULL_CHECK_MAX_NODES = 20_000
@@ -128,6 +130,10 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
       verb wrote into them, which re-reading would only rebuild) and refuses a read of a later
       or unknown tensor and an output defined twice (the int dataflow graph of the whole
       edited model stays valid);
+    - or, for one splice of many new nodes given their fields and stand-ins (more costly to
+      follow than the whole check), :meth:`~onnxsurgeon.upkeep.Upkeep.holds_unapplied` on the
+      int dataflow graph before it: every read of and by a new node defined before it, every
+      new name defined once, every graph output still produced (nothing renumbered);
     - every inserted or rewired node against its schema (``onnx.checker.check_node`` on the
       node in the proto: op known at the model's opsets, attributes, input and output counts);
       copies the verb made of one node but for their names (``replace``'s sites) by that
@@ -152,21 +158,30 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
         return False
     if model_fingerprint(proto) != baseline:
         return False  # opsets or functions changed: the whole check reads them all
+    state = None
     if upkeep.dearer_than_check():
         # re-reading many new nodes from the proto, or renumbering a splice of many, costs
-        # more than the C++ pass; a copy hands over what it wrote: nothing to read back
-        return False
-    touched = upkeep.touched()  # applies the edits: None when the upkeep gave up
-    state = upkeep.result()
-    if touched is None or state is None:
-        return False
+        # more than the C++ pass; a copy hands over what it wrote: nothing to read back. A
+        # splice that provably keeps the node list valid (its graph outputs produced) needs
+        # neither: its new nodes are copies of the stand-ins checked below
+        held = upkeep.holds_unapplied()
+        if held is None:
+            return False
+        touched: list[int] = []
+        stand_ins: list[Any] = held
+    else:
+        applied = upkeep.touched()  # applies the edits: None when the upkeep gave up
+        state = upkeep.result()
+        if applied is None or state is None:
+            return False
+        touched, stand_ins = applied, upkeep.stand_ins
     graph = proto.graph
-    producer, edges = state
     keys = [p.key for p in proto.metadata_props]
     if not graph.name or len(set(keys)) != len(keys):
         return False
     outputs = [vi.name for vi in graph.output]
-    if any(name not in producer for name in outputs):
+    if state is not None and any(name not in state[0] for name in outputs):
+        producer, edges = state
         leaves = set(edges.leaves.values())
         if any(name not in producer and name not in leaves for name in outputs):
             return False
@@ -181,7 +196,7 @@ def check_touched(proto: onnx.ModelProto, upkeep: Edits | None, baseline: bytes 
     if nodes_checked:  # touched is ascending: the nodes in the range are one run of it
         lo, hi = bisect_left(touched, nodes_checked.start), bisect_left(touched, nodes_checked.stop)
         touched = touched[:lo] + touched[hi:]
-    return check_nodes(proto, touched, ctx, also=upkeep.stand_ins)
+    return check_nodes(proto, touched, ctx, also=stand_ins)
 
 
 def _context(proto: onnx.ModelProto) -> Any:

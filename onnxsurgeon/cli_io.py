@@ -105,12 +105,25 @@ def _paused_gc(pause: bool = True) -> Iterator[None]:
     if not pause:
         yield
         return
+    if enabled and _FROZEN:
+        gc.unfreeze()  # what an earlier pause froze is the collector's again (a later pass)
+        _FROZEN.clear()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            # what the pause made is long-lived: frozen, the collector's next pass does not
+            # walk it all (its youngest generation holds every object made since the pause:
+            # ~0.015 s on a 90k-node graph); the next pause gives it back
+            gc.freeze()
+            _FROZEN.append(True)
             gc.enable()
+
+
+_FROZEN: list[bool] = []
+"""Non-empty once a pause froze what it made (the next pause unfreezes; a process whose pauses
+never froze anything keeps what it froze itself)."""
 
 
 def _load(path: str, *, unsorted_functions: bool = False, light: bool = False) -> Any:

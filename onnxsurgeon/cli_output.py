@@ -147,7 +147,7 @@ def fold_payload(result: FoldResult) -> dict[str, Any]:
     return {"folded": list(result.folded), "removed": list(result.removed),
             "kept": list(result.kept), "body_folded": list(result.body_folded),
             "max_bytes": result.max_bytes, "fuse": result.fuse,
-            "fused": [dict(f) for f in result.fused]}
+            "fused": list(map(dict, result.fused))}
 
 
 def dims_payload(result: DimsResult) -> dict[str, Any]:

@@ -241,6 +241,21 @@ class NodeEdges:
         return zip(range(base, base - len(types), -1), types, strict=True)
 
 
+def int_arrays(edges: NodeEdges, memo: dict[str, Any]) -> tuple[Any, Any]:
+    """``edges.preds`` and ``edges.starts`` as numpy int64 arrays, made once per int graph and
+    kept in ``memo`` (an index's, or the upkeep following its edits: the passes of one verb
+    and its save share them). O(edges) the first time."""
+    import numpy as np
+
+    got = memo.get("int_arrays")
+    if got is None or got[0] is not edges.preds or got[1] is not edges.starts:
+        got = (edges.preds, edges.starts,
+               np.fromiter(edges.preds, np.int64, count=len(edges.preds)),
+               np.fromiter(edges.starts, np.int64, count=len(edges.starts)))
+        memo["int_arrays"] = got
+    return got[2], got[3]
+
+
 def with_initializer_types(
     edges: NodeEdges, graph: onnx.GraphProto, types: Sequence[tuple[int, tuple[int, ...]]]
 ) -> NodeEdges:

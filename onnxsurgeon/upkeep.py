@@ -40,7 +40,7 @@ import onnx
 
 from .index import GraphIndex, NodeEdges, has_subgraphs, positions
 from .nodefields import edge_ops, node_pass
-from .splice import Written, follow_splice
+from .splice import Written, follow_splice, splice_holds
 
 _NAME = attrgetter("name")
 _FIELD0, _FIELD1, _FIELD2, _FIELD3, _FIELD4, _FIELD5 = map(itemgetter, range(6))  # EDGE_FIELDS
@@ -211,6 +211,23 @@ class Upkeep:
             self.spliced_new += len(written.names)
         self._todo.append((self._spliced, (sorted(set(removed)), list(groups), written,
                                            list(stand_ins) if stand_ins is not None else None)))
+
+    def holds_unapplied(self) -> list[onnx.NodeProto] | None:
+        """When the edits said, not applied yet, are one splice given its new nodes' fields
+        and stand-ins that provably leaves a valid node list
+        (:func:`~onnxsurgeon.splice.splice_holds`, on the graph before it): its stand-ins, whose
+        schema checks stand for its new nodes'; else None. The save's touched check then
+        vouches without applying the splice (:meth:`dearer_than_check`: a splice of many costs
+        more to follow than the checker's pass). O(nodes + edges) in numpy."""
+        if not self.ok or self._done is not None or len(self._todo) != 1:
+            return None
+        edit, args = self._todo[0]
+        if edit != self._spliced:
+            return None
+        removed, groups, written, stand_ins = args
+        if stand_ins is None or not splice_holds(self, removed, groups, written):
+            return None
+        return list(stand_ins)
 
     def dearer_than_check(self) -> bool:
         """Whether applying the edits said (:meth:`result`) costs more than ``onnx.checker``'s

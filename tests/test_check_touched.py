@@ -18,12 +18,13 @@ from onnxsurgeon import checking, io, load
 from onnxsurgeon.checking import Check, OutputCheckError
 from onnxsurgeon.io import vouched_by_edits
 from onnxsurgeon.session import Session, active
-from onnxsurgeon.surgery import copy, extract, insert, rename, reroute
+from onnxsurgeon.surgery import copy, extract, fold, insert, rename, reroute
 from onnxsurgeon.upkeep import Upkeep
 from tests import builders
 from tests.cli_helpers import cli_main as run
 
 copy_module = importlib.import_module("onnxsurgeon.surgery.copy")  # the module, not the verb
+fuse_module = importlib.import_module("onnxsurgeon.surgery.fuse")
 
 
 @pytest.fixture
@@ -88,6 +89,7 @@ VERBS = {
     "copy-whole": lambda m: copy(m, ["y"], prefix="twin/"),  # 24 nodes more
     "copy-shared": lambda m: copy(m, ["y", "relu4"], prefix="twin/", weights="shared"),
     "rename": lambda m: rename(m, {"relu3": "act"}),
+    "fold": lambda m: fold(m),  # 8 MatMul + Add -> Gemm: one splice of half the nodes
 }
 
 
@@ -269,6 +271,72 @@ def test_a_whole_copy_is_checked_from_what_it_wrote(tmp_path, monkeypatch, fault
     with pytest.raises(OutputCheckError, match="onnx.checker"):
         save(m, out, check=Check.TOUCHED)
     assert not out.exists()
+
+
+def _gemm_fault(monkeypatch, change, site: int = 1):
+    """The fusions' sites, broken: Gemm ``site``'s input ``x`` and output ``y`` become
+    ``change(x, y)``, in its bytes and in the fields handed to the upkeep alike."""
+    real = fuse_module._gemm_sites
+
+    def broken(facts, nodes, ops):
+        sites, written = real(facts, nodes, ops)
+        add, (mm, _) = list(sites.items())[site]
+        (x, w, b), (y,) = written.inputs[site], written.outputs[site]
+        x, y = change(x, y)
+        sites[add] = (mm, fuse_module._gemm_bytes(x, w, b, y, written.names[site]))
+        inputs, outputs = list(written.inputs), list(written.outputs)
+        inputs[site], outputs[site] = (x, w, b), (y,)
+        return sites, written._replace(inputs=inputs, outputs=outputs)
+
+    monkeypatch.setattr(fuse_module, "_gemm_sites", broken)
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda x, y: ("relu6", y), id="reads-a-later-tensor"),
+    pytest.param(lambda x, y: ("nowhere", y), id="reads-an-undefined-tensor"),
+    pytest.param(lambda x, y: (x, "relu5"), id="defines-a-name-a-kept-node-defines"),
+    pytest.param(lambda x, y: (x, "x"), id="defines-a-graph-input"),
+    pytest.param(lambda x, y: (x, "elsewhere"), id="drops-what-a-kept-node-reads"),
+])
+def test_a_splice_of_many_is_vouched_for_only_where_it_holds(tmp_path, monkeypatch, change):
+    """fold's Gemms, half the graph: the touched check decides on the int graph before the
+    splice, without applying it (:meth:`Upkeep.holds_unapplied`); a fault in what the splice
+    wrote is refused, and the whole check then refuses the file."""
+    _, m = _loaded(tmp_path)
+    fold(m)
+    journal = _journal(m)
+    assert journal.dearer_than_check() and journal.holds_unapplied() is not None
+    assert check_touched(m) and journal._todo  # vouched for, the splice still unapplied
+
+    _, m = _loaded(tmp_path, name="broken.onnx")
+    _gemm_fault(monkeypatch, change)
+    fold(m)
+    assert _journal(m).holds_unapplied() is None
+    assert not check_touched(m)
+    out = tmp_path / "o.onnx"
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(m, out, check=Check.TOUCHED)
+    assert not out.exists()
+
+
+def test_a_graph_output_a_splice_no_longer_produces_is_refused(tmp_path, monkeypatch, large):
+    """The last site's Add computes a graph output nothing reads: a Gemm writing another name
+    leaves it unproduced (no kept node's read shows it)."""
+    model = builders.chain(8)
+    model.graph.node[-1].input[0] = "relu6"  # the last Relu skips the last block's Add
+    model.graph.output.append(helper.make_tensor_value_info("add7", onnx.TensorProto.FLOAT,
+                                                            [1, 4]))
+    src, m = _loaded(tmp_path, model)
+    fold(m)
+    assert check_touched(m) and len(m.proto.graph.node) == 16  # add7 made by a Gemm
+
+    m = _in_session(load(src))
+    _gemm_fault(monkeypatch, lambda x, y: (x, "elsewhere"), site=-1)
+    fold(m)
+    assert _journal(m).holds_unapplied() is None and not check_touched(m)
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
 
 
 def test_untouched_nodes_are_the_inputs_and_the_structure_level_still_reports_them(

@@ -206,6 +206,11 @@ CASES: dict[str, tuple[Any, list[dict[str, Any]], list[bool]]] = {
         {"reroute": {"from": "a", "to": "c", "prune": True}},  # moves Slice up: rebuild
         {"copy": {"outputs": ["y"]}},
     ], [True, True, False, True]),
+    "fold_fusing_on_loads_index": (lambda: builders.chain(8), [
+        {"fold": {}},  # nothing folds: the Gemms are spliced into load's index, unapplied
+        {"insert": {"at": "relu2", "op": "scale", "params": {"factor": 2.0}}},
+        {"copy": {"outputs": ["relu5"]}},
+    ], [True] * 3),
     "a_verb_that_says_nothing": (lambda: builders.chain(8), [
         {"insert": {"at": "relu2", "op": "scale", "params": {"factor": 2.0}}},
         {"bypass": {"nodes": ["Relu_4"]}},  # hands nothing on: the insert's index is stale

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+import numpy as np
 import onnx
 
-from ..index import GraphIndex, NodeEdges
+from ..index import GraphIndex, NodeEdges, int_arrays
 from ._proto import _Type, apply_op, boundary_type
 
 
@@ -105,15 +106,10 @@ def propagate_edges(
     get: Callable[[int], Any] = types.get  # a _Type, or None for a leaf not typed yet
     preds, starts, ops = edges.preds, edges.starts, edges.ops
     init_pos, init_field = index.initializers, graph.initializer
-    for i in nodes:  # the hot loop: ~0.5 us per node (upb is not touched)
-        if i in types:
-            continue
-        op = ops[i]  # "" unless a default-domain node with one output
-        ps = preds[starts[i]:starts[i + 1]]
-        got: tuple[_Type, ...] = tuple(map(get, ps))
+
+    def settle(op: str, ps: list[int], got: tuple[Any, ...]) -> _Type | None:
+        """The type of a node the memo does not answer (its leaves typed first), or None."""
         if not op or not ps:
-            if partial:
-                continue
             return None
         if None in got:  # leaves (and stops) not typed yet
             fixed: list[_Type] = []
@@ -121,7 +117,7 @@ def propagate_edges(
                 if t is None:
                     leaf = leaves.get(p) if p < 0 else stop_nodes.get(p)
                     if leaf is None:
-                        break
+                        return None
                     pos = init_pos.get(leaf, -1) if leaf not in typed else -1
                     if pos >= 0:  # an initializer (boundary_type's first case, inlined)
                         tensor = init_field[pos]
@@ -129,25 +125,49 @@ def propagate_edges(
                     else:
                         t = boundary_type(index, typed, leaf)
                         if t is None:
-                            break
+                            return None
                     types[p] = t
                 fixed.append(t)
-            else:
-                got = tuple(fixed)
-            if len(fixed) < len(ps):  # an input the pass cannot type
-                if partial:
-                    continue
-                return None
+            got = tuple(fixed)
         key = (op, got)
         result = memo.get(key)
         if result is None:
             result = apply_op(op, got)
             if result is None:
-                if partial:
-                    continue
                 return None
             memo[key] = result
-        types[i] = result
+        return result
+
+    if (isinstance(nodes, range) and nodes.step == 1 and not stop_nodes
+            and max(types, default=-1) < 0):
+        # every node of a run, none typed yet: the memo answers most of them at once (a key
+        # holding an untyped leaf, "" or no input is never in it), ~0.3 us per node
+        lo = nodes.start
+        for i, a, b, op in zip(nodes, starts[lo:], starts[lo + 1:], ops[lo:], strict=False):
+            got = tuple(map(get, preds[a:b]))
+            result = memo.get((op, got))
+            if result is None:
+                result = settle(op, preds[a:b], got)
+                if result is None:
+                    if partial:
+                        continue
+                    return None
+            types[i] = result
+    else:
+        for i in nodes:  # ~0.5 us per node (upb is not touched)
+            if i in types:
+                continue
+            op = ops[i]  # "" unless a default-domain node with one output
+            ps = preds[starts[i]:starts[i + 1]]
+            got = tuple(map(get, ps))
+            result = memo.get((op, got)) if op and ps else None
+            if result is None:
+                result = settle(op, ps, got)
+                if result is None:
+                    if partial:
+                        continue
+                    return None
+            types[i] = result
     found: dict[str, onnx.ValueInfoProto] = {}
     for name in wanted:
         j = producer.get(name)
@@ -253,3 +273,11 @@ def closure_edges(
     nodes.sort()
     hit = [s for s in stops if stop_id[s] in reached]
     return nodes, init_order, hit
+
+
+def edge_arrays(index: GraphIndex) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``preds`` and ``starts`` of the index's known int dataflow graph as numpy int64
+    arrays (:func:`~onnxsurgeon.index.int_arrays`: made once, kept in the index's memo, so the
+    fold's scan, the fusions' and the save's check share them), or None without one."""
+    edges = index.known_int_graph()
+    return None if edges is None else int_arrays(edges, index.memo)

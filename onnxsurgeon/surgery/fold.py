@@ -42,6 +42,7 @@ from ..index import (
     DEFAULT_INPUT_IR,
     GraphIndex,
     has_subgraphs,
+    int_arrays,
     iter_graphs,
     node_label,
     positions,
@@ -121,7 +122,7 @@ class FoldResult:
         """The rewrite record of this fold."""
         return FoldRecord(folded=self.folded, removed=self.removed, kept=self.kept,
                           body_folded=self.body_folded, max_bytes=self.max_bytes,
-                          fused=tuple(dict(f) for f in self.fused), fuse=self.fuse)
+                          fused=tuple(map(dict, self.fused)), fuse=self.fuse)
 
 
 @dataclass
@@ -444,8 +445,7 @@ def _nothing_folds(index: GraphIndex, ops: list[str], inputs: set[str]) -> bool:
     edges = index.known_int_graph()
     if edges is None or not _SPECIAL.isdisjoint(ops):
         return False
-    preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
-    starts = np.fromiter(edges.starts, np.int64, count=len(edges.starts))
+    preds, starts = int_arrays(edges, index.memo)
     constant = np.zeros(max(map(abs, edges.leaves), default=1) + 1, bool)  # by -leaf id
     inits = index.initializers
     for k, name in edges.leaves.items():
@@ -511,30 +511,24 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     dead = [k for k, t in enumerate(proto.graph.initializer)
             if t.name not in read and t.name not in inputs] if gone else []
     # ------------------------------------------------------------------ mutate (all planned)
-    e = Edit(index)
-    if dead:
-        drop = set(dead)
-        e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
-    if main is not None:
-        e.add_initializers([main.values[n] for n in folded], made=True)
-        if proto.ir_version < DEFAULT_INPUT_IR:  # before IR 4 an initializer is listed as an input
-            e.add_inputs([onnx.helper.make_tensor_value_info(n, main.values[n].data_type,
-                                                             list(main.values[n].dims))
-                          for n in folded])
-    if gone:
-        e.remove_nodes(gone)
-    for plan in bodies:
-        e.fold_body(plan.graph, plan.removed, [plan.values[n] for n in plan.folded],
-                    plan.dead_inits)
-    e.hand_on(m)
+    # nothing folds and fusions follow: no empty edit first, so that the fusions edit load's
+    # index as it is (the save's touched check builds on its validation); ``pending``: it
+    pending: GraphIndex | None = None
+    if fuse and not (dead or gone or bodies or main is not None):
+        pending = index
+    else:
+        _fold_edit(m, index, dead, main, bodies, gone)
     if "If" in ops:  # an If whose condition is constant now takes its branch; that folds too
-        inlined, more = _inline_ifs(m, inputs, max_bytes=max_bytes, evaluate=run)
-        removed_labels += inlined
-        folded += more
-        index = indexed(m)
+        inlined, more = _inline_ifs(m, index, inputs, max_bytes=max_bytes, evaluate=run)
+        if inlined:
+            removed_labels += inlined
+            folded += more
+            pending = None
+            index = indexed(m)
     # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
     neutral = _neutral_constants(proto.graph, inputs)
-    index = indexed(m) if neutral else index
+    if neutral and pending is None:
+        index = indexed(m)
     nops = _neutral_nodes(index, neutral) if neutral else {}
     if nops:
         removed_labels += tuple(index.node_label(i) for i in sorted(nops))
@@ -550,9 +544,10 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
             e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
         e.remove_nodes(set(nops))
         e.hand_on(m)
+        pending = None
     fused: list[dict[str, Any]] = []
     if fuse:
-        index = indexed(m)
+        index = indexed(m) if pending is None else pending
         removed_labels += _fuse(m, index, inputs, fused,
                                 ops=None if gone or nops or dead else ops)
         if index.body_holders or proto.functions:  # planned, then one edit
@@ -562,6 +557,8 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         if fused and folded:
             read = _read_now(proto.graph)
             folded = [n for n in folded if n in read]
+        if pending is not None and not fused:  # nothing changed: the journal of no edit
+            Edit(pending).hand_on(m)
     result = FoldResult(
         folded=tuple(folded), removed=removed_labels,
         kept=tuple(main.kept) if main else (),
@@ -571,8 +568,8 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
     return result
 
 
-def _inline_ifs(m: Model, inputs: set[str], *, max_bytes: int, evaluate: Evaluator
-                ) -> tuple[tuple[str, ...], list[str]]:
+def _inline_ifs(m: Model, index: GraphIndex, inputs: set[str], *, max_bytes: int,
+                evaluate: Evaluator) -> tuple[tuple[str, ...], list[str]]:
     """Main-graph Ifs whose condition is a constant replaced by the branch they take
     (:mod:`~onnxsurgeon.surgery._inline_if`), then what the inlined nodes compute from
     constants folded; a round per level of nesting, until no If is constant. The labels of the
@@ -584,7 +581,6 @@ def _inline_ifs(m: Model, inputs: set[str], *, max_bytes: int, evaluate: Evaluat
     labels: tuple[str, ...] = ()
     folded: list[str] = []
     while True:
-        index = indexed(m)
         plans = plan_inline(index, inputs)
         if not plans:
             return labels, folded
@@ -601,18 +597,37 @@ def _inline_ifs(m: Model, inputs: set[str], *, max_bytes: int, evaluate: Evaluat
         gone = set(again.removed) if again is not None else set()
         labels += tuple(node_label(proto.graph.node[i], i) for i in sorted(gone))
         read = _still_read(proto.graph, gone)  # the conditions and what other branches read go
-        drop = {k for k, t in enumerate(proto.graph.initializer)
-                if t.name not in read and t.name not in inputs}
-        if not (drop or gone):
-            continue
-        e = Edit(index)
-        if drop:
-            e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
-        if again is not None:
-            e.add_initializers([again.values[n] for n in again.folded], made=True)
-            e.remove_nodes(gone)
-            folded += again.folded
-        e.hand_on(m)
+        drop = [k for k, t in enumerate(proto.graph.initializer)
+                if t.name not in read and t.name not in inputs]
+        if drop or gone:
+            _fold_edit(m, index, drop, again, [], gone)
+            folded += again.folded if again is not None else []
+            index = indexed(m)
+
+
+def _fold_edit(m: Model, index: GraphIndex, dead: list[int], main: _Plan | None,
+               bodies: list[_Plan], gone: set[int]) -> None:
+    """The fold's one edit (all planned): dead initializers dropped, folded values added,
+    folded nodes removed, bodies folded; its journal handed on."""
+    proto = m.proto
+    inputs_ir = proto.ir_version < DEFAULT_INPUT_IR  # before IR 4 an initializer is an input
+    folded = list(main.folded) if main is not None else []
+    e = Edit(index)
+    if dead:
+        drop = set(dead)
+        e.keep_initializers([k for k in range(len(proto.graph.initializer)) if k not in drop])
+    if main is not None:
+        e.add_initializers([main.values[n] for n in folded], made=True)
+        if inputs_ir:
+            e.add_inputs([onnx.helper.make_tensor_value_info(n, main.values[n].data_type,
+                                                             list(main.values[n].dims))
+                          for n in folded])
+    if gone:
+        e.remove_nodes(gone)
+    for plan in bodies:
+        e.fold_body(plan.graph, plan.removed, [plan.values[n] for n in plan.folded],
+                    plan.dead_inits)
+    e.hand_on(m)
 
 
 def _read_now(graph: onnx.GraphProto) -> set[str]:

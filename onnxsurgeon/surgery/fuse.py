@@ -261,33 +261,35 @@ def _gemm(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: Sequence[str], ad
 def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
                 ) -> tuple[dict[int, tuple[int, bytes]], Written] | None:
     """Every Add -> (MatMul, Gemm bytes) that :func:`_gemm` finds, found on the int dataflow
-    graph: the candidates by numpy over the producer ids, op ids and read counts, each site's
-    weight and bias types read once per initializer, ``x``'s type from the forward type pass;
-    a site's own protos read only for the names its Gemm writes (C-level). With the Gemms'
-    fields, in site order, for the upkeep. None without an int graph (the caller asks
-    :func:`_gemm` per Add). O(nodes) in numpy + ~2 us a site."""
+    graph: the candidates by numpy over the producer ids, op ids and read counts, each
+    (weight, bias) pair's types read once, ``x``'s type from the forward type pass (one look-up
+    per distinct type object); the names each Gemm writes from the producer map and the leaves
+    (no node read but where those cannot say). With the Gemms' fields, in site order, for the
+    upkeep. None without an int graph (the caller asks :func:`_gemm` per Add). O(nodes) in
+    numpy + ~1 us a site."""
+    from ._edgewalk import edge_arrays
+
     edges = facts.index.known_int_graph()
-    if edges is None or facts._edge_types is None:
+    arrays = edge_arrays(facts.index)
+    if edges is None or arrays is None or facts._edge_types is None:
         return None
     adds = _every(ops, "Add")
     eops = edges.ops
-    if any(eops[i] != "Add" for i in adds):  # an Add of domain "ai.onnx" elsewhere...
+    if any(map("Add".__ne__, map(eops.__getitem__, adds))):  # an Add of domain "ai.onnx"...
         return None
-    preds = np.fromiter(edges.preds, np.int64, count=len(edges.preds))
-    starts = np.fromiter(edges.starts, np.int64, count=len(edges.starts))
+    preds, starts = arrays
     n = len(starts) - 1
     counts = np.diff(starts)
     reads = np.bincount(preds[preds >= 0], minlength=n)
-    good_mm = np.zeros(n, bool)
-    mms = np.asarray(_every(eops, "MatMul"), np.int64)
-    good_mm[mms] = True
-    good_mm &= (counts == 2) & (reads == 1)
+    good_mm = (counts == 2) & (reads == 1)  # and a MatMul: asked of the candidates only
+    producer = facts.index.producer
     for o in facts.outputs:
-        j = facts.index.producer.get(o)
+        j = producer.get(o)
         if j is not None:
             good_mm[j] = False
     leaves = edges.leaves
-    leaf_init = np.zeros(max(map(abs, leaves), default=1) + 1, bool)  # by -leaf id
+    span = max(map(abs, leaves), default=1) + 1
+    leaf_init = np.zeros(span, bool)  # by -leaf id
     for k, name in leaves.items():
         leaf_init[-k] = name in facts.inits
     a = np.asarray(adds, np.int64)
@@ -297,62 +299,77 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
     def sided(mm: np.ndarray, b: np.ndarray) -> np.ndarray:
         ok = (mm >= 0) & (b <= -2)
         ok[ok] = good_mm[mm[ok]] & leaf_init[-b[ok]]
+        if ok.any():
+            at = np.flatnonzero(ok)
+            ok[at] = list(map("MatMul".__eq__, map(eops.__getitem__, mm[at].tolist())))
         return ok
 
     ok0, ok1 = sided(p0, p1), sided(p1, p0)
     keep = ok0 | ok1
     a, p0, p1, ok0, ok1 = a[keep], p0[keep], p1[keep], ok0[keep], ok1[keep]
-    # (w leaf, b leaf) -> (the Gemm's dtype, or -1: no site; w and b as the Gemm's fields)
-    pairs: dict[tuple[int, int], tuple[int, bytes]] = {}
+    # -(w leaf) * span - (b leaf) -> (the Gemm's dtype, or -1: no site; w and b's fields)
+    pairs: dict[int, tuple[int, bytes]] = {}
     types = facts._edge_types
     inits = facts.inits
-    codes: dict[int, int] = {}  # id of an x type -> its element type when 2-D, else -1
 
-    def slot(mm: np.ndarray, b: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-        """Where this slot's MatMul makes a Gemm with the Add, and each candidate's (w, b)."""
+    def pair_keys(w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list[tuple[int, bytes]]]:
+        """Each (w, b) leaf pair's index into the distinct pairs, and those pairs' facts."""
+        uniq, inverse = np.unique(-w * span - b, return_inverse=True)
+        for key in uniq.tolist():
+            if key not in pairs:
+                wn, bn = leaves[-(key // span)], leaves[-(key % span)]
+                pairs[key] = (_pair_type(inits[wn], inits[bn]) or -1,
+                              _text(b"\x0a", wn) + _text(b"\x0a", bn))
+        return inverse, list(map(pairs.__getitem__, uniq.tolist()))
+
+    def slot(mm: np.ndarray, b: np.ndarray, ok: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where this slot's MatMul makes a Gemm with the Add; each candidate's x and w."""
         at = starts[np.where(ok, mm, 0)]
         x, w = preds[at], preds[at + 1]
         ok = ok & (w <= -2)
         ok[ok] = leaf_init[-w[ok]]
-        keys: list[Any] = list(zip(w.tolist(), b.tolist(), strict=True))
-        idx = np.flatnonzero(ok).tolist()
-        for key in set(map(keys.__getitem__, idx)) - pairs.keys():
-            wn, bn = leaves[key[0]], leaves[key[1]]
-            pairs[key] = (_pair_type(inits[wn], inits[bn]) or -1,
-                          _text(b"\x0a", wn) + _text(b"\x0a", bn))
-        want = np.asarray([pairs[keys[k]][0] for k in idx], np.int64)
+        idx = np.flatnonzero(ok)
+        if not len(idx):
+            return ok, x, w
+        inverse, facts_of = pair_keys(w[idx], b[idx])
+        want = np.asarray([t for t, _ in facts_of], np.int64)[inverse]
         xs = x[idx]
         got = list(map(types.get, np.maximum(xs, -1).tolist()))  # a leaf is asked as -1
-        for t in got:
-            if t is not None and id(t) not in codes:
-                codes[id(t)] = int(t[0]) if len(t[1]) == 2 else -1
-        have = np.fromiter(map(codes.get, map(id, got), repeat(-2)), np.int64, count=len(got))
+        ids, first, where = np.unique(np.fromiter(map(id, got), np.int64, count=len(got)),
+                                      return_index=True, return_inverse=True)
+        codes = [-2 if t is None else int(t[0]) if len(t[1]) == 2 else -1
+                 for t in map(got.__getitem__, first.tolist())]
+        have = np.asarray(codes, np.int64)[where]
         have[xs < 0] = -2  # the pass's types are asked for node outputs only
         good = (want != -1) & (have == want)
         for k in np.flatnonzero((want != -1) & (have == -2)).tolist():
             # x a graph input, or untyped by the pass: the oracle says
             good[k] = facts.is_matrix(nodes[int(mm[idx[k]])].input[0], int(want[k]))
         ok[idx] = good
-        return ok, keys
+        return ok, x, w
 
-    ok0, keys0 = slot(p0, p1, ok0)
-    ok1, keys1 = slot(p1, p0, ok1)
+    ok0, x0, w0 = slot(p0, p1, ok0)
+    ok1, x1, w1 = slot(p1, p0, ok1)
     first = ok0 | ok1
-    a, p0, p1, ok0 = a[first], p0[first], p1[first], ok0[first]
-    chosen = np.flatnonzero(first).tolist()
-    mm_all = np.where(ok0, p0, p1).tolist()
-    found: list[tuple[int, int, bytes, str, str]] = []  # (add, mm, w and b's fields, w, b)
-    for add_at, mm_at, k, s0 in zip(a.tolist(), mm_all, chosen, ok0.tolist(), strict=True):
-        key = keys0[k] if s0 else keys1[k]
-        found.append((add_at, mm_at, pairs[key][1], leaves[key[0]], leaves[key[1]]))
-    # the names each Gemm writes, read C-level: x, y, the MatMul's name
-    add_ids, mm_ids, wbs, w_names, b_names = (list(map(itemgetter(k), found)) for k in range(5))
-    # a one-output node's output is the one name the producer map gives it (no node read)
-    name_of = dict(zip(facts.index.producer.values(), facts.index.producer, strict=True))
-    x_ids = preds[starts[np.asarray(mm_ids, np.int64)]].tolist() if mm_ids else []
-    x_names = [(leaves[j] if j <= -2 else name_of.get(j) if j >= 0 and eops[j] else None)
-               or nodes[mm].input[0] for j, mm in zip(x_ids, mm_ids, strict=True)]
-    y_names = [name_of.get(i) or nodes[i].output[0] for i in add_ids]
+    s0 = ok0[first]
+    add_ids = a[first].tolist()
+    mm_arr = np.where(s0, p0[first], p1[first])
+    x_arr = np.where(s0, x0[first], x1[first])
+    w_arr = np.where(s0, w0[first], w1[first])
+    b_arr = np.where(s0, p1[first], p0[first])
+    mm_ids = mm_arr.tolist()
+    inverse, facts_of = pair_keys(w_arr, b_arr) if mm_ids else (np.zeros(0, np.int64), [])
+    wbs = list(map([wb for _, wb in facts_of].__getitem__, inverse.tolist()))
+    w_names = list(map(leaves.__getitem__, w_arr.tolist()))
+    b_names = list(map(leaves.__getitem__, b_arr.tolist()))
+    # the names each Gemm writes: x, y, the MatMul's name, without reading a node (a
+    # one-output node's output is the one name the producer map gives it)
+    x_names, y_names = _output_names(producer, eops, leaves, x_arr, np.asarray(add_ids, np.int64))
+    if None in x_names:
+        x_names = [x or nodes[mm].input[0] for x, mm in zip(x_names, mm_ids, strict=True)]
+    if None in y_names:
+        y_names = [y or nodes[i].output[0] for y, i in zip(y_names, add_ids, strict=True)]
     names = list(map(edges.names.__getitem__, mm_ids))
     xs, ys, ns = (list(map(str.encode, v)) for v in (x_names, y_names, names))
     if max(map(len, chain(xs, ys, ns)), default=0) < 128:  # one-byte lengths: one format
@@ -365,6 +382,41 @@ def _gemm_sites(facts: _Facts, nodes: Sequence[onnx.NodeProto], ops: list[str]
     written = Written(list(zip(x_names, w_names, b_names, strict=True)),
                       list(zip(y_names)), names, ["Gemm"] * len(names))
     return sites, written
+
+
+def _output_names(producer: Mapping[str, int], eops: Sequence[str], leaves: Mapping[int, str],
+                  x_ids: np.ndarray, y_ids: np.ndarray) -> tuple[list[Any], list[Any]]:
+    """The names of tensors ``x_ids`` (node or leaf ids) and of the outputs of nodes ``y_ids``,
+    None where a node may have several outputs (``eops[j]`` ""). The producer map lists the
+    outputs in node order: a node's first key is found by a binary search of the ids.
+    O(producer entries) in numpy + O(ids log nodes)."""
+    keys = list(producer)
+    at = np.fromiter(producer.values(), np.int64, count=len(keys))
+    if len(at) and not bool(np.all(at[1:] >= at[:-1])):  # not in node order: by a dict
+        name_of = dict(zip(producer.values(), keys, strict=True))
+        xs = [leaves[j] if j <= -2 else name_of.get(j) if j >= 0 and eops[j] else None
+              for j in x_ids.tolist()]
+        return xs, [name_of.get(i) if eops[i] else None for i in y_ids.tolist()]
+
+    def named(ids: np.ndarray) -> list[Any]:
+        pos = np.minimum(np.searchsorted(at, ids), max(len(at) - 1, 0))
+        found = at[pos] == ids if len(at) else np.zeros(len(ids), bool)
+        got: list[Any] = list(map(keys.__getitem__, pos.tolist())) if len(at) else \
+            [None] * len(ids)
+        ids_list = ids.tolist()
+        one = list(map(eops.__getitem__, ids_list))  # "": maybe several outputs
+        for k in np.flatnonzero(~found).tolist() if not bool(found.all()) else ():
+            got[k] = None
+        if "" in one:
+            got = [g if op else None for g, op in zip(got, one, strict=True)]
+        return got
+
+    xs = named(np.maximum(x_ids, 0))
+    if bool(np.any(x_ids < 0)):
+        for k in np.flatnonzero(x_ids < 0).tolist():
+            j = int(x_ids[k])
+            xs[k] = leaves.get(j) if j <= -2 else None
+    return xs, named(y_ids)
 
 
 def _every(ops: list[str], op: str) -> list[int]:
@@ -491,9 +543,17 @@ def plan_fusions(index: GraphIndex, *, inputs: set[str], base_dir: object, opset
     bns = positions(ops, "BatchNormalization")
     if sites is not None and not bns:  # Gemms only (a MatMul is in one site at most)
         plan.gemms, plan.written = sites, found[1] if found is not None else None
-        firsts = list(map(label, map(_FIRST, sites.values())))
-        plan.fused = [{"rule": "matmul_add_gemm", "nodes": [first, label(i)], "into": first}
-                      for first, i in zip(firsts, sites, strict=True)]
+        if edges is not None:  # the labels of the names as load read them, C-level
+            firsts = list(map(enames.__getitem__, map(_FIRST, sites.values())))
+            seconds = list(map(enames.__getitem__, sites))
+            if "" in firsts or "" in seconds:
+                firsts = list(map(label, map(_FIRST, sites.values())))
+                seconds = list(map(label, sites))
+        else:
+            firsts = list(map(label, map(_FIRST, sites.values())))
+            seconds = list(map(label, sites))
+        plan.fused = [{"rule": "matmul_add_gemm", "nodes": [first, second], "into": first}
+                      for first, second in zip(firsts, seconds, strict=True)]
         return plan
     for i in sorted([*(positions(ops, "Add") if sites is None else sites), *bns]):
         if ops[i] == "Add":
