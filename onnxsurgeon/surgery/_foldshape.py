@@ -91,3 +91,10 @@ def selected(node: onnx.NodeProto, entries: Dims, operands: Sequence[np.ndarray 
             return None
         return np.array(picked, dtype=np.int64)
     return None
+
+
+def static_shape(shape: Sequence[int | str | None] | None) -> list[int] | None:
+    """The dims when every one is a static size >= 0, else None."""
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return None
+    return [int(d) for d in shape]  # type: ignore[arg-type]

@@ -52,7 +52,8 @@ from ..io import Model, as_model
 from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
 from ..session import indexed
-from ._foldshape import selected, shape_entries, small_value
+from ._foldshape import selected, shape_entries, small_value, static_shape
+from ._neutral import neutral_constants, neutral_nodes
 
 DEFAULT_MAX_BYTES = 1 << 20
 """A folded value larger than this (1 MiB) stays computed."""
@@ -149,12 +150,6 @@ def _foldable_op(node: onnx.NodeProto, constant: set[str]) -> bool:
     return not has_subgraphs(node)
 
 
-def _static_shape(shape: Sequence[int | str | None] | None) -> list[int] | None:
-    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
-        return None
-    return [int(d) for d in shape]  # type: ignore[arg-type]
-
-
 def _shape_value(node: onnx.NodeProto, dims: list[int]) -> np.ndarray:
     if node.op_type == "Size":
         return np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)
@@ -205,7 +200,7 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
             if op in ("Shape", "Size") and shapes is not None and node.domain in ("", "ai.onnx") \
                     and ins and ins[0] not in constant:
                 dims = shapes.get(ins[0])
-                static = _static_shape(dims)
+                static = static_shape(dims)
                 if static is not None:
                     known[node.output[0]] = _shape_value(node, static)
                     constant.add(node.output[0])
@@ -323,67 +318,7 @@ def _fold_model(graph: onnx.GraphProto, fold: Sequence[int], inits: Mapping[str,
     return onnx.helper.make_model(g, opset_imports=list(opsets), ir_version=ir_version)
 
 
-_NEUTRAL = {"Add": (0.0, (0, 1)), "Sub": (0.0, (1,)), "Mul": (1.0, (0, 1)),
-            "Div": (1.0, (1,))}
 """Op -> (the constant that makes it pass its other input through, the slots it may be in)."""
-
-
-def _neutral_constants(graph: onnx.GraphProto, inputs: set[str]) -> dict[str, float]:
-    """Small inline initializers (not graph inputs) all of whose elements are 0 or 1 -> that
-    value. O(initializers); reads only tensors of at most 64 KiB."""
-    found: dict[str, float] = {}
-    for t in graph.initializer:
-        if t.name in inputs or t.data_location == onnx.TensorProto.EXTERNAL:
-            continue
-        if t.ByteSize() > 1 << 16:
-            continue
-        c = numpy_helper.to_array(t)
-        if c.dtype.kind not in "fiu" or not c.size:
-            continue
-        for value in (0.0, 1.0):
-            if np.all(c == value):
-                found[t.name] = value
-    return found
-
-
-def _neutral_nodes(index: GraphIndex, neutral: Mapping[str, float]) -> dict[int, str]:
-    """Main-graph nodes that pass one input through unchanged (``x + 0``, ``x - 0``, ``x * 1``,
-    ``x / 1`` with a constant of zeros or ones that does not broadcast ``x`` to another shape or
-    type), each -> the input its readers read instead. Graph outputs' producers stay. Shapes come
-    from the type oracle, asked only when such a constant exists. O(nodes)."""
-    graph = index.graph
-    inits = {t.name: t for t in graph.initializer if t.name in neutral}
-    outputs = {o.name for o in graph.output}
-    found: dict[int, str] = {}
-    through: dict[str, str] = {}
-    oracle = None
-    for i, node in enumerate(graph.node):
-        rule = _NEUTRAL.get(node.op_type)
-        if rule is None or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
-            continue
-        if node.output[0] in outputs:
-            continue
-        value, slots = rule
-        for slot in slots:
-            c_name, x_name = node.input[slot], node.input[1 - slot]
-            tensor = inits.get(c_name)
-            if tensor is None or neutral[c_name] != value or x_name in inits or not x_name:
-                continue
-            c_shape = tuple(tensor.dims)
-            if oracle is None:
-                from ..types import TypeOracle
-
-                oracle = TypeOracle(index)
-            shape = _static_shape(oracle.shape(x_name))
-            if shape is None or oracle.elem_type(x_name) != tensor.data_type:
-                continue
-            if len(c_shape) > len(shape) or any(d not in (1, x) for d, x in
-                                                zip(c_shape[::-1], shape[::-1], strict=False)):
-                continue
-            found[i] = through.get(x_name, x_name)  # a chain of them passes the first input
-            through[node.output[0]] = found[i]
-            break
-    return found
 
 
 def _still_read(graph: onnx.GraphProto, gone: set[int]) -> set[str]:
@@ -526,10 +461,10 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
             pending = None
             index = indexed(m)
     # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
-    neutral = _neutral_constants(proto.graph, inputs)
+    neutral = neutral_constants(proto.graph, inputs)
     if neutral and pending is None:
         index = indexed(m)
-    nops = _neutral_nodes(index, neutral) if neutral else {}
+    nops = neutral_nodes(index, neutral) if neutral else {}
     if nops:
         removed_labels += tuple(index.node_label(i) for i in sorted(nops))
         read = _still_read(proto.graph, set(nops)) | set(nops.values())
