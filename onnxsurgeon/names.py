@@ -26,16 +26,22 @@ def _node_names(nodes: Iterable[onnx.NodeProto]) -> Iterator[str]:
     yield from chain.from_iterable(map(_OUTPUT, nodes))
 
 
+def graph_names(graph: onnx.GraphProto) -> Iterator[str]:
+    """Every tensor and node name in ``graph`` and the bodies nested in it (a name as often as
+    it is written). O(nodes + edges)."""
+    for g in iter_graphs(graph):
+        for infos in (g.input, g.output, g.value_info, g.initializer):
+            yield from map(_NAME, infos)
+        yield from map(_VALUES_NAME, g.sparse_initializer)
+        yield from _node_names(g.node)
+
+
 def all_names(model: onnx.ModelProto) -> Iterator[str]:
     """Every tensor and node name in the model, nested bodies and local functions included.
 
     O(nodes + edges) over every graph.
     """
-    for graph in iter_graphs(model.graph):
-        for infos in (graph.input, graph.output, graph.value_info, graph.initializer):
-            yield from map(_NAME, infos)
-        yield from map(_VALUES_NAME, graph.sparse_initializer)
-        yield from _node_names(graph.node)
+    yield from graph_names(model.graph)
     for fn in model.functions:
         yield from fn.input
         yield from fn.output

@@ -15,7 +15,7 @@ full (copies of the branches) before the caller's one edit changes anything.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +23,8 @@ import onnx
 from onnx import numpy_helper
 
 from ..edit import Edit
-from ..index import GraphIndex, iter_graphs, subgraphs
-from ..names import NameAllocator, all_names
+from ..index import GraphIndex, subgraphs
+from ..names import NameAllocator, all_names, graph_names
 
 
 @dataclass(frozen=True)
@@ -88,20 +88,8 @@ def _allocator(model: onnx.ModelProto, gone: Sequence[onnx.NodeProto]) -> NameAl
     for node in gone:
         counts[node.name] -= 1
         for body in subgraphs(node):
-            counts.subtract(_body_names(body))
+            counts.subtract(graph_names(body))
     return NameAllocator(name for name, k in counts.items() if k > 0)
-
-
-def _body_names(body: onnx.GraphProto) -> Iterator[str]:
-    """The names :func:`~onnxsurgeon.names.all_names` counts for a body and its nested ones."""
-    for g in iter_graphs(body):
-        for infos in (g.input, g.output, g.value_info, g.initializer):
-            yield from (x.name for x in infos)
-        yield from (st.values.name for st in g.sparse_initializer)
-        for n in g.node:
-            yield n.name
-            yield from n.input
-            yield from n.output
 
 
 def _plan_one(i: int, label: str, key: str, node: onnx.NodeProto, branch: onnx.GraphProto,
