@@ -149,6 +149,20 @@ def _as_real(probe: np.ndarray) -> np.ndarray:
     return probe
 
 
+def _near_bounds(flat: np.ndarray, bounds: Sequence[float], atol: float) -> int:
+    """How many elements of a flat float array sit within ``atol`` of one of ``bounds``
+    (in the array's own precision). One bound (0 alone: most ops) costs two passes."""
+    with np.errstate(invalid="ignore"):
+        if len(bounds) == 1:
+            b = bounds[0]
+            # x - 0.0 is x for every x (-0.0, NaN and Inf included): no subtraction then
+            return int(np.count_nonzero(np.abs(flat if b == 0.0 else flat - b) <= atol))
+        near = np.zeros(flat.shape, dtype=bool)
+        for b in bounds:
+            near |= np.abs(flat - b) <= atol
+    return int(np.count_nonzero(near))
+
+
 class SideStats:
     """Bounded statistics of one side of a pair over samples: does it vary, by how many
     tolerances (per-element min and max of the probe), is it saturated, is any element finite.
@@ -178,16 +192,11 @@ class SideStats:
         flat = a.reshape(-1)
         self.finite_last = a.size
         if a.dtype.kind in "fc":
-            finite = np.isfinite(flat)
-            self.finite_last = int(finite.sum())
+            self.finite_last = int(np.count_nonzero(np.isfinite(flat)))
             self.finite += self.finite_last
             if a.dtype.kind == "f":
                 self.float_elements += a.size
-                near = np.zeros(flat.shape, dtype=bool)
-                with np.errstate(invalid="ignore"):
-                    for b in self.bounds:
-                        near |= np.abs(flat - b) <= atol
-                self.at_bounds += int(near.sum())
+                self.at_bounds += _near_bounds(flat, self.bounds, atol)
         else:
             self.finite += a.size
         self.rtol, self.atol = rtol, atol
@@ -369,11 +378,11 @@ class PairAccumulator:
             self.fail(f"shape {list(cand.shape)} differs from the reference's {list(ref.shape)}")
             return False
         self.elements += ref.size
-        same = self.exact and _same_bits(ref, cand)
+        same = _same_bits(ref, cand)
         self._fold_stats(ref, cand, same=same)
         if ref.size == 0:
             return True
-        if same:
+        if same and self.exact:
             return self._add_identical(ref)
         if self.exact:
             return self._add_exact(ref, cand, sample)
@@ -381,8 +390,9 @@ class PairAccumulator:
         c = _as_comparable(cand)
         rtol, atol = self.tolerances()
         atol = effective_atol(atol, r)
-        if r.dtype.kind in "fiub" and np.array_equal(r, c):
-            # equal values (no NaN): nothing differs; one pass instead of a dozen (deep runs)
+        if r.dtype.kind in "fiub" and (same or np.array_equal(r, c)):
+            # equal values (no NaN: same bits with a NaN go on below, as array_equal says
+            # False there): nothing differs; one pass instead of a dozen (deep runs)
             finite = self.ref_stats.finite_last == r.size
             if r.dtype.kind != "f" or finite:
                 if self.cosine is None:
@@ -441,19 +451,19 @@ class PairAccumulator:
 
     def _fold_stats(self, ref: np.ndarray, cand: np.ndarray, *, same: bool = False) -> None:
         """Fold one sample into both sides' statistics; ``same``: the sides are bit-identical
-        (while every sample was, one side's statistics are computed and copied to the other)."""
+        (while every sample was, one side's statistics are computed and copied to the other:
+        they are a function of the bits, so the copy equals what the other side would fold)."""
         self._twins = self._twins and same
-        if self._twins and ref.dtype.kind in "fciub":
-            rtol, atol = default_tolerance(self.dtype)
-            self.ref_stats.add(ref, rtol=rtol, atol=atol)
-            self.cand_stats = self.ref_stats.copy()
-            return
         if ref.dtype.kind not in "fciub" and ref.dtype.name != "bfloat16":
             # strings and objects: only constancy can be told (compared as bytes)
             for stats, a in ((self.ref_stats, ref), (self.cand_stats, cand)):
                 stats.add(np.frombuffer(str(a.tolist()).encode(), dtype=np.uint8), rtol=0, atol=0)
             return
         rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
+        if self._twins:
+            self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
+            self.cand_stats = self.ref_stats.copy()
+            return
         self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
         self.cand_stats.add(_as_comparable(cand), rtol=rtol, atol=atol)
 
@@ -579,11 +589,17 @@ class PairAccumulator:
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two arrays of one dtype and shape hold the same bytes (objects: never said)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
     if a.dtype.kind == "O" or a.size == 0:
         return a.size == 0 and a.dtype.kind != "O"
-    x = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    y = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
-    return bool(np.array_equal(x, y))
+    x = np.ascontiguousarray(a).reshape(-1)
+    y = np.ascontiguousarray(b).reshape(-1)
+    unit = _UNSIGNED.get(a.dtype.itemsize, np.uint8)  # one comparison per element, not per byte
+    return bool(np.array_equal(x.view(unit), y.view(unit)))
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float | None:
