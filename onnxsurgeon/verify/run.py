@@ -202,6 +202,13 @@ class Workspace:
         del self._idle[id(staged)]
         return idle[2]
 
+    def release(self, staged: Staged) -> None:
+        """Close ``staged``'s idle session (one that cannot serve the next request: closed
+        before the session that replaces it opens, so a model's weights are held once)."""
+        old = self._idle.pop(id(staged), None)
+        if old is not None:
+            old[2].close()
+
     def keep(self, staged: Staged, runner: Runner | IsolatedRunner) -> None:
         """Keep ``runner`` (no longer in use) as ``staged``'s idle session, closing the one
         before."""
@@ -483,6 +490,8 @@ class Staged:
         besides (for later requests); kept idle after."""
         wanted = list(dict.fromkeys(self.output_names if names is None else names))
         runner = self.workspace.take(self, wanted)
+        if runner is None:
+            self.workspace.release(self)
         if runner is None and also:
             try:
                 runner = self._open(list(dict.fromkeys([*wanted, *also])))
