@@ -210,7 +210,7 @@ class SideStats:
             self.lo = self.hi = None
             return
         if a.dtype.kind in "fc":
-            self._fold_range(np.array(_as_real(now)))
+            self._fold_range(_as_real(now))
         if self.varies or now is self.first:
             return
         if now.dtype.kind in "fc":
@@ -224,16 +224,22 @@ class SideStats:
             self.resolves = self.varies  # compared exactly: any variation shows a difference
 
     def _fold_range(self, values: np.ndarray) -> None:
+        """Fold ``values`` into the running min and max. After one sample both are ``values``
+        itself (one array, never written: a deep batch keeps a probe per tensor, not three);
+        the second sample makes them two arrays, updated in place from then on."""
         if self.resolves:
             return
         if self.lo is None or self.hi is None:
-            self.lo, self.hi = values, values.copy()
+            self.lo = self.hi = values
             return
         if values.shape != self.lo.shape:
             self.resolves, self.lo, self.hi = True, None, None
             return
-        np.fmin(self.lo, values, out=self.lo)
-        np.fmax(self.hi, values, out=self.hi)
+        if self.lo is self.hi:
+            self.lo, self.hi = np.fmin(self.lo, values), np.fmax(self.hi, values)
+        else:
+            np.fmin(self.lo, values, out=self.lo)
+            np.fmax(self.hi, values, out=self.hi)
         if self.spread_ratio() >= RESOLUTION:
             self.resolves, self.lo, self.hi = True, None, None
 
@@ -249,10 +255,13 @@ class SideStats:
         return _spread_ratio(self.lo, self.hi, first, self.rtol, self.atol)
 
     def copy(self) -> SideStats:
-        """An equal, independent copy (the running min/max arrays are updated in place)."""
+        """An equal, independent copy (the running min/max arrays are updated in place; one
+        array standing for both is never written, so it is shared)."""
         twin = copy.copy(self)
-        twin.lo = None if self.lo is None else self.lo.copy()
-        twin.hi = None if self.hi is None else self.hi.copy()
+        if self.lo is not None and self.lo is not self.hi:
+            twin.lo = self.lo.copy()
+        if self.hi is not None and self.hi is not self.lo:
+            twin.hi = self.hi.copy()
         return twin
 
     def merge(self, later: SideStats) -> None:
