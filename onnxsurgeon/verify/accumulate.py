@@ -132,13 +132,25 @@ def _spread_ratio(lo: np.ndarray, hi: np.ndarray, first: np.ndarray, rtol: float
                   atol: float) -> float:
     """Largest spread (hi - lo) across samples over the tolerance at that element (relative to
     the first sample, as constancy is: so the ratio only grows and merging shards is exact);
-    inf when the tolerance is 0 and something varies. NaN ratios (Inf - Inf) are ignored."""
+    inf when the tolerance is 0 and something varies. NaN ratios (Inf - Inf) are ignored.
+    In float64, divided only where the spread is positive (elsewhere the ratio is 0)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        spread = hi.astype(np.float64) - lo.astype(np.float64)
-        tol = atol + rtol * np.abs(first)
-        ratio = np.where(spread > 0, spread / tol, 0.0)
-    ratio = ratio[~np.isnan(ratio)]
-    return float(ratio.max()) if ratio.size else 0.0
+        spread = np.subtract(hi, lo, dtype=np.float64)
+        tol = np.abs(first, dtype=np.float64)
+        tol *= rtol
+        tol += atol
+        varied = spread > 0
+        count = int(np.count_nonzero(varied))
+        if count == 0:
+            return 0.0
+        some_still = count < spread.size  # their ratio, 0, takes part in the max
+        if some_still:
+            spread, tol = spread[varied], tol[varied]
+        np.divide(spread, tol, out=spread)
+        top = float(np.fmax.reduce(spread))  # NaN only when every ratio is NaN
+    if math.isnan(top):
+        return 0.0
+    return max(top, 0.0) if some_still else top
 
 
 def _as_real(probe: np.ndarray) -> np.ndarray:
@@ -249,7 +261,7 @@ class SideStats:
             return math.inf
         if self.lo is None or self.hi is None or self.first is None:
             return 0.0
-        first = _as_real(self.first).astype(np.float64)
+        first = _as_real(self.first)
         if first.shape != self.lo.shape:
             return math.inf
         return _spread_ratio(self.lo, self.hi, first, self.rtol, self.atol)
