@@ -72,6 +72,49 @@ def test_a_saturated_output_is_settled_by_its_logits_only(head):
     assert len(deep.deep.tensors) == 2 * DEPTH + 2
 
 
+@pytest.mark.parametrize("room", ["everything", "the frontier"])
+def test_settling_reads_the_values_the_comparing_runs_kept(room, monkeypatch):
+    """The sessions comparing the pairs compute the tensors settling will need (all of them
+    when they fit, else the frontier: the logits) and their values are kept: settling runs no
+    sample again. The report is the one of settling by its own runs, and a failure behind the
+    frontier still gets its own sessions."""
+    import importlib
+
+    from onnxsurgeon.verify import run
+
+    compare_module = importlib.import_module("onnxsurgeon.verify.compare")
+    runs: Counter[str] = Counter()
+    real = run.Runner.run
+
+    def counted(self, feeds):
+        runs[self.label] += 1
+        return real(self, feeds)
+
+    monkeypatch.setattr(run.Runner, "run", counted)
+    if room == "the frontier":  # the logits (40 bytes) fit, their ancestors do not
+        monkeypatch.setattr(compare_module, "SPECULATIVE_BYTES", 100)
+    ref = saturated_head("softmax")
+    cand = clone(ref)
+    w = next(t for t in cand.graph.initializer if t.name == "w3")
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * np.float32(1.5), "w3"))
+    reports = {}
+    for kept in ("kept", "not kept"):
+        if kept == "not kept":
+            monkeypatch.setattr(compare_module, "KEPT_BYTES", 0)
+        for other in ("same", "changed"):
+            runs.clear()
+            reports[kept, other] = compare(ref, clone(ref) if other == "same" else cand)
+            if other == "same":  # settled by the logits the comparing runs kept
+                assert reports[kept, other].verdict == "pass"
+                assert runs == Counter({"reference": 2, "candidate": 2} if kept == "kept" else
+                                       {"reference": 4, "candidate": 4})
+            elif kept == "kept" and room == "everything":
+                assert runs["reference"] == 2 + 1  # + the node check's run
+    assert reports["kept", "changed"].verdict == "fail"
+    for other in ("same", "changed"):
+        assert (reports["kept", other].to_json() == reports["not kept", other].to_json())
+
+
 def test_a_change_behind_an_agreeing_frontier_is_still_found():
     """The logits agree within tolerance although a weight before them moved by 1e-6: the
     frontier alone cannot clear the pair, so the tensors behind it are compared, as before."""

@@ -322,10 +322,11 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         probed: dict[int, dict[str, tuple[bool, float | None]]] = {}
         if shards is None:
             probes = _probes(ref, cand, pair_list, mapping, batch) if locate_divergence else []
+            also = _speculative(ref, cand, pair_list, mapping, deep)
             seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
                                      progress=progress, probes=probes, probed=probed,
-                                     rtol=rtol, atol=atol, exact=exact,
-                                     also=_speculative(ref, cand, pair_list, mapping, deep))
+                                     rtol=rtol, atol=atol, exact=exact, also=also,
+                                     keep=_keepable(ref, feeds, also, limits is None))
         else:
             if not isinstance(inputs, (str, os.PathLike)) or limits is not None:
                 raise UsageError("sharded verification reads an .npz file or folder (--inputs) "
@@ -342,6 +343,8 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
             reports, deep_result = settle(ref, cand, feeds, feeds, reports, mapping=mapping,
                                           forced=deep, rtol=rtol, atol=atol, exact=exact,
                                           dims=dims, notes=notes)
+        for staged in (ref, cand):
+            staged.drop_kept()
         divergence = None
         if locate_divergence and ran:
             divergence = _locate(ref, cand, feeds, reports, deep_result, mapping, notes,
@@ -376,6 +379,20 @@ def _probes(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
 SPECULATIVE_BYTES = 16 * 2**20
 """Most estimated bytes (per model and sample) of the tensors the comparing sessions compute
 besides the pairs, for the comparisons after them (:func:`_speculative`)."""
+KEPT_BYTES = 64 * 2**20
+"""Most estimated bytes (both models, every sample) of those tensors' values kept from the
+comparing runs for the settling after them (:func:`_keepable`): settling reads them instead of
+running every sample again."""
+
+
+def _keepable(ref: Staged, feeds: Sequence[Sample], also: Sequence[tuple[str, str]],
+              local: bool) -> bool:
+    """Whether the comparing runs keep the values of ``also`` (in-process sessions, and
+    :data:`KEPT_BYTES` holds them for every sample and both models)."""
+    if not also or not local:
+        return False
+    per_sample = sum(tensor_bytes(ref, r) for r, _ in also)
+    return 2 * per_sample * len(feeds) <= KEPT_BYTES
 
 
 def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
@@ -384,7 +401,9 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     the comparisons after them reuse those sessions (a 90k-node model's session costs seconds):
     with ``deep`` every tensor both compute, else the first :data:`~.deep.DEEP_MAX_TENSORS` the
     pairs depend on (settling a pair that cannot show a difference compares its frontier, then
-    its ancestors in that order), when they stay under :data:`SPECULATIVE_BYTES`; else none."""
+    its ancestors in that order), when they stay under :data:`SPECULATIVE_BYTES`; else the
+    frontier alone when it does (the logits before a softmax: settling's first wave), else
+    none."""
     full = {**mapping, **dict(pair_list)}
     rindex, cindex = ref.index, cand.index
     targets = [r for r, _ in pair_list if r in rindex.producer]
@@ -401,7 +420,11 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     out: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     used = 0
-    for i in [*dict.fromkeys(frontier), *nodes]:
+    fronts = list(dict.fromkeys(frontier))
+    whole_front = 0  # tensors of the frontier, once all of it is in out
+    for at, i in enumerate([*fronts, *nodes]):
+        if at == len(fronts) and fronts:
+            whole_front = len(out)
         for name in rindex.graph.node[i].output:
             other = full.get(name, name)
             if not name or other not in cindex.producer or (name, other) in seen:
@@ -409,7 +432,7 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
             seen.add((name, other))
             used += tensor_bytes(ref, name)
             if used > SPECULATIVE_BYTES:
-                return []
+                return out[:whole_front]
             out.append((name, other))
             if len(out) >= limit:
                 return out
