@@ -360,8 +360,8 @@ class PairAccumulator:
         self.candidate_shape: tuple[int, ...] | None = None
         self.samples = 0
         self._twins = True
-        """Every sample so far was bit-identical on both sides (exact mode): the two sides'
-        statistics are equal, so one is computed and copied (see :meth:`_fold_stats`)."""
+        """Every sample so far was bit-identical on both sides: the two sides' statistics are
+        equal, so one is computed and is both (see :meth:`_fold_stats`, :meth:`_split_twins`)."""
 
     def fail(self, reason: str) -> None:
         self.max_excess = math.inf
@@ -475,18 +475,26 @@ class PairAccumulator:
         (while every sample was, one side's statistics are computed and copied to the other:
         they are a function of the bits, so the copy equals what the other side would fold)."""
         self._twins = self._twins and same
+        if self._twins and (ref.dtype.kind in "fciub" or ref.dtype.name == "bfloat16"):
+            rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
+            self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
+            self.cand_stats = self.ref_stats  # one object while the sides are twins
+            return
+        self._split_twins()
         if ref.dtype.kind not in "fciub" and ref.dtype.name != "bfloat16":
             # strings and objects: only constancy can be told (compared as bytes)
             for stats, a in ((self.ref_stats, ref), (self.cand_stats, cand)):
                 stats.add(np.frombuffer(str(a.tolist()).encode(), dtype=np.uint8), rtol=0, atol=0)
             return
         rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
-        if self._twins:
-            self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
-            self.cand_stats = self.ref_stats.copy()
-            return
         self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
         self.cand_stats.add(_as_comparable(cand), rtol=rtol, atol=atol)
+
+    def _split_twins(self) -> None:
+        """Give the candidate side statistics of its own (they were the reference's object
+        while every sample was bit-identical on both sides)."""
+        if self.cand_stats is self.ref_stats:
+            self.cand_stats = self.ref_stats.copy()
 
     def _set_worst(self, value: float, flat: int, shape: tuple[int, ...], sample: int, *,
                    failing: bool) -> None:
@@ -552,6 +560,8 @@ class PairAccumulator:
         probe = PairAccumulator(self.reference, self.candidate, dtype=self.dtype, rtol=self.rtol,
                                 atol=self.atol, exact=self.exact, bounds=self.ref_stats.bounds)
         probe.add(ref, cand)
+        self._split_twins()
+        self._twins = self._twins and probe._twins  # sides primed apart are no twins
         for mine, first in ((self.ref_stats, probe.ref_stats), (self.cand_stats, probe.cand_stats)):
             mine.first, mine.first_shape = first.first, first.first_shape
 
@@ -585,8 +595,13 @@ class PairAccumulator:
             if take:
                 self.worst_abs, self.worst_index = later.worst_abs, later.worst_index
                 self.worst_sample, self._worst_failing = later.worst_sample, later._worst_failing
-        self.ref_stats.merge(later.ref_stats)
-        self.cand_stats.merge(later.cand_stats)
+        if self.cand_stats is self.ref_stats and later.cand_stats is later.ref_stats:
+            self.ref_stats.merge(later.ref_stats)  # twins on both: one object, merged once
+        else:
+            self._split_twins()
+            self.ref_stats.merge(later.ref_stats)
+            self.cand_stats.merge(later.cand_stats)
+        self._twins = self._twins and later._twins
 
     def result(self) -> PairReport:
         rtol, atol = (0.0, 0.0) if self.exact else self.tolerances()
