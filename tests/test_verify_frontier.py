@@ -219,6 +219,33 @@ def test_one_pass_walks_each_node_once(monkeypatch):
     assert calls and max(calls.values()) == 1, calls.most_common(3)
 
 
+def test_one_wave_classifies_each_tensor_once(monkeypatch):
+    """The walks back of the open pairs of a saturated chain cross each other (each walks over
+    every open pair before it): one wave looks at each tensor once, whatever the number of walks
+    crossing it (n walks of up to 2n tensors each were n**2 looks), and each pass names the
+    tensors it stopped at first."""
+    from onnxsurgeon.verify import deepen
+
+    n = 40
+    ref = saturated_chain(n)
+    new = clone(ref)
+    rename(new, regex={"^(.*)$": r"net/\1"})
+    looks: Counter[tuple[str, str]] = Counter()
+    real = deepen._Walker._kind
+
+    def counted(self, a, b):
+        looks[(a, b)] += 1
+        return real(self, a, b)
+
+    monkeypatch.setattr(deepen._Walker, "_kind", counted)
+    report = verify_log(ref, new)
+    assert report.verdict == "pass", report.to_text()
+    blind = [p for p in report.pairs if not p.informative]
+    assert len(blind) >= n and all(p.evidence for p in blind)
+    assert looks and max(looks.values()) == 1, looks.most_common(3)
+    assert sum(looks.values()) <= 2 * n + 2
+
+
 @pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool", "complex64"])
 def test_bit_identical_sides_report_what_the_element_wise_comparison_does(dtype, monkeypatch):
