@@ -252,8 +252,28 @@ class SideStats:
         else:
             np.fmin(self.lo, values, out=self.lo)
             np.fmax(self.hi, values, out=self.hi)
-        if self.spread_ratio() >= RESOLUTION:
+        if self._reaches_resolution():
             self.resolves, self.lo, self.hi = True, None, None
+
+    def _reaches_resolution(self) -> bool:
+        """``spread_ratio() >= RESOLUTION``, in float64 only for the elements a float32 estimate
+        puts near it or above (a float32 probe with an atol far from float32's subnormals: the
+        estimate errs by a few 1e-7, the margin is 1e-4; elsewhere the exact ratio throughout)."""
+        lo, hi, first = self.lo, self.hi, self.first
+        if (lo is None or hi is None or first is None or lo.dtype != np.float32
+                or first.dtype != np.float32 or first.shape != lo.shape
+                or not float(self.atol) >= 1e-30 or not float(self.rtol) >= 0.0):
+            return self.spread_ratio() >= RESOLUTION
+        with np.errstate(all="ignore"):
+            tol = np.abs(first)
+            tol *= np.float32(self.rtol)
+            tol += np.float32(self.atol)
+            estimate = np.subtract(hi, lo)
+            estimate /= tol
+            near = np.flatnonzero(estimate >= RESOLUTION * (1 - 1e-4))
+        if near.size == 0:
+            return False
+        return _spread_ratio(lo[near], hi[near], first[near], self.rtol, self.atol) >= RESOLUTION
 
     def spread_ratio(self) -> float:
         """The largest spread across samples of a probed element, in tolerances at it."""
