@@ -12,7 +12,7 @@ from ..errors import SurgeryError, UsageError
 from ..record import InsertRecord, RenameRecord, as_record, rewrites
 from ..select import Selector, name_map
 from ..types import dtype_name
-from .deep import DEEP_MAX_TENSORS, FORCED_MAX_TENSORS, node_check
+from .deep import DEEP_MAX_TENSORS, FORCED_MAX_TENSORS, SATURATION_BOUNDS, node_check
 from .deepen import settle
 from .inputs import (
     ALL_FLOATS,
@@ -326,7 +326,8 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
             seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
                                      progress=progress, probes=probes, probed=probed,
                                      rtol=rtol, atol=atol, exact=exact, also=also,
-                                     keep=_keepable(ref, feeds, also, limits is None))
+                                     keep=_keepable(ref, feeds, pair_list, also,
+                                                    limits is None))
         else:
             if not isinstance(inputs, (str, os.PathLike)) or limits is not None:
                 raise UsageError("sharded verification reads an .npz file or folder (--inputs) "
@@ -385,14 +386,29 @@ comparing runs for the settling after them (:func:`_keepable`): settling reads t
 running every sample again."""
 
 
-def _keepable(ref: Staged, feeds: Sequence[Sample], also: Sequence[tuple[str, str]],
-              local: bool) -> bool:
-    """Whether the comparing runs keep the values of ``also`` (in-process sessions, and
-    :data:`KEPT_BYTES` holds them for every sample and both models)."""
+def _keepable(ref: Staged, feeds: Sequence[Sample], pair_list: Sequence[tuple[str, str]],
+              also: Sequence[tuple[str, str]], local: bool) -> list[tuple[str, str]]:
+    """The tensors of ``also`` whose values the comparing runs keep (in-process sessions, within
+    :data:`KEPT_BYTES` for every sample and both models): all of them when a pair is made by an
+    op that saturates (a softmax's probabilities: the pair settling is usually for), else the
+    frontier (what the pairs' nodes read; fetching every tensor of a transformer on every
+    sample costs more than settling it would save)."""
     if not also or not local:
-        return False
+        return []
+    index = ref.index
+    saturating = any(index.graph.node[index.producer[r]].op_type in SATURATING
+                     for r, _ in pair_list if r in index.producer)
+    if not saturating:
+        reads = {x for r, _ in pair_list if r in index.producer
+                 for x in index.graph.node[index.producer[r]].input}
+        also = [(r, c) for r, c in also if r in reads]
     per_sample = sum(tensor_bytes(ref, r) for r, _ in also)
-    return 2 * per_sample * len(feeds) <= KEPT_BYTES
+    return list(also) if 2 * per_sample * len(feeds) <= KEPT_BYTES else []
+
+
+SATURATING = frozenset({*SATURATION_BOUNDS, "Clip"})
+"""Ops that saturate (:func:`~.deep.saturation_bounds`): their outputs are often not
+informative."""
 
 
 def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],

@@ -45,8 +45,9 @@ FORCED_MAX_TENSORS = 1 << 20
 """Most tensors one batch of ``--deep`` exposes (it compares them all: fewer, larger batches
 cost fewer sessions; a 90k-node chain's 90k tiny tensors fit one)."""
 
-_BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": (-1.0, 1.0),
-           "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
+SATURATION_BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,),
+                     "Tanh": (-1.0, 1.0), "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
+"""Op -> the values it saturates at besides 0 (Clip's come from its attributes or inputs)."""
 
 
 _BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -119,7 +120,7 @@ def saturation_bounds(staged: Staged, name: str) -> tuple[float, ...]:
                     if value.size == 1:
                         out.append(float(value.reshape(-1)[0]))
         return tuple(out)
-    return _BOUNDS.get(node.op_type, ())
+    return SATURATION_BOUNDS.get(node.op_type, ())
 
 
 def node_depths(index: GraphIndex) -> list[int]:

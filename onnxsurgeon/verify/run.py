@@ -489,11 +489,11 @@ class Staged:
 
     @contextlib.contextmanager
     def session(self, names: Sequence[str] | None = None, *, also: Sequence[str] = (),
-                read_also: bool = False) -> Iterator[Runner | IsolatedRunner]:
+                read: Sequence[str] = ()) -> Iterator[Runner | IsolatedRunner]:
         """A live session computing ``names`` (default: the graph outputs): the workspace's
         idle one when it is this model's and computes them, else a new one computing ``also``
-        besides (for later requests); kept idle after. ``read_also``: its runs return the
-        tensors of ``also`` the session computes too."""
+        besides (for later requests); kept idle after. ``read``: tensors (of ``also``) its runs
+        return too when the session computes them."""
         wanted = list(dict.fromkeys(self.output_names if names is None else names))
         runner = self.workspace.take(self, wanted)
         if runner is None:
@@ -505,8 +505,7 @@ class Staged:
                 runner = None  # what a later request might need: not worth a failure now
         if runner is None:
             runner = self._open(wanted)
-        if read_also:
-            wanted += [n for n in dict.fromkeys(also) if n in runner.read_as and n not in wanted]
+        wanted += [n for n in dict.fromkeys(read) if n in runner.read_as and n not in wanted]
         try:
             yield runner.only(wanted)
         finally:

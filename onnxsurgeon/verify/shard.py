@@ -51,7 +51,7 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                  probes: Sequence[tuple[str, str]] = (),
                  probed: dict[int, dict[str, tuple[bool, float | None]]] | None = None,
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
-                 also: Sequence[tuple[str, str]] = (), keep: bool = False,
+                 also: Sequence[tuple[str, str]] = (), keep: Sequence[tuple[str, str]] = (),
                  ) -> tuple[dict[str, set[bool]], bool]:
     """Run both models on ``feeds[k]`` for each ``k`` in ``indices`` (in order) and fold every
     pair in as sample ``k``. ``prime``: first run sample 0 only to seed the constancy probes.
@@ -60,8 +60,8 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     as the search for the first difference judges them (:func:`~.locate.one_sample`, with
     ``rtol``/``atol``/``exact``) into ``probed[k]``; their arrays are dropped with the sample's.
     ``also``: (reference, candidate) tensors the sessions compute besides, not read here (for
-    later requests that reuse these sessions, :meth:`~.run.Staged.session`). ``keep`` (with
-    ``indices`` every sample in order): their values are kept too, in each model's
+    later requests that reuse these sessions, :meth:`~.run.Staged.session`). ``keep`` (of
+    ``also``; with ``indices`` every sample in order): their values are kept too, in each model's
     :attr:`~.run.Staged.kept` for ``feeds``, so those requests need not run the samples again.
 
     Returns:
@@ -72,11 +72,12 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                                    + [r for r, _ in probes]))
     cand_names = list(dict.fromkeys([c for _, c in pair_list] + [c for _, c in probes]))
     seen: dict[str, set[bool]] = {}
-    keep = keep and bool(also) and not prime and list(indices) == list(range(len(feeds)))
+    if prime or list(indices) != list(range(len(feeds))):
+        keep = ()
     for staged in (ref, cand):
         staged.drop_kept()
-    with ref.session(ref_names, also=[r for r, _ in also], read_also=keep) as rrun, \
-            cand.session(cand_names, also=[c for _, c in also], read_also=keep) as crun:
+    with ref.session(ref_names, also=[r for r, _ in also], read=[r for r, _ in keep]) as rrun, \
+            cand.session(cand_names, also=[c for _, c in also], read=[c for _, c in keep]) as crun:
         if prime:
             feed = feeds[0]
             try:
@@ -104,8 +105,8 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                 probed[k] = {r: one_sample(ref, r, c, rvals[r], cvals[c], rtol=rtol, atol=atol,
                                            exact=exact, cand=cand) for r, c in probes}
             if keep:
-                _keep(ref, feeds, rvals, [r for r, _ in also])
-                _keep(cand, feeds, cvals, [c for _, c in also])
+                _keep(ref, feeds, rvals, [r for r, _ in keep])
+                _keep(cand, feeds, cvals, [c for _, c in keep])
             if progress is not None:
                 progress(done + 1, len(indices))
             for cond in conds.values():
