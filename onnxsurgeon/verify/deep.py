@@ -29,7 +29,8 @@ from ..external import read_tensor
 from ..index import GraphIndex
 from ..io import Model
 from ..protos import rename_reads
-from .accumulate import PROBE_ELEMENTS, PairAccumulator
+from .accumulate import PairAccumulator
+from .informative import PROBE_ELEMENTS
 from .inputs import Sample
 from .locate import numpy_dtype_name, same_initializer, tensor_bytes
 from .report import DeepResult, TensorError
