@@ -115,6 +115,37 @@ def test_settling_reads_the_values_the_comparing_runs_kept(room, monkeypatch):
         assert (reports["kept", other].to_json() == reports["not kept", other].to_json())
 
 
+@pytest.mark.parametrize("deep", [False, True])
+def test_kept_values_stop_once_every_pair_fails(deep, monkeypatch):
+    """A pair that fails needs no settling: once every pair fails, the comparing runs stop
+    keeping (and fetching) the tensors kept for it (``--deep`` compares them all: kept on).
+    Same report."""
+    import importlib
+
+    from onnxsurgeon.verify import shard
+
+    compare_module = importlib.import_module("onnxsurgeon.verify.compare")
+    kept: Counter[str] = Counter()
+    real = shard._keep
+
+    def counted(staged, feeds, values, names):
+        kept[staged.label] += 1
+        return real(staged, feeds, values, names)
+
+    monkeypatch.setattr(shard, "_keep", counted)
+    ref = saturated_head("softmax")
+    cand = clone(ref)
+    w = next(t for t in cand.graph.initializer if t.name == "head_w")
+    w.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(w), "head_w"))  # flips the winner
+    report = compare(ref, cand, deep=deep)
+    assert report.verdict == "fail" and report.pairs[0].worst_sample == 0
+    samples = 2 if deep else 0  # sample 0 fails the only pair: not kept, nor sample 1
+    assert kept == (Counter({"reference": samples, "candidate": samples}) if deep else Counter())
+    monkeypatch.setattr(compare_module, "KEPT_BYTES", 0)
+    assert compare(ref, cand, deep=deep).to_json() == report.to_json()
+    assert sum(kept.values()) == 2 * samples  # nothing kept without room
+
+
 def test_a_change_behind_an_agreeing_frontier_is_still_found():
     """The logits agree within tolerance although a weight before them moved by 1e-6: the
     frontier alone cannot clear the pair, so the tensors behind it are compared, as before."""

@@ -131,6 +131,11 @@ class PairAccumulator:
         """Every sample so far was bit-identical on both sides: the two sides' statistics are
         equal, so one is computed and is both (see :meth:`_fold_stats`, :meth:`_split_twins`)."""
 
+    @property
+    def failed(self) -> bool:
+        """Whether the pair fails already, whatever the samples still to come."""
+        return self.reason is not None or self.mismatches > 0
+
     def fail(self, reason: str) -> None:
         self.max_excess = math.inf
         if self.reason is None:

@@ -327,7 +327,7 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                                      progress=progress, probes=probes, probed=probed,
                                      rtol=rtol, atol=atol, exact=exact, also=also,
                                      keep=_keepable(ref, feeds, pair_list, also,
-                                                    limits is None))
+                                                    limits is None), keep_failed=deep)
         else:
             if not isinstance(inputs, (str, os.PathLike)) or limits is not None:
                 raise UsageError("sharded verification reads an .npz file or folder (--inputs) "

@@ -52,7 +52,7 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                  probed: dict[int, dict[str, tuple[bool, float | None]]] | None = None,
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
                  also: Sequence[tuple[str, str]] = (), keep: Sequence[tuple[str, str]] = (),
-                 ) -> tuple[dict[str, set[bool]], bool]:
+                 keep_failed: bool = False) -> tuple[dict[str, set[bool]], bool]:
     """Run both models on ``feeds[k]`` for each ``k`` in ``indices`` (in order) and fold every
     pair in as sample ``k``. ``prime``: first run sample 0 only to seed the constancy probes.
     Stops at the first sample the candidate cannot run (every pair fails with that reason).
@@ -62,7 +62,9 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     ``also``: (reference, candidate) tensors the sessions compute besides, not read here (for
     later requests that reuse these sessions, :meth:`~.run.Staged.session`). ``keep`` (of
     ``also``; with ``indices`` every sample in order): their values are kept too, in each model's
-    :attr:`~.run.Staged.kept` for ``feeds``, so those requests need not run the samples again.
+    :attr:`~.run.Staged.kept` for ``feeds``, so those requests need not run the samples again;
+    once every pair fails they are dropped and no longer fetched (nothing is left to settle),
+    unless ``keep_failed`` (``--deep`` compares them whatever the pairs say).
 
     Returns:
         (the values each If condition took, whether every sample ran).
@@ -104,6 +106,11 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
             if probed is not None and probes:
                 probed[k] = {r: one_sample(ref, r, c, rvals[r], cvals[c], rtol=rtol, atol=atol,
                                            exact=exact, cand=cand) for r, c in probes}
+            if keep and not keep_failed and all(acc.failed for acc in accs):
+                for staged in (ref, cand):
+                    staged.drop_kept()
+                keep = ()
+                rrun, crun = rrun.only(ref_names), crun.only(cand_names)
             if keep:
                 _keep(ref, feeds, rvals, [r for r, _ in keep])
                 _keep(cand, feeds, cvals, [c for _, c in keep])
