@@ -253,7 +253,7 @@ def advised(report: Any, args: argparse.Namespace) -> Any:
     ``why``)."""
     from dataclasses import replace
 
-    from .verify.accumulate import RESOLUTION_ADVICE
+    from .verify.informative import RESOLUTION_ADVICE
     from .verify.report import INCONCLUSIVE_ADVICE
 
     text = advice(args)

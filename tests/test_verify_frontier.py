@@ -72,6 +72,80 @@ def test_a_saturated_output_is_settled_by_its_logits_only(head):
     assert len(deep.deep.tensors) == 2 * DEPTH + 2
 
 
+@pytest.mark.parametrize("room", ["everything", "the frontier"])
+def test_settling_reads_the_values_the_comparing_runs_kept(room, monkeypatch):
+    """The sessions comparing the pairs compute the tensors settling will need (all of them
+    when they fit, else the frontier: the logits) and their values are kept: settling runs no
+    sample again. The report is the one of settling by its own runs, and a failure behind the
+    frontier still gets its own sessions."""
+    import importlib
+
+    from onnxsurgeon.verify import run
+
+    compare_module = importlib.import_module("onnxsurgeon.verify.compare")
+    runs: Counter[str] = Counter()
+    real = run.Runner.run
+
+    def counted(self, feeds):
+        runs[self.label] += 1
+        return real(self, feeds)
+
+    monkeypatch.setattr(run.Runner, "run", counted)
+    if room == "the frontier":  # the logits (40 bytes) fit, their ancestors do not
+        monkeypatch.setattr(compare_module, "SPECULATIVE_BYTES", 100)
+    ref = saturated_head("softmax")
+    cand = clone(ref)
+    w = next(t for t in cand.graph.initializer if t.name == "w3")
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * np.float32(1.5), "w3"))
+    reports = {}
+    for kept in ("kept", "not kept"):
+        if kept == "not kept":
+            monkeypatch.setattr(compare_module, "KEPT_BYTES", 0)
+        for other in ("same", "changed"):
+            runs.clear()
+            reports[kept, other] = compare(ref, clone(ref) if other == "same" else cand)
+            if other == "same":  # settled by the logits the comparing runs kept
+                assert reports[kept, other].verdict == "pass"
+                assert runs == Counter({"reference": 2, "candidate": 2} if kept == "kept" else
+                                       {"reference": 4, "candidate": 4})
+            elif kept == "kept" and room == "everything":
+                assert runs["reference"] == 2 + 1  # + the node check's run
+    assert reports["kept", "changed"].verdict == "fail"
+    for other in ("same", "changed"):
+        assert (reports["kept", other].to_json() == reports["not kept", other].to_json())
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_kept_values_stop_once_every_pair_fails(deep, monkeypatch):
+    """A pair that fails needs no settling: once every pair fails, the comparing runs stop
+    keeping (and fetching) the tensors kept for it (``--deep`` compares them all: kept on).
+    Same report."""
+    import importlib
+
+    from onnxsurgeon.verify import shard
+
+    compare_module = importlib.import_module("onnxsurgeon.verify.compare")
+    kept: Counter[str] = Counter()
+    real = shard._keep
+
+    def counted(staged, feeds, values, names):
+        kept[staged.label] += 1
+        return real(staged, feeds, values, names)
+
+    monkeypatch.setattr(shard, "_keep", counted)
+    ref = saturated_head("softmax")
+    cand = clone(ref)
+    w = next(t for t in cand.graph.initializer if t.name == "head_w")
+    w.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(w), "head_w"))  # flips the winner
+    report = compare(ref, cand, deep=deep)
+    assert report.verdict == "fail" and report.pairs[0].worst_sample == 0
+    samples = 2 if deep else 0  # sample 0 fails the only pair: not kept, nor sample 1
+    assert kept == (Counter({"reference": samples, "candidate": samples}) if deep else Counter())
+    monkeypatch.setattr(compare_module, "KEPT_BYTES", 0)
+    assert compare(ref, cand, deep=deep).to_json() == report.to_json()
+    assert sum(kept.values()) == 2 * samples  # nothing kept without room
+
+
 def test_a_change_behind_an_agreeing_frontier_is_still_found():
     """The logits agree within tolerance although a weight before them moved by 1e-6: the
     frontier alone cannot clear the pair, so the tensors behind it are compared, as before."""
@@ -174,6 +248,33 @@ def test_one_pass_walks_each_node_once(monkeypatch):
     assert report.verdict == "pass", report.to_text()
     assert sum(not p.informative for p in report.pairs) >= n
     assert calls and max(calls.values()) == 1, calls.most_common(3)
+
+
+def test_one_wave_classifies_each_tensor_once(monkeypatch):
+    """The walks back of the open pairs of a saturated chain cross each other (each walks over
+    every open pair before it): one wave looks at each tensor once, whatever the number of walks
+    crossing it (n walks of up to 2n tensors each were n**2 looks), and each pass names the
+    tensors it stopped at first."""
+    from onnxsurgeon.verify import deepen
+
+    n = 40
+    ref = saturated_chain(n)
+    new = clone(ref)
+    rename(new, regex={"^(.*)$": r"net/\1"})
+    looks: Counter[tuple[str, str]] = Counter()
+    real = deepen._Walker._kind
+
+    def counted(self, a, b):
+        looks[(a, b)] += 1
+        return real(self, a, b)
+
+    monkeypatch.setattr(deepen._Walker, "_kind", counted)
+    report = verify_log(ref, new)
+    assert report.verdict == "pass", report.to_text()
+    blind = [p for p in report.pairs if not p.informative]
+    assert len(blind) >= n and all(p.evidence for p in blind)
+    assert looks and max(looks.values()) == 1, looks.most_common(3)
+    assert sum(looks.values()) <= 2 * n + 2
 
 
 @pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")

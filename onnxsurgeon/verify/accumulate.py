@@ -1,50 +1,22 @@
-"""Comparing arrays over samples: tolerances by dtype, per-pair statistics, informativeness.
+"""Comparing arrays over samples: tolerances by dtype, per-pair statistics.
 
 An element fails only when its absolute difference exceeds ``atol`` *and* its relative difference
 exceeds ``rtol`` (relative to the reference). NaN and Inf must sit at the same positions (Inf with
 the same sign) and are otherwise ignored by the statistics. A shape or dtype mismatch fails the
-pair. ``exact`` compares bit patterns.
-
-Informativeness: whether a pair *could* have shown a difference. Folded in sample by sample from
-bounded statistics (never every sample): a pair is not informative when both sides are
-
-* constant across samples (compared on up to :data:`PROBE_ELEMENTS` evenly spaced elements of
-  the first sample, within the pair's tolerance),
-* below the tolerance's resolution: no probed element's spread across samples (its max - min)
-  reaches :data:`RESOLUTION` times the tolerance at it (``atol + rtol * |value|``). A tensor that
-  varies only by about the tolerance cannot show a difference at the tolerance (a softmax over
-  many classes whose probabilities all sit near ``1/classes``): its changes hide under ``atol``.
-* saturated: at least :data:`SATURATED_FRACTION` of the elements within ``atol`` of 0 or of the
-  producing op's bounds (softmax/sigmoid 0 and 1, tanh -1 and 1, clip min and max), or
-* non-finite everywhere.
-
-With one sample, neither constancy nor resolution can be measured; neither is held against
-the pair. Integers, bool and strings are compared exactly, so any variation resolves them.
+pair. ``exact`` compares bit patterns. Whether a pair could have shown a difference at all (its
+informativeness) is told from each side's statistics (:mod:`.informative`).
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .informative import SideStats, uninformative_reason
 from .report import PairReport
-
-PROBE_ELEMENTS = 65536
-"""Elements of the first sample kept per side to tell whether a tensor varies across samples."""
-SATURATED_FRACTION = 0.99
-"""A side is saturated when at least this fraction of its elements sits at 0 or a bound."""
-RESOLUTION = 10.0
-"""A side resolves its tolerance when some element's spread across samples reaches this many
-tolerances (an order of magnitude): differences at the tolerance are then small against what the
-tensor carries, not of its size."""
-
-RESOLUTION_ADVICE = "compare the tensors before it (--deep) or give a tighter --atol"
-"""What to do about a pair below its tolerance's resolution (in ``verify``'s flags; the CLI
-rewords it for ``--verify``)."""
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-4, 1e-5),
@@ -122,180 +94,6 @@ def _structure(value: Any, path: str = "") -> list[tuple[str, Any]] | None:
     return None
 
 
-def _probe(flat: np.ndarray) -> np.ndarray:
-    """At most PROBE_ELEMENTS evenly spaced elements of a flat array (a copy)."""
-    step = max(1, -(-flat.size // PROBE_ELEMENTS))
-    return np.array(flat[::step][:PROBE_ELEMENTS])
-
-
-def _spread_ratio(lo: np.ndarray, hi: np.ndarray, first: np.ndarray, rtol: float,
-                  atol: float) -> float:
-    """Largest spread (hi - lo) across samples over the tolerance at that element (relative to
-    the first sample, as constancy is: so the ratio only grows and merging shards is exact);
-    inf when the tolerance is 0 and something varies. NaN ratios (Inf - Inf) are ignored."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        spread = hi.astype(np.float64) - lo.astype(np.float64)
-        tol = atol + rtol * np.abs(first)
-        ratio = np.where(spread > 0, spread / tol, 0.0)
-    ratio = ratio[~np.isnan(ratio)]
-    return float(ratio.max()) if ratio.size else 0.0
-
-
-def _as_real(probe: np.ndarray) -> np.ndarray:
-    """A float probe as real values of its precision (complex: real and imaginary parts side
-    by side); min and max are exact in it."""
-    if probe.dtype.kind == "c":
-        return np.concatenate([probe.real, probe.imag])
-    return probe
-
-
-class SideStats:
-    """Bounded statistics of one side of a pair over samples: does it vary, by how many
-    tolerances (per-element min and max of the probe), is it saturated, is any element finite.
-    Memory: the first sample's probe and its running min/max, PROBE_ELEMENTS elements each."""
-
-    def __init__(self, bounds: Sequence[float] = (0.0,)) -> None:
-        self.bounds = tuple(dict.fromkeys(float(b) for b in (0.0, *bounds)))
-        self.first: np.ndarray | None = None
-        self.first_shape: tuple[int, ...] | None = None
-        self.varies = False
-        self.samples = 0
-        self.elements = 0
-        self.float_elements = 0
-        self.at_bounds = 0
-        self.finite = 0
-        self.finite_last = 0
-        self.lo: np.ndarray | None = None
-        self.hi: np.ndarray | None = None
-        self.resolves = False
-        self.rtol = 0.0
-        self.atol = 0.0
-
-    def add(self, a: np.ndarray, *, rtol: float, atol: float) -> None:
-        """Fold one sample (a numeric array) in. O(size x bounds)."""
-        self.samples += 1
-        self.elements += a.size
-        flat = a.reshape(-1)
-        self.finite_last = a.size
-        if a.dtype.kind in "fc":
-            finite = np.isfinite(flat)
-            self.finite_last = int(finite.sum())
-            self.finite += self.finite_last
-            if a.dtype.kind == "f":
-                self.float_elements += a.size
-                near = np.zeros(flat.shape, dtype=bool)
-                with np.errstate(invalid="ignore"):
-                    for b in self.bounds:
-                        near |= np.abs(flat - b) <= atol
-                self.at_bounds += int(near.sum())
-        else:
-            self.finite += a.size
-        self.rtol, self.atol = rtol, atol
-        if self.varies and (self.resolves or a.dtype.kind not in "fc"):
-            return
-        now = _probe(flat)
-        if self.first is None:
-            self.first, self.first_shape = now, tuple(a.shape)
-        elif tuple(a.shape) != self.first_shape:
-            self.varies = self.resolves = True
-            self.lo = self.hi = None
-            return
-        if a.dtype.kind in "fc":
-            self._fold_range(np.array(_as_real(now)))
-        if self.varies or now is self.first:
-            return
-        if now.dtype.kind in "fc":
-            x, y = now.astype(np.float64), self.first.astype(np.float64)
-            with np.errstate(invalid="ignore"):
-                same = (np.abs(x - y) <= atol + rtol * np.abs(y)) | (np.isnan(x) & np.isnan(y)) | (x == y)
-            self.varies = not bool(same.all())
-        else:
-            self.varies = not bool(np.array_equal(now, self.first))
-        if now.dtype.kind not in "fc":
-            self.resolves = self.varies  # compared exactly: any variation shows a difference
-
-    def _fold_range(self, values: np.ndarray) -> None:
-        if self.resolves:
-            return
-        if self.lo is None or self.hi is None:
-            self.lo, self.hi = values, values.copy()
-            return
-        if values.shape != self.lo.shape:
-            self.resolves, self.lo, self.hi = True, None, None
-            return
-        np.fmin(self.lo, values, out=self.lo)
-        np.fmax(self.hi, values, out=self.hi)
-        if self.spread_ratio() >= RESOLUTION:
-            self.resolves, self.lo, self.hi = True, None, None
-
-    def spread_ratio(self) -> float:
-        """The largest spread across samples of a probed element, in tolerances at it."""
-        if self.resolves:
-            return math.inf
-        if self.lo is None or self.hi is None or self.first is None:
-            return 0.0
-        first = _as_real(self.first).astype(np.float64)
-        if first.shape != self.lo.shape:
-            return math.inf
-        return _spread_ratio(self.lo, self.hi, first, self.rtol, self.atol)
-
-    def copy(self) -> SideStats:
-        """An equal, independent copy (the running min/max arrays are updated in place)."""
-        twin = copy.copy(self)
-        twin.lo = None if self.lo is None else self.lo.copy()
-        twin.hi = None if self.hi is None else self.hi.copy()
-        return twin
-
-    def merge(self, later: SideStats) -> None:
-        """Fold in the statistics of the samples that follow this side's (a later shard of the
-        same dataset). Exact when ``later`` was primed with this side's first sample (see
-        :meth:`PairAccumulator.prime`): constancy is then judged against the same sample. O(1)."""
-        self.samples += later.samples
-        self.elements += later.elements
-        self.float_elements += later.float_elements
-        self.at_bounds += later.at_bounds
-        self.finite += later.finite
-        if self.first is None:
-            self.first, self.first_shape = later.first, later.first_shape
-        self.varies = self.varies or later.varies
-        if later.samples:
-            self.rtol, self.atol = later.rtol, later.atol
-        if self.resolves or later.resolves:
-            self.resolves, self.lo, self.hi = True, None, None
-        elif later.lo is not None and later.hi is not None:
-            if self.lo is None or self.hi is None:
-                self.lo, self.hi = later.lo.copy(), later.hi.copy()
-            else:
-                self._fold_range(later.lo)
-                self._fold_range(later.hi)
-
-    def saturated(self) -> float | None:
-        """Fraction of float elements at 0 or a bound when it reaches SATURATED_FRACTION."""
-        if not self.float_elements:
-            return None
-        frac = self.at_bounds / self.float_elements
-        return frac if frac >= SATURATED_FRACTION else None
-
-
-def uninformative_reason(ref: SideStats, cand: SideStats) -> str | None:
-    """Why a pair with these side statistics cannot show a difference (None: it can)."""
-    if ref.elements == 0 and cand.elements == 0:
-        return "empty on both sides" if ref.samples else None
-    if ref.elements and cand.elements and ref.finite == 0 and cand.finite == 0:
-        return "non-finite everywhere on both sides"
-    rs, cs = ref.saturated(), cand.saturated()
-    if rs is not None and cs is not None:
-        bounds = " or ".join(f"{b:g}" for b in ref.bounds)
-        return f"saturated: {100 * min(rs, cs):.4g}% of elements at {bounds} on both sides"
-    if ref.samples >= 2 and not ref.varies and not cand.varies:
-        return f"constant across {ref.samples} samples on both sides"
-    if ref.samples >= 2 and not ref.resolves and not cand.resolves:
-        ratio = max(ref.spread_ratio(), cand.spread_ratio())
-        return (f"below the tolerance's resolution: across {ref.samples} samples no element "
-                f"varies by more than {ratio:.3g}x its tolerance (atol + rtol*|value|) on either "
-                f"side, {RESOLUTION:g}x needed to show a difference at the tolerance; "
-                f"{RESOLUTION_ADVICE}")
-    return None
 
 
 class PairAccumulator:
@@ -330,8 +128,13 @@ class PairAccumulator:
         self.candidate_shape: tuple[int, ...] | None = None
         self.samples = 0
         self._twins = True
-        """Every sample so far was bit-identical on both sides (exact mode): the two sides'
-        statistics are equal, so one is computed and copied (see :meth:`_fold_stats`)."""
+        """Every sample so far was bit-identical on both sides: the two sides' statistics are
+        equal, so one is computed and is both (see :meth:`_fold_stats`, :meth:`_split_twins`)."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the pair fails already, whatever the samples still to come."""
+        return self.reason is not None or self.mismatches > 0
 
     def fail(self, reason: str) -> None:
         self.max_excess = math.inf
@@ -369,11 +172,11 @@ class PairAccumulator:
             self.fail(f"shape {list(cand.shape)} differs from the reference's {list(ref.shape)}")
             return False
         self.elements += ref.size
-        same = self.exact and _same_bits(ref, cand)
+        same = _same_bits(ref, cand)
         self._fold_stats(ref, cand, same=same)
         if ref.size == 0:
             return True
-        if same:
+        if same and self.exact:
             return self._add_identical(ref)
         if self.exact:
             return self._add_exact(ref, cand, sample)
@@ -381,8 +184,9 @@ class PairAccumulator:
         c = _as_comparable(cand)
         rtol, atol = self.tolerances()
         atol = effective_atol(atol, r)
-        if r.dtype.kind in "fiub" and np.array_equal(r, c):
-            # equal values (no NaN): nothing differs; one pass instead of a dozen (deep runs)
+        if r.dtype.kind in "fiub" and (same or np.array_equal(r, c)):
+            # equal values (no NaN: same bits with a NaN go on below, as array_equal says
+            # False there): nothing differs; one pass instead of a dozen (deep runs)
             finite = self.ref_stats.finite_last == r.size
             if r.dtype.kind != "f" or finite:
                 if self.cosine is None:
@@ -441,13 +245,15 @@ class PairAccumulator:
 
     def _fold_stats(self, ref: np.ndarray, cand: np.ndarray, *, same: bool = False) -> None:
         """Fold one sample into both sides' statistics; ``same``: the sides are bit-identical
-        (while every sample was, one side's statistics are computed and copied to the other)."""
+        (while every sample was, one side's statistics are computed and copied to the other:
+        they are a function of the bits, so the copy equals what the other side would fold)."""
         self._twins = self._twins and same
-        if self._twins and ref.dtype.kind in "fciub":
-            rtol, atol = default_tolerance(self.dtype)
-            self.ref_stats.add(ref, rtol=rtol, atol=atol)
-            self.cand_stats = self.ref_stats.copy()
+        if self._twins and (ref.dtype.kind in "fciub" or ref.dtype.name == "bfloat16"):
+            rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
+            self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
+            self.cand_stats = self.ref_stats  # one object while the sides are twins
             return
+        self._split_twins()
         if ref.dtype.kind not in "fciub" and ref.dtype.name != "bfloat16":
             # strings and objects: only constancy can be told (compared as bytes)
             for stats, a in ((self.ref_stats, ref), (self.cand_stats, cand)):
@@ -456,6 +262,12 @@ class PairAccumulator:
         rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
         self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
         self.cand_stats.add(_as_comparable(cand), rtol=rtol, atol=atol)
+
+    def _split_twins(self) -> None:
+        """Give the candidate side statistics of its own (they were the reference's object
+        while every sample was bit-identical on both sides)."""
+        if self.cand_stats is self.ref_stats:
+            self.cand_stats = self.ref_stats.copy()
 
     def _set_worst(self, value: float, flat: int, shape: tuple[int, ...], sample: int, *,
                    failing: bool) -> None:
@@ -521,6 +333,8 @@ class PairAccumulator:
         probe = PairAccumulator(self.reference, self.candidate, dtype=self.dtype, rtol=self.rtol,
                                 atol=self.atol, exact=self.exact, bounds=self.ref_stats.bounds)
         probe.add(ref, cand)
+        self._split_twins()
+        self._twins = self._twins and probe._twins  # sides primed apart are no twins
         for mine, first in ((self.ref_stats, probe.ref_stats), (self.cand_stats, probe.cand_stats)):
             mine.first, mine.first_shape = first.first, first.first_shape
 
@@ -554,8 +368,13 @@ class PairAccumulator:
             if take:
                 self.worst_abs, self.worst_index = later.worst_abs, later.worst_index
                 self.worst_sample, self._worst_failing = later.worst_sample, later._worst_failing
-        self.ref_stats.merge(later.ref_stats)
-        self.cand_stats.merge(later.cand_stats)
+        if self.cand_stats is self.ref_stats and later.cand_stats is later.ref_stats:
+            self.ref_stats.merge(later.ref_stats)  # twins on both: one object, merged once
+        else:
+            self._split_twins()
+            self.ref_stats.merge(later.ref_stats)
+            self.cand_stats.merge(later.cand_stats)
+        self._twins = self._twins and later._twins
 
     def result(self) -> PairReport:
         rtol, atol = (0.0, 0.0) if self.exact else self.tolerances()
@@ -579,11 +398,17 @@ class PairAccumulator:
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two arrays of one dtype and shape hold the same bytes (objects: never said)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
     if a.dtype.kind == "O" or a.size == 0:
         return a.size == 0 and a.dtype.kind != "O"
-    x = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    y = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
-    return bool(np.array_equal(x, y))
+    x = np.ascontiguousarray(a).reshape(-1)
+    y = np.ascontiguousarray(b).reshape(-1)
+    unit = _UNSIGNED.get(a.dtype.itemsize, np.uint8)  # one comparison per element, not per byte
+    return bool(np.array_equal(x.view(unit), y.view(unit)))
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float | None:

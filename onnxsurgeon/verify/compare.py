@@ -12,7 +12,7 @@ from ..errors import SurgeryError, UsageError
 from ..record import InsertRecord, RenameRecord, as_record, rewrites
 from ..select import Selector, name_map
 from ..types import dtype_name
-from .deep import DEEP_MAX_TENSORS, FORCED_MAX_TENSORS, node_check
+from .deep import DEEP_MAX_TENSORS, FORCED_MAX_TENSORS, SATURATION_BOUNDS, node_check
 from .deepen import settle
 from .inputs import (
     ALL_FLOATS,
@@ -322,10 +322,12 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         probed: dict[int, dict[str, tuple[bool, float | None]]] = {}
         if shards is None:
             probes = _probes(ref, cand, pair_list, mapping, batch) if locate_divergence else []
+            also = _speculative(ref, cand, pair_list, mapping, deep)
             seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
                                      progress=progress, probes=probes, probed=probed,
-                                     rtol=rtol, atol=atol, exact=exact,
-                                     also=_speculative(ref, cand, pair_list, mapping, deep))
+                                     rtol=rtol, atol=atol, exact=exact, also=also,
+                                     keep=_keepable(ref, feeds, pair_list, also,
+                                                    limits is None), keep_failed=deep)
         else:
             if not isinstance(inputs, (str, os.PathLike)) or limits is not None:
                 raise UsageError("sharded verification reads an .npz file or folder (--inputs) "
@@ -342,6 +344,8 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
             reports, deep_result = settle(ref, cand, feeds, feeds, reports, mapping=mapping,
                                           forced=deep, rtol=rtol, atol=atol, exact=exact,
                                           dims=dims, notes=notes)
+        for staged in (ref, cand):
+            staged.drop_kept()
         divergence = None
         if locate_divergence and ran:
             divergence = _locate(ref, cand, feeds, reports, deep_result, mapping, notes,
@@ -376,6 +380,35 @@ def _probes(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
 SPECULATIVE_BYTES = 16 * 2**20
 """Most estimated bytes (per model and sample) of the tensors the comparing sessions compute
 besides the pairs, for the comparisons after them (:func:`_speculative`)."""
+KEPT_BYTES = 64 * 2**20
+"""Most estimated bytes (both models, every sample) of those tensors' values kept from the
+comparing runs for the settling after them (:func:`_keepable`): settling reads them instead of
+running every sample again."""
+
+
+def _keepable(ref: Staged, feeds: Sequence[Sample], pair_list: Sequence[tuple[str, str]],
+              also: Sequence[tuple[str, str]], local: bool) -> list[tuple[str, str]]:
+    """The tensors of ``also`` whose values the comparing runs keep (in-process sessions, within
+    :data:`KEPT_BYTES` for every sample and both models): all of them when a pair is made by an
+    op that saturates (a softmax's probabilities: the pair settling is usually for), else the
+    frontier (what the pairs' nodes read; fetching every tensor of a transformer on every
+    sample costs more than settling it would save)."""
+    if not also or not local:
+        return []
+    index = ref.index
+    saturating = any(index.graph.node[index.producer[r]].op_type in SATURATING
+                     for r, _ in pair_list if r in index.producer)
+    if not saturating:
+        reads = {x for r, _ in pair_list if r in index.producer
+                 for x in index.graph.node[index.producer[r]].input}
+        also = [(r, c) for r, c in also if r in reads]
+    per_sample = sum(tensor_bytes(ref, r) for r, _ in also)
+    return list(also) if 2 * per_sample * len(feeds) <= KEPT_BYTES else []
+
+
+SATURATING = frozenset({*SATURATION_BOUNDS, "Clip"})
+"""Ops that saturate (:func:`~.deep.saturation_bounds`): their outputs are often not
+informative."""
 
 
 def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
@@ -384,7 +417,9 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     the comparisons after them reuse those sessions (a 90k-node model's session costs seconds):
     with ``deep`` every tensor both compute, else the first :data:`~.deep.DEEP_MAX_TENSORS` the
     pairs depend on (settling a pair that cannot show a difference compares its frontier, then
-    its ancestors in that order), when they stay under :data:`SPECULATIVE_BYTES`; else none."""
+    its ancestors in that order), when they stay under :data:`SPECULATIVE_BYTES`; else the
+    frontier alone when it does (the logits before a softmax: settling's first wave), else
+    none."""
     full = {**mapping, **dict(pair_list)}
     rindex, cindex = ref.index, cand.index
     targets = [r for r, _ in pair_list if r in rindex.producer]
@@ -401,7 +436,11 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     out: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     used = 0
-    for i in [*dict.fromkeys(frontier), *nodes]:
+    fronts = list(dict.fromkeys(frontier))
+    whole_front = 0  # tensors of the frontier, once all of it is in out
+    for at, i in enumerate([*fronts, *nodes]):
+        if at == len(fronts) and fronts:
+            whole_front = len(out)
         for name in rindex.graph.node[i].output:
             other = full.get(name, name)
             if not name or other not in cindex.producer or (name, other) in seen:
@@ -409,7 +448,7 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
             seen.add((name, other))
             used += tensor_bytes(ref, name)
             if used > SPECULATIVE_BYTES:
-                return []
+                return out[:whole_front]
             out.append((name, other))
             if len(out) >= limit:
                 return out

@@ -29,7 +29,8 @@ from ..external import read_tensor
 from ..index import GraphIndex
 from ..io import Model
 from ..protos import rename_reads
-from .accumulate import PROBE_ELEMENTS, PairAccumulator
+from .accumulate import PairAccumulator
+from .informative import PROBE_ELEMENTS
 from .inputs import Sample
 from .locate import numpy_dtype_name, same_initializer, tensor_bytes
 from .report import DeepResult, TensorError
@@ -45,8 +46,9 @@ FORCED_MAX_TENSORS = 1 << 20
 """Most tensors one batch of ``--deep`` exposes (it compares them all: fewer, larger batches
 cost fewer sessions; a 90k-node chain's 90k tiny tensors fit one)."""
 
-_BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,), "Tanh": (-1.0, 1.0),
-           "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
+SATURATION_BOUNDS = {"Softmax": (1.0,), "Sigmoid": (1.0,), "HardSigmoid": (1.0,),
+                     "Tanh": (-1.0, 1.0), "Softsign": (-1.0, 1.0), "HardSwish": (), "Relu": ()}
+"""Op -> the values it saturates at besides 0 (Clip's come from its attributes or inputs)."""
 
 
 _BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -119,7 +121,7 @@ def saturation_bounds(staged: Staged, name: str) -> tuple[float, ...]:
                     if value.size == 1:
                         out.append(float(value.reshape(-1)[0]))
         return tuple(out)
-    return _BOUNDS.get(node.op_type, ())
+    return SATURATION_BOUNDS.get(node.op_type, ())
 
 
 def node_depths(index: GraphIndex) -> list[int]:
@@ -241,6 +243,21 @@ def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mappi
     return list(_batches(staged, items, budget=budget, dims=dims, max_tensors=max_tensors))
 
 
+def _fold(cand: Staged, group: Sequence[Shared], accs: Sequence[PairAccumulator],
+          usable: list[bool], k: int, rvals: Mapping[str, Any], cvals: Mapping[str, Any]) -> None:
+    """Fold sample ``k`` of a batch in: each usable tensor's pair of values (a value that is no
+    array, or whose shape or type differs from its counterpart's, makes its tensor unusable)."""
+    for j, s in enumerate(group):
+        a, b = rvals.get(s.ref), cvals.get(s.cand)
+        if isinstance(cand, Converted):
+            b = cand.upcast(a, b)
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.shape == b.shape and a.dtype == b.dtype):
+            usable[j] = False
+        if usable[j]:
+            accs[j].add(a, b, k)
+
+
 def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                  cand_feeds: Sequence[Sample], *, items: Sequence[Shared],
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
@@ -262,22 +279,21 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                                 dtype=numpy_dtype_name(ref.elem_type(s.ref)), bounds=s.bounds)
                 for s in group]
         usable = [True] * len(group)
+        # values the comparison's own runs kept (its sessions computed them): no run again
+        rkept = ref.kept_runs(ref_feeds, [s.ref for s in group])
+        ckept = cand.kept_runs(cand_feeds, [s.cand for s in group])
         try:
-            with ref.session([s.ref for s in group]) as rrun, \
-                    cand.session([s.cand for s in group]) as crun:
+            if rkept is not None and ckept is not None:
                 for k in range(len(ref_feeds)):
-                    rvals = rrun.run(ref_feeds[k])
-                    cvals = crun.run(cand_feeds[k])
-                    for j, s in enumerate(group):
-                        a, b = rvals.get(s.ref), cvals.get(s.cand)
-                        if isinstance(cand, Converted):
-                            b = cand.upcast(a, b)
-                        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
-                                and a.shape == b.shape and a.dtype == b.dtype):
-                            usable[j] = False
-                        if usable[j]:
-                            accs[j].add(a, b, k)
-                    del rvals, cvals
+                    _fold(cand, group, accs, usable, k, rkept[k], ckept[k])
+            else:
+                with ref.session([s.ref for s in group]) as rrun, \
+                        cand.session([s.cand for s in group]) as crun:
+                    for k in range(len(ref_feeds)):
+                        rvals = rrun.run(ref_feeds[k])
+                        cvals = crun.run(cand_feeds[k])
+                        _fold(cand, group, accs, usable, k, rvals, cvals)
+                        del rvals, cvals
         except ModelRunError as exc:
             if notes is not None:
                 notes.append(f"deep comparison skipped {len(group)} tensors: {exc}")

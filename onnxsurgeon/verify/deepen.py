@@ -86,46 +86,126 @@ class _Walk:
     cuts: list[str] = field(default_factory=list)
 
 
-def _walk(ref: Staged, cand: Staged, r: str, c: str, *, known: Mapping[str, TensorError],
-          shared: Mapping[str, Shared], tried: Collection[str], agreed: Collection[str],
-          mapping: Mapping[str, str], fed: Collection[str], step: _Step | None = None) -> _Walk:
-    """Walk back from the open pair (r, c) over the graph both compute alike, stopping at
-    tensors that agree informatively (``agreed``, or compared in ``known``), at shared tensors
-    not compared yet (``pending``) and at a compared tensor that differs (``failed``).
-    O(nodes + weight bytes) of the walked region; iterative."""
-    out = _Walk()
-    stack = [(r, c)]
-    seen: set[tuple[str, str]] = set()
-    first = True
-    while stack:
-        a, b = stack.pop()
-        if (a, b) in seen:
-            continue
-        seen.add((a, b))
-        same = mapping.get(a, a) == b
-        t = None if first else known.get(a)
+_FAILED, _CUT, _LEAF, _PENDING, _EXPAND = range(5)
+
+
+@dataclass
+class _Reach:
+    """What the walk back from one pair of tensors reaches (not the start of a walk): whether a
+    compared tensor that differs or a graph mismatch, and the tensors it stops at."""
+
+    failed: TensorError | None
+    mismatch: bool
+    pending: frozenset[str]
+    cuts: frozenset[str]
+    first: tuple[str, ...] = ()
+    """The first :data:`_SHOWN` distinct cuts in the order of a depth-first walk."""
+
+
+_NOTHING = _Reach(None, False, frozenset(), frozenset())
+_SHOWN = 3
+"""Cuts a pass's evidence names (:func:`_passed`)."""
+
+
+class _Walker:
+    """The walks back of one wave's open pairs (:meth:`walk`). What the walk from a pair of
+    tensors reaches is the same for every open pair crossing it (the stops depend on the wave's
+    compared tensors only), so it is answered once per wave (:meth:`reach`): one wave walks each
+    node once, not once per open pair above it (a whole-model rename: every tensor is an open
+    pair's ancestor). Where a depth-first walk stops first (a pass's evidence) composes too: the
+    first cuts of a node are the first distinct ones of its inputs' in the order the walk takes
+    them (the last input first), since a depth-first walk skips only what it walked already."""
+
+    def __init__(self, known: Mapping[str, TensorError], shared: Mapping[str, Shared],
+                 tried: Collection[str], agreed: Collection[str], mapping: Mapping[str, str],
+                 fed: Collection[str], step: _Step) -> None:
+        self.known, self.shared, self.tried, self.agreed = known, shared, tried, agreed
+        self.mapping, self.fed, self.step = mapping, fed, step
+        self.memo: dict[tuple[str, str], _Reach] = {}
+
+    def _kind(self, a: str, b: str) -> tuple[int, TensorError | None]:
+        """How the walk treats (a, b) when it is not the walk's start."""
+        same = self.mapping.get(a, a) == b
+        t = self.known.get(a)
         if t is not None and t.candidate == b:
             if not t.ok:
-                out.failed = t
-                return out
-            if t.informative:
-                out.cuts.append(a)
+                return _FAILED, t
+            return (_CUT, None) if t.informative else (_EXPAND, None)
+        if a in self.agreed and same:
+            return _CUT, None
+        if b in self.fed and same:
+            return _LEAF, None
+        s = self.shared.get(a)
+        if s is not None and s.cand == b and a not in self.tried:
+            return _PENDING, None
+        return _EXPAND, None
+
+    def reach(self, start: tuple[str, str]) -> _Reach:
+        """What the walk from ``start`` (not a walk's start) reaches. Iterative, post-order;
+        O(nodes + edges) of the region not answered yet."""
+        memo = self.memo
+        below: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        stack: list[tuple[tuple[str, str], bool]] = [(start, False)]
+        while stack:
+            key, expanded = stack.pop()
+            if key in memo:
                 continue
-        elif not first and a in agreed and same:
-            out.cuts.append(a)
-            continue
-        elif b in fed and same:
-            continue
-        elif not first and a in shared and shared[a].cand == b and a not in tried:
-            out.pending.append(a)
-            continue
-        first = False
-        pairs = step(a, b) if step is not None else same_step(ref, cand, a, b, mapping)
+            if expanded:
+                memo[key] = _union([memo[k] for k in below.pop(key)])
+                continue
+            kind, t = self._kind(*key)
+            if kind == _FAILED:
+                memo[key] = _Reach(t, False, frozenset(), frozenset())
+            elif kind == _CUT:
+                memo[key] = _Reach(None, False, frozenset(), frozenset([key[0]]), (key[0],))
+            elif kind == _LEAF:
+                memo[key] = _NOTHING
+            elif kind == _PENDING:
+                memo[key] = _Reach(None, False, frozenset([key[0]]), frozenset())
+            else:
+                pairs = self.step(*key)
+                if pairs is None:
+                    memo[key] = _Reach(None, True, frozenset(), frozenset())
+                    continue
+                below[key] = pairs
+                stack.append((key, True))
+                stack.extend((k, False) for k in pairs if k not in memo)
+        return memo[start]
+
+    def walk(self, r: str, c: str) -> _Walk:
+        """Walk back from the open pair (r, c) over the graph both compute alike, stopping at
+        tensors that agree informatively (``agreed``, or compared in ``known``), at shared
+        tensors not compared yet (``pending``) and at a compared tensor that differs
+        (``failed``). ``cuts`` lists the first three it stopped at in the order of a
+        depth-first walk, then the others."""
+        if c in self.fed and self.mapping.get(r, r) == c:
+            return _Walk()
+        pairs = self.step(r, c)
         if pairs is None:
-            out.mismatch = True
-            return out
-        stack.extend(pairs)
-    return out
+            return _Walk(mismatch=True)
+        reached = _union([self.reach(k) for k in pairs])
+        if reached.failed is not None or reached.mismatch:
+            return _Walk(failed=reached.failed, mismatch=reached.mismatch)
+        rest = sorted(reached.cuts.difference(reached.first))
+        return _Walk(pending=sorted(reached.pending), cuts=[*reached.first, *rest])
+
+
+def _union(parts: Sequence[_Reach]) -> _Reach:
+    """What a walk reaching each of ``parts`` (in the order a walk pushes them: it takes the
+    last first) reaches; one part: the same object."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return _NOTHING
+    failed = next((p.failed for p in parts if p.failed is not None), None)
+    first: dict[str, None] = {}
+    for p in reversed(parts):
+        first.update(dict.fromkeys(p.first))
+        if len(first) >= _SHOWN:
+            break
+    return _Reach(failed, any(p.mismatch for p in parts),
+                  frozenset().union(*(p.pending for p in parts)),
+                  frozenset().union(*(p.cuts for p in parts)), tuple(first)[:_SHOWN])
 
 
 def _identical_below(ref: Staged, cand: Staged, starts: Sequence[tuple[str, str]], *,
@@ -224,12 +304,12 @@ def settle(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample], cand_feeds: S
     while todo:
         wanted: dict[str, None] = {}
         waiting: list[int] = []
+        # a pair's own tensor is no ancestor of itself: the walks of a wave share one agreed
+        walker = _Walker(known, shared, tried, agreed, full, fed, step)
         for k in todo:
             p = open_pairs[k]
             if k not in deeper:
-                walk = _walk(ref, cand, p.reference, p.candidate, known=known, shared=shared,
-                             tried=tried, agreed=agreed - {p.reference}, mapping=full, fed=fed,
-                             step=step)
+                walk = walker.walk(p.reference, p.candidate)
                 if walk.pending and not (walk.mismatch or walk.failed) and wave < MAX_WAVES:
                     wanted.update(dict.fromkeys(walk.pending))
                     waiting.append(k)
@@ -300,7 +380,7 @@ def _failed(p: PairReport, bad: TensorError) -> PairReport:
 
 def _passed(p: PairReport, cuts: Sequence[str]) -> PairReport:
     if cuts:
-        shown = ", ".join(f"'{c}'" for c in list(dict.fromkeys(cuts))[:3])
+        shown = ", ".join(f"'{c}'" for c in list(dict.fromkeys(cuts))[:_SHOWN])
         evidence = f"the same graph computes it from {shown}, which agree informatively"
     else:
         evidence = "the same graph computes it from the same inputs and weights"

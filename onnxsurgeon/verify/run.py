@@ -202,6 +202,13 @@ class Workspace:
         del self._idle[id(staged)]
         return idle[2]
 
+    def release(self, staged: Staged) -> None:
+        """Close ``staged``'s idle session (one that cannot serve the next request: closed
+        before the session that replaces it opens, so a model's weights are held once)."""
+        old = self._idle.pop(id(staged), None)
+        if old is not None:
+            old[2].close()
+
     def keep(self, staged: Staged, runner: Runner | IsolatedRunner) -> None:
         """Keep ``runner`` (no longer in use) as ``staged``'s idle session, closing the one
         before."""
@@ -318,6 +325,11 @@ class Staged:
                        and limits is None else None)
         self._source: list[Path | None] = []  # computed on first use
         self.output_names = [o.name for o in model.proto.graph.output]
+        self.kept: dict[str, list[Any]] = {}
+        """Values of tensors a comparison's runs computed besides what it read, one per sample
+        of :attr:`kept_feeds` (:meth:`kept_runs`): the settling after it reads them instead of
+        running the samples again."""
+        self.kept_feeds: Sequence[Any] | None = None
         self.input_names = self.index.input_names()  # inputs with a default value included
 
     @property
@@ -476,13 +488,16 @@ class Staged:
                 model.unlink()
 
     @contextlib.contextmanager
-    def session(self, names: Sequence[str] | None = None, *,
-                also: Sequence[str] = ()) -> Iterator[Runner | IsolatedRunner]:
+    def session(self, names: Sequence[str] | None = None, *, also: Sequence[str] = (),
+                read: Sequence[str] = ()) -> Iterator[Runner | IsolatedRunner]:
         """A live session computing ``names`` (default: the graph outputs): the workspace's
         idle one when it is this model's and computes them, else a new one computing ``also``
-        besides (for later requests); kept idle after."""
+        besides (for later requests); kept idle after. ``read``: tensors (of ``also``) its runs
+        return too when the session computes them."""
         wanted = list(dict.fromkeys(self.output_names if names is None else names))
         runner = self.workspace.take(self, wanted)
+        if runner is None:
+            self.workspace.release(self)
         if runner is None and also:
             try:
                 runner = self._open(list(dict.fromkeys([*wanted, *also])))
@@ -490,10 +505,24 @@ class Staged:
                 runner = None  # what a later request might need: not worth a failure now
         if runner is None:
             runner = self._open(wanted)
+        wanted += [n for n in dict.fromkeys(read) if n in runner.read_as and n not in wanted]
         try:
             yield runner.only(wanted)
         finally:
             self.workspace.keep(self, runner)
+
+    def kept_runs(self, feeds: Sequence[Any], names: Sequence[str],
+                  ) -> list[dict[str, Any]] | None:
+        """The values of ``names`` for each sample of ``feeds`` from :attr:`kept` (what a run of
+        a session computing them would return), or None when one was not kept for these
+        very samples."""
+        if self.kept_feeds is not feeds or not all(n in self.kept for n in names):
+            return None
+        return [{n: self.kept[n][k] for n in names} for k in range(len(feeds))]
+
+    def drop_kept(self) -> None:
+        """Forget :attr:`kept` (their memory is released)."""
+        self.kept, self.kept_feeds = {}, None
 
     def run(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None,
             *, batch: int = DEFAULT_BATCH) -> dict[str, np.ndarray]:

@@ -51,8 +51,8 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                  probes: Sequence[tuple[str, str]] = (),
                  probed: dict[int, dict[str, tuple[bool, float | None]]] | None = None,
                  rtol: float | None = None, atol: float | None = None, exact: bool = False,
-                 also: Sequence[tuple[str, str]] = (),
-                 ) -> tuple[dict[str, set[bool]], bool]:
+                 also: Sequence[tuple[str, str]] = (), keep: Sequence[tuple[str, str]] = (),
+                 keep_failed: bool = False) -> tuple[dict[str, set[bool]], bool]:
     """Run both models on ``feeds[k]`` for each ``k`` in ``indices`` (in order) and fold every
     pair in as sample ``k``. ``prime``: first run sample 0 only to seed the constancy probes.
     Stops at the first sample the candidate cannot run (every pair fails with that reason).
@@ -60,7 +60,11 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     as the search for the first difference judges them (:func:`~.locate.one_sample`, with
     ``rtol``/``atol``/``exact``) into ``probed[k]``; their arrays are dropped with the sample's.
     ``also``: (reference, candidate) tensors the sessions compute besides, not read here (for
-    later requests that reuse these sessions, :meth:`~.run.Staged.session`).
+    later requests that reuse these sessions, :meth:`~.run.Staged.session`). ``keep`` (of
+    ``also``; with ``indices`` every sample in order): their values are kept too, in each model's
+    :attr:`~.run.Staged.kept` for ``feeds``, so those requests need not run the samples again;
+    once every pair fails they are dropped and no longer fetched (nothing is left to settle),
+    unless ``keep_failed`` (``--deep`` compares them whatever the pairs say).
 
     Returns:
         (the values each If condition took, whether every sample ran).
@@ -70,8 +74,12 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                                    + [r for r, _ in probes]))
     cand_names = list(dict.fromkeys([c for _, c in pair_list] + [c for _, c in probes]))
     seen: dict[str, set[bool]] = {}
-    with ref.session(ref_names, also=[r for r, _ in also]) as rrun, \
-            cand.session(cand_names, also=[c for _, c in also]) as crun:
+    if prime or list(indices) != list(range(len(feeds))):
+        keep = ()
+    for staged in (ref, cand):
+        staged.drop_kept()
+    with ref.session(ref_names, also=[r for r, _ in also], read=[r for r, _ in keep]) as rrun, \
+            cand.session(cand_names, also=[c for _, c in also], read=[c for _, c in keep]) as crun:
         if prime:
             feed = feeds[0]
             try:
@@ -98,6 +106,14 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
             if probed is not None and probes:
                 probed[k] = {r: one_sample(ref, r, c, rvals[r], cvals[c], rtol=rtol, atol=atol,
                                            exact=exact, cand=cand) for r, c in probes}
+            if keep and not keep_failed and all(acc.failed for acc in accs):
+                for staged in (ref, cand):
+                    staged.drop_kept()
+                keep = ()
+                rrun, crun = rrun.only(ref_names), crun.only(cand_names)
+            if keep:
+                _keep(ref, feeds, rvals, [r for r, _ in keep])
+                _keep(cand, feeds, cvals, [c for _, c in keep])
             if progress is not None:
                 progress(done + 1, len(indices))
             for cond in conds.values():
@@ -106,6 +122,15 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                     seen.setdefault(cond, set()).add(bool(value.reshape(-1)[0]))
             del feed, rvals, cvals  # a streamed dataset keeps one sample alive at a time
     return seen, True
+
+
+def _keep(staged: Staged, feeds: Sequence[Sample], values: Mapping[str, Any],
+          names: Sequence[str]) -> None:
+    """Append this sample's values of ``names`` (those the run returned) to ``staged.kept``."""
+    if staged.kept_feeds is not feeds:
+        staged.kept, staged.kept_feeds = {n: [] for n in names if n in values}, feeds
+    for n, got in staged.kept.items():
+        got.append(values[n])
 
 
 @dataclass(frozen=True)
