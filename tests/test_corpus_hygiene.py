@@ -210,13 +210,17 @@ def test_dims_follows_a_batch_hard_coded_in_an_ir3_weight_listed_as_input(tmp_pa
     exact(got, np.maximum(x.reshape(3, 12) + np.float32(0.5), 0), "dims --batch 3 on IR 3")
 
 
-def test_dims_refuses_a_batch_a_node_does_not_accept(tmp_path, capsys):
+@pytest.mark.parametrize("batch", ["3", "dynamic"])
+def test_dims_refuses_a_batch_a_node_does_not_accept(tmp_path, capsys, batch):
+    """A Squeeze of the batch axis runs only at batch 1: a static 3 fails onnx's inference, a
+    dynamic batch passes it (a symbolic dim squeezes) and was written, failing at run time."""
     src, dst = tmp_path / "sq.onnx", tmp_path / "sq_b3.onnx"
     onnx.save(_squeeze_batch_model(), str(src))
     for extra in ((), ("--verify",)):
-        code, _, err = call(capsys, "dims", src, "-o", dst, "--batch", "3", *extra)
+        code, _, err = call(capsys, "dims", src, "-o", dst, "--batch", batch, *extra)
         refused(code, err, "drop/Squeeze", "Squeeze")
         assert not dst.exists()
+    assert call(capsys, "dims", src, "-o", dst, "--batch", "1")[0] == 0  # the batch it has
 
 
 def _ir3_tile_model() -> onnx.ModelProto:

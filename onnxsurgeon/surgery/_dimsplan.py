@@ -290,8 +290,50 @@ def plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows
 
     Raises:
         UsageError: a constant hard-codes the old batch and following the input cannot be
-            proved.
+            proved, or a Squeeze removes a batch of 1 that is to become another size.
     """
+    planned, rows, source = _plan(index, shapes)
+    _refuse_squeezed_batch(index, shapes, planned, rows)
+    return planned, rows, source
+
+
+def _refuse_squeezed_batch(index: GraphIndex, shapes: Mapping[str, list[Dim]], planned: Plan,
+                           rows: Rows) -> None:
+    """A ``Squeeze`` whose axes take a dim carrying a batch of 1 that is to be another size
+    (static or symbolic) runs only at batch 1: refused naming it (onnx's inference passes a
+    symbolic dim there, so a dynamic batch would be written and fail at run time). One
+    inference over the probe, only when a Squeeze with constant axes exists. O(nodes)."""
+    graph = index.graph
+    squeezes = [i for i, n in enumerate(graph.node)
+                if n.op_type == "Squeeze" and n.domain in ("", "ai.onnx")]
+    if not squeezes:
+        return
+    ones = {vi.name for vi in real_inputs(index.model) if (shape_of(vi) or [None])[0] == 1}
+    changed = [n for n, s in shapes.items() if n in ones and s and s[0] != 1]
+    if not changed:
+        return
+    probe_shapes = {n: ([SYMBOL, *s[1:]] if n in changed else s) for n, s in shapes.items()}
+    typed = _typed(infer(probe(index.model, probe_shapes, planned, rows=rows)))
+    for i in squeezes:
+        node = graph.node[i]
+        axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            values = const_values(index, node.input[1])
+            axes = None if values is None else [int(v) for v in np.ravel(values)]
+        data = shape_of(typed.get(node.input[0])) if node.input else None
+        if not axes or not data:
+            continue
+        for a in axes:
+            k = a + len(data) if a < 0 else a
+            if 0 <= k < len(data) and factors_of(data[k]) is not None:
+                raise UsageError(
+                    f"node '{index.node_label(i)}' (Squeeze) removes axis {k} of "
+                    f"'{node.input[0]}', which carries the batch: the model runs only at batch "
+                    "1; keep the batch at 1 (or make the model squeeze another axis)")
+
+
+def _plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Rows, str]:
+    """:func:`plan` but the Squeeze check."""
     real = {vi.name: shape_of(vi) for vi in real_inputs(index.model)}
     old0 = {n: s[0] for n, s in real.items() if s}
     changed = [n for n, s in shapes.items() if n in old0 and s and old0[n] != s[0]]
