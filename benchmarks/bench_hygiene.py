@@ -9,6 +9,8 @@ Models (built here, random weights, nothing downloaded):
   mask code uses ``aten::diff``, which the TorchScript exporter cannot export), exported by
   torch's TorchScript exporter with its constant folding off at static shapes (1x16): full of
   Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains;
+* ``bert_dynamic``: the same BERT exported with a dynamic batch and sequence length: its Shape
+  chains read static dims (hidden size, heads) of partly dynamic shapes;
 * ``keras_cnn``: the bundled Keras CNN converted by tf2onnx (``models/keras_cnn.onnx``);
 * ``torch_bn_cnn``: Conv/BatchNorm/ReLU x2, pooling, Dropout, Linear, exported by torch's
   dynamo exporter without its optimizer (the BatchNormalization nodes stay in the file);
@@ -161,6 +163,10 @@ with warnings.catch_warnings():
     torch.onnx.export(Wrap(model), (torch.zeros(1, 16, dtype=torch.long),), str(folder / "bert.onnx"),
                       dynamo=False, do_constant_folding=False, input_names=["ids"],
                       output_names=["hidden"], opset_version=17)
+    torch.onnx.export(Wrap(model), (torch.zeros(2, 16, dtype=torch.long),),
+                      str(folder / "bert_dynamic.onnx"), dynamo=False, do_constant_folding=False,
+                      input_names=["ids"], output_names=["hidden"], opset_version=17,
+                      dynamic_axes={{"ids": {{0: "batch", 1: "seq"}}, "hidden": {{0: "batch", 1: "seq"}}}})
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -181,7 +187,8 @@ with warnings.catch_warnings():
                       opset_version=18)
 """
     subprocess.run([PY, "-c", code], check=True, cwd=ROOT, capture_output=True)
-    return {"bert": folder / "bert.onnx", "keras_cnn": ROOT / "models" / "keras_cnn.onnx",
+    return {"bert": folder / "bert.onnx", "bert_dynamic": folder / "bert_dynamic.onnx",
+            "keras_cnn": ROOT / "models" / "keras_cnn.onnx",
             "torch_bn_cnn": folder / "torch_bn_cnn.onnx", "chain": folder / "chain.onnx"}
 
 
@@ -191,7 +198,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-peers-on-chain", action="store_true")
     parser.add_argument("--models", nargs="+", metavar="NAME",
-                        help="only these models (bert, keras_cnn, torch_bn_cnn, chain)")
+                        help="only these models (bert, bert_dynamic, keras_cnn, torch_bn_cnn, chain)")
     args = parser.parse_args()
     cleanup = _has_cleanup()
     rows: list[str] = []
