@@ -148,3 +148,31 @@ def test_fold_of_a_dynamic_batch_torch_export_folds_its_static_dims(torch_dynami
         x = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
         want, got = run(before, {"x": x}), run(after, {"x": x})
         assert np.array_equal(want["y"], got["y"])
+
+
+def test_adds_of_zeros_over_a_dynamic_batch_go_and_broadcasting_ones_stay():
+    """x[N,S,4] + zeros[4] (a zero bias, as a torch export with a dynamic batch has) passes x
+    through: it goes; zeros[2,1,4] (broadcasts the symbolic batch to 2) and zeros[3] against a dim 1
+    (broadcasts it to 3) stay."""
+    nodes = [helper.make_node("Add", ["bias0", "x"], ["a"], name="bias_add"),
+             helper.make_node("Add", ["a", "zeros_2x4"], ["b"], name="widens_batch"),
+             helper.make_node("Add", ["u", "zeros_3"], ["c"], name="widens_one")]
+    graph = helper.make_graph(
+        nodes, "zeros", [helper.make_tensor_value_info("x", F, ["N", "S", 4]),
+                         helper.make_tensor_value_info("u", F, ["N", 1])],
+        [helper.make_tensor_value_info("b", F, None), helper.make_tensor_value_info("c", F, None)],
+        [numpy_helper.from_array(np.zeros(4, np.float32), "bias0"),
+         numpy_helper.from_array(np.zeros((2, 1, 4), np.float32), "zeros_2x4"),
+         numpy_helper.from_array(np.zeros(3, np.float32), "zeros_3")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    m = load_proto(proto)
+    result = fold(m, evaluate=ort_evaluator)
+    assert result.removed == ("bias_add",)
+    assert [n.name for n in m.proto.graph.node] == ["widens_batch", "widens_one"]
+    assert list(m.proto.graph.node[0].input) == ["x", "zeros_2x4"]
+    rng = np.random.default_rng(0)
+    for n, s in ((1, 5), (2, 3)):
+        feeds = {"x": rng.standard_normal((n, s, 4)).astype(np.float32),
+                 "u": rng.standard_normal((n, 1)).astype(np.float32)}
+        want, got = run(proto, feeds), run(m.proto, feeds)
+        assert all(np.array_equal(want[k], got[k]) for k in want)
