@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ from ._opsets import reconcile
 from ._replicas import Template, build_copies
 
 _OUTPUT = attrgetter("output")
+_TYPE = attrgetter("type")
+_ELEM = attrgetter("tensor_type.elem_type")  # read only: sets no field; 0 unless set
+_TYPE_KEY = methodcaller("SerializeToString", deterministic=True)
 PatternSource = str | Path | bytes | onnx.ModelProto | onnx.GraphProto | Pattern
 
 
@@ -152,6 +155,12 @@ class _SiteTypes:
         memo = self.memo
         todo = [n for n in dict.fromkeys(names) if n not in memo]
         declared, inits = self.declared, self.initializers
+        mine = [n for n in todo if n in declared]
+        if mine:  # :meth:`key`'s first case by C-level maps (a typed model declares each)
+            types = list(map(_TYPE, map(declared.__getitem__, mine)))
+            typed = list(map(bool, map(_ELEM, types)))
+            memo.update(zip(compress(mine, typed), map(_TYPE_KEY, compress(types, typed)),
+                            strict=True))
         plain = [n for n in todo if n not in declared and n not in inits]
         if plain:
             get: Callable[[Any], Any] = self._cheap().get  # None: no producer or no type
