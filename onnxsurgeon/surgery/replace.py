@@ -221,6 +221,8 @@ class _SiteLookup:
         self.cheap: dict[int, Any] | None = None
         self.leaves: dict[int, str] = {}
         self.ops: list[str] = []
+        self.by_type: dict[bytes, tuple[int, int | None] | None] = {}
+        """A declared TypeProto's bytes -> its (dtype, rank) (:meth:`by_id`)."""
 
     def __call__(self, path: str, name: str) -> tuple[int, int | None] | None:
         if path:
@@ -262,13 +264,14 @@ class _SiteLookup:
                 cheap = self.cheap = self.main.cheap_types()
             found = cheap.get(g)
             return (found[0], len(found[1])) if found is not None else None
-        if vi is None or not vi.type.HasField("tensor_type"):
+        if vi is None:
             return None
-        tt = vi.type.tensor_type
-        elem = tt.elem_type
-        if not elem:
-            return None
-        return int(elem), (len(tt.shape.dim) if tt.HasField("shape") else None)
+        t = vi.type
+        key = t.SerializeToString()  # one C call; most tensors share a type: read it once
+        found = self.by_type.get(key, False)
+        if found is False:
+            found = self.by_type[key] = _dtype_rank(t)
+        return found
 
     def _by_node(self) -> dict[int, Any]:
         """Node id -> its output's ValueInfo, None for a node whose output is named as an
@@ -286,6 +289,18 @@ class _SiteLookup:
         by_node.pop(None, None)
         self.by_node = by_node
         return by_node
+
+
+def _dtype_rank(t: onnx.TypeProto) -> tuple[int, int | None] | None:
+    """A declared type's (dtype, rank) as :meth:`_SiteLookup.by_id` answers it: None unless a
+    tensor type with a dtype; rank None without a shape."""
+    if not t.HasField("tensor_type"):
+        return None
+    tt = t.tensor_type
+    elem = tt.elem_type
+    if not elem:
+        return None
+    return int(elem), (len(tt.shape.dim) if tt.HasField("shape") else None)
 
 
 def _type_of(key: _Key) -> onnx.TypeProto | None:
