@@ -157,10 +157,10 @@ class _SiteTypes:
         declared, inits = self.declared, self.initializers
         mine = [n for n in todo if n in declared]
         if mine:  # :meth:`key`'s first case by C-level maps (a typed model declares each)
-            types = list(map(_TYPE, map(declared.__getitem__, mine)))
-            typed = list(map(bool, map(_ELEM, types)))
-            memo.update(zip(compress(mine, typed), map(_TYPE_KEY, compress(types, typed)),
-                            strict=True))
+            keys = list(map(_TYPE_KEY, map(_TYPE, map(declared.__getitem__, mine))))
+            has_dtype = {k: bool(_ELEM(onnx.TypeProto.FromString(k))) for k in set(keys)}
+            typed = list(map(has_dtype.__getitem__, keys))  # each distinct type read once
+            memo.update(zip(compress(mine, typed), compress(keys, typed), strict=True))
         plain = [n for n in todo if n not in declared and n not in inits]
         if plain:
             get: Callable[[Any], Any] = self._cheap().get  # None: no producer or no type
