@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress
+from operator import attrgetter, not_
 from typing import Any
 
 import onnx
@@ -88,7 +88,7 @@ def keep_only(field: Any, keep: Sequence[int]) -> None:
         for start, stop in reversed(runs):
             del field[start:stop]
         return
-    kept = [field[i] for i in keep]
+    kept = list(map(field.__getitem__, keep))
     del field[:]
     field.extend(kept)
 
@@ -540,8 +540,9 @@ class Edit:
         gone = set(names)
         field = self.graph.value_info
         have = list(map(_NAME, field))
-        if not gone.isdisjoint(have):
-            keep_only(field, [i for i, name in enumerate(have) if name not in gone])
+        if not gone.isdisjoint(have):  # the kept positions by C-level maps
+            kept = map(not_, map(gone.__contains__, have))
+            keep_only(field, list(compress(range(len(have)), kept)))
 
     # ------------------------------------------------------------------ model level
     def add_functions(self, functions: Iterable[onnx.FunctionProto]) -> None:

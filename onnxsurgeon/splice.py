@@ -7,16 +7,18 @@ node order and parsed in one call (upb: a wrapper per node costs more than parsi
 kept index then follows (:meth:`~onnxsurgeon.upkeep.Upkeep.spliced` -> :func:`follow_splice`):
 every id renumbered, the kept nodes' reads moved, the new nodes' reads looked up by name, all on
 whole lists (C-level maps, no Python step per node or edge). :class:`Written` carries the new
-nodes' fields as written, so they need not be read back.
+nodes' fields as written, so they need not be read back; for copies of one template per site,
+:class:`Replicas` says them per site (the save then vouches for the splice per site and per
+template node, not per new node and edge: :func:`splice_holds`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import accumulate, chain, compress, filterfalse, repeat
-from operator import add, itemgetter, lt, mul, sub
+from operator import add, attrgetter, itemgetter, lt, mul, sub
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,12 +28,72 @@ from .index import has_subgraphs, int_arrays, positions
 from .nodefields import EDGE_FIELDS, edge_op
 from .protos import node_entries
 
-__all__ = ["Written", "follow_splice", "splice_bytes", "splice_holds"]
+__all__ = ["Replicas", "Written", "follow_splice", "slot_getter", "splice_bytes", "splice_holds"]
 
 _FIELD0, _FIELD1, _FIELD2, _FIELD3, _FIELD4, _FIELD5 = map(itemgetter, range(6))  # EDGE_FIELDS
+_NAME = attrgetter("name")
 _SERIALIZE = onnx.NodeProto.SerializeToString
 _RUN = 4096
 """Pieces of a rebuilt node list joined and parsed at a time."""
+
+
+_Getter = Callable[[Sequence[str]], Sequence[str]]
+
+
+def slot_getter(at: Sequence[int]) -> _Getter:
+    """``names -> [names[k] for k in at]`` as a C-level itemgetter (always a sequence)."""
+    if len(at) > 1:
+        return itemgetter(*at)
+    if at:
+        k = at[0]
+
+        def one(vals: Sequence[str]) -> Sequence[str]:
+            return (vals[k],)
+
+        return one
+    return lambda vals: ()
+
+
+class Replicas(NamedTuple):
+    """New nodes that copy one template per site but for their names (``replace``'s copies of
+    R, a group of them per site): template node ``j`` reads a site's names at the slots
+    ``reads[j]`` and defines those at ``writes[j]``. A site's names are ``n_read`` it reads
+    from outside its copy (R's inputs, bound to the site's), then ``n_made`` its copy defines
+    (R's outputs, bound to the site's, then its inner tensors), then names its nodes read that
+    are the same at every site (R's weights)."""
+
+    reads: Sequence[Sequence[int]]
+    writes: Sequence[Sequence[int]]
+    n_read: int
+    n_made: int
+    sites: Sequence[Sequence[str]]
+    """Each site's names, the sites in the order their groups are in the node list."""
+
+
+class _SlotFields(Sequence[Sequence[str]]):
+    """The inputs or the outputs (``slots``: :attr:`Replicas.reads` or :attr:`Replicas.writes`)
+    of every node of :class:`Replicas`, in list order, made from the sites' names when first
+    read: only an upkeep that applies its edits reads them (a save that vouches per site, or
+    that runs the whole check, never does)."""
+
+    def __init__(self, slots: Sequence[Sequence[int]], sites: Sequence[Sequence[str]]) -> None:
+        self._getters, self._sites = list(map(slot_getter, slots)), sites
+        self._made: list[Sequence[str]] | None = None
+
+    def _list(self) -> list[Sequence[str]]:
+        if self._made is None:
+            getters = self._getters
+            self._made = [get(v) for v in self._sites for get in getters]
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._sites) * len(self._getters)
+
+    def __getitem__(self, k: Any) -> Any:
+        return self._list()[k]
+
+    def __iter__(self) -> Any:
+        return iter(self._list())
 
 
 class Written(NamedTuple):
@@ -42,6 +104,16 @@ class Written(NamedTuple):
     names: Sequence[str]
     ops: Sequence[str]
     """Each node's :func:`~onnxsurgeon.nodefields.edge_op`."""
+    replicas: Replicas | None = None
+    """When the nodes are copies of one template per site: ``inputs`` and ``outputs`` are
+    made from it (:meth:`of_replicas`)."""
+
+    @classmethod
+    def of_replicas(cls, replicas: Replicas, names: Sequence[str], ops: Sequence[str]) -> Written:
+        """The fields of the nodes ``replicas`` describes (their inputs and outputs made from it
+        when first read), named ``names``, their ops ``ops``, in list order."""
+        return cls(_SlotFields(replicas.reads, replicas.sites),
+                   _SlotFields(replicas.writes, replicas.sites), names, ops, replicas)
 
     @classmethod
     def of(cls, nodes: Sequence[onnx.NodeProto]) -> Written | None:
@@ -221,16 +293,20 @@ def follow_splice(up: Any, removed: list[int], groups: list[tuple[int, int]],
 
 
 def splice_holds(up: Any, removed: list[int], groups: list[tuple[int, int]],
-                 written: Written | None) -> bool:
-    """Whether the splice the upkeep ``up`` was told of, and nothing else, leaves a valid node
-    list, decided on the int dataflow graph as it was before the splice: no id renumbered, no
-    new graph built (what :func:`follow_splice` costs, ~1 us a new node, is dearer than the
-    checker's whole pass for a splice of many). True when every name a new node reads is a
-    leaf, omitted or defined before it (by a kept node before its place, or an earlier new
-    node), every name it defines is defined by no kept node and no leaf, and only once, every
-    read of a removed node's output by a kept node finds the new node defining that name at or
-    before it, and every graph output a removed node produced is defined again. False: it
-    cannot tell (the caller checks otherwise). O(nodes + edges) in numpy."""
+                 written: Written | None, appended: Sequence[str] = ()) -> bool:
+    """Whether the splice the upkeep ``up`` was told of, after the initializers ``appended``
+    (the graph's last ones, said by :meth:`~onnxsurgeon.upkeep.Upkeep.leaves_appended`) and
+    nothing else, leaves a valid node list, decided on the int dataflow graph as it was before
+    the splice: no id renumbered, no new graph built (what :func:`follow_splice` costs, ~1 us a
+    new node, is dearer than the checker's whole pass for a splice of many). True when every
+    name a new node reads is a leaf, omitted or defined before it (by a kept node before its
+    place, or an earlier new node), every name it defines is defined by no kept node and no
+    leaf, and only once, every read of a removed node's output by a kept node finds the new
+    node defining that name at or before it, every graph output a removed node produced is
+    defined again, and the appended initializers are named, each once, and no node defines
+    their names. False: it cannot tell (the caller checks otherwise). O(nodes + edges) in
+    numpy; for :class:`Replicas`, O(template) plus O(sites x names per site) for the new
+    nodes."""
     n = len(up.names)
     if not up.ok or written is None or up._touched or up._dangling:
         return False
@@ -242,38 +318,21 @@ def splice_holds(up: Any, removed: list[int], groups: list[tuple[int, int]],
             or not (len(written.names) == len(written.inputs) == total
                     == len(written.outputs) == len(written.ops))):
         return False
+    producer = up.producer
+    leaf_ids = up._ids()
+    if appended:
+        if not _appended_hold(up.graph, appended, leaf_ids, producer):
+            return False
+        leaf_ids = {**leaf_ids, **dict.fromkeys(appended, -2 - len(leaf_ids))}  # any leaf id
     gone = np.zeros(n + 1, bool)  # n: a place past the end (appended), never removed
     gone[removed] = True
-    place = np.repeat(np.asarray(at, np.int64), list(map(_FIELD1, groups)))  # before old id
-    outs = list(chain.from_iterable(written.outputs))
-    leaf_ids = up._ids()
-    if "" in outs or not leaf_ids.keys().isdisjoint(outs):
+    if written.replicas is not None:
+        found = _replicas_hold(written.replicas, groups, leaf_ids, producer, gone)
+    else:
+        found = _nodes_hold(written, groups, leaf_ids, producer, gone)
+    if found is None:
         return False
-    producer = up.producer
-    olds = np.fromiter(map(producer.get, outs, repeat(-1)), np.int64, count=len(outs))
-    if bool(((olds >= 0) & ~gone[np.maximum(olds, 0)]).any()):
-        return False  # a kept node defines it too
-    owners: Any = range(total)  # the new node defining each of ``outs``
-    if len(outs) != total:
-        owners = np.repeat(np.arange(total), list(map(len, written.outputs))).tolist()
-    fresh = dict(zip(outs, owners, strict=True))
-    if len(fresh) != len(outs):
-        return False  # a name two new nodes define
-    # the new nodes' reads: a leaf, "", an earlier new node's output, a kept node's before it
-    ins = list(chain.from_iterable(written.inputs))
-    reader = np.repeat(np.arange(total), list(map(len, written.inputs)))
-    inner = np.fromiter(map(leaf_ids.get, ins, repeat(0)), np.int64, count=len(ins)) == 0
-    if "" in ins:
-        inner &= np.fromiter(map(bool, ins), bool, count=len(ins))
-    names = list(compress(ins, inner.tolist()))  # the reads of node outputs
-    reader = reader[inner]
-    new_def = np.fromiter(map(fresh.get, names, repeat(-1)), np.int64, count=len(names))
-    old_def = np.fromiter(map(producer.get, names, repeat(-1)), np.int64, count=len(names))
-    ok = (new_def >= 0) & (new_def < reader)
-    ok |= (new_def < 0) & (old_def >= 0) & ~gone[np.maximum(old_def, 0)] \
-        & (old_def < place[reader])
-    if not bool(ok.all()):
-        return False
+    fresh, place = found  # each new name -> who defines it; where that one is put
     # the kept nodes' reads of removed nodes: of the new node defining that name now
     preds, starts = int_arrays(up, up._memo)  # the upkeep's lists: those of the graph before
     owner = np.repeat(np.arange(n), np.diff(starts))
@@ -293,6 +352,117 @@ def splice_holds(up: Any, removed: list[int], groups: list[tuple[int, int]],
     # every graph output still produced
     return all(name in fresh for name in (o.name for o in up.graph.output)
                if (j := producer.get(name)) is not None and gone[j])
+
+
+def _appended_hold(graph: onnx.GraphProto, appended: Sequence[str], leaf_ids: Mapping[str, int],
+                   producer: Mapping[str, int]) -> bool:
+    """Whether the initializers ``appended`` are the graph's last ones (no sparse one after),
+    each named, once, and by no other leaf or node output of the graph before."""
+    inits, k = graph.initializer, len(appended)
+    return (not len(graph.sparse_initializer) and len(inits) >= k
+            and list(map(_NAME, inits[len(inits) - k:])) == list(appended)
+            and "" not in appended and len(set(appended)) == k
+            and leaf_ids.keys().isdisjoint(appended) and producer.keys().isdisjoint(appended))
+
+
+_Found = tuple[dict[str, int], Any]
+"""The new names -> the new node (or site) defining each, and where each of those is put (the
+old node id it goes before)."""
+
+
+def _nodes_hold(written: Written, groups: list[tuple[int, int]], leaf_ids: Mapping[str, int],
+                producer: Mapping[str, int], gone: Any) -> _Found | None:
+    """:func:`splice_holds` for the new nodes, one by one: their outputs named, each once, and
+    by no leaf and no kept node; every read a leaf, omitted, an earlier new node's output or a
+    kept node's before the node's place. None: not so. O(new nodes + their edges)."""
+    total = len(written.names)
+    place = np.repeat(np.asarray(list(map(_FIELD0, groups)), np.int64),
+                      list(map(_FIELD1, groups)))  # before old id
+    outs = list(chain.from_iterable(written.outputs))
+    if "" in outs or not leaf_ids.keys().isdisjoint(outs):
+        return None
+    olds = np.fromiter(map(producer.get, outs, repeat(-1)), np.int64, count=len(outs))
+    if bool(((olds >= 0) & ~gone[np.maximum(olds, 0)]).any()):
+        return None  # a kept node defines it too
+    owners: Any = range(total)  # the new node defining each of ``outs``
+    if len(outs) != total:
+        owners = np.repeat(np.arange(total), list(map(len, written.outputs))).tolist()
+    fresh = dict(zip(outs, owners, strict=True))
+    if len(fresh) != len(outs):
+        return None  # a name two new nodes define
+    # the new nodes' reads: a leaf, "", an earlier new node's output, a kept node's before it
+    ins = list(chain.from_iterable(written.inputs))
+    reader = np.repeat(np.arange(total), list(map(len, written.inputs)))
+    inner = np.fromiter(map(leaf_ids.get, ins, repeat(0)), np.int64, count=len(ins)) == 0
+    if "" in ins:
+        inner &= np.fromiter(map(bool, ins), bool, count=len(ins))
+    names = list(compress(ins, inner.tolist()))  # the reads of node outputs
+    reader = reader[inner]
+    new_def = np.fromiter(map(fresh.get, names, repeat(-1)), np.int64, count=len(names))
+    old_def = np.fromiter(map(producer.get, names, repeat(-1)), np.int64, count=len(names))
+    ok = (new_def >= 0) & (new_def < reader)
+    ok |= (new_def < 0) & (old_def >= 0) & ~gone[np.maximum(old_def, 0)] \
+        & (old_def < place[reader])
+    return (fresh, place) if bool(ok.all()) else None
+
+
+def _replicas_hold(rep: Replicas, groups: list[tuple[int, int]], leaf_ids: Mapping[str, int],
+                   producer: Mapping[str, int], gone: Any) -> _Found | None:
+    """:func:`splice_holds` for copies of one template, a group per site: the template once
+    (each name a site's copy defines defined by one of its nodes, before any of them reads
+    it; the names it reads from outside never defined by it), then the sites' names column by
+    column: the names the copies define named, each once, by no leaf and no kept node; a name a
+    copy reads from outside a leaf, an earlier site's or a kept node's before the site; a name
+    every site reads alike the same at every site (the stand-ins' schema check holds for all)
+    and a leaf or omitted. None: not so. O(template) + O(sites x names per site)."""
+    reads, writes, n_read, n_made, sites = rep
+    t, m, width = len(reads), len(sites), n_read + n_made
+    if (len(writes) != t or len(groups) != m or min(n_read, n_made) < 0
+            or any(count != t for _, count in groups)):
+        return None
+    size = len(sites[0]) if m else width
+    defined = sorted(chain.from_iterable(writes))
+    if defined != list(range(n_read, width)) or size < width:
+        return None  # a made slot defined twice or never, a read slot or a shared one defined
+    made_by = dict(chain.from_iterable(zip(outs, repeat(j)) for j, outs in enumerate(writes)))
+    for j, ins in enumerate(reads):
+        for k in ins:
+            if not 0 <= k < size or made_by.get(k, -1) >= j:
+                return None  # no such slot, or read before (or by) the node defining it
+    place = np.asarray(list(map(_FIELD0, groups)), np.int64)
+    if not m:
+        return {}, place
+    if any(len(names) != size for names in sites):
+        return None
+    cols = list(zip(*sites, strict=True))
+    for col in cols[width:]:  # shared: the same at every site, a leaf or omitted
+        first = col[0]
+        if col.count(first) != m or (first and first not in leaf_ids):
+            return None
+    made = list(chain.from_iterable(cols[n_read:width]))
+    if "" in made or not leaf_ids.keys().isdisjoint(made):
+        return None
+    fresh = dict(zip(made, list(range(m)) * n_made, strict=True))  # name -> its site
+    if len(fresh) != len(made):
+        return None  # a name two copies (or two nodes of one) define
+    olds = np.fromiter(map(producer.get, made, repeat(-1)), np.int64, count=len(made))
+    if bool(((olds >= 0) & ~gone[np.maximum(olds, 0)]).any()):
+        return None  # a kept node defines it too
+    site_ids = np.arange(m)
+    for col in cols[:n_read]:
+        first = col[0]
+        if col.count(first) == m and first in leaf_ids:
+            continue  # one weight every site reads
+        if "" in col:
+            return None  # omitted at a site: its schema check is not the stand-in's
+        leaf = np.fromiter(map(leaf_ids.__contains__, col), bool, count=m)
+        new_def = np.fromiter(map(fresh.get, col, repeat(-1)), np.int64, count=m)
+        old_def = np.fromiter(map(producer.get, col, repeat(-1)), np.int64, count=m)
+        ok = leaf | ((new_def >= 0) & (new_def < site_ids))
+        ok |= (new_def < 0) & (old_def >= 0) & ~gone[np.maximum(old_def, 0)] & (old_def < place)
+        if not bool(ok.all()):
+            return None
+    return fresh, place
 
 
 def _names_of(producer: dict[str, int], ids: Any) -> list[str] | None:

@@ -214,18 +214,25 @@ class Upkeep:
 
     def holds_unapplied(self) -> list[onnx.NodeProto] | None:
         """When the edits said, not applied yet, are one splice given its new nodes' fields
-        and stand-ins that provably leaves a valid node list
-        (:func:`~onnxsurgeon.splice.splice_holds`, on the graph before it): its stand-ins, whose
-        schema checks stand for its new nodes'; else None. The save's touched check then
-        vouches without applying the splice (:meth:`dearer_than_check`: a splice of many costs
-        more to follow than the checker's pass). O(nodes + edges) in numpy."""
-        if not self.ok or self._done is not None or len(self._todo) != 1:
+        and stand-ins, maybe after initializers appended (``replace``'s weights of R), that
+        provably leaves a valid node list (:func:`~onnxsurgeon.splice.splice_holds`, on the
+        graph before it): its stand-ins, whose schema checks stand for its new nodes'; else
+        None. The save's touched check then vouches without applying the splice
+        (:meth:`dearer_than_check`: a splice of many costs more to follow than the checker's
+        pass). O(nodes + edges) in numpy."""
+        if not self.ok or self._done is not None or not 1 <= len(self._todo) <= 2:
             return None
-        edit, args = self._todo[0]
+        appended: list[str] = []
+        if len(self._todo) == 2:
+            leaves, args = self._todo[0]
+            if leaves != self._leaves_appended:
+                return None
+            appended = args[0]
+        edit, args = self._todo[-1]
         if edit != self._spliced:
             return None
         removed, groups, written, stand_ins = args
-        if stand_ins is None or not splice_holds(self, removed, groups, written):
+        if stand_ins is None or not splice_holds(self, removed, groups, written, appended):
             return None
         return list(stand_ins)
 

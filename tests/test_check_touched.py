@@ -17,14 +17,23 @@ from onnx import helper
 from onnxsurgeon import checking, io, load
 from onnxsurgeon.checking import Check, OutputCheckError
 from onnxsurgeon.io import vouched_by_edits
+from onnxsurgeon.protos import node_entries
 from onnxsurgeon.session import Session, active
-from onnxsurgeon.surgery import copy, extract, fold, insert, rename, reroute
+from onnxsurgeon.surgery import copy, extract, fold, insert, rename, replace, reroute
 from onnxsurgeon.upkeep import Upkeep
 from tests import builders
 from tests.cli_helpers import cli_main as run
 
 copy_module = importlib.import_module("onnxsurgeon.surgery.copy")  # the module, not the verb
 fuse_module = importlib.import_module("onnxsurgeon.surgery.fuse")
+replace_module = importlib.import_module("onnxsurgeon.surgery.replace")
+
+# replace's sites: every MatMul -> Add, by R the same with Sum, times a weight of R's own (an
+# initializer appended before the splice); the Relus are kept
+FUSE_P = (b"g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] y) {\n"
+          b" h = MatMul(p, w)\n y = Add(h, b) }")
+FUSE_R = (b"g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] y)"
+          b" <float[1] one = {1.0}> {\n h = MatMul(p, w)\n s = Sum(h, b)\n y = Mul(s, one) }")
 
 
 @pytest.fixture
@@ -90,6 +99,7 @@ VERBS = {
     "copy-shared": lambda m: copy(m, ["y", "relu4"], prefix="twin/", weights="shared"),
     "rename": lambda m: rename(m, {"relu3": "act"}),
     "fold": lambda m: fold(m),  # 8 MatMul + Add -> Gemm: one splice of half the nodes
+    "replace": lambda m: replace(m, pattern=FUSE_P, replacement=FUSE_R),  # 24 new of 32
 }
 
 
@@ -334,6 +344,122 @@ def test_a_graph_output_a_splice_no_longer_produces_is_refused(tmp_path, monkeyp
     m = _in_session(load(src))
     _gemm_fault(monkeypatch, lambda x, y: (x, "elsewhere"), site=-1)
     fold(m)
+    assert _journal(m).holds_unapplied() is None and not check_touched(m)
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
+
+
+def _replica_fault(monkeypatch, change, site: int = 1):
+    """replace's copies, broken: copy ``site``'s names (its slots: R's inputs, outputs and
+    inner tensors, then its weights) become ``change(names, every site's names)``, in its
+    bytes and in the fields handed to the upkeep alike."""
+    real = replace_module.build_copies
+
+    def broken(tpl, sites, *args):
+        copies = real(tpl, sites, *args)
+        rep, names = copies.written.replicas, copies.written.names
+        new = change(list(rep.sites[site]), rep.sites)
+        rep.sites[site][:] = new
+        t = len(rep.reads)
+        nodes = [helper.make_node(op, [new[k] for k in ins], [new[k] for k in outs],
+                                  name=names[site * t + j], domain=domain or None)
+                 for j, ((_, _, op, domain, _), ins, outs) in enumerate(zip(
+                     tpl.specs, rep.reads, rep.writes, strict=True))]
+        inserted = copies.plans[""][1]
+        at = sorted(inserted)[site]
+        inserted[at] = (t, b"".join(node_entries([n.SerializeToString() for n in nodes])))
+        return copies
+
+    monkeypatch.setattr(replace_module, "build_copies", broken)
+
+
+def _slot(k, value):
+    """A change of one slot of a site's names."""
+    def change(names, _sites):
+        names[k] = value
+        return names
+    return change
+
+
+# FUSE_R's slots: p w b (read), y h s (made), one (R's weight, every site alike)
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("change", [
+    pytest.param(_slot(0, "relu6"), id="reads-a-later-tensor"),
+    pytest.param(_slot(0, "nowhere"), id="reads-an-undefined-tensor"),
+    pytest.param(lambda names, sites: _slot(0, sites[3][3])(names, sites),
+                 id="reads-a-later-copy's-output"),
+    pytest.param(lambda names, sites: _slot(0, names[3])(names, sites),
+                 id="reads-its-own-output"),
+    pytest.param(_slot(6, "nowhere"), id="reads-an-undefined-weight"),
+    pytest.param(_slot(3, "relu5"), id="defines-a-name-a-kept-node-defines"),
+    pytest.param(_slot(4, "relu5"), id="an-inner-tensor-defines-a-name-a-kept-node-defines"),
+    pytest.param(_slot(4, "x"), id="defines-a-graph-input"),
+    pytest.param(_slot(4, "W"), id="defines-an-initializer"),
+    pytest.param(_slot(3, "elsewhere"), id="drops-what-a-kept-node-reads"),
+    pytest.param(lambda names, sites: _slot(5, sites[2][5])(names, sites),
+                 id="two-copies-define-one-name"),
+])
+def test_replace_s_splice_is_vouched_for_per_site_only_where_it_holds(tmp_path, monkeypatch,
+                                                                      change):
+    """replace's copies of R with a weight of its own (an initializer appended, then one
+    splice of most of the graph): the touched check decides on the int graph before the
+    splice, by R's template once and the sites' names (:class:`~onnxsurgeon.splice.Replicas`);
+    a fault in what the splice wrote is refused, and the whole check then refuses the file."""
+    _, m = _loaded(tmp_path)
+    replace(m, pattern=FUSE_P, replacement=FUSE_R)
+    journal = _journal(m)
+    assert [edit.__name__ for edit, _ in journal._todo] == ["_leaves_appended", "_spliced"]
+    assert journal._todo[-1][1][2].replicas is not None  # the fields said per site
+    assert journal.dearer_than_check() and journal.holds_unapplied() is not None
+    assert check_touched(m) and journal._done is None  # vouched for, the splice unapplied
+
+    _, m = _loaded(tmp_path, name="broken.onnx")
+    _replica_fault(monkeypatch, change)
+    replace(m, pattern=FUSE_P, replacement=FUSE_R)
+    assert _journal(m).holds_unapplied() is None
+    assert not check_touched(m)
+    out = tmp_path / "o.onnx"
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(m, out, check=Check.TOUCHED)
+    assert not out.exists()
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("name", ["W", "relu3"])
+def test_replace_s_weight_named_like_a_leaf_or_a_node_output_is_refused(tmp_path, monkeypatch,
+                                                                        name):
+    """R's weight appended under a name the graph has (an initializer, a kept node's output),
+    its copies reading it: the appended leaf is refused, the whole check refuses the file."""
+    real = replace_module.Template.prepare
+
+    def named(self, weights):
+        weights.update(dict.fromkeys(weights, name))
+        real(self, weights)
+
+    _, m = _loaded(tmp_path)
+    monkeypatch.setattr(replace_module.Template, "prepare", named)
+    replace(m, pattern=FUSE_P, replacement=FUSE_R)
+    assert m.proto.graph.initializer[-1].name == name
+    assert _journal(m).holds_unapplied() is None and not check_touched(m)
+    with pytest.raises(OutputCheckError, match="onnx.checker"):
+        save(m, tmp_path / "o.onnx", check=Check.TOUCHED)
+
+
+def test_replace_s_graph_output_its_copies_no_longer_produce_is_refused(tmp_path, monkeypatch,
+                                                                       large):
+    """The last site's Add computes a graph output nothing reads: a copy writing another name
+    leaves it unproduced (no kept node's read shows it)."""
+    model = builders.chain(8)
+    model.graph.node[-1].input[0] = "relu6"  # the last Relu skips the last block's Add
+    model.graph.output.append(helper.make_tensor_value_info("add7", onnx.TensorProto.FLOAT,
+                                                            [1, 4]))
+    src, m = _loaded(tmp_path, model)
+    replace(m, pattern=FUSE_P, replacement=FUSE_R)
+    assert check_touched(m) and _journal(m)._done is None
+
+    m = _in_session(load(src))
+    _replica_fault(monkeypatch, _slot(3, "elsewhere"), site=-1)
+    replace(m, pattern=FUSE_P, replacement=FUSE_R)
     assert _journal(m).holds_unapplied() is None and not check_touched(m)
     with pytest.raises(OutputCheckError, match="onnx.checker"):
         save(m, tmp_path / "o.onnx", check=Check.TOUCHED)

@@ -151,6 +151,9 @@ def test_the_types_by_id_are_those_by_name():
     assert answered == {"x": (f, 1), "y": (f, 2), "w": (f, 1), "a": (f, 1),
                         "b": (onnx.TensorProto.DOUBLE, 2), "q": (f, 2),
                         "o": (f, 1), "n": (f, 1)}
+    # a declared type read once (by its bytes), the same answers from the memo
+    assert {name: lookup.by_id(index.edge_id(name)) for name in answered} == answered
+    assert lookup.by_type[b""] is None and len(lookup.by_type) == 4  # untyped "c" too
     # by name only: after the untyped ValueInfo the cheap pass (from b's declared type); the
     # Constant's value
     assert lookup("", "c") == (onnx.TensorProto.DOUBLE, 2) and lookup("", "k") == (f, 1)

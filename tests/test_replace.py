@@ -388,3 +388,32 @@ def test_a_replacement_declared_without_a_fixed_size_takes_a_site_of_any_rank(tm
     assert [n.op_type for n in got.graph.node] == ["Relu", "Clip", "Neg"]
     x = np.random.default_rng(0).standard_normal((1, 3, 4)).astype(np.float32) * 8
     assert np.array_equal(run(host, {"x": x})[0], run(got, {"x": x})[0])
+
+
+def test_the_declared_types_filled_at_once_are_those_asked_one_by_one():
+    """``_SiteTypes.fill`` keys the declared tensors by C-level maps: the same keys as
+    :meth:`key` asked name by name, a declared entry without a dtype (or not a tensor) left to
+    the next source."""
+    import importlib
+
+    from onnx import helper
+
+    from onnxsurgeon.index import GraphIndex
+    from tests import builders
+
+    replace_module = importlib.import_module("onnxsurgeon.surgery.replace")
+    proto = onnx.shape_inference.infer_shapes(builders.chain(6))
+    vis = proto.graph.value_info
+    vis[1].type.tensor_type.ClearField("elem_type")  # declared, no dtype
+    vis[2].type.CopyFrom(helper.make_sequence_type_proto(vis[2].type))  # not a tensor
+    vis[3].type.tensor_type.shape.dim[0].dim_param = "batch"
+    names = [vi.name for vi in vis] + ["x", "W", "y"]
+    one, many = (replace_module._SiteTypes(GraphIndex(proto), len(proto.graph.node))
+                 for _ in range(2))
+    by_one = {name: one.key(name) for name in names}
+    many.fill(names)
+    assert many.memo == by_one
+    untyped = by_one[vis[1].name]  # typed by another source: a tensor with its dtype
+    assert untyped != vis[1].type.SerializeToString(deterministic=True)
+    assert replace_module._elem(replace_module._type_of(untyped)) == 1
+    assert by_one[vis[3].name] == vis[3].type.SerializeToString(deterministic=True)

@@ -27,24 +27,9 @@ from ..names import NameAllocator
 from ..nodefields import edge_op
 from ..pattern import Match, Pattern
 from ..protos import node_entry_head, varint
-from ..upkeep import Written
+from ..splice import Replicas, Written
 
 _SERIALIZE = onnx.NodeProto.SerializeToString
-_Getter = Callable[[list[str]], Sequence[str]]
-
-
-def _getter(at: list[int]) -> _Getter:
-    """``names -> [names[k] for k in at]`` as a C-level itemgetter (always a sequence)."""
-    if len(at) > 1:
-        return itemgetter(*at)
-    if at:
-        k = at[0]
-
-        def one(vals: list[str]) -> Sequence[str]:
-            return (vals[k],)
-
-        return one
-    return lambda vals: ()
 
 
 def _rest(op: str, domain: str, attrs: list[onnx.AttributeProto]) -> onnx.NodeProto:
@@ -85,19 +70,19 @@ class Template:
         self.specs = [(list(n.input), list(n.output), n.op_type, n.domain, list(n.attribute))
                       for n in self.nodes]
         """Per node: its inputs, outputs, op type, domain and attributes, read once."""
-        self.plan: list[tuple[_Getter, _Getter]] | None = None
-        """Per node: its inputs and its outputs as getters of a site's names (:meth:`prepare`)."""
+        self.slots: list[tuple[list[int], list[int]]] | None = None
+        """Per node: its inputs and its outputs as positions in a site's list of names
+        (:meth:`prepare`)."""
         self.inner: list[str] = []
         self.literals: list[str] = []
         self.ops = [edge_op(op, domain, outs) for _, outs, op, domain, _ in self.specs]
         """Each node's :func:`~onnxsurgeon.nodefields.edge_op` (a copy's is the same)."""
         self.rests = [_SERIALIZE(_rest(op, domain, attrs)) for _, _, op, domain, attrs in self.specs]
         """Each node's fields but its names, serialized (what every copy repeats)."""
-        self._slots: list[tuple[list[int], list[int]]] = []
         self._formats: dict[tuple[int, ...], tuple[bytes, Callable[[list[bytes]], Any]]] = {}
 
     def prepare(self, weights: dict[str, str]) -> None:
-        """:attr:`plan`: each node's inputs and outputs as positions in a site's list of names
+        """:attr:`slots`: each node's inputs and outputs as positions in a site's list of names
         (R's inputs, its outputs, its inner tensors fresh, the weights' shared names), when no
         output is handed straight on and R holds no body; else None (:func:`copy_for` maps
         names one by one)."""
@@ -117,9 +102,8 @@ class Template:
                     literal[x] = len(slots) + len(literal)
         self.literals = [weights.get(x, x) for x in literal]
         slots.update(literal)
-        self._slots = [([slots[x] for x in ins], [slots[x] for x in outs])
-                       for ins, outs, *_ in self.specs]
-        self.plan = [(_getter(ins), _getter(outs)) for ins, outs in self._slots]
+        self.slots = [([slots[x] for x in ins], [slots[x] for x in outs])
+                      for ins, outs, *_ in self.specs]
 
     @property
     def n_vars(self) -> int:
@@ -144,7 +128,7 @@ class Template:
         literals = [x.encode() for x in self.literals]
         fmt: list[bytes] = []
         order: list[int] = []
-        for k, ((ins, outs), rest) in enumerate(zip(self._slots, self.rests, strict=True)):
+        for k, ((ins, outs), rest) in enumerate(zip(self.slots or [], self.rests, strict=True)):
             body: list[bytes] = []
             size = len(rest)
             for tag, slot in chain(((b"\x0a", x) for x in ins), ((b"\x12", x) for x in outs),
@@ -185,7 +169,7 @@ def build_copies(tpl: Template, sites: Sequence[Match], p: Pattern, weights: dic
     site, as :func:`copy_for` names them). O(sites x |R|)."""
     out = Copies()
     prefixes = [f"{site.labels[-1]}/{stem}/" for site in sites]
-    if tpl.plan is None:
+    if tpl.slots is None:
         for site, prefix in zip(sites, prefixes, strict=True):
             nodes = copy_for(tpl, site, p, weights, names, prefix)
             _add(out, site, (len(nodes), b"".join(
@@ -231,37 +215,13 @@ def build_copies(tpl: Template, sites: Sequence[Match], p: Pattern, weights: dic
             order = sorted(order, key=lambda k: sites[k].nodes[-1])
         node_names = list(chain.from_iterable(map(out.replaced.__getitem__, order)))
         vals = [v for _, v in main]
-        out.written = Written(_Fields(tpl.plan, vals, 0), _Fields(tpl.plan, vals, 1),
-                              node_names, tpl.ops * len(main))
+        out.written = Written.of_replicas(
+            Replicas([ins for ins, _ in tpl.slots], [outs for _, outs in tpl.slots],
+                     len(tpl.inputs), len(tpl.outputs) + len(tpl.inner), vals),
+            node_names, tpl.ops * len(main))
         first = out.plans[""][1][main[0][0]][1]
         out.stand_ins = list(onnx.GraphProto.FromString(first).node)
     return out
-
-
-class _Fields(Sequence[Sequence[str]]):
-    """The inputs (``which`` 0) or outputs (1) of every main-graph copy, in list order, made
-    from the sites' names when first read: only an upkeep that applies its edits reads them
-    (a CLI run whose save checks the whole model never does)."""
-
-    def __init__(self, plan: list[tuple[_Getter, _Getter]] | None, vals: list[list[str]],
-                 which: int) -> None:
-        self._plan, self._vals, self._which = plan or [], vals, which
-        self._made: list[Sequence[str]] | None = None
-
-    def _list(self) -> list[Sequence[str]]:
-        if self._made is None:
-            getters = [g[self._which] for g in self._plan]
-            self._made = [get(v) for v in self._vals for get in getters]
-        return self._made
-
-    def __len__(self) -> int:
-        return len(self._vals) * len(self._plan)
-
-    def __getitem__(self, k: Any) -> Any:
-        return self._list()[k]
-
-    def __iter__(self) -> Any:
-        return iter(self._list())
 
 
 def _claim(names: NameAllocator, tpl: Template, prefix: str) -> tuple[list[str], list[str]]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ from ._opsets import reconcile
 from ._replicas import Template, build_copies
 
 _OUTPUT = attrgetter("output")
+_TYPE = attrgetter("type")
+_ELEM = attrgetter("tensor_type.elem_type")  # read only: sets no field; 0 unless set
+_TYPE_KEY = methodcaller("SerializeToString", deterministic=True)
 PatternSource = str | Path | bytes | onnx.ModelProto | onnx.GraphProto | Pattern
 
 
@@ -152,6 +155,12 @@ class _SiteTypes:
         memo = self.memo
         todo = [n for n in dict.fromkeys(names) if n not in memo]
         declared, inits = self.declared, self.initializers
+        mine = [n for n in todo if n in declared]
+        if mine:  # :meth:`key`'s first case by C-level maps (a typed model declares each)
+            keys = list(map(_TYPE_KEY, map(_TYPE, map(declared.__getitem__, mine))))
+            has_dtype = {k: bool(_ELEM(onnx.TypeProto.FromString(k))) for k in set(keys)}
+            typed = list(map(has_dtype.__getitem__, keys))  # each distinct type read once
+            memo.update(zip(compress(mine, typed), compress(keys, typed), strict=True))
         plain = [n for n in todo if n not in declared and n not in inits]
         if plain:
             get: Callable[[Any], Any] = self._cheap().get  # None: no producer or no type
@@ -212,6 +221,8 @@ class _SiteLookup:
         self.cheap: dict[int, Any] | None = None
         self.leaves: dict[int, str] = {}
         self.ops: list[str] = []
+        self.by_type: dict[bytes, tuple[int, int | None] | None] = {}
+        """A declared TypeProto's bytes -> its (dtype, rank) (:meth:`by_id`)."""
 
     def __call__(self, path: str, name: str) -> tuple[int, int | None] | None:
         if path:
@@ -253,13 +264,14 @@ class _SiteLookup:
                 cheap = self.cheap = self.main.cheap_types()
             found = cheap.get(g)
             return (found[0], len(found[1])) if found is not None else None
-        if vi is None or not vi.type.HasField("tensor_type"):
+        if vi is None:
             return None
-        tt = vi.type.tensor_type
-        elem = tt.elem_type
-        if not elem:
-            return None
-        return int(elem), (len(tt.shape.dim) if tt.HasField("shape") else None)
+        t = vi.type
+        key = t.SerializeToString()  # one C call; most tensors share a type: read it once
+        found = self.by_type.get(key, False)
+        if found is False:
+            found = self.by_type[key] = _dtype_rank(t)
+        return found
 
     def _by_node(self) -> dict[int, Any]:
         """Node id -> its output's ValueInfo, None for a node whose output is named as an
@@ -277,6 +289,18 @@ class _SiteLookup:
         by_node.pop(None, None)
         self.by_node = by_node
         return by_node
+
+
+def _dtype_rank(t: onnx.TypeProto) -> tuple[int, int | None] | None:
+    """A declared type's (dtype, rank) as :meth:`_SiteLookup.by_id` answers it: None unless a
+    tensor type with a dtype; rank None without a shape."""
+    if not t.HasField("tensor_type"):
+        return None
+    tt = t.tensor_type
+    elem = tt.elem_type
+    if not elem:
+        return None
+    return int(elem), (len(tt.shape.dim) if tt.HasField("shape") else None)
 
 
 def _type_of(key: _Key) -> onnx.TypeProto | None:
