@@ -1,6 +1,7 @@
 """``fold``'s second pass: a node that passes an input through unchanged (``x + 0``, ``x - 0``,
-``x * 1``, ``x / 1`` with a constant that broadcasts ``x`` to no other shape or type) goes, its
-readers reading ``x``. Pure queries: the caller edits."""
+``x * 1``, ``x / 1`` with a constant that broadcasts ``x`` to no other shape or type: each of its
+dims 1 or the static size of ``x``'s, ``x`` of known rank, its other dims dynamic or not) goes,
+its readers reading ``x``. Pure queries: the caller edits."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import onnx
 from onnx import numpy_helper
 
 from ..index import GraphIndex
-from ._foldshape import static_shape
 
 _NEUTRAL = {"Add": (0.0, (0, 1)), "Sub": (0.0, (1,)), "Mul": (1.0, (0, 1)),
             "Div": (1.0, (1,))}
@@ -61,10 +61,10 @@ def neutral_nodes(index: GraphIndex, neutral: Mapping[str, float]) -> dict[int, 
                 from ..types import TypeOracle
 
                 oracle = TypeOracle(index)
-            shape = static_shape(oracle.shape(x_name))
+            shape = oracle.shape(x_name)  # a dynamic dim (a symbol, None) takes only a 1
             if shape is None or oracle.elem_type(x_name) != tensor.data_type:
                 continue
-            if len(c_shape) > len(shape) or any(d not in (1, x) for d, x in
+            if len(c_shape) > len(shape) or any(d != 1 and d != x for d, x in
                                                 zip(c_shape[::-1], shape[::-1], strict=False)):
                 continue
             found[i] = through.get(x_name, x_name)  # a chain of them passes the first input

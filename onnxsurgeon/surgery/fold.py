@@ -100,13 +100,14 @@ class FoldResult:
 
     Attributes:
         folded: main-graph tensors that are initializers now, in graph order.
-        removed: labels of the main-graph nodes removed (folded, or passing an input through).
+        removed: labels of the main-graph nodes removed (folded, passing an input through, or
+            duplicating an earlier node).
         kept: foldable main-graph tensors left computed (value over ``max_bytes``).
         body_folded: tensors folded inside nested bodies.
         max_bytes: the limit used.
         fused: with ``fuse``, each simplification made: ``{"rule", "nodes", "into"}`` (see
-            :mod:`onnxsurgeon.surgery.fuse`; main-graph no-ops removed are in ``removed``
-            too), with ``"graph"`` (the body path, ``function <domain.name>``) for one made
+            :mod:`onnxsurgeon.surgery.fuse`; main-graph no-ops and duplicates removed are in
+            ``removed`` too), with ``"graph"`` (the body path, ``function <domain.name>``) for one made
             inside an If/Loop/Scan body or a local function.
         fuse: whether the simplifications were asked for.
     """
@@ -590,8 +591,9 @@ def _drop_dead_initializers(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -
 def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]], *,
           ops: list[str] | None = None) -> tuple[str, ...]:
     """The simplifications of :mod:`~onnxsurgeon.surgery.fuse` on the folded main graph (each
-    appended to ``fused``); the labels of the no-ops removed. Two edits at most. ``ops``: the
+    appended to ``fused``); the labels of the no-ops and duplicates removed. Three edits at most. ``ops``: the
     op types of the main graph's nodes as they are (the fold changed none), else None."""
+    from ._cse import apply_duplicates, plan_duplicates
     from .fuse import apply_fusions, apply_noops, plan_fusions, plan_noops
 
     proto = m.proto
@@ -606,8 +608,17 @@ def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, A
         e.hand_on(m)
         fused.extend(entries)
         index = indexed(m)
+    dups, entries = plan_duplicates(index, inputs)
+    if dups:
+        labels += tuple(index.node_label(i) for i in sorted(dups))
+        e = Edit(index)
+        apply_duplicates(e, index, dups)
+        _drop_dead_initializers(e, proto.graph, inputs)
+        e.hand_on(m)
+        fused.extend(entries)
+        index = indexed(m)
     plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
-                        ops=None if noops else ops)
+                        ops=None if noops or dups else ops)
     if plan.fused:
         e = Edit(index)
         apply_fusions(e, plan)

@@ -14,7 +14,9 @@ On the main graph, after the constants are folded:
 * ``Conv`` + ``BatchNormalization`` (constant scale, bias, mean and variance; inference) ->
   one ``Conv`` whose weight and bias are the folded products (float32/float64), the Conv's
   output read by the BatchNormalization only. The Conv keeps its name and takes the
-  BatchNormalization's output; its new weight and bias get fresh names.
+  BatchNormalization's output; its new weight and bias get fresh names;
+* main-graph nodes computing what an earlier node computes merged into it (common
+  subexpressions: :mod:`onnxsurgeon.surgery._cse`), ``"rule": "duplicate"``.
 
 Each is listed in :attr:`~onnxsurgeon.surgery.fold.FoldResult.fused` as ``{"rule", "nodes",
 "into"}`` (the labels of the nodes removed, the label of the node made, "" for a no-op) and is
@@ -58,7 +60,7 @@ _OUTPUTS = attrgetter("output")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
-         "conv_batchnorm")
+         "conv_batchnorm", "duplicate")
 """Every rule, as ``fused`` names them."""
 
 
