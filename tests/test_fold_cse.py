@@ -278,3 +278,31 @@ def test_a_duplicate_whose_output_a_body_reads_stays():
     r = surgery.fold(m, fuse=True)
     merged = {f["nodes"][0] for f in r.fused if f["rule"] == "duplicate"}
     assert "neg3" not in merged and {"shape2", "concat2", "leaky2"} <= merged
+
+
+def test_a_reshape_to_the_shape_its_dynamic_input_has_is_a_no_op():
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Reshape", ["x", "s04"], ["a"], name="copy0"),
+             helper.make_node("Reshape", ["a", "sm14"], ["b"], name="infer"),
+             helper.make_node("Reshape", ["b", "s0m1"], ["c"], name="dynamic_other"),
+             helper.make_node("Relu", ["c"], ["d"], name="relu"),
+             helper.make_node("Reshape", ["v", "sm1"], ["f"], name="flat"),
+             helper.make_node("Neg", ["f"], ["e"], name="neg")]
+    inits = [_c("s04", [0, 4]), _c("sm14", [-1, 4]), _c("s0m1", [0, -1]), _c("sm1", [-1])]
+    g = helper.make_graph(nodes, "g", [vi("x", F, ["n", 4]), vi("v", F, ["k"])],
+                          [vi("d", F, ["n", 4]), vi("e", F, ["k"])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    r = surgery.fold(m)
+    assert sorted(f["nodes"][0] for f in r.fused if f["rule"] == "reshape") == [
+        "copy0", "flat", "infer"]
+    assert [n.name for n in m.graph.node] == ["dynamic_other", "relu", "neg"]
+    assert m.graph.node[0].input[0] == "x"
+    x, v = np.ones((3, 4), np.float32), np.arange(5, dtype=np.float32)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    d, e = sess.run(None, {"x": x, "v": v})
+    assert np.array_equal(d, x) and np.array_equal(e, -v)
+    m.graph.node.insert(2, helper.make_node("Reshape", ["c", "s04"], ["c2"], name="allowzero",
+                                            allowzero=1))  # a 0 is a size then
+    m.graph.node[3].input[0] = "c2"
+    m.graph.initializer.append(_c("s04", [0, 4]))
+    assert [f["nodes"] for f in surgery.fold(m).fused] == []

@@ -5,7 +5,7 @@ On the main graph, after the constants are folded:
 
 * no-ops removed, their readers reading their input: ``Identity``; ``Dropout`` in inference (no
   ``training_mode``, or a constant false one; the mask unused); ``Cast`` to the type its input
-  has; ``Reshape`` to the static shape its input has; ``Transpose`` by the identity permutation.
+  has; ``Reshape`` to the shape its input has (static sizes, 0 copying a dim, or one -1 inferring it); ``Transpose`` by the identity permutation.
   A node whose output is a graph output stays (the output keeps its name and producer);
 * ``MatMul(x, W) + B`` -> ``Gemm(x, W, B)``: ``x`` 2-D, ``W`` a 2-D initializer, ``B`` an
   initializer broadcast over the last dim (shape ``[]``, ``[1]``, ``[N]``, ``[1, N]``), float
@@ -165,6 +165,24 @@ class _Facts:
         return np.asarray(read_tensor(t, self.base_dir))  # type: ignore[arg-type]
 
 
+def _same_shape(target: list[int], shape: Sequence[int | str | None], *, copy: bool) -> bool:
+    """A Reshape to ``target`` gives ``shape`` back: the same rank, each entry the static size
+    of that dim (> 0), a 0 copying it (``copy``: no ``allowzero``), or one -1 while every other
+    dim has a static size > 0 (then it infers that dim)."""
+    if len(target) != len(shape):
+        return False
+    free = [k for k, t in enumerate(target) if t == -1]
+    if len(free) > 1:
+        return False
+    for k, (t, d) in enumerate(zip(target, shape, strict=True)):
+        static = isinstance(d, int) and d > 0
+        if free and k != free[0] and not static:
+            return False
+        if not (t == -1 or (t == 0 and copy) or (static and t == d)):
+            return False
+    return True
+
+
 def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
     """The input ``node`` passes through unchanged, or None."""
     if node.domain not in ("", "ai.onnx") or not node.input or not node.input[0]:
@@ -192,10 +210,13 @@ def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
         if len(node.input) < 2 or node.input[1] not in facts.inits:
             return None
         shape = facts.oracle().shape(x)
-        if shape is None or not all(isinstance(d, int) and d > 0 for d in shape):
+        if shape is None:
             return None
         target = facts.value(node.input[1])
-        return x if target.ndim == 1 and target.tolist() == shape else None
+        allowzero = _attr(node, "allowzero")
+        same = target.ndim == 1 and _same_shape(target.tolist(), shape,
+                                                  copy=not (allowzero and allowzero.i))
+        return x if same else None
     if op == "Transpose":
         perm = _attr(node, "perm")
         shape = facts.oracle().shape(x)
