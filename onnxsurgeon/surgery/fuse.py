@@ -5,7 +5,8 @@ On the main graph, after the constants are folded:
 
 * no-ops removed, their readers reading their input: ``Identity``; ``Dropout`` in inference (no
   ``training_mode``, or a constant false one; the mask unused); ``Cast`` to the type its input
-  has; ``Reshape`` to the shape its input has (static sizes, 0 copying a dim, or one -1 inferring it); ``Transpose`` by the identity permutation.
+  has; ``Reshape`` to the shape its input has (static sizes, a 0 copying a dim, one -1
+  inferring it); ``Transpose`` by the identity permutation.
   A node whose output is a graph output stays (the output keeps its name and producer);
 * ``MatMul(x, W) + B`` -> ``Gemm(x, W, B)``: ``x`` 2-D, ``W`` a 2-D initializer, ``B`` an
   initializer broadcast over the last dim (shape ``[]``, ``[1]``, ``[N]``, ``[1, N]``), float
