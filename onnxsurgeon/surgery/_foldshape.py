@@ -10,7 +10,7 @@ Pure queries over one graph's nodes: nothing here mutates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -98,3 +98,55 @@ def static_shape(shape: Sequence[int | str | None] | None) -> list[int] | None:
     if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
         return None
     return [int(d) for d in shape]  # type: ignore[arg-type]
+
+
+def whole_shape(concat: onnx.NodeProto, nodes: Sequence[onnx.NodeProto],
+                producer: Mapping[str, int], value: Callable[[str], np.ndarray | None],
+                rank: Callable[[str], int | None]) -> str | None:
+    """The ``Shape(x)`` output that a ``Concat`` along axis 0 rebuilds entry by entry
+    (``Concat(Unsqueeze(Gather(Shape(x), 0), [0]), ..., Unsqueeze(Gather(Shape(x), r - 1), [0]))``
+    with ``x`` of rank ``r``), or None. ``value``: a constant operand's value (None when it is
+    not one); ``rank``: a tensor's rank when known. O(r)."""
+    axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
+    if axis not in (0, -1) or not concat.input:
+        return None
+    shape: str | None = None
+    x = ""
+    for k, part in enumerate(concat.input):
+        unsq = _made_by(part, "Unsqueeze", nodes, producer)
+        if unsq is None or not _axes_zero(unsq, value):
+            return None
+        gather = _made_by(unsq.input[0], "Gather", nodes, producer)
+        if gather is None or len(gather.input) != 2 or any(
+                a.name == "axis" and a.i != 0 for a in gather.attribute):
+            return None
+        made = _made_by(gather.input[0], "Shape", nodes, producer)
+        if made is None or made.attribute or not made.input:
+            return None
+        if shape is None:
+            shape, x = gather.input[0], made.input[0]
+        elif made.input[0] != x:  # another Shape of the same tensor is the same
+            return None
+        index = value(gather.input[1])
+        r = rank(made.input[0])
+        if (index is None or index.ndim != 0 or r != len(concat.input)
+                or not -r <= int(index) < r or int(index) % r != k):
+            return None
+    return shape
+
+
+def _made_by(name: str, op: str, nodes: Sequence[onnx.NodeProto],
+             producer: Mapping[str, int]) -> onnx.NodeProto | None:
+    j = producer.get(name)
+    if j is None:
+        return None
+    node = nodes[j]
+    return node if node.op_type == op and node.domain in ("", "ai.onnx") else None
+
+
+def _axes_zero(unsq: onnx.NodeProto, value: Callable[[str], np.ndarray | None]) -> bool:
+    """An Unsqueeze of a scalar at axis 0 (the axes an input, opset 13, or an attribute)."""
+    if len(unsq.input) == 2:
+        axes = value(unsq.input[1])
+        return axes is not None and axes.tolist() in ([0], [-1])
+    return any(a.name == "axes" and list(a.ints) in ([0], [-1]) for a in unsq.attribute)

@@ -6,7 +6,8 @@ On the main graph, after the constants are folded:
 * no-ops removed, their readers reading their input: ``Identity``; ``Dropout`` in inference (no
   ``training_mode``, or a constant false one; the mask unused); ``Cast`` to the type its input
   has; ``Reshape`` to the shape its input has (static sizes, a 0 copying a dim, one -1
-  inferring it); ``Transpose`` by the identity permutation.
+  inferring it); ``Transpose`` by the identity permutation; a ``Concat`` putting every dim of
+  ``Shape(x)`` back together in order (``Unsqueeze(Gather(Shape(x), k))``), which is ``Shape(x)``.
   A node whose output is a graph output stays (the output keeps its name and producer);
 * ``MatMul(x, W) + B`` -> ``Gemm(x, W, B)``: ``x`` 2-D, ``W`` a 2-D initializer, ``B`` an
   initializer broadcast over the last dim (shape ``[]``, ``[1]``, ``[N]``, ``[1, N]``), float
@@ -51,7 +52,7 @@ FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.Tensor
 """Element types Gemm and the rules here take."""
 
 NOOP_RULES = {"Identity": "identity", "Dropout": "dropout", "Cast": "cast",
-              "Reshape": "reshape", "Transpose": "transpose"}
+              "Reshape": "reshape", "Transpose": "transpose", "Concat": "shape_concat"}
 """Op -> rule name of the no-op elimination."""
 
 _INPUTS = attrgetter("input")
@@ -60,8 +61,8 @@ _DOMAIN_INPUTS = attrgetter("domain", "input")
 _OUTPUTS = attrgetter("output")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
-RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
-         "conv_batchnorm", "duplicate")
+RULES = ("identity", "dropout", "cast", "reshape", "transpose", "shape_concat",
+         "matmul_add_gemm", "conv_batchnorm", "duplicate")
 """Every rule, as ``fused`` names them."""
 
 
@@ -218,6 +219,15 @@ def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
         same = target.ndim == 1 and _same_shape(target.tolist(), shape,
                                                   copy=not (allowzero and allowzero.i))
         return x if same else None
+    if op == "Concat":  # every dim of Shape(x) gathered and put back together: Shape(x)
+        from ._foldshape import whole_shape
+
+        def rank(name: str) -> int | None:
+            shape = facts.oracle().shape(name)
+            return None if shape is None else len(shape)
+
+        return whole_shape(node, facts.index.graph.node, facts.index.producer,
+                           lambda n: facts.value(n) if n in facts.inits else None, rank)
     if op == "Transpose":
         perm = _attr(node, "perm")
         shape = facts.oracle().shape(x)
