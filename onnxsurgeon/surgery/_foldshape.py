@@ -16,6 +16,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..index import GraphIndex, positions
+
 Dims = list[int | None]
 """A shape vector's entries: a static size, or None where it is not known statically."""
 
@@ -150,3 +152,66 @@ def _axes_zero(unsq: onnx.NodeProto, value: Callable[[str], np.ndarray | None]) 
         axes = value(unsq.input[1])
         return axes is not None and axes.tolist() in ([0], [-1])
     return any(a.name == "axes" and list(a.ints) in ([0], [-1]) for a in unsq.attribute)
+
+
+def slice_kept(dims: Sequence[int | str | None], data: Sequence[int | str | None] | None,
+               axes: np.ndarray | None) -> list[int | str | None]:
+    """``dims`` of a ``Slice`` output with the dims it does not slice taken from its input's
+    ``data`` (shape inference gives up on every dim when the starts or ends are computed):
+    ``axes`` the constant axes (None: not known, nothing taken). O(rank)."""
+    if data is None or axes is None or len(data) != len(dims) or axes.ndim != 1:
+        return list(dims)
+    rank = len(dims)
+    sliced = {int(a) % rank for a in axes.tolist() if -rank <= int(a) < rank}
+    return [d if k in sliced else data[k] for k, d in enumerate(dims)]
+
+
+def known_shapes(index: GraphIndex, ops: list[str]
+                  ) -> dict[str, list[int | str | None]] | None:
+    """Shapes (rank known; static, or partly: a dim a symbol or unknown) of the main graph's
+    tensors read by a Shape/Size node, or None when no such node reads a computed tensor (shape
+    inference runs only then)."""
+    nodes = index.graph.node
+    wanted = {nodes[i].input[0] for i in sorted((*positions(ops, "Shape"), *positions(ops, "Size")))
+              if nodes[i].input and nodes[i].input[0]}
+    if not wanted:
+        return None
+    from ..types import TypeOracle
+
+    oracle = TypeOracle(index)
+    found: dict[str, list[int | str | None]] = {}
+    for name in sorted(wanted):
+        dims = oracle.shape(name)
+        if dims is not None:
+            j = index.producer.get(name)
+            node = nodes[j] if j is not None else None
+            if node is not None and node.op_type == "Slice" and len(node.input) > 3 \
+                    and not all(isinstance(d, int) for d in dims):
+                axes = node.input[3]
+                value = _small_init(index, axes)
+                dims = slice_kept(dims, oracle.shape(node.input[0]), value)
+            found[name] = dims
+    return found
+
+
+def _small_init(index: GraphIndex, name: str) -> np.ndarray | None:
+    """The value of initializer ``name`` when it is an inline one of at most 4 KiB."""
+    k = index.initializers.get(name)
+    if k is None or k < 0:
+        return None
+    t = index.graph.initializer[k]
+    if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() > 1 << 12:
+        return None
+    return numpy_helper.to_array(t)
+
+
+def slice_shapes(index: GraphIndex, ops: list[str]) -> bool:
+    """A Shape reads a Slice whose axes are computed: once they fold, a second round may
+    fold the static dims the Slice keeps (see :func:`known_shapes`)."""
+    nodes, producer = index.graph.node, index.producer
+    for i in positions(ops, "Shape"):
+        j = producer.get(nodes[i].input[0]) if nodes[i].input else None
+        if j is not None and nodes[j].op_type == "Slice" and len(nodes[j].input) > 3 \
+                and nodes[j].input[3] not in index.initializers:
+            return True
+    return False
