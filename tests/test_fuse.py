@@ -51,13 +51,14 @@ def _mlp() -> onnx.ModelProto:
         helper.make_node("Add", ["b2", "m2"], ["y"], name="add2"),
         helper.make_node("MatMul", ["x3", "W1"], ["m3"], name="mm3"),
         helper.make_node("Add", ["m3", "b1"], ["z"], name="add3"),
-        helper.make_node("MatMul", ["x", "W1"], ["m4"], name="mm4"),
+        helper.make_node("MatMul", ["x", "W4"], ["m4"], name="mm4"),
         helper.make_node("Add", ["m4", "b1"], ["u"], name="add4"),
         helper.make_node("Neg", ["m4"], ["v"], name="neg4"),
         helper.make_node("Identity", ["u"], ["w"], name="id_out"),
     ]
     inits = [_w("W1", 4, 5), _w("b1", 5), _w("W2", 5, 2), _w("b2", 1, 2),
-             numpy_helper.from_array(np.array([3, 5], np.int64), "shape35")]
+             numpy_helper.from_array(np.array([3, 5], np.int64), "shape35"),
+             _w("W4", 4, 5)]  # not W1: MatMul(x, W1) would merge into mm1 (a duplicate)
     return _model(nodes, [vi("x", F, [3, 4]), vi("x3", F, [2, 3, 4])],
                   [vi("y", F, [3, 2]), vi("z", F, [2, 3, 5]), vi("v", F, [3, 5]),
                    vi("w", F, [3, 5])], inits)

@@ -17,7 +17,8 @@ and what it reads is folded instead). Bodies of If/Loop/Scan fold the same way o
 constants. Folded values become initializers (an external-data model's save writes the big ones
 to its data file); the folded nodes and the initializers nothing reads any more are removed.
 A main-graph ``If`` whose condition is constant then is replaced by the branch it takes, and
-what that makes constant folds in turn (:mod:`onnxsurgeon.surgery._inline_if`).
+what that makes constant folds in turn (:mod:`onnxsurgeon.surgery._inline_if`); so does a
+``Shape`` of a ``Slice`` whose axes were computed (the dims it does not slice are its input's).
 Then, on the folded graph (its shapes static now), a node that passes an input through unchanged
 (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1`` with a constant that broadcasts ``x`` to no other
 shape or type) is removed, its readers reading ``x``.
@@ -52,7 +53,14 @@ from ..io import Model, as_model
 from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
 from ..session import indexed
-from ._foldshape import selected, shape_entries, small_value, static_shape
+from ._foldshape import (
+    known_shapes,
+    selected,
+    shape_entries,
+    slice_shapes,
+    small_value,
+    static_shape,
+)
 from ._neutral import neutral_constants, neutral_nodes
 
 DEFAULT_MAX_BYTES = 1 << 20
@@ -100,13 +108,14 @@ class FoldResult:
 
     Attributes:
         folded: main-graph tensors that are initializers now, in graph order.
-        removed: labels of the main-graph nodes removed (folded, or passing an input through).
+        removed: labels of the main-graph nodes removed (folded, passing an input through, or
+            duplicating an earlier node).
         kept: foldable main-graph tensors left computed (value over ``max_bytes``).
         body_folded: tensors folded inside nested bodies.
         max_bytes: the limit used.
         fused: with ``fuse``, each simplification made: ``{"rule", "nodes", "into"}`` (see
-            :mod:`onnxsurgeon.surgery.fuse`; main-graph no-ops removed are in ``removed``
-            too), with ``"graph"`` (the body path, ``function <domain.name>``) for one made
+            :mod:`onnxsurgeon.surgery.fuse`; main-graph no-ops and duplicates removed are in
+            ``removed`` too), with ``"graph"`` (the body path, ``function <domain.name>``) for one made
             inside an If/Loop/Scan body or a local function.
         fuse: whether the simplifications were asked for.
     """
@@ -351,27 +360,6 @@ def _like_types(index: GraphIndex, ops: list[str]) -> dict[str, int] | None:
     return {name: t for name, t in found.items() if t}
 
 
-def _known_shapes(m: Model, index: GraphIndex, ops: list[str]
-                  ) -> dict[str, list[int | str | None]] | None:
-    """Shapes (rank known; static, or partly: a dim a symbol or unknown) of the main graph's
-    tensors read by a Shape/Size node, or None when no such node reads a computed tensor (shape
-    inference runs only then)."""
-    nodes = index.graph.node
-    wanted = {nodes[i].input[0] for i in sorted((*positions(ops, "Shape"), *positions(ops, "Size")))
-              if nodes[i].input and nodes[i].input[0]}
-    if not wanted:
-        return None
-    from ..types import TypeOracle
-
-    oracle = TypeOracle(index)
-    found: dict[str, list[int | str | None]] = {}
-    for name in sorted(wanted):
-        dims = oracle.shape(name)
-        if dims is not None:
-            found[name] = dims
-    return found
-
-
 def _nothing_folds(index: GraphIndex, ops: list[str], inputs: set[str]) -> bool:
     """True when provably no main-graph node folds, from the int dataflow graph (numpy, no
     node read): no Constant, Shape, Size or CastLike node, and no node reading only constant
@@ -426,8 +414,9 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
         ops = list(edges.ops)
     else:
         ops = list(map(_OP_TYPE, proto.graph.node))  # C-level: the candidates are read further
+    sliced = "Shape" in ops and "Slice" in ops and slice_shapes(index, ops)
     main = None if _nothing_folds(index, ops, inputs) else _plan_graph(
-        proto.graph, inputs=inputs, base_dir=m.base_dir, shapes=_known_shapes(m, index, ops),
+        proto.graph, inputs=inputs, base_dir=m.base_dir, shapes=known_shapes(index, ops),
         max_bytes=max_bytes, evaluate=run, opsets=opsets, ir_version=proto.ir_version,
         like=_like_types(index, ops))
     bodies: list[_Plan] = []
@@ -460,6 +449,11 @@ def fold(model: Model | onnx.ModelProto, /, *, max_bytes: int = DEFAULT_MAX_BYTE
             folded += more
             pending = None
             index = indexed(m)
+    if main is not None and sliced:  # a Slice's axes are constants now: the dims it keeps
+        more_labels, more = _refold(m, inputs, max_bytes=max_bytes, evaluate=run)
+        removed_labels += more_labels
+        folded += more
+        index = indexed(m)
     # second pass, on the folded graph (its shapes are static now): x + 0, x * 1 pass x on
     neutral = neutral_constants(proto.graph, inputs)
     if neutral and pending is None:
@@ -512,7 +506,6 @@ def _inline_ifs(m: Model, index: GraphIndex, inputs: set[str], *, max_bytes: int
     the fold. O(rounds x nodes)."""
     from ._inline_if import apply_inline, plan_inline
 
-    proto = m.proto
     labels: tuple[str, ...] = ()
     folded: list[str] = []
     while True:
@@ -523,21 +516,33 @@ def _inline_ifs(m: Model, index: GraphIndex, inputs: set[str], *, max_bytes: int
         e = Edit(index)
         apply_inline(e, plans)
         e.hand_on(m)
+        more, values = _refold(m, inputs, max_bytes=max_bytes, evaluate=evaluate)
+        labels += more
+        folded += values
         index = indexed(m)
-        ops = list(map(_OP_TYPE, proto.graph.node))
-        again = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
-                            shapes=_known_shapes(m, index, ops), max_bytes=max_bytes,
-                            evaluate=evaluate, opsets=list(proto.opset_import),
-                            ir_version=proto.ir_version, like=_like_types(index, ops))
-        gone = set(again.removed) if again is not None else set()
-        labels += tuple(node_label(proto.graph.node[i], i) for i in sorted(gone))
-        read = _still_read(proto.graph, gone)  # the conditions and what other branches read go
-        drop = [k for k, t in enumerate(proto.graph.initializer)
-                if t.name not in read and t.name not in inputs]
-        if drop or gone:
-            _fold_edit(m, index, drop, again, [], gone)
-            folded += again.folded if again is not None else []
-            index = indexed(m)
+
+
+def _refold(m: Model, inputs: set[str], *, max_bytes: int, evaluate: Evaluator
+            ) -> tuple[tuple[str, ...], list[str]]:
+    """One more fold round of the main graph as it is now (one edit when something folds or
+    an initializer is read by nothing any more); the labels of the nodes removed and the
+    tensors folded. O(nodes) plus the evaluation."""
+    proto = m.proto
+    index = indexed(m)
+    ops = list(map(_OP_TYPE, proto.graph.node))
+    again = _plan_graph(proto.graph, inputs=inputs, base_dir=m.base_dir,
+                        shapes=known_shapes(index, ops), max_bytes=max_bytes,
+                        evaluate=evaluate, opsets=list(proto.opset_import),
+                        ir_version=proto.ir_version, like=_like_types(index, ops))
+    gone = set(again.removed) if again is not None else set()
+    labels = tuple(node_label(proto.graph.node[i], i) for i in sorted(gone))
+    read = _still_read(proto.graph, gone)  # the conditions and what other branches read go
+    drop = [k for k, t in enumerate(proto.graph.initializer)
+            if t.name not in read and t.name not in inputs]
+    if not (drop or gone):
+        return labels, []
+    _fold_edit(m, index, drop, again, [], gone)
+    return labels, list(again.folded) if again is not None else []
 
 
 def _fold_edit(m: Model, index: GraphIndex, dead: list[int], main: _Plan | None,
@@ -590,8 +595,9 @@ def _drop_dead_initializers(e: Edit, graph: onnx.GraphProto, inputs: set[str]) -
 def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, Any]], *,
           ops: list[str] | None = None) -> tuple[str, ...]:
     """The simplifications of :mod:`~onnxsurgeon.surgery.fuse` on the folded main graph (each
-    appended to ``fused``); the labels of the no-ops removed. Two edits at most. ``ops``: the
+    appended to ``fused``); the labels of the no-ops and duplicates removed. Three edits at most. ``ops``: the
     op types of the main graph's nodes as they are (the fold changed none), else None."""
+    from ._cse import apply_duplicates, plan_duplicates
     from .fuse import apply_fusions, apply_noops, plan_fusions, plan_noops
 
     proto = m.proto
@@ -606,8 +612,17 @@ def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, A
         e.hand_on(m)
         fused.extend(entries)
         index = indexed(m)
+    dups, entries = plan_duplicates(index, inputs)
+    if dups:
+        labels += tuple(index.node_label(i) for i in sorted(dups))
+        e = Edit(index)
+        apply_duplicates(e, index, dups)
+        _drop_dead_initializers(e, proto.graph, inputs)
+        e.hand_on(m)
+        fused.extend(entries)
+        index = indexed(m)
     plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
-                        ops=None if noops else ops)
+                        ops=None if noops or dups else ops)
     if plan.fused:
         e = Edit(index)
         apply_fusions(e, plan)

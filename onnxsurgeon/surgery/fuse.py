@@ -5,7 +5,9 @@ On the main graph, after the constants are folded:
 
 * no-ops removed, their readers reading their input: ``Identity``; ``Dropout`` in inference (no
   ``training_mode``, or a constant false one; the mask unused); ``Cast`` to the type its input
-  has; ``Reshape`` to the static shape its input has; ``Transpose`` by the identity permutation.
+  has; ``Reshape`` to the shape its input has (static sizes, a 0 copying a dim, one -1
+  inferring it); ``Transpose`` by the identity permutation; a ``Concat`` putting every dim of
+  ``Shape(x)`` back together in order (``Unsqueeze(Gather(Shape(x), k))``), which is ``Shape(x)``.
   A node whose output is a graph output stays (the output keeps its name and producer);
 * ``MatMul(x, W) + B`` -> ``Gemm(x, W, B)``: ``x`` 2-D, ``W`` a 2-D initializer, ``B`` an
   initializer broadcast over the last dim (shape ``[]``, ``[1]``, ``[N]``, ``[1, N]``), float
@@ -14,7 +16,9 @@ On the main graph, after the constants are folded:
 * ``Conv`` + ``BatchNormalization`` (constant scale, bias, mean and variance; inference) ->
   one ``Conv`` whose weight and bias are the folded products (float32/float64), the Conv's
   output read by the BatchNormalization only. The Conv keeps its name and takes the
-  BatchNormalization's output; its new weight and bias get fresh names.
+  BatchNormalization's output; its new weight and bias get fresh names;
+* main-graph nodes computing what an earlier node computes merged into it (common
+  subexpressions: :mod:`onnxsurgeon.surgery._cse`), ``"rule": "duplicate"``.
 
 Each is listed in :attr:`~onnxsurgeon.surgery.fold.FoldResult.fused` as ``{"rule", "nodes",
 "into"}`` (the labels of the nodes removed, the label of the node made, "" for a no-op) and is
@@ -48,7 +52,7 @@ FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.Tensor
 """Element types Gemm and the rules here take."""
 
 NOOP_RULES = {"Identity": "identity", "Dropout": "dropout", "Cast": "cast",
-              "Reshape": "reshape", "Transpose": "transpose"}
+              "Reshape": "reshape", "Transpose": "transpose", "Concat": "shape_concat"}
 """Op -> rule name of the no-op elimination."""
 
 _INPUTS = attrgetter("input")
@@ -57,8 +61,8 @@ _DOMAIN_INPUTS = attrgetter("domain", "input")
 _OUTPUTS = attrgetter("output")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
-RULES = ("identity", "dropout", "cast", "reshape", "transpose", "matmul_add_gemm",
-         "conv_batchnorm")
+RULES = ("identity", "dropout", "cast", "reshape", "transpose", "shape_concat",
+         "matmul_add_gemm", "conv_batchnorm", "duplicate")
 """Every rule, as ``fused`` names them."""
 
 
@@ -163,6 +167,24 @@ class _Facts:
         return np.asarray(read_tensor(t, self.base_dir))  # type: ignore[arg-type]
 
 
+def _same_shape(target: list[int], shape: Sequence[int | str | None], *, copy: bool) -> bool:
+    """A Reshape to ``target`` gives ``shape`` back: the same rank, each entry the static size
+    of that dim (> 0), a 0 copying it (``copy``: no ``allowzero``), or one -1 while every other
+    dim has a static size > 0 (then it infers that dim)."""
+    if len(target) != len(shape):
+        return False
+    free = [k for k, t in enumerate(target) if t == -1]
+    if len(free) > 1:
+        return False
+    for k, (t, d) in enumerate(zip(target, shape, strict=True)):
+        static = isinstance(d, int) and d > 0
+        if free and k != free[0] and not static:
+            return False
+        if not (t == -1 or (t == 0 and copy) or (static and t == d)):
+            return False
+    return True
+
+
 def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
     """The input ``node`` passes through unchanged, or None."""
     if node.domain not in ("", "ai.onnx") or not node.input or not node.input[0]:
@@ -190,10 +212,22 @@ def _noop_source(facts: _Facts, node: onnx.NodeProto, opset: int) -> str | None:
         if len(node.input) < 2 or node.input[1] not in facts.inits:
             return None
         shape = facts.oracle().shape(x)
-        if shape is None or not all(isinstance(d, int) and d > 0 for d in shape):
+        if shape is None:
             return None
         target = facts.value(node.input[1])
-        return x if target.ndim == 1 and target.tolist() == shape else None
+        allowzero = _attr(node, "allowzero")
+        same = target.ndim == 1 and _same_shape(target.tolist(), shape,
+                                                  copy=not (allowzero and allowzero.i))
+        return x if same else None
+    if op == "Concat":  # every dim of Shape(x) gathered and put back together: Shape(x)
+        from ._foldshape import whole_shape
+
+        def rank(name: str) -> int | None:
+            shape = facts.oracle().shape(name)
+            return None if shape is None else len(shape)
+
+        return whole_shape(node, facts.index.graph.node, facts.index.producer,
+                           lambda n: facts.value(n) if n in facts.inits else None, rank)
     if op == "Transpose":
         perm = _attr(node, "perm")
         shape = facts.oracle().shape(x)
