@@ -28,6 +28,13 @@ def save(folder: Path, name: str, text: str, *, check: bool = True) -> Path:
     return path
 
 
+def run_model(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """The first output of ``path`` on ``feeds`` (onnxruntime, graph optimizations off)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
 def ops(path: Path) -> list[str]:
     return [n.op_type for n in onnx.load(str(path)).graph.node]
 
@@ -84,3 +91,43 @@ g (float[2] x) => (float[2] y, float[3] z) {
     assert ops(out) == ["Split", "Add", "Identity"]
     values = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(out)).graph.initializer}
     np.testing.assert_array_equal(values["v"], np.array([1, 4, 9], dtype=np.float32))
+
+
+def test_cleanup_drops_dead_nodes_inside_local_functions(tmp_path):
+    """onnx-graphsurgeon's cleanup (recurse_functions) and onnx-ir's RemoveUnusedNodesPass drop a
+    local function's nodes that none of its outputs needs, bodies included; a function only such
+    a node called goes with it. The function's interface stays."""
+    src = save(tmp_path, "m", """<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (bool c, float[3] x) => (float[3] y) {
+  y = local.f(c, x)
+}
+<domain: "local", opset_import: ["": 17, "local": 1]>
+f (c, a) => (b) {
+  dead = Mul(a, a)
+  gone = local.h(a)
+  t = Add(a, a)
+  b = If(c) <then_branch = th () => (float[3] o) { u = Neg(t) o = Sub(t, a) },
+             else_branch = el () => (float[3] o) { o = Mul(t, a) }>
+}
+<domain: "local", opset_import: ["": 17]>
+h (p) => (q) {
+  q = Relu(p)
+}""")
+    out = tmp_path / "out.onnx"
+    proc = cli("cleanup", src, "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    assert [f.name for f in model.functions] == ["f"]
+    fn = model.functions[0]
+    assert [n.op_type for n in fn.node] == ["Add", "If"]
+    assert list(fn.input) == ["c", "a"] and list(fn.output) == ["b"]
+    assert [n.op_type for n in fn.node[1].attribute[0].g.node] == ["Sub"]
+    assert '"function local.f/Mul#0"' in proc.stdout
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        np.testing.assert_array_equal(run_model(out, feeds), run_model(src, feeds))
+    again = tmp_path / "again.onnx"
+    assert cli("cleanup", out, "-o", again).returncode == 0
+    assert onnx.load(str(again)).functions[0] == fn  # idempotent
