@@ -418,3 +418,19 @@ def test_dims_names_an_unnamed_node_that_refuses_the_new_batch(tmp_path, capsys)
     refused_in_process(capsys, ["dims", str(src), "-o", str(out), "--batch", "dynamic"],
                        "a StringNormalizer node (unnamed) does not accept the new shapes",
                        src=src, out=out)
+
+
+def test_a_model_shape_inference_cannot_read_is_refused_not_a_crash(tmp_path, capsys):
+    """An Add given one input (onnx.checker refuses the model) next to a constant that fixes the
+    batch: dims runs shape inference over its probe, which raises outright. One line naming
+    the fix and exit 2; it used to exit 3 (an InferenceError)."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y) {
+  c = Constant<value = float[3] {1, 2, 3}>()
+  d = Add(c)
+  y = Add(x, d)
+}""")
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "4"],
+                       "onnx's shape inference fails on the model", src=src, out=out)

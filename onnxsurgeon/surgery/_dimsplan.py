@@ -166,8 +166,19 @@ def probe(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[Dim]], plan: Pla
 
 
 def infer(light: onnx.ModelProto) -> onnx.ModelProto:
-    """Run onnx's inference over a probe (data propagation on: Shape chains are followed)."""
-    return onnx.shape_inference.infer_shapes(light, data_prop=True)
+    """Run onnx's inference over a probe (data propagation on: Shape chains are followed).
+
+    Raises:
+        UsageError: inference fails outright (a node it cannot read, e.g. an Add with one
+            input: the model is invalid, shapes aside).
+    """
+    try:
+        return onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:
+        why = " ".join(str(exc).split())[:200]
+        raise UsageError(f"onnx's shape inference fails on the model with the new shapes "
+                         f"({why}); fix the model (onnx.checker.check_model names the node) "
+                         "or give other sizes") from None
 
 
 def _typed(inferred: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
