@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -434,3 +435,40 @@ g (float[3] x) => (float[3] y) {
     onnx.save_model(model, str(src))
     refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "4"],
                        "onnx's shape inference fails on the model", src=src, out=out)
+
+
+def _attention(seq: int = 5) -> onnx.ModelProto:
+    """x[2,seq,8] -> Reshape(constant [2,seq,2,4]) -> heads -> softmax attention -> Reshape
+    (constant [2,seq,8]) -> y: the shape constants hard-code the sequence length."""
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["h"]),
+             helper.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["t"], ["tt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["t", "tt"], ["sc"]),
+             helper.make_node("Softmax", ["sc"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "t"], ["o"]),
+             helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["ot", "s2"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, seq, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, seq, 8])],
+                          [_i64("s1", [2, seq, 2, 4]), _i64("s2", [2, seq, 8])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def test_a_reshape_constant_that_hard_codes_a_changed_dim_is_refused(tmp_path, capsys):
+    """Polygraphy's --override-input-shapes on a sequence length the model hard-codes: onnx's
+    inference keeps the Reshape's constant shape (it does not compare element counts), so dims
+    used to exit 0 with a model onnxruntime cannot run. Now refused, naming the Reshape; the
+    batch (which dims rewrites) and a size that fits still go through, and run."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(_attention(), str(src))
+    refused_in_process(capsys, ["dims", src, "-o", out, "--input", "x=2x7x8"],
+                       "node 'Reshape#0' (Reshape) cannot hold the new shapes: its input is 2x7x8",
+                       src=src, out=out)
+    code, _, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "3")
+    assert code == 0, err
+    x = np.random.default_rng(0).standard_normal((3, 5, 8)).astype(np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"x": x})[0]
+    ref = ort.InferenceSession(_attention().SerializeToString(), providers=["CPUExecutionProvider"])
+    want = np.concatenate([ref.run(None, {"x": x[:2]})[0], ref.run(None, {"x": x[1:]})[0][1:]])
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)

@@ -13,6 +13,7 @@ it are traced and rewritten to follow the input, or refused naming the node and 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,17 @@ from ..record import DimsRecord, add_rewrite
 from ..select import Selector, is_selector
 from ..session import indexed
 from ..types import shape_of
-from ._dimsplan import Dim, Rows, factors_of, infer, plan, probe, static_factor, with_dims
+from ._dimsplan import (
+    Dim,
+    Rows,
+    const_values,
+    factors_of,
+    infer,
+    plan,
+    probe,
+    static_factor,
+    with_dims,
+)
 from ._edgewalk import propagate_edges
 
 _with_dims = with_dims
@@ -206,6 +217,38 @@ def _lost_outputs(proto: onnx.ModelProto, produced: Collection[str],
     return {name: [None] * len(dims) for name, dims in lost.items() if dims is not None}
 
 
+def _check_reshapes(index: GraphIndex, inferred: onnx.ModelProto, skip: Collection[int]) -> None:
+    """Refuse a Reshape (not rewritten: ``skip``) whose constant target no longer holds its
+    data's new static shape: a shape constant hard-codes an old size (onnx's inference does
+    not compare the element counts; onnxruntime fails at run time). O(nodes).
+
+    Raises:
+        UsageError: the first such Reshape, with both shapes.
+    """
+    typed = {vi.name: vi for vi in [*inferred.graph.input, *inferred.graph.value_info]}
+    for i, node in enumerate(index.graph.node):
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or i in skip \
+                or len(node.input) < 2:
+            continue
+        dims = shape_of(typed.get(node.input[0])) or [None]
+        data = [d for d in dims if isinstance(d, int)]
+        target = const_values(index, node.input[1])
+        if len(data) != len(dims) or target is None or target.ndim != 1:
+            continue
+        zero_copies = not any(a.name == "allowzero" and a.i for a in node.attribute)
+        want = [data[k] if v == 0 and zero_copies and k < len(data) else int(v)
+                for k, v in enumerate(target.tolist())]
+        total = math.prod(data)
+        known = math.prod(v for v in want if v != -1)
+        if (known == 0 or total % known == 0) if -1 in want else known == total:
+            continue
+        raise UsageError(
+            f"node '{index.node_label(i)}' (Reshape) cannot hold the new shapes: its input is "
+            f"{format_shape(data)} ({total} elements) and its shape is the constant "
+            f"{target.tolist()}; the model hard-codes the old size there: keep that dim (or "
+            f"make the model compute the shape)")
+
+
 def _final(dim: Dim, batch: Dim) -> Dim:
     """A probe dim in the rewritten model: the batch symbol -> the new batch; a merged one ->
     its size when the batch is static, else unnamed."""
@@ -320,6 +363,7 @@ def dims(model: Model | onnx.ModelProto, /, *,
         outer = {i: tuple(_final(d, new_b) for d in step.out) for i, step in planned.items()}
         row_outer = {k: tuple(_final(d, new_b) for d in row.out) for k, row in rows.items()}
         inferred = infer(probe(proto, shapes, planned, outer, rows, row_outer))
+        _check_reshapes(index, inferred, planned)
         typed = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output]}
         typed.update({proto.graph.node[i].output[0]: with_dims(
             onnx.helper.make_tensor_value_info("", step.elem, None), outer[i])
