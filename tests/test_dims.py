@@ -472,3 +472,30 @@ def test_a_reshape_constant_that_hard_codes_a_changed_dim_is_refused(tmp_path, c
     ref = ort.InferenceSession(_attention().SerializeToString(), providers=["CPUExecutionProvider"])
     want = np.concatenate([ref.run(None, {"x": x[:2]})[0], ref.run(None, {"x": x[1:]})[0][1:]])
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("text, op", [
+    ("m = MatMul(x, w)\n  y = Relu(m)", "MatMul"),
+    ("a = Add(x, b)\n  y = Relu(a)", "Add"),
+])
+def test_a_weight_that_fixes_a_changed_dim_is_refused_not_a_crash(tmp_path, capsys, text, op):
+    """x[2,5] @ w[5,3] (or + b[5]) with x made 2x7: the cheap forward pass took the MatMul's
+    inner sizes on trust and typed the output, the save's checker then failed (exit 3). The pass
+    now leaves a clash to onnx's inference, which names the node (exit 2)."""
+    model = onnx.parser.parse_model(f"""<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 5] x) => (float[2, 3] y)
+  <float[5, 3] w = {{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}}, float[5] b = {{1,2,3,4,5}}> {{
+  {text}
+}}""")
+    if op == "Add":
+        model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 5
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    refused_in_process(capsys, ["dims", src, "-o", out, "--input", "x=2x7"],
+                       f"a {op} node (unnamed) does not accept the new shapes", src=src, out=out)
+    code, _, err = cli_main(capsys, "dims", src, "-o", out, "--input", "x=4x5")  # still fits
+    assert code == 0, err
+    x = np.ones((4, 5), np.float32)
+    y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert y.shape == ((4, 3) if op == "MatMul" else (4, 5))
+    assert shape_of(onnx.load(str(out)).graph.output[0]) == list(y.shape)
