@@ -499,3 +499,36 @@ g (float[2, 5] x) => (float[2, 3] y)
     y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert y.shape == ((4, 3) if op == "MatMul" else (4, 5))
     assert shape_of(onnx.load(str(out)).graph.output[0]) == list(y.shape)
+
+
+def test_if_branches_and_function_bodies_declaring_the_old_batch_follow_it(tmp_path, capsys):
+    """If branches (in the main graph and in a local function) declare their outputs [2, 3],
+    as exporters write them: dims --batch 4 left those sizes, inference then disagreed with
+    them and the save's checker failed (exit 3). A body's static sizes are now left unknown
+    (dtype, rank kept) and the main graph's shapes follow the new batch."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (bool c, float[2, 3] x) => (float[2, 3] y, float[2, 3] z) {
+  y = If(c) <then_branch = th () => (float[2, 3] o) { o = Relu(x) },
+             else_branch = el () => (float[2, 3] o) { o = Neg(x) }>
+  z = local.branch(c, x)
+}
+<domain: "local", opset_import: ["": 17]>
+branch (c, t) => (u) {
+  u = If(c) <then_branch = th () => (float[2, 3] o) { o = Abs(t) },
+             else_branch = el () => (float[2, 3] o) { o = Floor(t) }>
+}""")
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    code, _, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "4")
+    assert code == 0, err
+    got = onnx.load(str(out))
+    onnx.checker.check_model(got, full_check=True)
+    assert [shape_of(o) for o in got.graph.output] == [[4, 3], [4, 3]]
+    bodies = [*got.graph.node[0].attribute, *got.functions[0].node[0].attribute]
+    assert [shape_of(a.g.output[0]) for a in bodies] == [[None, None]] * 4
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        y, z = sess.run(None, {"c": np.array(c), "x": x})
+        np.testing.assert_array_equal(y, np.maximum(x, 0) if c else -x)
+        np.testing.assert_array_equal(z, np.abs(x) if c else np.floor(x))

@@ -39,6 +39,7 @@ from ._dimsplan import (
     infer,
     plan,
     probe,
+    stale_bodies,
     static_factor,
     with_dims,
 )
@@ -362,14 +363,16 @@ def dims(model: Model | onnx.ModelProto, /, *,
         new_b = _new_batch(shapes, source)
         outer = {i: tuple(_final(d, new_b) for d in step.out) for i, step in planned.items()}
         row_outer = {k: tuple(_final(d, new_b) for d in row.out) for k, row in rows.items()}
-        inferred = infer(probe(proto, shapes, planned, outer, rows, row_outer))
+        inferred = infer(probe(proto, shapes, planned, outer, rows, row_outer,
+                                    holders=index.body_holders))
         _check_reshapes(index, inferred, planned)
         typed = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output]}
         typed.update({proto.graph.node[i].output[0]: with_dims(
             onnx.helper.make_tensor_value_info("", step.elem, None), outer[i])
             for i, step in planned.items()})
         found = {n: shape_of(typed.get(n)) for n in wanted}
-    found.update(_lost_outputs(proto, produced, found, probe(proto, shapes, planned, rows=rows)))
+    found.update(_lost_outputs(proto, produced, found, probe(proto, shapes, planned, rows=rows,
+                                                             holders=index.body_holders)))
     outputs = [_with_dims(out, found.get(out.name)) if out.name in produced else
                _with_dims(out, shapes[out.name]) if out.name in shapes else out
                for out in proto.graph.output]
@@ -401,6 +404,7 @@ def dims(model: Model | onnx.ModelProto, /, *,
         if (i, step.slot) not in feeds:
             feeds[(i, step.slot)] = names.fresh(f"{node_field[i].input[step.slot]}/dims")
     uses = {key: index.uses_of(node_field[key[0]].input[key[1]]) for key in feeds}
+    stale = stale_bodies(proto, index.body_holders)
     # ------------------------------------------------------------------ mutate (all checked)
     made = [*(numpy_helper.from_array(step.values.astype(np.int64), feeds[(i, step.slot)])
               for i, step in rewrites.items() if step.batch_at < 0 and step.values is not None),
@@ -418,6 +422,8 @@ def dims(model: Model | onnx.ModelProto, /, *,
     e.set_inputs(new_inputs)
     e.set_outputs(outputs)
     e.set_value_info(value_info, copy=False)
+    for body, body_outputs, body_value_info in stale:
+        e.set_body_types(body, body_outputs, body_value_info)
     e.hand_on(m)
     result = DimsResult(shapes={n: format_shape(s) for n, s in shapes.items()},
                         batch="" if batch is None else str(batch), rewritten=rewritten)
