@@ -145,6 +145,30 @@ def test_outputs_refuses_an_untyped_tensor():
     assert [o.name for o in m.graph.output] == ["y"]  # unchanged
 
 
+def test_outputs_refuses_a_tensor_of_unknown_rank_in_one_line(tmp_path, capsys):
+    """Squeeze without axes of a tensor of symbolic dims: its dtype is known, its rank not, and
+    onnx.checker wants a graph output's shape. A torch export's attention holds such a tensor;
+    outputs --add used to write it shapeless and exit 3 (the save's checker)."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[N, M] x) => (float[N, M] y) {
+  s = Squeeze(x)
+  r = Relu(s)
+  y = Neg(x)
+}"""), str(src))
+    code, _, err = cli_main(capsys, "outputs", src, "-o", out, "--add", "s")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "tensor 's' has no known rank" in err and not out.exists()
+    m = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[N, M] x) => (float[N, M] y) {
+  s = Relu(x)
+  y = Neg(s)
+}""")
+    surgery.outputs(m, add=["s"])  # a known rank goes through
+    onnx.checker.check_model(m, full_check=True)
+    assert [o.name for o in m.graph.output] == ["y", "s"]
+
+
 def _reversed_chain(n: int) -> onnx.ModelProto:
     g = helper.make_graph([], "chain", [_vi("t0")], [_vi(f"t{n}")])
     template = helper.make_node("Neg", ["a"], ["b"])
