@@ -502,3 +502,19 @@ g () => (float[3] y) {{
     proc = cli("verify", *paths)
     assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
     assert "INCONCLUSIVE: 1/1 pairs agree" in proc.stdout
+
+
+@pytest.mark.parametrize("second, verdict", [("b", "pass"), ("c", "fail")])
+def test_string_outputs_are_compared_equal_or_not(second, verdict):
+    """A string output (onnxsim's string Constant scenario) next to a float one: the tolerance
+    path took np.isfinite of the strings (TypeError, exit 3). Strings agree when equal."""
+    text = """<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y, string[2] s) {{
+  s = Constant<value = string[2] {{"a", "{}"}}>()
+  y = Add(x, x)
+}}"""
+    report = compare(onnx.parser.parse_model(text.format("b")),
+                     onnx.parser.parse_model(text.format(second)))
+    assert report.verdict == verdict
+    (s,) = [p for p in report.pairs if p.reference == "s"]
+    assert s.agree is (second == "b")
