@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -413,3 +414,28 @@ def test_cleanup_of_a_torch_export_keeps_outputs_identical(tmp_path, capsys):
     assert data["verify"]["ok"] is True and data["counts"]["nodes"] == 1
     assert set(data["removed"]["initializers"]) == {"aux.weight", "aux.bias"}
     assert [o.name for o in load(out).proto.graph.output] == ["y"]
+
+
+def test_set_names_an_unnamed_node_by_its_label_as_inspect_lists_it(tmp_path, capsys):
+    """inspect --nodes lists an unnamed node as ``LeakyRelu#1``; set --attr took only node
+    names (and bypass its own reading of the label), so 'LeakyRelu#1.alpha=0.5' was refused as
+    not found. The label now resolves wherever a node is named."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[4] x) => (float[4] y) {
+  c = Constant<value = float[4] {1, 2, 3, 4}>()
+  y = LeakyRelu<alpha = 0.1>(x)
+  z = Add(x, c)
+}"""), str(src))
+    code, listing, _ = cli_main(capsys, "inspect", src, "--nodes")
+    assert code == 0 and "LeakyRelu#1" in listing
+    code, _, err = cli_main(capsys, "set", src, "-o", out, "--attr", "LeakyRelu#1.alpha=0.5")
+    assert code == 0, err
+    node = onnx.load(str(out)).graph.node[1]
+    assert node.op_type == "LeakyRelu" and not node.name
+    assert [(a.name, a.f) for a in node.attribute] == [("alpha", 0.5)]
+    x = np.array([-2, -1, 1, 2], np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(["y"], {"x": x})[0], np.where(x > 0, x, 0.5 * x))
+    code, _, err = cli_main(capsys, "set", src, "-o", out, "--attr", "Add#1.alpha=0.5")
+    assert code == 2 and "node 'Add#1' not found" in err  # the label of another op: not found
