@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import onnx
 
+from ..edit import Edit
 from ..errors import UsageError
 from ..protos import weightless_copy
 
@@ -39,25 +40,15 @@ def redeclared(model: onnx.ModelProto, attrs: Sequence[tuple[int, onnx.Attribute
     if not attrs and not weights:
         return None
     light = weightless_copy(model)
-    graph = light.graph
+    e = Edit.of(light)
     for i, attribute in attrs:
-        held = graph.node[i].attribute
-        k = next((k for k, a in enumerate(held) if a.name == attribute.name), None)
-        if k is None:
-            held.append(attribute)
-        else:
-            held[k].CopyFrom(attribute)
+        e.set_attribute(i, attribute)
     for pos, tensor in weights:
-        stub = graph.initializer[pos]
-        stub.Clear()
-        stub.name, stub.data_type = tensor.name, tensor.data_type
-        stub.dims.extend(tensor.dims)
-        stub.raw_data = tensor.raw_data
+        e.set_initializer(pos, tensor)
     if _infers(light) is not None or _infers(weightless_copy(model)) is None:
         return None
-    del graph.value_info[:]
-    for out in graph.output:
-        out.ClearField("type")
+    e.set_value_info([])
+    e.set_outputs([onnx.ValueInfoProto(name=vi.name) for vi in light.graph.output])  # untyped
     try:
         inferred = onnx.shape_inference.infer_shapes(light, strict_mode=True)
     except onnx.shape_inference.InferenceError as exc:
