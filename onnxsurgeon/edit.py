@@ -635,6 +635,16 @@ class Edit:
             _replace_all(getattr(graph, name), list(getattr(new, name)))
         _replace_all(graph.input, list(inputs))
 
+    def set_body_types(self, graph: onnx.GraphProto, outputs: Sequence[onnx.ValueInfoProto],
+                       value_info: Sequence[onnx.ValueInfoProto]) -> None:
+        """The nested body ``graph`` (an If/Loop/Scan graph of this model or of a local
+        function) declares ``outputs`` (its outputs, other shapes) and ``value_info`` (copied):
+        ``dims`` changed the shapes it follows. The upkeep does not follow bodies: the next verb
+        rebuilds. O(outputs + value_info)."""
+        self.give_up()
+        _replace_all(graph.output, list(outputs))
+        _replace_all(graph.value_info, list(value_info))
+
     def set_function_nodes(self, fn: onnx.FunctionProto,
                            nodes: Sequence[onnx.NodeProto]) -> None:
         """The local function ``fn`` (of this model) has the nodes ``nodes`` (copied) now: a

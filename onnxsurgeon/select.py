@@ -136,6 +136,18 @@ def node_module(node: onnx.NodeProto) -> str | None:
     return None
 
 
+def unnamed_label(index: GraphIndex, name: str) -> int | None:
+    """The position of the unnamed main-graph node whose label is ``name`` (``OpType#i``, as
+    inspect, results and records give it: :func:`~onnxsurgeon.index.node_label`), else None.
+    O(1)."""
+    op, sep, pos = name.rpartition("#")
+    if sep and op and pos.isdigit() and int(pos) < len(index.graph.node):
+        node = index.graph.node[int(pos)]
+        if node.op_type == op and not node.name:
+            return int(pos)
+    return None
+
+
 class Selector:
     """Resolves user names against one :class:`GraphIndex` (build once, resolve many)."""
 
@@ -328,6 +340,8 @@ class Selector:
         """
         index = self.index
         i = index.node_names.get(name)
+        if i is None:
+            i = unnamed_label(index, name)
         if i is not None:
             return i
         if self._selects(name):

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -419,3 +420,116 @@ def test_dims_names_an_unnamed_node_that_refuses_the_new_batch(tmp_path, capsys)
     refused_in_process(capsys, ["dims", str(src), "-o", str(out), "--batch", "dynamic"],
                        "a StringNormalizer node (unnamed) does not accept the new shapes",
                        src=src, out=out)
+
+
+def test_a_model_shape_inference_cannot_read_is_refused_not_a_crash(tmp_path, capsys):
+    """An Add given one input (onnx.checker refuses the model) next to a constant that fixes the
+    batch: dims runs shape inference over its probe, which raises outright. One line naming
+    the fix and exit 2; it used to exit 3 (an InferenceError)."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y) {
+  c = Constant<value = float[3] {1, 2, 3}>()
+  d = Add(c)
+  y = Add(x, d)
+}""")
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    refused_in_process(capsys, ["dims", src, "-o", out, "--batch", "4"],
+                       "onnx's shape inference fails on the model", src=src, out=out)
+
+
+def _attention(seq: int = 5) -> onnx.ModelProto:
+    """x[2,seq,8] -> Reshape(constant [2,seq,2,4]) -> heads -> softmax attention -> Reshape
+    (constant [2,seq,8]) -> y: the shape constants hard-code the sequence length."""
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["h"]),
+             helper.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["t"], ["tt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["t", "tt"], ["sc"]),
+             helper.make_node("Softmax", ["sc"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "t"], ["o"]),
+             helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["ot", "s2"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, seq, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, seq, 8])],
+                          [_i64("s1", [2, seq, 2, 4]), _i64("s2", [2, seq, 8])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def test_a_reshape_constant_that_hard_codes_a_changed_dim_is_refused(tmp_path, capsys):
+    """Polygraphy's --override-input-shapes on a sequence length the model hard-codes: onnx's
+    inference keeps the Reshape's constant shape (it does not compare element counts), so dims
+    used to exit 0 with a model onnxruntime cannot run. Now refused, naming the Reshape; the
+    batch (which dims rewrites) and a size that fits still go through, and run."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(_attention(), str(src))
+    refused_in_process(capsys, ["dims", src, "-o", out, "--input", "x=2x7x8"],
+                       "node 'Reshape#0' (Reshape) cannot hold the new shapes: its input is 2x7x8",
+                       src=src, out=out)
+    code, _, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "3")
+    assert code == 0, err
+    x = np.random.default_rng(0).standard_normal((3, 5, 8)).astype(np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"x": x})[0]
+    ref = ort.InferenceSession(_attention().SerializeToString(), providers=["CPUExecutionProvider"])
+    want = np.concatenate([ref.run(None, {"x": x[:2]})[0], ref.run(None, {"x": x[1:]})[0][1:]])
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("text, op", [
+    ("m = MatMul(x, w)\n  y = Relu(m)", "MatMul"),
+    ("a = Add(x, b)\n  y = Relu(a)", "Add"),
+])
+def test_a_weight_that_fixes_a_changed_dim_is_refused_not_a_crash(tmp_path, capsys, text, op):
+    """x[2,5] @ w[5,3] (or + b[5]) with x made 2x7: the cheap forward pass took the MatMul's
+    inner sizes on trust and typed the output, the save's checker then failed (exit 3). The pass
+    now leaves a clash to onnx's inference, which names the node (exit 2)."""
+    model = onnx.parser.parse_model(f"""<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 5] x) => (float[2, 3] y)
+  <float[5, 3] w = {{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}}, float[5] b = {{1,2,3,4,5}}> {{
+  {text}
+}}""")
+    if op == "Add":
+        model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 5
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    refused_in_process(capsys, ["dims", src, "-o", out, "--input", "x=2x7"],
+                       f"a {op} node (unnamed) does not accept the new shapes", src=src, out=out)
+    code, _, err = cli_main(capsys, "dims", src, "-o", out, "--input", "x=4x5")  # still fits
+    assert code == 0, err
+    x = np.ones((4, 5), np.float32)
+    y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert y.shape == ((4, 3) if op == "MatMul" else (4, 5))
+    assert shape_of(onnx.load(str(out)).graph.output[0]) == list(y.shape)
+
+
+def test_if_branches_and_function_bodies_declaring_the_old_batch_follow_it(tmp_path, capsys):
+    """If branches (in the main graph and in a local function) declare their outputs [2, 3],
+    as exporters write them: dims --batch 4 left those sizes, inference then disagreed with
+    them and the save's checker failed (exit 3). A body's static sizes are now left unknown
+    (dtype, rank kept) and the main graph's shapes follow the new batch."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17, "local": 1]>
+g (bool c, float[2, 3] x) => (float[2, 3] y, float[2, 3] z) {
+  y = If(c) <then_branch = th () => (float[2, 3] o) { o = Relu(x) },
+             else_branch = el () => (float[2, 3] o) { o = Neg(x) }>
+  z = local.branch(c, x)
+}
+<domain: "local", opset_import: ["": 17]>
+branch (c, t) => (u) {
+  u = If(c) <then_branch = th () => (float[2, 3] o) { o = Abs(t) },
+             else_branch = el () => (float[2, 3] o) { o = Floor(t) }>
+}""")
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    code, _, err = cli_main(capsys, "dims", src, "-o", out, "--batch", "4")
+    assert code == 0, err
+    got = onnx.load(str(out))
+    onnx.checker.check_model(got, full_check=True)
+    assert [shape_of(o) for o in got.graph.output] == [[4, 3], [4, 3]]
+    bodies = [*got.graph.node[0].attribute, *got.functions[0].node[0].attribute]
+    assert [shape_of(a.g.output[0]) for a in bodies] == [[None, None]] * 4
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        y, z = sess.run(None, {"c": np.array(c), "x": x})
+        np.testing.assert_array_equal(y, np.maximum(x, 0) if c else -x)
+        np.testing.assert_array_equal(z, np.abs(x) if c else np.floor(x))

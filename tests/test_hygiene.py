@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -143,6 +144,30 @@ def test_outputs_refuses_an_untyped_tensor():
     with pytest.raises(UsageError, match="no known type"):
         surgery.outputs(m, add=["h"])
     assert [o.name for o in m.graph.output] == ["y"]  # unchanged
+
+
+def test_outputs_refuses_a_tensor_of_unknown_rank_in_one_line(tmp_path, capsys):
+    """Squeeze without axes of a tensor of symbolic dims: its dtype is known, its rank not, and
+    onnx.checker wants a graph output's shape. A torch export's attention holds such a tensor;
+    outputs --add used to write it shapeless and exit 3 (the save's checker)."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[N, M] x) => (float[N, M] y) {
+  s = Squeeze(x)
+  r = Relu(s)
+  y = Neg(x)
+}"""), str(src))
+    code, _, err = cli_main(capsys, "outputs", src, "-o", out, "--add", "s")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "tensor 's' has no known rank" in err and not out.exists()
+    m = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[N, M] x) => (float[N, M] y) {
+  s = Relu(x)
+  y = Neg(s)
+}""")
+    surgery.outputs(m, add=["s"])  # a known rank goes through
+    onnx.checker.check_model(m, full_check=True)
+    assert [o.name for o in m.graph.output] == ["y", "s"]
 
 
 def _reversed_chain(n: int) -> onnx.ModelProto:
@@ -317,8 +342,13 @@ def test_set_attribute_and_weight_checked_against_schema(dirty_file, tmp_path):
         with pytest.raises((UsageError, NotFoundError), match=needle):
             surgery.set_values(m, **kwargs)
         assert m.SerializeToString() == before  # a refusal changes nothing
-    surgery.set_values(m, weights={"W": d / "bad.npy"}, reshape=True)
-    assert list(m.graph.initializer[0].dims) == [3]
+    before = m.SerializeToString()  # [3] does not broadcast against the Add's [2]: refused
+    with pytest.raises(UsageError, match="node 'add' .Add. does not accept the new values"):
+        surgery.set_values(m, weights={"W": d / "bad.npy"}, reshape=True)
+    assert m.SerializeToString() == before
+    np.save(tmp_path / "one.npy", np.array([4.0], np.float32))  # [1] broadcasts: taken
+    surgery.set_values(m, weights={"W": tmp_path / "one.npy"}, reshape=True)
+    assert list(m.graph.initializer[0].dims) == [1]
 
 
 def test_external_data_cleanup_and_set_write_only_what_stays(tmp_path, capsys):
@@ -389,3 +419,70 @@ def test_cleanup_of_a_torch_export_keeps_outputs_identical(tmp_path, capsys):
     assert data["verify"]["ok"] is True and data["counts"]["nodes"] == 1
     assert set(data["removed"]["initializers"]) == {"aux.weight", "aux.bias"}
     assert [o.name for o in load(out).proto.graph.output] == ["y"]
+
+
+def test_set_names_an_unnamed_node_by_its_label_as_inspect_lists_it(tmp_path, capsys):
+    """inspect --nodes lists an unnamed node as ``LeakyRelu#1``; set --attr took only node
+    names (and bypass its own reading of the label), so 'LeakyRelu#1.alpha=0.5' was refused as
+    not found. The label now resolves wherever a node is named."""
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[4] x) => (float[4] y) {
+  c = Constant<value = float[4] {1, 2, 3, 4}>()
+  y = LeakyRelu<alpha = 0.1>(x)
+  z = Add(x, c)
+}"""), str(src))
+    code, listing, _ = cli_main(capsys, "inspect", src, "--nodes")
+    assert code == 0 and "LeakyRelu#1" in listing
+    code, _, err = cli_main(capsys, "set", src, "-o", out, "--attr", "LeakyRelu#1.alpha=0.5")
+    assert code == 0, err
+    node = onnx.load(str(out)).graph.node[1]
+    assert node.op_type == "LeakyRelu" and not node.name
+    assert [(a.name, a.f) for a in node.attribute] == [("alpha", 0.5)]
+    x = np.array([-2, -1, 1, 2], np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(["y"], {"x": x})[0], np.where(x > 0, x, 0.5 * x))
+    code, _, err = cli_main(capsys, "set", src, "-o", out, "--attr", "Add#1.alpha=0.5")
+    assert code == 2 and "node 'Add#1' not found" in err  # the label of another op: not found
+
+
+@pytest.mark.parametrize("value", ["2,2", "1,1", "3,3"])
+def test_set_an_attribute_that_changes_declared_shapes_redeclares_them(tmp_path, capsys, value):
+    """onnx-graphsurgeon's example of modifying a node's attributes: Conv strides 1 -> 2 makes
+    the declared output [1, 1, 4, 4] stale; the save's checker failed (exit 3). The main graph's
+    outputs and value_info are inferred anew when the new values change them."""
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[1, 1, 4, 4] x) => (float[1, 1, 4, 4] y) <float[1, 1, 1, 1] w = {2}> {
+  c = Conv<strides = [1, 1]>(x, w)
+  y = Relu(c)
+}""")
+    model.graph.node[0].name = "conv"
+    model.graph.value_info.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 1, 4, 4]))
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    code, _, err = cli_main(capsys, "set", src, "-o", out, "--attr", f"conv.strides={value}")
+    assert code == 0, err
+    got = onnx.load(str(out))
+    onnx.checker.check_model(got, full_check=True)
+    step = int(value.split(",")[0])
+    want = [1, 1, -(-4 // step), -(-4 // step)]
+    assert [d.dim_value for d in got.graph.output[0].type.tensor_type.shape.dim] == want
+    assert [d.dim_value for d in got.graph.value_info[0].type.tensor_type.shape.dim] == want
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) - 8
+    y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(y, np.maximum(2 * x[:, :, ::step, ::step], 0))
+    if value == "1,1":  # nothing changes: the declarations are the model's own
+        assert got.graph.output[0] == model.graph.output[0]
+
+
+def test_set_a_value_inference_refuses_is_one_line_exit_2(tmp_path, capsys):
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (float[2, 3] x) => (float[3, 2] y) {
+  y = Transpose<perm = [1, 0]>(x)
+}""")
+    model.graph.node[0].name = "tr"
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save_model(model, str(src))
+    code, _, err = cli_main(capsys, "set", src, "-o", out, "--attr", "tr.perm=0,5")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not out.exists(), err
+    assert "node 'tr' (Transpose) does not accept the new values: Invalid attribute perm" in err

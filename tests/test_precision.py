@@ -536,3 +536,36 @@ def test_auto_block_streams_tensors_in_bounded_batches_with_the_same_decisions(
         assert a.split(" ")[:3] == b.split(" ")[:3]  # the same kind of reason, its size may move
     assert small.worst == pytest.approx(whole.worst, rel=0.05)
     assert whole.met and whole.result.kept
+
+
+@pytest.mark.parametrize("keep_io", [True, False])
+def test_a_node_reading_a_sequence_stays_fp32_and_its_float_output_is_cast(tmp_path, capsys, keep_io):
+    """SequenceAt of a float32 sequence input makes float32 (the sequence's elements are not
+    converted): it stays float32 and the Add reading it gets a Cast. It used to be counted as
+    converted, the Add read float32 and float16, and the save exited 3 (onnx.checker)."""
+    src = tmp_path / "m.onnx"
+    onnx.save_model(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+g (seq(float[3]) s, float[3] x) => (float[3] y) {
+  p = Constant<value = int64 {0}>()
+  e = SequenceAt(s, p)
+  y = Add(e, x)
+}"""), str(src))
+    out = tmp_path / "out.onnx"
+    args = ["precision", src, "-o", out, "--to", "fp16", "--json"]
+    code, stdout, stderr = cli_main(capsys, *args, *(["--keep-io-types"] if keep_io else []))
+    assert code == 0, stderr
+    kept = json.loads(stdout)["kept"]
+    assert [k["node"] for k in kept] == ["SequenceAt#1"] and "sequence" in kept[0]["why"]
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    add = next(n for n in model.graph.node if n.op_type == "Add")
+    cast = next(n for n in model.graph.node if n.output[0] == add.input[0])
+    assert cast.op_type == "Cast" and cast.input[0] == "e" and _attr(cast, "to").i == T.FLOAT16
+    xs = np.array([0.5, -1.25, 2.0], np.float32)
+    s = [np.array([1.0, 2.0, 3.0], np.float32)]
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"s": s, "x": xs if keep_io else xs.astype(np.float16)})[0]
+    assert y.dtype == (np.float32 if keep_io else np.float16)
+    np.testing.assert_array_equal(y.astype(np.float32), s[0] + xs)  # exact in float16

@@ -479,3 +479,42 @@ def test_cli_deep_plot_draws_the_differing_tensors(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _red_pixels(changed) > 20 and _red_pixels(same) == 0
     assert not list(tmp_path.glob(".*.tmp.png"))
+
+
+def test_a_constant_folded_into_an_initializer_on_one_side_only_is_walked_not_a_crash(tmp_path):
+    """A model without inputs whose Constant fold made an initializer: the deep walk from the
+    constant output met an initializer on one side and a Constant node on the other, looked the
+    missing one up and raised KeyError (verify exited 3). The two are not the same graph, so
+    the walk stops there; the output itself still agrees (inconclusive by design, constant)."""
+    text = """<ir_version: 8, opset_import: ["": 17]>
+g () => (float[3] y) {{
+  {c}
+  y = Add(c, c)
+}}"""
+    ref = onnx.parser.parse_model(text.format(c="c = Constant<value = float[3] {1, 2, 3}>()"))
+    cand = onnx.parser.parse_model(text.format(c=""))
+    cand.graph.initializer.append(numpy_helper.from_array(np.array([1, 2, 3], np.float32), "c"))
+    report = compare(ref, cand)
+    assert report.pairs[0].agree and report.verdict == "inconclusive"
+    paths = [tmp_path / "r.onnx", tmp_path / "c.onnx"]
+    onnx.save_model(ref, str(paths[0]))
+    onnx.save_model(cand, str(paths[1]))
+    proc = cli("verify", *paths)
+    assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
+    assert "INCONCLUSIVE: 1/1 pairs agree" in proc.stdout
+
+
+@pytest.mark.parametrize("second, verdict", [("b", "pass"), ("c", "fail")])
+def test_string_outputs_are_compared_equal_or_not(second, verdict):
+    """A string output (onnxsim's string Constant scenario) next to a float one: the tolerance
+    path took np.isfinite of the strings (TypeError, exit 3). Strings agree when equal."""
+    text = """<ir_version: 8, opset_import: ["": 17]>
+g (float[3] x) => (float[3] y, string[2] s) {{
+  s = Constant<value = string[2] {{"a", "{}"}}>()
+  y = Add(x, x)
+}}"""
+    report = compare(onnx.parser.parse_model(text.format("b")),
+                     onnx.parser.parse_model(text.format(second)))
+    assert report.verdict == verdict
+    (s,) = [p for p in report.pairs if p.reference == "s"]
+    assert s.agree is (second == "b")

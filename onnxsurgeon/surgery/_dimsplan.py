@@ -49,7 +49,7 @@ from onnx import numpy_helper
 
 from ..edit import Edit
 from ..errors import UsageError
-from ..index import GraphIndex, real_inputs
+from ..index import GraphIndex, has_subgraphs, iter_graphs, real_inputs, subgraphs
 from ..protos import weightless_copy
 from ..types import shape_of
 from ._dimsops import (
@@ -134,17 +134,60 @@ def with_dims(vi: onnx.ValueInfoProto, dims: Sequence[Dim] | None) -> onnx.Value
     return nv
 
 
+def _sized(vi: onnx.ValueInfoProto) -> bool:
+    return vi.type.HasField("tensor_type") and any(
+        d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+
+
+def _unsized(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    """``vi`` with its static sizes unknown (dtype, rank and symbols kept)."""
+    if not _sized(vi):
+        return vi
+    new = onnx.ValueInfoProto()
+    new.CopyFrom(vi)
+    for d in new.type.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            d.Clear()
+    return new
+
+
+def stale_bodies(model: onnx.ModelProto, holders: Sequence[int] | None = None
+                 ) -> list[tuple[onnx.GraphProto, list[onnx.ValueInfoProto],
+                                 list[onnx.ValueInfoProto]]]:
+    """The If/Loop/Scan bodies (of the main graph and of local functions, any depth) that
+    declare a static size on an output or in value_info, each with its outputs with those
+    sizes unknown and its value_info without such entries: a body's shapes follow the ones
+    dims changes, and a stale size fails onnx's inference (the output would fail onnx.checker).
+    ``holders``: the positions of the main-graph nodes that hold a body (default: found by a
+    pass over the nodes). O(size of the bodies)."""
+    nodes = model.graph.node
+    held = [nodes[i] for i in holders] if holders is not None else \
+        [n for n in nodes if n.attribute and has_subgraphs(n)]
+    held += [n for fn in model.functions for n in fn.node if n.attribute]
+    found = []
+    for node in held:
+        for body in subgraphs(node):
+            for g in iter_graphs(body):
+                if any(map(_sized, g.output)) or any(map(_sized, g.value_info)):
+                    found.append((g, [_unsized(vi) for vi in g.output],
+                                  [vi for vi in g.value_info if not _sized(vi)]))
+    return found
+
+
 def probe(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[Dim]], plan: Plan,
           outer: Mapping[int, tuple[Dim, ...]] | None = None, rows: Rows | None = None,
-          row_outer: Mapping[tuple[int, int], tuple[Dim, ...]] | None = None
-          ) -> onnx.ModelProto:
+          row_outer: Mapping[tuple[int, int], tuple[Dim, ...]] | None = None, *,
+          holders: Sequence[int] | None = None) -> onnx.ModelProto:
     """A weight-free copy with the new input shapes, each planned node cut out (its output a
     probe input shaped ``outer[i]``, default its planned shape), each row read from a probe
-    input shaped like the rewritten row, no value_info and shapeless outputs: what inference
-    runs on. O(model without weights)."""
+    input shaped like the rewritten row, no value_info, shapeless outputs and bodies without
+    static sizes (:func:`stale_bodies`; ``holders`` as there): what inference runs on.
+    O(model without weights)."""
     light = weightless_copy(proto)
     e = Edit.of(light)
     graph = light.graph
+    for body, outputs, value_info in stale_bodies(light, holders):
+        e.set_body_types(body, outputs, value_info)
     cut = [onnx.helper.make_tensor_value_info(
         graph.node[i].output[0], step.elem, list((outer or {}).get(i, step.out)))
         for i, step in sorted(plan.items())]
@@ -166,8 +209,19 @@ def probe(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[Dim]], plan: Pla
 
 
 def infer(light: onnx.ModelProto) -> onnx.ModelProto:
-    """Run onnx's inference over a probe (data propagation on: Shape chains are followed)."""
-    return onnx.shape_inference.infer_shapes(light, data_prop=True)
+    """Run onnx's inference over a probe (data propagation on: Shape chains are followed).
+
+    Raises:
+        UsageError: inference fails outright (a node it cannot read, e.g. an Add with one
+            input: the model is invalid, shapes aside).
+    """
+    try:
+        return onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:
+        why = " ".join(str(exc).split())[:200]
+        raise UsageError(f"onnx's shape inference fails on the model with the new shapes "
+                         f"({why}); fix the model (onnx.checker.check_model names the node) "
+                         "or give other sizes") from None
 
 
 def _typed(inferred: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
@@ -373,7 +427,8 @@ def _plan(index: GraphIndex, shapes: Mapping[str, list[Dim]]) -> tuple[Plan, Row
     rows: Rows = {}
     left: dict[int, tuple[int, str]] = {}  # node -> (entry, why) while not proved
     for _ in range(_MAX_ROUNDS):
-        typed = _typed(infer(probe(index.model, probe_shapes, planned, rows=rows)))
+        typed = _typed(infer(probe(index.model, probe_shapes, planned, rows=rows,
+                                   holders=index.body_holders)))
         left = {}
         progress = _joins(index, typed, b, rows, left, live)
         for i, values in candidates:

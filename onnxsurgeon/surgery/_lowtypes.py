@@ -12,6 +12,8 @@ from onnx import TensorProto, defs
 from ..protos import weightless_copy
 
 FLOAT = TensorProto.FLOAT
+NOT_TENSOR = -1
+"""The type :func:`float_types` gives a sequence, optional or map (its elements stay as they are)."""
 
 
 def slot(params: Sequence[defs.OpSchema.FormalParameter], k: int) -> defs.OpSchema.FormalParameter | None:
@@ -56,7 +58,7 @@ def captured(node: onnx.NodeProto) -> set[str]:
 
 def float_types(model: onnx.ModelProto) -> dict[str, int]:
     """Name -> elem type of every typed tensor in the model and its bodies (declared, then onnx
-    inference on a weight-free copy)."""
+    inference on a weight-free copy); :data:`NOT_TENSOR` for a sequence, optional or map."""
     light = weightless_copy(model)
     with contextlib.suppress(Exception):  # inference is best effort; declared types remain
         light = onnx.shape_inference.infer_shapes(light)
@@ -67,6 +69,8 @@ def float_types(model: onnx.ModelProto) -> dict[str, int]:
         for vi in [*g.input, *g.output, *g.value_info]:
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 types.setdefault(vi.name, vi.type.tensor_type.elem_type)
+            elif vi.type.WhichOneof("value") in ("sequence_type", "optional_type", "map_type"):
+                types.setdefault(vi.name, NOT_TENSOR)
         for t in g.initializer:
             types[t.name] = t.data_type
         for node in g.node:

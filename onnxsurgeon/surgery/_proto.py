@@ -110,8 +110,19 @@ def _broadcast(a: tuple[_Dim, ...], b: tuple[_Dim, ...]) -> tuple[_Dim, ...]:
     return tuple(out)
 
 
+def _clash(a: tuple[_Dim, ...], b: tuple[_Dim, ...]) -> bool:
+    """Two sizes that do not broadcast (static, different, neither 1): the model cannot run
+    with these shapes, and onnx's inference is the one to name the node."""
+    return any(isinstance(x, int) and isinstance(y, int) and x != y and x != 1 and y != 1
+               for x, y in zip(reversed(a), reversed(b), strict=False))
+
+
 def _matmul(a: tuple[_Dim, ...], b: tuple[_Dim, ...]) -> tuple[_Dim, ...] | None:
+    """The shape of MatMul(a, b); None when it cannot be told or the inner sizes differ."""
     if not a or not b:
+        return None
+    inner, other = a[-1], b[-2] if len(b) > 1 else b[0]
+    if isinstance(inner, int) and isinstance(other, int) and inner != other:
         return None
     if len(a) == 1 and len(b) == 1:
         return ()
@@ -119,6 +130,8 @@ def _matmul(a: tuple[_Dim, ...], b: tuple[_Dim, ...]) -> tuple[_Dim, ...] | None
         return (*b[:-2], b[-1])
     if len(b) == 1:
         return a[:-1]
+    if _clash(a[:-2], b[:-2]):
+        return None
     return (*_broadcast(a[:-2], b[:-2]), a[-2], b[-1])
 
 
@@ -192,6 +205,8 @@ def apply_op(op: str, args: tuple[_Type, ...]) -> _Type | None:
         return elem, shape
     if op in _BROADCAST:
         for _, other in args[1:]:
+            if _clash(shape, other):
+                return None
             shape = _broadcast(shape, other)
         return elem, shape
     if op == "MatMul" and len(args) == 2:

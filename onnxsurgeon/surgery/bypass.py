@@ -108,12 +108,7 @@ def _find_node(index: GraphIndex, name: str) -> int:
     """The main-graph node named ``name``, or else the producer of the tensor ``name`` names
     (any selector: ONNX, TF ':0', torch module path)."""
     i = index.node_names.get(name)
-    op, sep, pos = name.rpartition("#")  # an unnamed node's label, as results and records give it
-    if i is None and sep and pos.isdigit() and int(pos) < len(index.graph.node):
-        node = index.graph.node[int(pos)]
-        if node.op_type == op and not node.name:
-            return int(pos)
-    if i is None:
+    if i is None:  # an unnamed node's label (``OpType#i``) too
         return Selector(index).resolve_node(name)
     if name in _repeated_names(index):
         raise UsageError(f"several nodes are named '{name}'; rename them apart first (rename --nodes)")

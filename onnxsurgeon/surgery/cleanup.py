@@ -4,8 +4,9 @@ Dead nodes (none of their outputs leads to a graph output), initializers and val
 uses, local functions nothing calls and opset imports nothing uses (the default domain always
 stays), in the main graph and in the If/Loop/Scan bodies of the nodes that stay (a body's node
 that none of the body's outputs needs goes; a body's read of an outer tensor keeps that
-tensor's producer alive). Graph inputs stay: they are the model's interface. Local function
-bodies are left as they are (their outputs are their interface).
+tensor's producer alive). Graph inputs stay: they are the model's interface. In a local function
+that stays, a node none of the function's outputs needs goes too (as onnx-graphsurgeon's and
+onnx-ir's cleanups do); its inputs, outputs and attributes stay (its interface).
 
 The plan is a liveness sweep against node order (load leaves every graph topologically sorted):
 one backward pass per graph, on the int dataflow graph when the main graph has one, so a 90k-node
@@ -14,7 +15,7 @@ chain costs a pass over its ints.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -97,6 +98,42 @@ def _plan_body(graph: onnx.GraphProto) -> _BodyPlan:
 
 
 @dataclass
+class _FunctionPlan:
+    """What stays of one local function's nodes (positions ascending) and what goes (labels)."""
+
+    kept: list[int]
+    dropped: list[str]
+    bodies: list[_BodyPlan]
+
+
+def _plan_function(fn: onnx.FunctionProto) -> _FunctionPlan:
+    """The liveness of a local function's nodes against its outputs: backward sweeps until
+    nothing more is needed (one when its nodes are sorted); the bodies of kept nodes planned as
+    in the main graph. O(sweeps x (nodes + edges)) of the function."""
+    nodes = fn.node
+    needed: set[str] = set(fn.output)
+    live = bytearray(len(nodes))
+    plans: dict[int, list[_BodyPlan]] = {}
+    more = True
+    while more:
+        more = False
+        for i in range(len(nodes) - 1, -1, -1):
+            node = nodes[i]
+            if live[i] or not any(o in needed for o in node.output if o):
+                continue
+            live[i] = 1
+            more = True
+            needed.update(node.input)
+            plans[i] = [_plan_body(sub) for sub in subgraphs(node)]
+            for plan in plans[i]:
+                needed.update(plan.free)
+    prefix = f"function {fn.domain}.{fn.name}/" if fn.domain else f"function {fn.name}/"
+    return _FunctionPlan([i for i in range(len(nodes)) if live[i]],
+                         [prefix + node_label(nodes[i], i) for i in range(len(nodes)) if not live[i]],
+                         [p for i in sorted(plans) for p in plans[i]])
+
+
+@dataclass
 class Liveness:
     """Which main-graph nodes some of ``outputs`` needs, and what they read.
 
@@ -175,7 +212,8 @@ class CleanupResult:
 
     Attributes:
         nodes: main-graph nodes (labels, see :func:`~onnxsurgeon.index.node_label`).
-        body_nodes: nodes of nested bodies (``<body name>/<label>``).
+        body_nodes: nodes of nested bodies (``<body name>/<label>``) and of local functions
+            (``function <domain.name>/<label>``).
         initializers: initializers (main graph and bodies, sparse ones included).
         value_info: value_info entries of tensors that no longer exist (or never did).
         functions: local functions (``domain.name``).
@@ -229,8 +267,10 @@ def _walk_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterable[onnx.NodeProto]:
             stack.pop()
 
 
-def _used_functions(model: onnx.ModelProto, called: set[tuple[str, str, str]]) -> list[int]:
-    """Positions of the local functions called, transitively from ``called``."""
+def _used_functions(model: onnx.ModelProto, called: set[tuple[str, str, str]],
+                    fn_nodes: Sequence[Sequence[onnx.NodeProto]] | None = None) -> list[int]:
+    """Positions of the local functions called, transitively from ``called``; ``fn_nodes``:
+    each function's nodes that stay (bodies' included; default: all of them)."""
     by_key = {(fn.domain, fn.name, getattr(fn, "overload", "")): k
               for k, fn in enumerate(model.functions)}
     used: set[int] = set()
@@ -240,18 +280,20 @@ def _used_functions(model: onnx.ModelProto, called: set[tuple[str, str, str]]) -
         if k in used:
             continue
         used.add(k)
-        for node in _walk_nodes(model.functions[k].node):
+        for node in (_walk_nodes(model.functions[k].node) if fn_nodes is None else fn_nodes[k]):
             j = by_key.get(_fn_key(node))
             if j is not None and j not in used:
                 stack.append(j)
     return sorted(used)
 
 
-def plan_model_level(model: onnx.ModelProto, kept_nodes: Iterable[onnx.NodeProto]
+def plan_model_level(model: onnx.ModelProto, kept_nodes: Iterable[onnx.NodeProto],
+                     fn_nodes: Sequence[Sequence[onnx.NodeProto]] | None = None
                      ) -> tuple[list[int], list[int]]:
     """The local functions and opset imports still used by ``kept_nodes`` (every node of the
-    main graph and bodies that stays): (function positions, opset positions), ascending. Reads
-    node domains only when the model has local functions or imports a domain besides the
+    main graph and bodies that stays): (function positions, opset positions), ascending.
+    ``fn_nodes``: each local function's nodes that stay (bodies' included; default: all).
+    Reads node domains only when the model has local functions or imports a domain besides the
     default."""
     functions = model.functions
     opsets = model.opset_import
@@ -263,11 +305,12 @@ def plan_model_level(model: onnx.ModelProto, kept_nodes: Iterable[onnx.NodeProto
         key = _fn_key(node)
         called.add(key)
         domains.add(key[0])
-    fn_kept = _used_functions(model, called) if functions else []
+    fn_kept = _used_functions(model, called, fn_nodes) if functions else []
     for k in fn_kept:
         fn = functions[k]
         domains.add(fn.domain)
-        domains.update(node.domain for node in _walk_nodes(fn.node))
+        domains.update(node.domain for node in (_walk_nodes(fn.node) if fn_nodes is None
+                                                 else fn_nodes[k]))
     op_kept = [k for k, o in enumerate(opsets)
                if o.domain in _DEFAULT_DOMAINS or o.domain in domains]
     return fn_kept, op_kept
@@ -313,7 +356,14 @@ def cleanup(model: Model | onnx.ModelProto, /) -> CleanupResult:
              if name in reads or name in inputs]
     sparse = [k for k, s in enumerate(graph.sparse_initializer)
               if s.values.name in reads or s.values.name in inputs]
-    fn_kept, op_kept = plan_model_level(proto, _kept_nodes(index, live.live, body_plans))
+    fn_plans = [_plan_function(fn) for fn in proto.functions]
+    fn_bodies = [_all_body_plans(p.bodies) for p in fn_plans]
+    fn_nodes = [[fn.node[i] for i in p.kept] + [b.graph.node[k] for b in bodies for k in b.kept]
+                for fn, p, bodies in zip(proto.functions, fn_plans, fn_bodies, strict=True)]
+    fn_kept, op_kept = plan_model_level(proto, _kept_nodes(index, live.live, body_plans),
+                                        fn_nodes if fn_plans else None)
+    for k in fn_kept:  # the nodes and bodies of the functions that stay are cleaned too
+        body_plans += fn_bodies[k]
 
     dropped_nodes = [] if all_live else [index.node_label(i) for i in range(n)
                                          if not live.live[i]]
@@ -343,7 +393,8 @@ def cleanup(model: Model | onnx.ModelProto, /) -> CleanupResult:
     dropped_ops = [o.domain for k, o in enumerate(proto.opset_import) if k not in op_set]
     result = CleanupResult(
         nodes=tuple(dropped_nodes),
-        body_nodes=tuple(x for p in body_plans for x in p.dropped_nodes),
+        body_nodes=tuple([x for k in fn_kept for x in fn_plans[k].dropped]
+                         + [x for p in body_plans for x in p.dropped_nodes]),
         initializers=tuple(dropped_inits + [x for p in body_plans for x in p.dropped_initializers]),
         value_info=tuple(dropped_vi + [x for p in body_plans for x in p.dropped_value_info]),
         functions=tuple(dropped_fns), opsets=tuple(dropped_ops))
@@ -359,6 +410,8 @@ def cleanup(model: Model | onnx.ModelProto, /) -> CleanupResult:
         e.keep_graph_leaves(plan.graph, initializers=plan.initializers, sparse=plan.sparse,
                             value_info=plan.value_info)
         e.keep_graph_nodes(plan.graph, plan.kept)
+    for k in fn_kept:
+        e.keep_graph_nodes(proto.functions[k], fn_plans[k].kept)
     if len(kept) != n:
         e.keep_nodes(kept)
     if len(fn_kept) != len(proto.functions):

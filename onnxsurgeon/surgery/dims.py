@@ -13,6 +13,7 @@ it are traced and rewritten to follow the input, or refused naming the node and 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,18 @@ from ..record import DimsRecord, add_rewrite
 from ..select import Selector, is_selector
 from ..session import indexed
 from ..types import shape_of
-from ._dimsplan import Dim, Rows, factors_of, infer, plan, probe, static_factor, with_dims
+from ._dimsplan import (
+    Dim,
+    Rows,
+    const_values,
+    factors_of,
+    infer,
+    plan,
+    probe,
+    stale_bodies,
+    static_factor,
+    with_dims,
+)
 from ._edgewalk import propagate_edges
 
 _with_dims = with_dims
@@ -206,6 +218,38 @@ def _lost_outputs(proto: onnx.ModelProto, produced: Collection[str],
     return {name: [None] * len(dims) for name, dims in lost.items() if dims is not None}
 
 
+def _check_reshapes(index: GraphIndex, inferred: onnx.ModelProto, skip: Collection[int]) -> None:
+    """Refuse a Reshape (not rewritten: ``skip``) whose constant target no longer holds its
+    data's new static shape: a shape constant hard-codes an old size (onnx's inference does
+    not compare the element counts; onnxruntime fails at run time). O(nodes).
+
+    Raises:
+        UsageError: the first such Reshape, with both shapes.
+    """
+    typed = {vi.name: vi for vi in [*inferred.graph.input, *inferred.graph.value_info]}
+    for i, node in enumerate(index.graph.node):
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or i in skip \
+                or len(node.input) < 2:
+            continue
+        dims = shape_of(typed.get(node.input[0])) or [None]
+        data = [d for d in dims if isinstance(d, int)]
+        target = const_values(index, node.input[1])
+        if len(data) != len(dims) or target is None or target.ndim != 1:
+            continue
+        zero_copies = not any(a.name == "allowzero" and a.i for a in node.attribute)
+        want = [data[k] if v == 0 and zero_copies and k < len(data) else int(v)
+                for k, v in enumerate(target.tolist())]
+        total = math.prod(data)
+        known = math.prod(v for v in want if v != -1)
+        if (known == 0 or total % known == 0) if -1 in want else known == total:
+            continue
+        raise UsageError(
+            f"node '{index.node_label(i)}' (Reshape) cannot hold the new shapes: its input is "
+            f"{format_shape(data)} ({total} elements) and its shape is the constant "
+            f"{target.tolist()}; the model hard-codes the old size there: keep that dim (or "
+            f"make the model compute the shape)")
+
+
 def _final(dim: Dim, batch: Dim) -> Dim:
     """A probe dim in the rewritten model: the batch symbol -> the new batch; a merged one ->
     its size when the batch is static, else unnamed."""
@@ -319,13 +363,16 @@ def dims(model: Model | onnx.ModelProto, /, *,
         new_b = _new_batch(shapes, source)
         outer = {i: tuple(_final(d, new_b) for d in step.out) for i, step in planned.items()}
         row_outer = {k: tuple(_final(d, new_b) for d in row.out) for k, row in rows.items()}
-        inferred = infer(probe(proto, shapes, planned, outer, rows, row_outer))
+        inferred = infer(probe(proto, shapes, planned, outer, rows, row_outer,
+                                    holders=index.body_holders))
+        _check_reshapes(index, inferred, planned)
         typed = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output]}
         typed.update({proto.graph.node[i].output[0]: with_dims(
             onnx.helper.make_tensor_value_info("", step.elem, None), outer[i])
             for i, step in planned.items()})
         found = {n: shape_of(typed.get(n)) for n in wanted}
-    found.update(_lost_outputs(proto, produced, found, probe(proto, shapes, planned, rows=rows)))
+    found.update(_lost_outputs(proto, produced, found, probe(proto, shapes, planned, rows=rows,
+                                                             holders=index.body_holders)))
     outputs = [_with_dims(out, found.get(out.name)) if out.name in produced else
                _with_dims(out, shapes[out.name]) if out.name in shapes else out
                for out in proto.graph.output]
@@ -357,6 +404,7 @@ def dims(model: Model | onnx.ModelProto, /, *,
         if (i, step.slot) not in feeds:
             feeds[(i, step.slot)] = names.fresh(f"{node_field[i].input[step.slot]}/dims")
     uses = {key: index.uses_of(node_field[key[0]].input[key[1]]) for key in feeds}
+    stale = stale_bodies(proto, index.body_holders)
     # ------------------------------------------------------------------ mutate (all checked)
     made = [*(numpy_helper.from_array(step.values.astype(np.int64), feeds[(i, step.slot)])
               for i, step in rewrites.items() if step.batch_at < 0 and step.values is not None),
@@ -374,6 +422,8 @@ def dims(model: Model | onnx.ModelProto, /, *,
     e.set_inputs(new_inputs)
     e.set_outputs(outputs)
     e.set_value_info(value_info, copy=False)
+    for body, body_outputs, body_value_info in stale:
+        e.set_body_types(body, body_outputs, body_value_info)
     e.hand_on(m)
     result = DimsResult(shapes={n: format_shape(s) for n, s in shapes.items()},
                         batch="" if batch is None else str(batch), rewritten=rewritten)

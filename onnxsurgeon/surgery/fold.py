@@ -26,7 +26,7 @@ shape or type) is removed, its readers reading ``x``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -53,6 +53,7 @@ from ..io import Model, as_model
 from ..protos import default_opset
 from ..record import FoldRecord, add_rewrite
 from ..session import indexed
+from ._foldeval import Evaluator, Runner, partitioned
 from ._foldshape import (
     known_shapes,
     selected,
@@ -83,10 +84,6 @@ NEVER_FOLDED = RANDOM_OPS | frozenset({
 })
 """Ops whose value is random, not a tensor, or holds a body: never folded."""
 
-Runner = Callable[[Sequence[str]], Mapping[str, np.ndarray]]
-"""Values of the named outputs of the model an :data:`Evaluator` was given."""
-Evaluator = Callable[[onnx.ModelProto], Runner]
-"""A model with no inputs -> a runner of its outputs (one session, run as often as asked)."""
 
 
 def reference_evaluator(model: onnx.ModelProto) -> Runner:
@@ -263,7 +260,7 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
         return any(j not in in_fold for j in reads.get(name, ())) or name in captured
 
     model = _fold_model(graph, fold, inits, known, base_dir, opsets, ir_version, like or {})
-    run = evaluate(model)
+    run = partitioned(evaluate, model)
     values: dict[str, onnx.TensorProto] = {}
     kept: list[str] = []
     want = [o for i in fold for o in graph.node[i].output if o and needed(o)]
@@ -271,13 +268,15 @@ def _plan_graph(graph: onnx.GraphProto, *, inputs: set[str], base_dir: object,
         got = run([w for w in want if w not in known]) if any(w not in known for w in want) else {}
         more: list[str] = []
         for name in want:
-            value = known[name] if name in known else np.asarray(got[name])
             i = producer[name]
             if i not in in_fold:
                 continue
-            if value.nbytes > max_bytes:
+            value = known[name] if name in known else \
+                np.asarray(got[name]) if name in got else None  # None: its node failed
+            if value is None or value.nbytes > max_bytes:
                 in_fold.discard(i)
-                kept.append(name)
+                if value is not None:
+                    kept.append(name)
                 more.extend(n for n in graph.node[i].input if n in producer
                             and producer[n] in in_fold and n not in values)
                 for o in graph.node[i].output:

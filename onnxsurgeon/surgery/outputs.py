@@ -1,10 +1,10 @@
 """``outputs``: expose intermediate tensors as graph outputs, or drop graph outputs.
 
 An added output is a main-graph tensor (any selector), declared with its best known type
-(:class:`~onnxsurgeon.types.TypeOracle`); a tensor whose element type is unknown is refused. A
-dropped output takes with it what only it needed: the nodes no remaining output needs any more
-and the initializers only those nodes read (nodes that were dead before stay: that is
-``cleanup``'s job).
+(:class:`~onnxsurgeon.types.TypeOracle`); a tensor whose element type or rank is unknown is
+refused (onnx.checker wants both on a graph output). A dropped output takes with it what only
+it needed: the nodes no remaining output needs any more and the initializers only those nodes
+read (nodes that were dead before stay: that is ``cleanup``'s job).
 """
 
 from __future__ import annotations
@@ -134,6 +134,11 @@ def outputs(model: Model | onnx.ModelProto, /, *, add: Sequence[str] = (),
         if vi is None or not _typed(vi):
             raise UsageError(f"tensor '{name}' has no known type (shape inference cannot type "
                              "it); declare its type in value_info, or expose a typed tensor")
+        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+            # onnx.checker wants a graph output's shape (its rank at least)
+            raise UsageError(f"tensor '{name}' has no known rank (shape inference cannot tell "
+                             "it); declare its shape in value_info, or expose a tensor of known "
+                             "rank")
         infos.append(renamed_value_info(vi, name))
 
     new_outputs = [*remaining, *added]

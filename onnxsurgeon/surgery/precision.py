@@ -4,7 +4,7 @@ Every float32 tensor a converted node reads or writes becomes the low type: init
 Constants (``value``, ``value_float(s)``), graph inputs and outputs (unless ``keep_io_types``),
 value_info, the attributes that carry a dtype (Cast ``to``, ConstantOfShape ``value``,
 EyeLike/RandomX/Bernoulli ``dtype``) and the nodes of If/Loop/Scan bodies. A node stays float32
-when the user blocks it, when its schema (the ``onnx.defs`` type constraints at the model's
+when the user blocks it, when it reads or makes a sequence or optional, when its schema (the ``onnx.defs`` type constraints at the model's
 opset) does not take the type on a float slot, or when onnxruntime's CPU provider has no kernel
 for it (:func:`onnxsurgeon.ortinfer.missing_kernel`); those are listed with the reason. Slots
 whose schema type is fixed ``tensor(float)`` (Resize ``scales``), the nodes computing only them
@@ -34,7 +34,7 @@ from ..record import PrecisionRecord, add_rewrite
 from ..select import Selector, is_selector
 from ..selectors import NODE, body_graphs
 from ..session import indexed
-from ._lowtypes import captured, float_types, slot, slot_kind
+from ._lowtypes import NOT_TENSOR, captured, float_types, slot, slot_kind
 from .replace import _tolerance
 
 FLOAT = TensorProto.FLOAT
@@ -156,6 +156,8 @@ def _decide(plan: _Plan, node: onnx.NodeProto, blocked: bool) -> tuple[str | Non
         return "", [], []  # nothing float: untouched, not listed
     if blocked:
         return "blocked", [], []
+    if any(n and _dtype(plan, n) == NOT_TENSOR for n in (*node.input, *node.output)):
+        return "it reads or makes a sequence or optional (whose elements stay float32)", [], []
     schema = plan.schema(node)
     if schema is None:
         return f"no onnx schema for {node.domain or 'ai.onnx'}.{node.op_type}", [], []

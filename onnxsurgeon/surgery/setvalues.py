@@ -31,6 +31,7 @@ from ..select import Selector, is_selector
 from ..selectors import NODE, TENSOR
 from ..session import indexed
 from ._bodies import body_initializer, body_node, children_first, locate
+from ._setshapes import redeclared
 
 __all__ = ["SetResult", "parse_attribute", "set_values", "split_attr_key"]
 
@@ -286,6 +287,8 @@ def set_values(model: Model | onnx.ModelProto, /, *, attrs: Mapping[str, str] | 
             digests[label] = hashlib.sha256(tensor.raw_data).hexdigest()
     result = SetResult(attr_text, files, digests, bool(reshape))
     paths = children_first(proto, {p for p, _, _ in (*new_attrs, *new_weights) if p})
+    declared = redeclared(proto, [(i, a) for path, i, a in new_attrs if not path],
+                          [(pos, t) for path, pos, t in new_weights if not path and reshape])
 
     # ------------------------------------------------------------------ mutate (all checked)
     e = Edit(index)
@@ -295,6 +298,9 @@ def set_values(model: Model | onnx.ModelProto, /, *, attrs: Mapping[str, str] | 
     for path, i, attribute in new_attrs:
         if not path:
             e.set_attribute(i, attribute)
+    if declared is not None:  # the new values change declared shapes or types: inferred anew
+        e.set_outputs(declared[0])
+        e.set_value_info(declared[1])
     for path in paths:  # children first: a holder's copy has its bodies' new values
         graph = locate(proto, path)
         body = onnx.GraphProto()

@@ -178,7 +178,7 @@ class PairAccumulator:
             return True
         if same and self.exact:
             return self._add_identical(ref)
-        if self.exact:
+        if self.exact or ref.dtype.kind in "OSU":  # strings: equal or not, no distance
             return self._add_exact(ref, cand, sample)
         r = _as_comparable(ref)
         c = _as_comparable(cand)

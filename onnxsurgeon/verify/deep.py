@@ -343,10 +343,12 @@ def same_step(ref: Staged, cand: Staged, a: str, b: str,
     rindex, cindex = ref.index, cand.index
     r_init = rindex.initializers.get(a, -1) >= 0
     c_init = cindex.initializers.get(b, -1) >= 0
-    if r_init or c_init:
+    if r_init or c_init:  # an initializer on one side only (a Constant folded): not alike
+        if not (r_init and c_init):
+            return None
         same = (conv.same_weight(ref, a, b) if conv is not None
                 else same_initializer(ref, cand, a, b))
-        return [] if r_init and c_init and same else None
+        return [] if same else None
     if a in rindex.inputs and a not in rindex.producer:
         return [] if mapping.get(a, a) == b else None
     i, j = rindex.producer.get(a), cindex.producer.get(b)
