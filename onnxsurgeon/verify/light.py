@@ -23,9 +23,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import onnx
+
 from ..errors import SurgeryError
 from ..external import check_tensors, iter_tensors
 from ..io import Model, load, parse_model
+from ..protos import copy_fields
 from ..validate import validate_producers
 
 LIGHT_MIN_BYTES = 4 * 2**20
@@ -164,3 +167,75 @@ def load_light(path: str | os.PathLike[str]) -> Model:
         return load(p)  # the full load names the problem as it always has
     model.warnings.extend(found.warnings)
     return model
+
+
+_NAME = 8
+"""Field number of TensorProto.name."""
+
+
+def inline_weights(path: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
+    """Name -> (offset, length) of each heavy ``raw_data`` (:data:`HEAVY_RAW_BYTES`) of a
+    main-graph initializer in the model file ``path``, read off the wire as :func:`light_bytes`
+    reads it (no weight byte read); empty when the file is not framed as one graph.
+    O(fields of the model and graph messages)."""
+    found: dict[str, tuple[int, int]] = {}
+    twice: set[str] = set()
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            graphs = [g for g in _fields(buf, 0, len(buf)) if g[0] == _GRAPH and g[1] == 2]
+            if len(graphs) != 1:
+                return {}
+            for number, wire, _, start, end in _fields(buf, graphs[0][3], graphs[0][4]):
+                if number != _INITIALIZER or wire != 2:
+                    continue
+                fields = list(_fields(buf, start, end))
+                raws = [t for t in fields if t[0] == _RAW_DATA and t[1] == 2]
+                names = [t for t in fields if t[0] == _NAME and t[1] == 2]
+                if len(raws) != 1 or len(names) != 1 or raws[0][4] - raws[0][3] < HEAVY_RAW_BYTES:
+                    continue
+                name = bytes(buf[names[0][3]:names[0][4]]).decode("utf-8", "replace")
+                if name in found:
+                    twice.add(name)
+                found[name] = (raws[0][3], raws[0][4] - raws[0][3])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return {name: at for name, at in found.items() if name not in twice}  # a name held once
+
+
+def referencing(proto: onnx.ModelProto, path: str | os.PathLike[str], *,
+                vouched: bool = False) -> onnx.ModelProto | None:
+    """A copy of ``proto`` whose heavy inline main-graph initializers that the model file
+    ``path`` holds too (the same name, the same bytes) are external references into that file
+    (location: its name; read in place as :func:`load_light`'s are), the others copied; None
+    when no initializer is referenced. The bytes are compared one tensor at a time (a verb may
+    have changed a weight), unless ``vouched``: ``proto`` is known to be that file's (a
+    ``Model._as_source`` copy). No copy of the referenced weights is made. O(model size)."""
+    try:
+        if os.stat(path).st_nlink > 1:  # external data may not name a hard-linked file
+            return None
+    except OSError:
+        return None
+    where = inline_weights(path)
+    if not where:
+        return None
+    light = onnx.ModelProto()
+    copy_fields(proto, light, skip="graph")
+    copy_fields(proto.graph, light.graph, skip="initializer")
+    location = Path(path).name
+    referenced = 0
+    with open(path, "rb") as f:
+        for t in proto.graph.initializer:
+            at = where.get(t.name)
+            if at is None or not t.HasField("raw_data") or len(t.external_data) \
+                    or (not vouched and os.pread(f.fileno(), at[1], at[0]) != t.raw_data):
+                light.graph.initializer.append(t)
+                continue
+            stub = light.graph.initializer.add()
+            copy_fields(t, stub, skip="raw_data")  # all but the bytes
+            for key, value in (("location", location), ("offset", str(at[0])),
+                               ("length", str(at[1]))):
+                entry = stub.external_data.add()
+                entry.key, entry.value = key, value
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            referenced += 1
+    return light if referenced else None

@@ -318,6 +318,7 @@ class Staged:
         self._path: Path | None = None
         self._bytes: bytes | None = None
         self._heavy = False  # inline weights over SESSION_BYTES_LIMIT: sessions from a file
+        self._referenced = False  # sessions from light bytes referencing the source's weights
         self._external = any(map(is_external, iter_tensors(model.proto)))
         # external data read in place by onnxruntime: sessions from the proto's bytes, their
         # locations relative to the model's folder (no copy of the weights is staged)
@@ -336,7 +337,7 @@ class Staged:
     def path(self) -> Path:
         """A file of the model (written on first use, without fsync: a scratch copy)."""
         if self._path is None:
-            if self._in_memory() and not self._external:
+            if self._in_memory() and not self._external and not self._referenced:
                 self._path = self.workspace.fresh_path(self.label)
                 self._path.write_bytes(self._serialized())
             elif self._path is None:  # not written by _in_memory (a heavy model) either
@@ -369,9 +370,13 @@ class Staged:
             return True
         if self._bytes is None and self.source_path is not None:  # the file holds the model
             if self.source_path.stat().st_size > SESSION_BYTES_LIMIT:
+                if self._reference(vouched=True):
+                    return True
                 self._heavy, self._path = True, self.source_path  # sessions from it, no copy
                 return False
             self._bytes = self.source_path.read_bytes()
+        if self._bytes is None and self._reference():
+            return True
         if self._bytes is None:
             try:
                 data = self.model.proto.SerializeToString()
@@ -387,6 +392,32 @@ class Staged:
                 self._path.write_bytes(data)
                 return False
             self._bytes = data
+        return True
+
+    def _reference(self, *, vouched: bool = False) -> bool:
+        """Whether sessions load this model from light bytes whose heavy weights are references
+        into its source file (:func:`~.light.referencing`: those a verb left as that file holds
+        them, read in place by onnxruntime; the rest inline), so the weights are neither
+        serialized nor written. Only for a model (without external data) from a heavy file;
+        ``vouched``: the model is known to be that file's (its bytes are not compared)."""
+        source = self.model.source
+        if self.limits is not None or self.model.data_dirs or source is None:
+            return False
+        real = Path(os.path.realpath(source))
+        try:
+            if real.stat().st_size <= SESSION_BYTES_LIMIT:
+                return False
+        except OSError:
+            return False
+        from .light import referencing
+
+        light = referencing(self.model.proto, real, vouched=vouched)
+        if light is None:
+            return False
+        data = light.SerializeToString()
+        if len(data) > SESSION_BYTES_LIMIT:  # most of the weights changed: staged as before
+            return False
+        self._bytes, self.folder, self._referenced = data, real.parent, True
         return True
 
     def _serialized(self) -> bytes:
