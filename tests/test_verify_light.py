@@ -113,16 +113,20 @@ def test_referencing_points_unchanged_weights_into_the_file_and_keeps_changed_on
 def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path, monkeypatch):
     """``insert --verify`` on a model heavier than the in-memory limit: the original, the
     rewritten model and the cut model reach onnxruntime as light bytes whose weights are read
-    from the input file (nothing staged on disk), and the report is the one staging copies
+    from the input file (nothing staged on disk), all their sessions given the same values of
+    those weights (one copy, over the file's bytes), and the report is the one staging copies
     gives."""
     path = tmp_path / "m.onnx"
     onnx.save(_chain(), str(path))
     monkeypatch.setattr(run_mod, "SESSION_BYTES_LIMIT", 16 * 1024)  # the file (37 KB) is heavy
     given: list[tuple[int, object]] = []
+    shared: list[dict] = []
     real_session = run_mod.new_session
 
     def counted(model, **kwargs):
         given.append((len(model) if isinstance(model, bytes) else -1, kwargs.get("folder")))
+        if kwargs.get("folder") is not None:
+            shared.append({k: id(v) for k, v in (kwargs.get("initializers") or {}).items()})
         return real_session(model, **kwargs)
 
     monkeypatch.setattr(run_mod, "new_session", counted)
@@ -140,6 +144,7 @@ def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path
     assert given and all(0 < n < 4 * WIDTH * WIDTH for n, _ in given)
     referenced = [f for n, f in given if f is not None]
     assert len(referenced) >= 3 and set(referenced) == {tmp_path.resolve()}
+    assert sorted(shared[0]) == ["W0", "W1", "W2", "W3"] and all(s == shared[0] for s in shared)
     given.clear()
     monkeypatch.setattr(rewrite_mod, "referencing", lambda *a, **k: None)
     monkeypatch.setattr(light_mod, "referencing", lambda *a, **k: None)

@@ -18,10 +18,12 @@ symlinked model file) falls back to :func:`~onnxsurgeon.io.load`.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -239,3 +241,71 @@ def referencing(proto: onnx.ModelProto, path: str | os.PathLike[str], *,
             stub.data_location = onnx.TensorProto.EXTERNAL
             referenced += 1
     return light if referenced else None
+
+
+_SHARED_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                 onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
+                 onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+"""Element types whose referenced weights sessions share (numpy holds them as they are)."""
+
+
+class SharedWeights:
+    """The referenced weights of a verification's sessions, one copy for all of them: each file
+    a light proto references is mapped once, read-only, and each of its referenced initializers
+    becomes one onnxruntime value over those bytes, which every session given it uses in place
+    (``SessionOptions.add_initializer``) instead of reading its own copy. Only files a
+    :func:`referencing` copy named (:meth:`vouch`) are read so. Alive until :meth:`close`
+    (after the sessions using them)."""
+
+    def __init__(self) -> None:
+        self.files: set[Path] = set()
+        self._maps: dict[Path, mmap.mmap] = {}
+        self._values: dict[tuple[Path, int, int, int, tuple[int, ...]], Any] = {}
+
+    def vouch(self, path: Path) -> None:
+        """Let sessions share the weights of the model file ``path`` (a real path) that a
+        :func:`referencing` copy references."""
+        self.files.add(path)
+
+    def of(self, light: onnx.ModelProto, folder: Path) -> dict[str, Any]:
+        """Name -> shared value of each main-graph initializer of ``light`` that references a
+        vouched file in ``folder`` (not a graph input; a type in :data:`_SHARED_TYPES`)."""
+        import numpy as np
+        import onnxruntime as ort
+
+        inputs = {i.name for i in light.graph.input}
+        shared: dict[str, Any] = {}
+        for t in light.graph.initializer:
+            if t.data_location != onnx.TensorProto.EXTERNAL or t.name in inputs \
+                    or t.data_type not in _SHARED_TYPES:
+                continue
+            entries = {e.key: e.value for e in t.external_data}
+            if set(entries) != {"location", "offset", "length"} or "/" in entries["location"]:
+                continue
+            path, offset, length = folder / entries["location"], int(entries["offset"]), \
+                int(entries["length"])
+            key = (path, offset, length, t.data_type, tuple(t.dims))
+            if path not in self.files:
+                continue
+            if key not in self._values:
+                if path not in self._maps:
+                    try:
+                        with open(path, "rb") as f:
+                            self._maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    except (OSError, ValueError):
+                        self.files.discard(path)
+                        continue
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+                if length != math.prod(t.dims) * dtype.itemsize \
+                        or offset + length > len(self._maps[path]):
+                    continue
+                array = np.frombuffer(self._maps[path], dtype=dtype,
+                                      count=length // dtype.itemsize, offset=offset)
+                self._values[key] = ort.OrtValue.ortvalue_from_numpy(array.reshape(key[4]))
+            shared[t.name] = self._values[key]
+        return shared
+
+    def close(self) -> None:
+        """Forget the values and maps (each map is unmapped once nothing reads it)."""
+        self._values.clear()
+        self._maps.clear()

@@ -49,6 +49,7 @@ from ..names import NameAllocator
 from ..session import current_index
 from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
+from .light import SharedWeights
 
 if TYPE_CHECKING:
     from .isolate import IsolatedRunner, Limits
@@ -99,11 +100,13 @@ def default_threads() -> int:
 
 
 def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = None,
-                folder: Path | None = None) -> Any:
+                folder: Path | None = None, initializers: Mapping[str, Any] | None = None,
+                ) -> Any:
     """An onnxruntime session for the file ``model`` (or serialized bytes): CPU, optimizations
     off, ``threads`` intra-op threads (0: :func:`default_threads`), no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`).
     ``folder``: where the external data of serialized bytes is (their locations are relative
-    to it; onnxruntime reads them from there)."""
+    to it; onnxruntime reads them from there). ``initializers``: values onnxruntime uses in place
+    of those initializers (:class:`~.light.SharedWeights`: no copy of their own)."""
     import onnxruntime as ort
 
     severity = ort_log_severity()  # onnxruntime's own (coloured) lines stay off stderr
@@ -118,6 +121,8 @@ def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = No
     if folder is not None and isinstance(model, bytes):
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", str(folder))
+    for key, value in (initializers or {}).items():
+        options.add_initializer(key, value)
     name = label or (model.name if isinstance(model, Path) else "model")
     COUNTS["sessions"] += 1
     COUNTS[f"sessions with {options.intra_op_num_threads} threads"] += 1
@@ -188,6 +193,7 @@ class Workspace:
         self.dir = Path(tempfile.mkdtemp(prefix="onnxsurgeon-verify-"))
         self._count = 0
         self._idle: dict[int, tuple[Staged, tuple[str, ...], Runner | IsolatedRunner]] = {}
+        self.weights = SharedWeights()  # weights read in place, one copy for all sessions
 
     def fresh_path(self, stem: str) -> Path:
         self._count += 1
@@ -221,6 +227,7 @@ class Workspace:
         for _, _, runner in self._idle.values():
             runner.close()
         self._idle.clear()
+        self.weights.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Workspace:
@@ -319,6 +326,7 @@ class Staged:
         self._bytes: bytes | None = None
         self._heavy = False  # inline weights over SESSION_BYTES_LIMIT: sessions from a file
         self._referenced = False  # sessions from light bytes referencing the source's weights
+        self._shared: dict[str, Any] = {}  # initializer -> its value shared by the sessions
         self._external = any(map(is_external, iter_tensors(model.proto)))
         # external data read in place by onnxruntime: sessions from the proto's bytes, their
         # locations relative to the model's folder (no copy of the weights is staged)
@@ -367,6 +375,7 @@ class Staged:
                     self.folder = None
                     return False
                 self._bytes = data
+                self._shared = self.workspace.weights.of(self.model.proto, self.folder)
             return True
         if self._bytes is None and self.source_path is not None:  # the file holds the model
             if self.source_path.stat().st_size > SESSION_BYTES_LIMIT:
@@ -418,6 +427,8 @@ class Staged:
         if len(data) > SESSION_BYTES_LIMIT:  # most of the weights changed: staged as before
             return False
         self._bytes, self.folder, self._referenced = data, real.parent, True
+        self.workspace.weights.vouch(real)
+        self._shared = self.workspace.weights.of(light, real.parent)
         return True
 
     def _serialized(self) -> bytes:
@@ -500,16 +511,16 @@ class Staged:
         try:
             model, read_as = self._variant(wanted, typed=False)
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder)
+                                  folder=self.folder, initializers=self._shared)
         except ModelRunError:  # outputs onnxruntime could not type by itself: say them
             model, read_as = self._variant(wanted, typed=True)
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder)
+                                  folder=self.folder, initializers=self._shared)
         self.oracle.learn(session)
         if any(read_as[n] == n and self.oracle.declared_elem(n) in _WIDEN for n in wanted):
             model, read_as = self._variant(wanted, typed=False)  # now known: cast them
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder)
+                                  folder=self.folder, initializers=self._shared)
         self._drop(model)
         return Runner(session, read_as, self.label)
 
