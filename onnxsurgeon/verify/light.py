@@ -243,6 +243,32 @@ def referencing(proto: onnx.ModelProto, path: str | os.PathLike[str], *,
     return light if referenced else None
 
 
+def referenced_bytes(model: Model, weights: SharedWeights, *, limit: int, vouched: bool = False,
+                     ) -> tuple[bytes, Path, dict[str, Any]] | None:
+    """For ``model`` (no external data) from a model file over ``limit`` bytes: its
+    :func:`referencing` copy serialized (at most ``limit`` bytes, else None: most weights
+    changed), the folder its references are relative to, and the values ``weights`` shares for
+    them; None when the model has no such file or the file holds none of its weights. The
+    weights are neither serialized nor written, and read once by all the sessions.
+    ``vouched``: the model is known to be that file's (its bytes are not compared)."""
+    if model.source is None or model.data_dirs:
+        return None
+    real = Path(os.path.realpath(model.source))
+    try:
+        if real.stat().st_size <= limit:
+            return None
+    except OSError:
+        return None
+    light = referencing(model.proto, real, vouched=vouched)
+    if light is None:
+        return None
+    data = light.SerializeToString()
+    if len(data) > limit:
+        return None
+    weights.vouch(real)
+    return data, real.parent, weights.of(light, real.parent)
+
+
 _SHARED_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
                  onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
                  onnx.TensorProto.INT32, onnx.TensorProto.INT64}

@@ -7,7 +7,10 @@ Rules kept here:
   A light model without external data is handed to onnxruntime as bytes (nothing written); a
   heavier one (over :data:`SESSION_BYTES_LIMIT`) is written once to a scratch file and runs from
   it (onnxruntime holds less of a model it reads from a file, and no bytes stay in Python: one
-  copy of the weights per session); one with external data runs from its unchanged source file, else from a copy saved into a private
+  copy of the weights per session), unless its heavy weights are its heavy source file's
+  (:meth:`Staged._reference`: light bytes referencing them, read in place, and shared by all the
+  sessions of a :class:`Workspace`, :class:`~.light.SharedWeights`); one with external data runs
+  from its unchanged source file, else from a copy saved into a private
   temporary folder without fsync (:func:`onnxsurgeon.io.save` ``durable=False``: external data
   streamed, inline weights moved out above 2 GB), so protobuf's 2 GB limit never applies.
 * Intermediate tensors are exposed as extra graph outputs appended to those bytes (a serialized
@@ -49,7 +52,7 @@ from ..names import NameAllocator
 from ..session import current_index
 from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
-from .light import SharedWeights
+from .light import SharedWeights, referenced_bytes
 
 if TYPE_CHECKING:
     from .isolate import IsolatedRunner, Limits
@@ -405,30 +408,14 @@ class Staged:
 
     def _reference(self, *, vouched: bool = False) -> bool:
         """Whether sessions load this model from light bytes whose heavy weights are references
-        into its source file (:func:`~.light.referencing`: those a verb left as that file holds
-        them, read in place by onnxruntime; the rest inline), so the weights are neither
-        serialized nor written. Only for a model (without external data) from a heavy file;
-        ``vouched``: the model is known to be that file's (its bytes are not compared)."""
-        source = self.model.source
-        if self.limits is not None or self.model.data_dirs or source is None:
+        into its heavy source file, shared by the workspace's sessions
+        (:func:`~.light.referenced_bytes`; ``vouched``: the model is that file's)."""
+        found = None if self.limits is not None else referenced_bytes(
+            self.model, self.workspace.weights, limit=SESSION_BYTES_LIMIT, vouched=vouched)
+        if found is None:
             return False
-        real = Path(os.path.realpath(source))
-        try:
-            if real.stat().st_size <= SESSION_BYTES_LIMIT:
-                return False
-        except OSError:
-            return False
-        from .light import referencing
-
-        light = referencing(self.model.proto, real, vouched=vouched)
-        if light is None:
-            return False
-        data = light.SerializeToString()
-        if len(data) > SESSION_BYTES_LIMIT:  # most of the weights changed: staged as before
-            return False
-        self._bytes, self.folder, self._referenced = data, real.parent, True
-        self.workspace.weights.vouch(real)
-        self._shared = self.workspace.weights.of(light, real.parent)
+        self._bytes, self.folder, self._shared = found
+        self._referenced = True
         return True
 
     def _serialized(self) -> bytes:
