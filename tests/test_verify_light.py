@@ -91,16 +91,20 @@ def test_a_hard_linked_model_file_is_loaded_whole(tmp_path, light_everything):
     assert not any(is_external(t) for t in model.proto.graph.initializer)
 
 
-def test_referencing_points_unchanged_weights_into_the_file_and_keeps_changed_ones(tmp_path):
+def test_referencing_points_unchanged_weights_into_the_file_and_keeps_changed_ones(
+        tmp_path, light_everything):
     """A verb's output whose weights are the input file's: each heavy weight the file holds with
-    the same bytes becomes a reference into it (no copy); a changed one stays inline."""
+    the same bytes (under its name, or renamed at its position) becomes a reference into it (no
+    copy); a changed one stays inline."""
     path = tmp_path / "m.onnx"
     onnx.save(_chain(), str(path))
     changed = _chain(scale_layer=2)  # W2 differs from the file's
+    changed.graph.initializer[1].name = "V1"  # renamed (its readers too)
+    changed.graph.node[2].input[1] = "V1"
     light = referencing(changed, path)
     assert light is not None
     inits = {t.name: t for t in light.graph.initializer}
-    assert [name for name, t in inits.items() if is_external(t)] == ["W0", "W1", "W3"]
+    assert [name for name, t in inits.items() if is_external(t)] == ["W0", "V1", "W3"]
     assert inits["W2"].raw_data and not is_external(inits["W2"])
     for t in changed.graph.initializer:
         assert np.array_equal(read_tensor(inits[t.name], tmp_path), numpy_helper.to_array(t))
@@ -110,7 +114,8 @@ def test_referencing_points_unchanged_weights_into_the_file_and_keeps_changed_on
     assert referencing(changed, path) is None
 
 
-def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path, monkeypatch):
+def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path, monkeypatch,
+                                                                       light_everything):
     """``insert --verify`` on a model heavier than the in-memory limit: the original, the
     rewritten model and the cut model reach onnxruntime as light bytes whose weights are read
     from the input file (nothing staged on disk), all their sessions given the same values of

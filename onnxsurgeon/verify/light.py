@@ -175,21 +175,25 @@ _NAME = 8
 """Field number of TensorProto.name."""
 
 
-def inline_weights(path: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
-    """Name -> (offset, length) of each heavy ``raw_data`` (:data:`HEAVY_RAW_BYTES`) of a
-    main-graph initializer in the model file ``path``, read off the wire as :func:`light_bytes`
-    reads it (no weight byte read); empty when the file is not framed as one graph.
-    O(fields of the model and graph messages)."""
+def inline_weights(path: str | os.PathLike[str],
+                   ) -> tuple[dict[str, tuple[int, int]], dict[int, tuple[int, int]]]:
+    """(offset, length) of each heavy ``raw_data`` (:data:`HEAVY_RAW_BYTES`) of a main-graph
+    initializer in the model file ``path``, by name (names held once) and by the initializer's
+    position, read off the wire as :func:`light_bytes` reads it (no weight byte read); empty
+    when the file is not framed as one graph. O(fields of the model and graph messages)."""
     found: dict[str, tuple[int, int]] = {}
+    placed: dict[int, tuple[int, int]] = {}
     twice: set[str] = set()
+    position = -1
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             graphs = [g for g in _fields(buf, 0, len(buf)) if g[0] == _GRAPH and g[1] == 2]
             if len(graphs) != 1:
-                return {}
+                return {}, {}
             for number, wire, _, start, end in _fields(buf, graphs[0][3], graphs[0][4]):
                 if number != _INITIALIZER or wire != 2:
                     continue
+                position += 1
                 fields = list(_fields(buf, start, end))
                 raws = [t for t in fields if t[0] == _RAW_DATA and t[1] == 2]
                 names = [t for t in fields if t[0] == _NAME and t[1] == 2]
@@ -198,27 +202,31 @@ def inline_weights(path: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
                 name = bytes(buf[names[0][3]:names[0][4]]).decode("utf-8", "replace")
                 if name in found:
                     twice.add(name)
-                found[name] = (raws[0][3], raws[0][4] - raws[0][3])
+                found[name] = placed[position] = (raws[0][3], raws[0][4] - raws[0][3])
     except (OSError, ValueError, IndexError):
-        return {}
-    return {name: at for name, at in found.items() if name not in twice}  # a name held once
+        return {}, {}
+    return {name: at for name, at in found.items() if name not in twice}, placed
 
 
 def referencing(proto: onnx.ModelProto, path: str | os.PathLike[str], *,
                 vouched: bool = False) -> onnx.ModelProto | None:
     """A copy of ``proto`` whose heavy inline main-graph initializers that the model file
-    ``path`` holds too (the same name, the same bytes) are external references into that file
+    ``path`` holds too (the same bytes under the same name, else at the same position: a
+    renamed weight) are external references into that file
     (location: its name; read in place as :func:`load_light`'s are), the others copied; None
-    when no initializer is referenced. The bytes are compared one tensor at a time (a verb may
+    when no initializer is referenced or the file is under :data:`LIGHT_MIN_BYTES` (or
+    hard-linked: external data may not name it). The bytes are compared one tensor at a time (a verb may
     have changed a weight), unless ``vouched``: ``proto`` is known to be that file's (a
     ``Model._as_source`` copy). No copy of the referenced weights is made. O(model size)."""
     try:
-        if os.stat(path).st_nlink > 1:  # external data may not name a hard-linked file
+        st = os.stat(path)
+        # a light file is staged as before; external data may not name a hard-linked file
+        if st.st_size < LIGHT_MIN_BYTES or st.st_nlink > 1:
             return None
     except OSError:
         return None
-    where = inline_weights(path)
-    if not where:
+    where, placed = inline_weights(path)
+    if not placed:
         return None
     light = onnx.ModelProto()
     copy_fields(proto, light, skip="graph")
@@ -226,8 +234,10 @@ def referencing(proto: onnx.ModelProto, path: str | os.PathLike[str], *,
     location = Path(path).name
     referenced = 0
     with open(path, "rb") as f:
-        for t in proto.graph.initializer:
+        for i, t in enumerate(proto.graph.initializer):
             at = where.get(t.name)
+            if at is None and not vouched:
+                at = placed.get(i)
             if at is None or not t.HasField("raw_data") or len(t.external_data) \
                     or (not vouched and os.pread(f.fileno(), at[1], at[0]) != t.raw_data):
                 light.graph.initializer.append(t)
@@ -245,7 +255,7 @@ def referencing(proto: onnx.ModelProto, path: str | os.PathLike[str], *,
 
 def referenced_bytes(model: Model, weights: SharedWeights, *, limit: int, vouched: bool = False,
                      ) -> tuple[bytes, Path, dict[str, Any]] | None:
-    """For ``model`` (no external data) from a model file over ``limit`` bytes: its
+    """For ``model`` (no external data) from a model file of :data:`LIGHT_MIN_BYTES` or more: its
     :func:`referencing` copy serialized (at most ``limit`` bytes, else None: most weights
     changed), the folder its references are relative to, and the values ``weights`` shares for
     them; None when the model has no such file or the file holds none of its weights. The
@@ -254,11 +264,6 @@ def referenced_bytes(model: Model, weights: SharedWeights, *, limit: int, vouche
     if model.source is None or model.data_dirs:
         return None
     real = Path(os.path.realpath(model.source))
-    try:
-        if real.stat().st_size <= limit:
-            return None
-    except OSError:
-        return None
     light = referencing(model.proto, real, vouched=vouched)
     if light is None:
         return None

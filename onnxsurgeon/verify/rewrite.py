@@ -40,7 +40,6 @@ from ..record import (
     RewriteRecord,
     as_record,
 )
-from . import run as staging
 from .deep import isolate_nodes, loose_value_info
 from .inputs import InputsLike, Range
 from .invariant import (
@@ -118,7 +117,7 @@ def _copy_of(original: Model) -> tuple[onnx.ModelProto, Path | None]:
     if original._as_source and source is not None and not original.data_dirs:
         real = Path(os.path.realpath(source))
         if Path(os.path.realpath(original.base_dir or real.parent)) == real.parent \
-                and real.is_file() and real.stat().st_size > staging.SESSION_BYTES_LIMIT:
+                and real.is_file():
             light = referencing(original.proto, real, vouched=True)
             if light is not None:
                 return light, real.parent

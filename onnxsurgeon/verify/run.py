@@ -381,9 +381,9 @@ class Staged:
                 self._shared = self.workspace.weights.of(self.model.proto, self.folder)
             return True
         if self._bytes is None and self.source_path is not None:  # the file holds the model
+            if self._reference(vouched=True):
+                return True
             if self.source_path.stat().st_size > SESSION_BYTES_LIMIT:
-                if self._reference(vouched=True):
-                    return True
                 self._heavy, self._path = True, self.source_path  # sessions from it, no copy
                 return False
             self._bytes = self.source_path.read_bytes()
