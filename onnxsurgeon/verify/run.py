@@ -329,7 +329,9 @@ class Staged:
         self._bytes: bytes | None = None
         self._heavy = False  # inline weights over SESSION_BYTES_LIMIT: sessions from a file
         self._referenced = False  # sessions from light bytes referencing the source's weights
-        self._shared: dict[str, Any] = {}  # initializer -> its value shared by the sessions
+        self.shared: dict[str, Any] = {}
+        """Initializer -> the value the sessions share (:class:`~.light.SharedWeights`): one
+        value is one range of one file, so two initializers given the same value are equal."""
         self._external = any(map(is_external, iter_tensors(model.proto)))
         # external data read in place by onnxruntime: sessions from the proto's bytes, their
         # locations relative to the model's folder (no copy of the weights is staged)
@@ -378,7 +380,7 @@ class Staged:
                     self.folder = None
                     return False
                 self._bytes = data
-                self._shared = self.workspace.weights.of(self.model.proto, self.folder)
+                self.shared = self.workspace.weights.of(self.model.proto, self.folder)
             return True
         if self._bytes is None and self.source_path is not None:  # the file holds the model
             if self._reference(vouched=True):
@@ -414,7 +416,7 @@ class Staged:
             self.model, self.workspace.weights, limit=SESSION_BYTES_LIMIT, vouched=vouched)
         if found is None:
             return False
-        self._bytes, self.folder, self._shared = found
+        self._bytes, self.folder, self.shared = found
         self._referenced = True
         return True
 
@@ -498,16 +500,16 @@ class Staged:
         try:
             model, read_as = self._variant(wanted, typed=False)
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder, initializers=self._shared)
+                                  folder=self.folder, initializers=self.shared)
         except ModelRunError:  # outputs onnxruntime could not type by itself: say them
             model, read_as = self._variant(wanted, typed=True)
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder, initializers=self._shared)
+                                  folder=self.folder, initializers=self.shared)
         self.oracle.learn(session)
         if any(read_as[n] == n and self.oracle.declared_elem(n) in _WIDEN for n in wanted):
             model, read_as = self._variant(wanted, typed=False)  # now known: cast them
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder, initializers=self._shared)
+                                  folder=self.folder, initializers=self.shared)
         self._drop(model)
         return Runner(session, read_as, self.label)
 
