@@ -97,7 +97,7 @@ def light_tensor(t: TensorProto) -> TensorProto:
     return light
 
 
-def _copy_fields(src: Any, dst: Any, skip: str = "") -> None:
+def copy_fields(src: Any, dst: Any, skip: str = "") -> None:
     """Copy every set field of message ``src`` into the empty ``dst`` but ``skip``."""
     for fd, value in src.ListFields():
         if fd.name == skip:
@@ -116,13 +116,13 @@ def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     the rule of :func:`light_tensor`: detaching and restoring the bytes instead grew the proto's memory by
     the weights on every copy). O(model size without weights)."""
     light = onnx.ModelProto()
-    _copy_fields(model, light, skip="graph")
+    copy_fields(model, light, skip="graph")
     if model.HasField("graph"):
-        _copy_fields(model.graph, light.graph, skip="initializer")
+        copy_fields(model.graph, light.graph, skip="initializer")
         for t in model.graph.initializer:
             if t.HasField("raw_data") and heavy(t):
                 stub = light.graph.initializer.add()
-                _copy_fields(t, stub, skip="raw_data")   # all but the bytes
+                copy_fields(t, stub, skip="raw_data")   # all but the bytes
                 _stub(stub)
             else:
                 light.graph.initializer.append(t)

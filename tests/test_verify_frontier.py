@@ -368,8 +368,9 @@ def test_a_heavy_model_runs_from_one_staged_file_and_keeps_no_bytes():
 def test_a_verbs_verify_runs_the_input_file_for_the_original(case, tmp_path, capsys,
                                                              monkeypatch):
     """`insert ... --verify` compares against the input as load read it: that very file, so
-    its sessions read the file (its bytes when light) instead of a serialized copy of the
-    proto; the rewritten model comes from memory. An input load repaired (nodes re-sorted)
+    its sessions read the file (its bytes when light; when heavy, light bytes whose weights are
+    references into it) instead of a serialized copy of the proto; the rewritten model comes
+    from memory. An input load repaired (nodes re-sorted)
     is not its file's model: staged from memory too."""
     from onnxsurgeon.verify import run
 
@@ -386,12 +387,13 @@ def test_a_verbs_verify_runs_the_input_file_for_the_original(case, tmp_path, cap
                    [numpy_helper.from_array(w, "w")])
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
-    staged: dict[str, tuple[object, object]] = {}
+    staged: dict[str, tuple[object, object, object]] = {}
     real = run.Staged._open
 
     def recorded(self, wanted):
         runner = real(self, wanted)
-        staged.setdefault(self.label, (self.source_path, self._path))
+        staged.setdefault(self.label, (self.source_path, self._path,
+                                       self.folder if self._referenced else None))
         return runner
 
     monkeypatch.setattr(run.Staged, "_open", recorded)
@@ -399,10 +401,11 @@ def test_a_verbs_verify_runs_the_input_file_for_the_original(case, tmp_path, cap
                               "--op", "identity", "--verify")
     assert code == 0, err
     assert "pairs agree" in out
-    source, file = staged["original"]
+    source, file, referenced = staged["original"]
     if case == "re-sorted":
         assert source is None
     else:
         assert source == path
-        assert (file == path) if case == "heavy" else file is None
+        assert file is None  # nothing staged on disk
+        assert referenced == (tmp_path.resolve() if case == "heavy" else None)
     assert staged["rewritten"][0] is None

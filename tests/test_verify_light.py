@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 
 import numpy as np
@@ -9,11 +12,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxsurgeon.cli import main
 from onnxsurgeon.external import is_external, read_tensor
 from onnxsurgeon.io import load
 from onnxsurgeon.verify import compare
 from onnxsurgeon.verify import light as light_mod
-from onnxsurgeon.verify.light import load_light
+from onnxsurgeon.verify import rewrite as rewrite_mod
+from onnxsurgeon.verify import run as run_mod
+from onnxsurgeon.verify.light import load_light, referencing
 
 WIDTH = 48  # 48x48 float32 = 9216 bytes: heavy (>= 4096)
 
@@ -83,3 +89,71 @@ def test_a_hard_linked_model_file_is_loaded_whole(tmp_path, light_everything):
     os.link(path, tmp_path / "twin.onnx")  # external data may not name a hard-linked file
     model = load_light(path)
     assert not any(is_external(t) for t in model.proto.graph.initializer)
+
+
+def test_referencing_points_unchanged_weights_into_the_file_and_keeps_changed_ones(
+        tmp_path, light_everything):
+    """A verb's output whose weights are the input file's: each heavy weight the file holds with
+    the same bytes (under its name, or renamed at its position) becomes a reference into it (no
+    copy); a changed one stays inline."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_chain(), str(path))
+    changed = _chain(scale_layer=2)  # W2 differs from the file's
+    changed.graph.initializer[1].name = "V1"  # renamed (its readers too)
+    changed.graph.node[2].input[1] = "V1"
+    light = referencing(changed, path)
+    assert light is not None
+    inits = {t.name: t for t in light.graph.initializer}
+    assert [name for name, t in inits.items() if is_external(t)] == ["W0", "V1", "W3"]
+    assert inits["W2"].raw_data and not is_external(inits["W2"])
+    for t in changed.graph.initializer:
+        assert np.array_equal(read_tensor(inits[t.name], tmp_path), numpy_helper.to_array(t))
+    assert light.graph.node == changed.graph.node
+    assert light.ByteSize() < changed.ByteSize() // 2
+    os.link(path, tmp_path / "twin.onnx")  # a hard-linked file is never named
+    assert referencing(changed, path) is None
+
+
+def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path, monkeypatch,
+                                                                       light_everything):
+    """``insert --verify`` on a model heavier than the in-memory limit: the original, the
+    rewritten model and the cut model reach onnxruntime as light bytes whose weights are read
+    from the input file (nothing staged on disk), all their sessions given the same values of
+    those weights (one copy, over the file's bytes), and the report is the one staging copies
+    gives."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_chain(), str(path))
+    monkeypatch.setattr(run_mod, "SESSION_BYTES_LIMIT", 16 * 1024)  # the file (37 KB) is heavy
+    given: list[tuple[int, object]] = []
+    shared: list[dict] = []
+    real_session = run_mod.new_session
+
+    def counted(model, **kwargs):
+        given.append((len(model) if isinstance(model, bytes) else -1, kwargs.get("folder")))
+        if kwargs.get("folder") is not None:
+            shared.append({k: id(v) for k, v in (kwargs.get("initializers") or {}).items()})
+        return real_session(model, **kwargs)
+
+    monkeypatch.setattr(run_mod, "new_session", counted)
+
+    def report(out: str) -> dict:
+        argv = ["insert", str(path), "--at", "r1", "--op", "l2_normalize", "-o",
+                str(tmp_path / out), "--verify", "--json"]
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(argv) == 0
+        return json.loads(buf.getvalue())["verify"]
+
+    light = report("a.onnx")
+    # every session from bytes (none from a staged file) holding no weight (9216 bytes each)
+    assert given and all(0 < n < 4 * WIDTH * WIDTH for n, _ in given)
+    referenced = [f for n, f in given if f is not None]
+    assert len(referenced) >= 3 and set(referenced) == {tmp_path.resolve()}
+    assert sorted(shared[0]) == ["W0", "W1", "W2", "W3"] and all(s == shared[0] for s in shared)
+    given.clear()
+    monkeypatch.setattr(rewrite_mod, "referencing", lambda *a, **k: None)
+    monkeypatch.setattr(light_mod, "referencing", lambda *a, **k: None)
+    copied = report("b.onnx")
+    assert not [f for _, f in given if f is not None]  # staged as copies this time
+    assert light == copied and light["ok"]
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()

@@ -18,14 +18,19 @@ symlinked model file) falls back to :func:`~onnxsurgeon.io.load`.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import onnx
 
 from ..errors import SurgeryError
 from ..external import check_tensors, iter_tensors
 from ..io import Model, load, parse_model
+from ..protos import copy_fields
 from ..validate import validate_producers
 
 LIGHT_MIN_BYTES = 4 * 2**20
@@ -164,3 +169,174 @@ def load_light(path: str | os.PathLike[str]) -> Model:
         return load(p)  # the full load names the problem as it always has
     model.warnings.extend(found.warnings)
     return model
+
+
+_NAME = 8
+"""Field number of TensorProto.name."""
+
+
+def inline_weights(path: str | os.PathLike[str],
+                   ) -> tuple[dict[str, tuple[int, int]], dict[int, tuple[int, int]]]:
+    """(offset, length) of each heavy ``raw_data`` (:data:`HEAVY_RAW_BYTES`) of a main-graph
+    initializer in the model file ``path``, by name (names held once) and by the initializer's
+    position, read off the wire as :func:`light_bytes` reads it (no weight byte read); empty
+    when the file is not framed as one graph. O(fields of the model and graph messages)."""
+    found: dict[str, tuple[int, int]] = {}
+    placed: dict[int, tuple[int, int]] = {}
+    twice: set[str] = set()
+    position = -1
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            graphs = [g for g in _fields(buf, 0, len(buf)) if g[0] == _GRAPH and g[1] == 2]
+            if len(graphs) != 1:
+                return {}, {}
+            for number, wire, _, start, end in _fields(buf, graphs[0][3], graphs[0][4]):
+                if number != _INITIALIZER or wire != 2:
+                    continue
+                position += 1
+                fields = list(_fields(buf, start, end))
+                raws = [t for t in fields if t[0] == _RAW_DATA and t[1] == 2]
+                names = [t for t in fields if t[0] == _NAME and t[1] == 2]
+                if len(raws) != 1 or len(names) != 1 or raws[0][4] - raws[0][3] < HEAVY_RAW_BYTES:
+                    continue
+                name = bytes(buf[names[0][3]:names[0][4]]).decode("utf-8", "replace")
+                if name in found:
+                    twice.add(name)
+                found[name] = placed[position] = (raws[0][3], raws[0][4] - raws[0][3])
+    except (OSError, ValueError, IndexError):
+        return {}, {}
+    return {name: at for name, at in found.items() if name not in twice}, placed
+
+
+def referencing(proto: onnx.ModelProto, path: str | os.PathLike[str], *,
+                vouched: bool = False) -> onnx.ModelProto | None:
+    """A copy of ``proto`` whose heavy inline main-graph initializers that the model file
+    ``path`` holds too (the same bytes under the same name, else at the same position: a
+    renamed weight) are external references into that file
+    (location: its name; read in place as :func:`load_light`'s are), the others copied; None
+    when no initializer is referenced or the file is under :data:`LIGHT_MIN_BYTES` (or
+    hard-linked: external data may not name it). The bytes are compared one tensor at a time (a verb may
+    have changed a weight), unless ``vouched``: ``proto`` is known to be that file's (a
+    ``Model._as_source`` copy). No copy of the referenced weights is made. O(model size)."""
+    try:
+        st = os.stat(path)
+        # a light file is staged as before; external data may not name a hard-linked file
+        if st.st_size < LIGHT_MIN_BYTES or st.st_nlink > 1:
+            return None
+    except OSError:
+        return None
+    where, placed = inline_weights(path)
+    if not placed:
+        return None
+    light = onnx.ModelProto()
+    copy_fields(proto, light, skip="graph")
+    copy_fields(proto.graph, light.graph, skip="initializer")
+    location = Path(path).name
+    referenced = 0
+    with open(path, "rb") as f:
+        for i, t in enumerate(proto.graph.initializer):
+            at = where.get(t.name)
+            if at is None and not vouched:
+                at = placed.get(i)
+            if at is None or not t.HasField("raw_data") or len(t.external_data) \
+                    or (not vouched and os.pread(f.fileno(), at[1], at[0]) != t.raw_data):
+                light.graph.initializer.append(t)
+                continue
+            stub = light.graph.initializer.add()
+            copy_fields(t, stub, skip="raw_data")  # all but the bytes
+            for key, value in (("location", location), ("offset", str(at[0])),
+                               ("length", str(at[1]))):
+                entry = stub.external_data.add()
+                entry.key, entry.value = key, value
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            referenced += 1
+    return light if referenced else None
+
+
+def referenced_bytes(model: Model, weights: SharedWeights, *, limit: int, vouched: bool = False,
+                     ) -> tuple[bytes, Path, dict[str, Any]] | None:
+    """For ``model`` (no external data) from a model file of :data:`LIGHT_MIN_BYTES` or more: its
+    :func:`referencing` copy serialized (at most ``limit`` bytes, else None: most weights
+    changed), the folder its references are relative to, and the values ``weights`` shares for
+    them; None when the model has no such file or the file holds none of its weights. The
+    weights are neither serialized nor written, and read once by all the sessions.
+    ``vouched``: the model is known to be that file's (its bytes are not compared)."""
+    if model.source is None or model.data_dirs:
+        return None
+    real = Path(os.path.realpath(model.source))
+    light = referencing(model.proto, real, vouched=vouched)
+    if light is None:
+        return None
+    data = light.SerializeToString()
+    if len(data) > limit:
+        return None
+    weights.vouch(real)
+    return data, real.parent, weights.of(light, real.parent)
+
+
+_SHARED_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                 onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
+                 onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+"""Element types whose referenced weights sessions share (numpy holds them as they are)."""
+
+
+class SharedWeights:
+    """The referenced weights of a verification's sessions, one copy for all of them: each file
+    a light proto references is mapped once, read-only, and each of its referenced initializers
+    becomes one onnxruntime value over those bytes, which every session given it uses in place
+    (``SessionOptions.add_initializer``) instead of reading its own copy. Only files a
+    :func:`referencing` copy named (:meth:`vouch`) are read so. Alive until :meth:`close`
+    (after the sessions using them)."""
+
+    def __init__(self) -> None:
+        self.files: set[Path] = set()
+        self._maps: dict[Path, mmap.mmap] = {}
+        self._values: dict[tuple[Path, int, int, int, tuple[int, ...]], Any] = {}
+
+    def vouch(self, path: Path) -> None:
+        """Let sessions share the weights of the model file ``path`` (a real path) that a
+        :func:`referencing` copy references."""
+        self.files.add(path)
+
+    def of(self, light: onnx.ModelProto, folder: Path) -> dict[str, Any]:
+        """Name -> shared value of each main-graph initializer of ``light`` that references a
+        vouched file in ``folder`` (not a graph input; a type in :data:`_SHARED_TYPES`)."""
+        import numpy as np
+        import onnxruntime as ort
+
+        inputs = {i.name for i in light.graph.input}
+        shared: dict[str, Any] = {}
+        for t in light.graph.initializer:
+            if t.data_location != onnx.TensorProto.EXTERNAL or t.name in inputs \
+                    or t.data_type not in _SHARED_TYPES:
+                continue
+            entries = {e.key: e.value for e in t.external_data}
+            if set(entries) != {"location", "offset", "length"} or "/" in entries["location"]:
+                continue
+            path, offset, length = folder / entries["location"], int(entries["offset"]), \
+                int(entries["length"])
+            key = (path, offset, length, t.data_type, tuple(t.dims))
+            if path not in self.files:
+                continue
+            if key not in self._values:
+                if path not in self._maps:
+                    try:
+                        with open(path, "rb") as f:
+                            self._maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    except (OSError, ValueError):
+                        self.files.discard(path)
+                        continue
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+                if length != math.prod(t.dims) * dtype.itemsize \
+                        or offset + length > len(self._maps[path]):
+                    continue
+                array = np.frombuffer(self._maps[path], dtype=dtype,
+                                      count=length // dtype.itemsize, offset=offset)
+                self._values[key] = ort.OrtValue.ortvalue_from_numpy(array.reshape(key[4]))
+            shared[t.name] = self._values[key]
+        return shared
+
+    def close(self) -> None:
+        """Forget the values and maps (each map is unmapped once nothing reads it)."""
+        self._values.clear()
+        self._maps.clear()

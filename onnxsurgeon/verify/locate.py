@@ -330,11 +330,15 @@ def describe(ref: Staged, cand: Staged, tensor: str, mapping: Mapping[str, str],
 
 def same_initializer(ref: Staged, cand: Staged, rname: str, cname: str) -> bool:
     """Whether initializer ``rname`` of ``ref`` and ``cname`` of ``cand`` hold the same dtype,
-    shape and bytes (external data read only when the headers agree)."""
+    shape and bytes (external data read only when the headers agree; none read when both
+    sessions share one value of them, :attr:`Staged.shared`)."""
     rt = ref.model.proto.graph.initializer[ref.index.initializers[rname]]
     ct = cand.model.proto.graph.initializer[cand.index.initializers[cname]]
     if rt.data_type != ct.data_type or list(rt.dims) != list(ct.dims):
         return False
+    shared = ref.shared.get(rname)
+    if shared is not None and shared is cand.shared.get(cname):
+        return True
     a = read_tensor(rt, ref.model.base_dir)
     b = read_tensor(ct, cand.model.base_dir)
     if a.dtype.kind == "O":

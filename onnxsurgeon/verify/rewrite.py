@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,7 @@ from .invariant import (
     run_all,
 )
 from .isolate import make_limits
+from .light import referencing
 from .locate import Side
 from .report import VerifyReport
 from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
@@ -73,8 +75,7 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
     Raises:
         UsageError: a node the record names is not in the original.
     """
-    proto = onnx.ModelProto()
-    proto.CopyFrom(original.proto)
+    proto, base_dir = _copy_of(original)
     index = oracle_index.index  # node names and positions are the copy's too
     fresh = NameAllocator.for_model(proto).fresh(f"{source}__fed")
     for name in nodes:
@@ -104,7 +105,25 @@ def cut_model(original: Model, oracle_index: Staged, source: str, nodes: Sequenc
     for out in proto.graph.output:
         if out.name in affected and out.type.HasField("tensor_type"):
             out.type.tensor_type.ClearField("shape")
-    return Model(proto, base_dir=original.base_dir, source=None), fresh, cut_index
+    return Model(proto, base_dir=base_dir, source=None), fresh, cut_index
+
+
+def _copy_of(original: Model) -> tuple[onnx.ModelProto, Path | None]:
+    """A copy of ``original``'s proto and the folder its external locations are relative to:
+    when ``original`` is its heavy source file's model (``Model._as_source``), its heavy weights
+    are references into that file (:func:`~.light.referencing`: no copy of them made, and
+    onnxruntime reads them in place), else a full copy."""
+    source = original.source
+    if original._as_source and source is not None and not original.data_dirs:
+        real = Path(os.path.realpath(source))
+        if Path(os.path.realpath(original.base_dir or real.parent)) == real.parent \
+                and real.is_file():
+            light = referencing(original.proto, real, vouched=True)
+            if light is not None:
+                return light, real.parent
+    proto = onnx.ModelProto()
+    proto.CopyFrom(original.proto)
+    return proto, original.base_dir
 
 
 def _fresh_block(record: InsertRecord, elem_type: int, opset: int,

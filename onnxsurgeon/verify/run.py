@@ -7,7 +7,10 @@ Rules kept here:
   A light model without external data is handed to onnxruntime as bytes (nothing written); a
   heavier one (over :data:`SESSION_BYTES_LIMIT`) is written once to a scratch file and runs from
   it (onnxruntime holds less of a model it reads from a file, and no bytes stay in Python: one
-  copy of the weights per session); one with external data runs from its unchanged source file, else from a copy saved into a private
+  copy of the weights per session), unless its heavy weights are its heavy source file's
+  (:meth:`Staged._reference`: light bytes referencing them, read in place, and shared by all the
+  sessions of a :class:`Workspace`, :class:`~.light.SharedWeights`); one with external data runs
+  from its unchanged source file, else from a copy saved into a private
   temporary folder without fsync (:func:`onnxsurgeon.io.save` ``durable=False``: external data
   streamed, inline weights moved out above 2 GB), so protobuf's 2 GB limit never applies.
 * Intermediate tensors are exposed as extra graph outputs appended to those bytes (a serialized
@@ -49,6 +52,7 @@ from ..names import NameAllocator
 from ..session import current_index
 from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
+from .light import SharedWeights, referenced_bytes
 
 if TYPE_CHECKING:
     from .isolate import IsolatedRunner, Limits
@@ -99,11 +103,13 @@ def default_threads() -> int:
 
 
 def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = None,
-                folder: Path | None = None) -> Any:
+                folder: Path | None = None, initializers: Mapping[str, Any] | None = None,
+                ) -> Any:
     """An onnxruntime session for the file ``model`` (or serialized bytes): CPU, optimizations
     off, ``threads`` intra-op threads (0: :func:`default_threads`), no log lines (:func:`~onnxsurgeon.verify._worker.ort_log_severity`).
     ``folder``: where the external data of serialized bytes is (their locations are relative
-    to it; onnxruntime reads them from there)."""
+    to it; onnxruntime reads them from there). ``initializers``: values onnxruntime uses in place
+    of those initializers (:class:`~.light.SharedWeights`: no copy of their own)."""
     import onnxruntime as ort
 
     severity = ort_log_severity()  # onnxruntime's own (coloured) lines stay off stderr
@@ -118,6 +124,8 @@ def new_session(model: Path | bytes, *, threads: int = 0, label: str | None = No
     if folder is not None and isinstance(model, bytes):
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", str(folder))
+    for key, value in (initializers or {}).items():
+        options.add_initializer(key, value)
     name = label or (model.name if isinstance(model, Path) else "model")
     COUNTS["sessions"] += 1
     COUNTS[f"sessions with {options.intra_op_num_threads} threads"] += 1
@@ -188,6 +196,7 @@ class Workspace:
         self.dir = Path(tempfile.mkdtemp(prefix="onnxsurgeon-verify-"))
         self._count = 0
         self._idle: dict[int, tuple[Staged, tuple[str, ...], Runner | IsolatedRunner]] = {}
+        self.weights = SharedWeights()  # weights read in place, one copy for all sessions
 
     def fresh_path(self, stem: str) -> Path:
         self._count += 1
@@ -221,6 +230,7 @@ class Workspace:
         for _, _, runner in self._idle.values():
             runner.close()
         self._idle.clear()
+        self.weights.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Workspace:
@@ -318,6 +328,10 @@ class Staged:
         self._path: Path | None = None
         self._bytes: bytes | None = None
         self._heavy = False  # inline weights over SESSION_BYTES_LIMIT: sessions from a file
+        self._referenced = False  # sessions from light bytes referencing the source's weights
+        self.shared: dict[str, Any] = {}
+        """Initializer -> the value the sessions share (:class:`~.light.SharedWeights`): one
+        value is one range of one file, so two initializers given the same value are equal."""
         self._external = any(map(is_external, iter_tensors(model.proto)))
         # external data read in place by onnxruntime: sessions from the proto's bytes, their
         # locations relative to the model's folder (no copy of the weights is staged)
@@ -336,7 +350,7 @@ class Staged:
     def path(self) -> Path:
         """A file of the model (written on first use, without fsync: a scratch copy)."""
         if self._path is None:
-            if self._in_memory() and not self._external:
+            if self._in_memory() and not self._external and not self._referenced:
                 self._path = self.workspace.fresh_path(self.label)
                 self._path.write_bytes(self._serialized())
             elif self._path is None:  # not written by _in_memory (a heavy model) either
@@ -366,12 +380,17 @@ class Staged:
                     self.folder = None
                     return False
                 self._bytes = data
+                self.shared = self.workspace.weights.of(self.model.proto, self.folder)
             return True
         if self._bytes is None and self.source_path is not None:  # the file holds the model
+            if self._reference(vouched=True):
+                return True
             if self.source_path.stat().st_size > SESSION_BYTES_LIMIT:
                 self._heavy, self._path = True, self.source_path  # sessions from it, no copy
                 return False
             self._bytes = self.source_path.read_bytes()
+        if self._bytes is None and self._reference():
+            return True
         if self._bytes is None:
             try:
                 data = self.model.proto.SerializeToString()
@@ -387,6 +406,18 @@ class Staged:
                 self._path.write_bytes(data)
                 return False
             self._bytes = data
+        return True
+
+    def _reference(self, *, vouched: bool = False) -> bool:
+        """Whether sessions load this model from light bytes whose heavy weights are references
+        into its heavy source file, shared by the workspace's sessions
+        (:func:`~.light.referenced_bytes`; ``vouched``: the model is that file's)."""
+        found = None if self.limits is not None else referenced_bytes(
+            self.model, self.workspace.weights, limit=SESSION_BYTES_LIMIT, vouched=vouched)
+        if found is None:
+            return False
+        self._bytes, self.folder, self.shared = found
+        self._referenced = True
         return True
 
     def _serialized(self) -> bytes:
@@ -469,16 +500,16 @@ class Staged:
         try:
             model, read_as = self._variant(wanted, typed=False)
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder)
+                                  folder=self.folder, initializers=self.shared)
         except ModelRunError:  # outputs onnxruntime could not type by itself: say them
             model, read_as = self._variant(wanted, typed=True)
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder)
+                                  folder=self.folder, initializers=self.shared)
         self.oracle.learn(session)
         if any(read_as[n] == n and self.oracle.declared_elem(n) in _WIDEN for n in wanted):
             model, read_as = self._variant(wanted, typed=False)  # now known: cast them
             session = new_session(model, threads=self.threads, label=self.label,
-                                  folder=self.folder)
+                                  folder=self.folder, initializers=self.shared)
         self._drop(model)
         return Runner(session, read_as, self.label)
 
