@@ -159,13 +159,7 @@ def _foldable_op(node: onnx.NodeProto, constant: set[str]) -> bool:
 def _shape_value(node: onnx.NodeProto, dims: list[int]) -> np.ndarray:
     if node.op_type == "Size":
         return np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)
-    start, end = 0, len(dims)
-    for a in node.attribute:
-        if a.name == "start":
-            start = int(a.i)
-        elif a.name == "end":
-            end = int(a.i)
-    return np.array(dims[slice(start, end)], dtype=np.int64)
+    return np.array(shape_entries(node, dims), dtype=np.int64)  # every entry static here
 
 
 def _outer_reads(graph: onnx.GraphProto) -> set[str]:
