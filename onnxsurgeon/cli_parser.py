@@ -133,7 +133,7 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
     g.add_argument("--verify-deep", action="store_true",
                    help="also compare every tensor on the way to each checked output, layer by "
                         "layer (a differing one fails the check; the table goes to --json)")
-    g.add_argument("--verify-threads", type=_v.positive_int, default=None, metavar="N",
+    g.add_argument("--verify-threads", type=_v.positive_count, default=None, metavar="N",
                    help="onnxruntime threads per session (default: the machine's cores)")
     p.set_defaults(verify_advice=("--verify-inputs FILE.npz", "--verify-range LO,HI",
                                   "--verify-deep"))
@@ -468,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png",
                    help="with --deep: plot the error of every shared tensor against depth")
     p.add_argument("--exact", action="store_true", help="require bit-identical outputs")
-    p.add_argument("--threads", type=_v.positive_int, default=None, metavar="N",
+    p.add_argument("--threads", type=_v.positive_count, default=None, metavar="N",
                    help="onnxruntime threads per session (default: the machine's cores)")
     p.add_argument("--against-tf", metavar="SOURCE",
                    help="instead of REFERENCE.onnx, compare CANDIDATE with this TF source "

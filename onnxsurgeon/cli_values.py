@@ -103,36 +103,33 @@ def positive_float(value: str) -> float:
     return number
 
 
-def positive_count(value: str) -> int:
-    """A whole number >= 1 (samples)."""
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+def _whole(value: str, least: int, expected: str) -> int:
+    """A whole number >= ``least``, else the one-line error ``expected <expected>, got ...``."""
+    if not value.isdigit() or int(value) < least:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
     return int(value)
+
+
+def positive_count(value: str) -> int:
+    """A whole number >= 1 (samples, threads)."""
+    return _whole(value, 1, "a positive whole number")
 
 
 def positive_int(value: str) -> int:
-    """A whole number >= 1 of MB (or threads)."""
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number of MB, got {value!r}")
-    return int(value)
+    """A whole number >= 1 of MB."""
+    return _whole(value, 1, "a positive whole number of MB")
 
 
 def byte_size(value: str) -> int:
     """A size in bytes >= 0."""
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a size in bytes >= 0, got {value!r}")
-    return int(value)
+    return _whole(value, 0, "a size in bytes >= 0")
 
 
 def context(value: str) -> int:
     """A whole number of hops >= 0."""
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of hops >= 0, got {value!r}")
-    return int(value)
+    return _whole(value, 0, "a whole number of hops >= 0")
 
 
 def jobs(value: str) -> int:
     """A positive number of parallel jobs."""
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of jobs, got {value!r}")
-    return int(value)
+    return _whole(value, 1, "a positive number of jobs")

@@ -187,3 +187,17 @@ def test_every_flag_with_a_default_shows_it_in_help(capsys, command, flag, defau
     flat = " ".join(run(capsys, *command.split(), "--help")[1].split())
     assert entry in flat
     assert any(f"default{sep}{default}" in entry for sep in (": ", " ")), entry
+
+
+@pytest.mark.parametrize("argv, want", [
+    (["verify", "A", "B", "--threads", "0"], "expected a positive whole number, got '0'"),
+    (["insert", "A", "-o", "B", "--at", "t", "--op", "identity", "--verify-threads", "0"],
+     "expected a positive whole number, got '0'"),
+    (["verify", "A", "B", "--memory-limit", "0"], "expected a positive whole number of MB"),
+    (["fold", "A", "-o", "B", "--max-bytes", "x"], "expected a size in bytes >= 0"),
+])
+def test_a_whole_number_flag_names_what_it_counts(capsys, argv, want):
+    """Threads are counted as threads, not MB (both once shared one message)."""
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and want in err, err
+    assert ("MB" in err) == ("MB" in want), err
