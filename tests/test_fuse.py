@@ -211,7 +211,8 @@ def _gemm_mix() -> onnx.ModelProto:
 def test_gemm_sites_found_on_the_int_graph_are_those_each_add_finds(tmp_path):
     from onnxsurgeon.index import positions
     from onnxsurgeon.session import indexed
-    from onnxsurgeon.surgery.fuse import _Facts, _gemm, _gemm_sites
+    from onnxsurgeon.surgery._fuse_gemm import _gemm, _gemm_sites
+    from onnxsurgeon.surgery.fuse import _Facts
 
     path = tmp_path / "mix.onnx"
     onnx.save(_gemm_mix(), path)
