@@ -417,3 +417,32 @@ def test_the_declared_types_filled_at_once_are_those_asked_one_by_one():
     assert untyped != vis[1].type.SerializeToString(deterministic=True)
     assert replace_module._elem(replace_module._type_of(untyped)) == 1
     assert by_one[vis[3].name] == vis[3].type.SerializeToString(deterministic=True)
+
+
+def test_untyped_pattern_and_replacement_are_proved_per_dtype_of_their_sites(tmp_path, capsys):
+    """P and R written without types (``g (x) => (y)``, as onnxscript's rewriter users write
+    them) match a float and an int64 site: the replacement was refused by the checker ('Field
+    type of value_info is required'), and --verify of an untyped P exited 2 (onnxruntime: 'Model
+    input (x) does not have type information'); each site is now proved with P and R typed by
+    its own values."""
+    host = model("""g (float[2,3] x, int64[4] i) => (float[2,3] y, int64[4] j) {
+        a = Neg(x)
+        y = Relu(a)
+        j = Neg(i)
+    }""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(b"g (x) => (y) { y = Neg(x) }")
+    rep.write_bytes(b"g (x) => (y) { n = Neg(x)\n y = Identity(n) }")
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify", "--json")
+    assert code == 0, err
+    data = json.loads(stdout)
+    assert data["matches"] == 2 and data["verify"]["verdict"] == "pass"
+    got = onnx.load(out)
+    onnx.checker.check_model(got, full_check=True)
+    assert Counter(n.op_type for n in got.graph.node) == {"Neg": 2, "Identity": 2, "Relu": 1}
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32),
+             "i": np.array([3, -1, 0, 7], np.int64)}
+    for a, b in zip(run(host, feeds), run(got, feeds), strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

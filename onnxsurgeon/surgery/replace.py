@@ -390,6 +390,24 @@ def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins
     cache[key] = inferred
 
 
+def _check_replacement(r_model: onnx.ModelProto, label: str) -> None:
+    """Refuse an R onnx.checker refuses. Its graph inputs and outputs may be untyped, as P's
+    may (``g (x) => (y) { y = Relu(x) }``): they bind to the sites' tensors and take their
+    types, so the check reads an untyped one as a tensor of any shape."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(r_model)
+    for vi in (*probe.graph.input, *probe.graph.output):
+        if not vi.type.WhichOneof("value"):
+            vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+            vi.type.tensor_type.shape.SetInParent()  # the plain checker reads no shape
+    try:
+        onnx.checker.check_model(probe)
+    except onnx.checker.ValidationError as exc:
+        first = (str(exc).strip().splitlines() or ["invalid"])[0][:160]
+        raise RewriteError(f"replacement '{label}' is not a valid ONNX model ({first}); "
+                           "repair it") from None
+
+
 def _tolerance(value: tuple[float, float] | str | None) -> tuple[float, float] | None:
     if value is None:
         return None
@@ -451,12 +469,7 @@ def replace(
         raise RewriteError(f"pattern '{p.label}' matches nothing ({found.candidates} candidates; "
                            f"first: {first}); run 'onnxsurgeon match --explain' for every miss")
     r_model = _with_opsets(r, host)
-    try:
-        onnx.checker.check_model(r_model)
-    except onnx.checker.ValidationError as exc:
-        first = (str(exc).strip().splitlines() or ["invalid"])[0][:160]
-        raise RewriteError(f"replacement '{r.label}' is not a valid ONNX model ({first}); "
-                           "repair it") from None
+    _check_replacement(r_model, r.label)
     stored = pattern_bytes(Pattern(r_model, r.inputs, r.outputs, r.constants, r.nodes,
                                    r.producer, label=r.label))
     block, new_opset = reconcile(r_model, host, r.label)
