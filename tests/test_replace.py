@@ -446,3 +446,37 @@ def test_untyped_pattern_and_replacement_are_proved_per_dtype_of_their_sites(tmp
              "i": np.array([3, -1, 0, 7], np.int64)}
     for a, b in zip(run(host, feeds), run(got, feeds), strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("where", ["declared", "inferred"])
+def test_a_body_site_refused_when_the_replacement_changes_its_dtype(tmp_path, capsys, where):
+    """A site inside a Loop body is type-checked as a main-graph site is: R = Cast(to int64)
+    for a float Relu used to be written and the save's checker exited 3 ('Inferred elem type
+    differs'); now exit 2 naming the site, nothing written. The site's output is the body's
+    declared output, or an inner tensor only inference types."""
+    inner = "r = Relu(t)\n yout = Identity(r)" if where == "inferred" else "yout = Relu(t)"
+    host = model(f"""g (float[2,3] x) => (float[2,3] y) <float[2,3] one = {{1,1,1,1,1,1}},
+                                                          int64 trip = {{3}}, bool cond = {{1}}> {{
+        y = Loop (trip, cond, x) <body = body (int64 i, bool cin, float[2,3] yin)
+                                  => (bool cout, float[2,3] yout) {{
+            t = Add(yin, one)
+            {inner}
+            cout = Identity(cin)
+        }}>
+    }}""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(b"g (float x) => (float y) { y = Relu(x) }")
+    rep.write_bytes(b"g (float x) => (int64 y) { y = Cast <to = 7> (x) }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", rep)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is int64 but the pattern's output" in err and not out.exists()
+    rep.write_bytes(b"g (float x) => (float y) <float zero = {0.0}> { y = Max(x, zero) }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", rep)
+    assert code == 0, err
+    got = onnx.load(out)
+    onnx.checker.check_model(got, full_check=True)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    assert np.array_equal(run(host, {"x": x})[0], run(got, {"x": x})[0])
