@@ -478,8 +478,8 @@ def _tolerance(value: tuple[float, float] | str | None) -> tuple[float, float] |
         parts = [float(v) for v in (value.split(",") if isinstance(value, str) else value)]
     except (TypeError, ValueError):
         parts = []
-    if len(parts) != 2 or min(parts) < 0:
-        raise UsageError(f"tolerance must be RTOL,ATOL (two numbers >= 0), got {value!r}")
+    if len(parts) != 2 or not all(0 <= v < float("inf") for v in parts):  # NaN fails too
+        raise UsageError(f"tolerance must be RTOL,ATOL (two finite numbers >= 0), got {value!r}")
     return parts[0], parts[1]
 
 
