@@ -480,3 +480,32 @@ def test_a_body_site_refused_when_the_replacement_changes_its_dtype(tmp_path, ca
     onnx.checker.check_model(got, full_check=True)
     x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
     assert np.array_equal(run(host, {"x": x})[0], run(got, {"x": x})[0])
+
+
+def test_a_pattern_calling_a_local_function_is_proved(tmp_path, capsys):
+    """P = a call of the model's local function, R = its body inlined: --verify ran P alone
+    without the function (exit 2: onnxruntime 'local:Block(-1) is not a registered
+    function/op'); P and R alone now carry the host's functions."""
+    host = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17, "local" : 1]>
+    g (float[2,3] x, float[2,3] b) => (float[2,3] y) {
+        t = local.Block(x, b)
+        y = Neg(t)
+    }
+    <domain: "local", opset_import: ["" : 17]>
+    Block (p, q) => (r) { s = Add(p, q)
+        r = Relu(s) }""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(b'<ir_version: 8, opset_import: ["" : 17, "local" : 1]>\n'
+                    b"g (float[2,3] x, float[2,3] b) => (float[2,3] y) { y = local.Block(x, b) }")
+    rep.write_bytes(b"g (float[2,3] x, float[2,3] b) => (float[2,3] y) { s = Add(x, b)\n"
+                    b" y = Relu(s) }")
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["verify"]["verdict"] == "pass"
+    got = onnx.load(out)
+    assert [n.op_type for n in got.graph.node] == ["Add", "Relu", "Neg"]
+    feeds = {n: np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+             for n in ("x", "b")}
+    assert np.array_equal(run(host, feeds)[0], run(got, feeds)[0])

@@ -28,7 +28,8 @@ from .locate import Side
 
 def _standalone(p: Pattern, host: onnx.ModelProto, fed: Mapping[str, Any],
                 values: Mapping[str, Any] | None = None) -> onnx.ModelProto:
-    """P (or R) as a model onnxruntime runs: the host's opsets when it has none; the constants
+    """P (or R) as a model onnxruntime runs: the host's opsets when it has none, and its local
+    functions (a node of P calling one, as the model's nodes do) with their domains; the constants
     in ``fed`` (matched with ``any_constant``) become graph inputs fed the site's values; an
     untyped input (``g (x) => (y)``) takes the dtype of its value in ``values``."""
     model = onnx.ModelProto()
@@ -36,6 +37,10 @@ def _standalone(p: Pattern, host: onnx.ModelProto, fed: Mapping[str, Any],
     if not model.opset_import:
         model.opset_import.extend(host.opset_import)
         model.ir_version = max(host.ir_version, 7)
+    own = {(f.domain, f.name) for f in model.functions}
+    model.functions.extend(f for f in host.functions if (f.domain, f.name) not in own)
+    imported = {o.domain for o in model.opset_import}
+    model.opset_import.extend(o for o in host.opset_import if o.domain not in imported)
     g = model.graph
     for vi in g.input:
         if not vi.type.WhichOneof("value") and values is not None and vi.name in values:
