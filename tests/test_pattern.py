@@ -202,6 +202,7 @@ def test_match_count_equals_an_independent_count(seed):
     ("g (float p) => (float r) { r = Relu(missing) }", "reads 'missing'"),
     ("g (float p) => (float p) { r = Relu(p) }", "not computed by one of its nodes"),
     ("g (float p) => (float r) { r = Relu(p)\n z = Neg(p) }", "computes nothing"),
+    ("g (float p, float q) => (float r) { r = Relu(p) }", "input 'q' is read by none"),
 ])
 def test_bad_pattern_files_are_one_line_errors(tmp_path, text, error):
     path = tmp_path / "p.txt"
@@ -289,3 +290,25 @@ def test_bad_pattern_files_exit_2_with_one_line_from_match_and_replace(verb, cas
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "bad.txt" in err or "pattern" in err or "replacement" in err, err
     assert not out.exists()
+
+
+def test_a_pattern_input_no_node_reads_is_refused_and_a_replacement_may_leave_one(tmp_path,
+                                                                                  capsys):
+    """P's input 'q' read by no node bound to nothing: match listed sites without it and
+    replace exited 3 (KeyError: 'q'); now exit 2 naming it. R may ignore one of its inputs
+    (Add(x, b) -> Identity(x) drops b)."""
+    m = model("g (float[2] x, float[2] y) => (float[2] a) { s = Add(x, y)\n a = Relu(s) }")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(m, path)
+    pat.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Relu(p) }")
+    for argv in (["match", path, "--pattern", pat],
+                 ["replace", path, "-o", out, "--pattern", pat, "--replacement", pat]):
+        code, _, err = cli_main(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1, err
+        assert "input 'q' is read by none of its nodes" in err and not out.exists()
+    pat.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Add(p, q) }")
+    rep.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Identity(p) }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", rep)
+    assert code == 0, err
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["Identity", "Relu"]

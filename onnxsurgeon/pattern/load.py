@@ -159,7 +159,8 @@ def load_pattern(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
     Raises:
         NotFoundError: no such file, or an ``any_constant`` name the pattern lacks.
         InvalidModelError: not ONNX, no node, a node reading an undefined name, a tensor made
-            twice, a node that computes nothing the outputs need, an output that is an input.
+            twice, a node that computes nothing the outputs need, an output that is an input, a
+            pattern input no node reads.
     """
     model, label, has_opsets = _parse(source, what)
     g = model.graph
@@ -203,6 +204,12 @@ def load_pattern(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
             raise InvalidModelError(f"{what} '{label}' output '{out}' is not computed by one of "
                                     "its nodes; a pattern's outputs must be node outputs")
     _check_reaches(g, nodes, producer, outputs, what, label)
+    if what == "pattern":  # R may leave an input unread; a P input must bind to a tensor
+        read = {name for node in g.node for name in node.input}
+        unread = [name for name in inputs if name not in read]
+        if unread:
+            raise InvalidModelError(f"{what} '{label}' input '{unread[0]}' is read by none of "
+                                    "its nodes, so a match cannot bind it; remove it")
     wanted = frozenset(any_constant)
     missing = sorted(wanted - set(constants))
     if missing:
