@@ -105,6 +105,27 @@ def test_constants_match_by_value_and_any_constant_by_shape_class():
         load_pattern(pat.encode(), any_constant=["nope"])
 
 
+def test_a_near_miss_on_a_matrix_constant_is_one_line_and_any_constant_names_its_class():
+    """The reason quoted a 2x3 constant as numpy prints it, over two lines (an --explain line
+    broken in two, '\\x0a' inside the one-line error); an --any-constant miss quoted a value
+    where any value of its dtype and rank would do."""
+    m = model("""g (float[2,3] x) => (float[2,3] a, double[2,3] b) <float[2,3] one = {1,1,1,1,1,1},
+                 double[2,3] dbl = {1,2,3,4,5,6}> {
+        a = Add(x, one)
+        xd = Cast <to = 11> (x)
+        b = Add(xd, dbl)
+    }""")
+    pat = "g (float[2,3] p) => (float[2,3] r) <float[2,3] k = {1,2,3,4,5,6}> { r = Add(p, k) }"
+    misses = found(m, pat).misses
+    assert misses[0] == ("Add#0: Add input 1 'one' is a constant of another value; the pattern "
+                         "wants [[1. 2. 3.] [4. 5. 6.]]")
+    assert all("\n" not in line for line in misses)
+    res = found(m, pat, any_constant=["k"])
+    assert [s.labels for s in res.matches] == [("Add#0",)]  # k: any float32 matrix
+    assert res.misses == ["Add#2: Add input 1 'dbl' is a constant of another value; the pattern "
+                          "wants any float32 constant of rank 2"]
+
+
 def test_attributes_set_must_be_equal_left_out_match_anything_defaults_count():
     m = model("""g (float[2,3] x) => (float[2,3] a, float[2,3] b, float[2,3] c) {
         a = Softmax <axis = 0> (x)

@@ -360,8 +360,10 @@ class _Matcher:
                 ok = (value.dtype == want.dtype and value.shape == want.shape
                       and bool(np.array_equal(value, want, equal_nan=value.dtype.kind in "fc")))
             if not ok:
+                wanted = (f"any {want.dtype} constant of rank {want.ndim}" if pin in p.any_constant
+                          else " ".join(np.array2string(want, threshold=4).split())[:40])
                 self.fail(f"{op} input {slot} '{gin}' is a constant of another value; the "
-                          f"pattern wants {np.array2string(want, threshold=4)[:40]}")
+                          f"pattern wants {wanted}")  # one line: a matrix's rows joined
                 return False
             st.bind(st.t, pin, gin)
             return True
