@@ -333,3 +333,31 @@ def test_a_pattern_input_no_node_reads_is_refused_and_a_replacement_may_leave_on
                             "--replacement", rep)
     assert code == 0, err
     assert [n.op_type for n in onnx.load(out).graph.node] == ["Identity", "Relu"]
+
+
+def test_an_if_pattern_capturing_an_input_is_refused_and_a_branch_miss_is_words(tmp_path,
+                                                                               capsys):
+    """P = an If whose branches read P's input x (captured): a match compares a body whole and
+    never bound x, so replace exited 3 (KeyError: 'x'); now exit 2 naming x. An If pattern
+    whose branches capture nothing matches the model's equal If, and against another If the
+    near miss names the attribute instead of quoting its serialized bytes (b'\\n\\x18...')."""
+    branches = ("<then_branch = t () => (float[2] z) { z = Relu(x) }, "
+                "else_branch = e () => (float[2] z) { z = Neg(x) }>")
+    m = model(f"g (bool c, float[2] x) => (float[2] y) {{ y = If (c) {branches} }}")
+    path, pat, out = tmp_path / "m.onnx", tmp_path / "p.txt", tmp_path / "out.onnx"
+    onnx.save(m, path)
+    pat.write_text(f"g (bool c, float[2] x) => (float[2] y) {{ y = If (c) {branches} }}")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", pat)
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert "input 'x' is read only inside a body" in err
+    const = ("<then_branch = t () => (float[2] z) {{ z = Constant <value = float[2] {{1, 2}}> () }}, "
+             "else_branch = e () => (float[2] z) {{ z = Constant <value = float[2] {{{v}}}> () }}>")
+    m = model(f"""g (bool c) => (float[2] y, float[2] w) {{
+        y = If (c) {const.format(v="3, 4")}
+        w = If (c) {const.format(v="5, 6")}
+    }}""")
+    res = found(m, f"g (bool c) => (float[2] y) {{ y = If (c) {const.format(v='3, 4')} }}")
+    assert [s.labels for s in res.matches] == [("If#0",)]
+    assert res.misses == ["If#1: If 'If#1' attribute else_branch differs; the pattern's graph "
+                          "must be equal, byte for byte"]

@@ -14,6 +14,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from ..errors import InvalidModelError, NotFoundError
+from ..index import iter_graphs
 
 __all__ = ["INLINE_PREFIX", "Pattern", "graph_constant", "load_pattern", "pattern_bytes"]
 
@@ -208,8 +209,13 @@ def load_pattern(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
         read = {name for node in g.node for name in node.input}
         unread = [name for name in inputs if name not in read]
         if unread:
-            raise InvalidModelError(f"{what} '{label}' input '{unread[0]}' is read by none of "
-                                    "its nodes, so a match cannot bind it; remove it")
+            inner = any(name == unread[0] for sub in iter_graphs(g) for node in sub.node
+                        for name in node.input)
+            why = ("is read only inside a body (If/Loop/Scan), which a match compares whole "
+                   "and cannot bind; a pattern's inputs must be read by its nodes outside "
+                   "bodies") if inner else "is read by none of its nodes, so a match cannot " \
+                "bind it; remove it"
+            raise InvalidModelError(f"{what} '{label}' input '{unread[0]}' {why}")
     wanted = frozenset(any_constant)
     missing = sorted(wanted - set(constants))
     if missing:

@@ -198,6 +198,13 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
     return value
 
 
+_WHOLE = {AttributeProto.GRAPH: "graph", AttributeProto.GRAPHS: "graphs",
+          AttributeProto.TENSOR: "tensor", AttributeProto.TENSORS: "tensors",
+          AttributeProto.SPARSE_TENSOR: "tensor", AttributeProto.SPARSE_TENSORS: "tensors",
+          AttributeProto.TYPE_PROTO: "type", AttributeProto.TYPE_PROTOS: "types"}
+"""Attribute kinds compared as serialized protos (:func:`_attr_value`), named in a miss."""
+
+
 def _default_attr(node: onnx.NodeProto, name: str) -> Any:
     try:
         schema = onnx.defs.get_schema(node.op_type, domain=node.domain)
@@ -290,9 +297,14 @@ class _Matcher:
                 got = _attr_value(have[attr.name]) if attr.name in have else _default_attr(
                     gnode, attr.name)
                 if got != want:
-                    self.fail(f"{op} '{s.label(gn)}' attribute {attr.name} is "
-                              f"{'unset' if got is None else repr(got)[:40]}; the pattern "
-                              f"wants {repr(want)[:40]}")
+                    if attr.type in _WHOLE:  # serialized bytes: say what differs, not the bytes
+                        self.fail(f"{op} '{s.label(gn)}' attribute {attr.name} "
+                                  f"{'is unset' if got is None else 'differs'}; the pattern's "
+                                  f"{_WHOLE[attr.type]} must be equal, byte for byte")
+                    else:
+                        self.fail(f"{op} '{s.label(gn)}' attribute {attr.name} is "
+                                  f"{'unset' if got is None else repr(got)[:40]}; the pattern "
+                                  f"wants {repr(want)[:40]}")
                     return False
         gins = list(gnode.input)
         if gins and not gins[-1]:
