@@ -113,7 +113,7 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
                         "inputs")
     g.add_argument("--verify-samples", type=_v.positive_count, default=None, metavar="N",
                    help="random input samples (default 2)")
-    g.add_argument("--verify-seed", type=int, default=0, metavar="N",
+    g.add_argument("--verify-seed", type=_v.seed, default=0, metavar="N",
                    help="seed of the random inputs")
     g.add_argument("--verify-dim", dest="verify_dims", action=ListAction, item=_v.dim, nargs="+",
                    default=[], metavar="NAME=SIZE",
@@ -124,10 +124,10 @@ def _add_verify_options(p: argparse.ArgumentParser, *, range_alias: bool = False
                    help="draw random inputs uniform in [LO,HI) (default [-1,1) for floats); "
                         "NAME= for one input (integers too, e.g. token ids); repeatable, or "
                         "x=0,1,y=-2,2")
-    g.add_argument("--verify-rtol", type=float, default=None, metavar="RTOL",
+    g.add_argument("--verify-rtol", type=_v.tolerance_value, default=None, metavar="RTOL",
                    help="relative tolerance of the comparisons that are not exact (default: by "
                         "dtype, 1e-4 for float32)")
-    g.add_argument("--verify-atol", type=float, default=None, metavar="ATOL",
+    g.add_argument("--verify-atol", type=_v.tolerance_value, default=None, metavar="ATOL",
                    help="absolute tolerance of the comparisons that are not exact (default: by "
                         "dtype, 1e-5 for float32)")
     g.add_argument("--verify-deep", action="store_true",
@@ -445,11 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", "--data", dest="inputs", metavar="FILE.npz|DIR",
                    help="input arrays (.npz, one array per graph input) or a folder of them "
                         "(default: seeded random inputs)")
-    p.add_argument("--rtol", type=float, default=None,
+    p.add_argument("--rtol", type=_v.tolerance_value, default=None,
                    help="relative tolerance (default: by dtype, 1e-4 for float32)")
-    p.add_argument("--atol", type=float, default=None,
+    p.add_argument("--atol", type=_v.tolerance_value, default=None,
                    help="absolute tolerance (default: by dtype, 1e-5 for float32)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--seed", type=_v.seed, default=0, help="seed of the random inputs")
     p.add_argument("--dim", action=ListAction, item=_v.dim, nargs="+", default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension (default 1)")
     p.add_argument("--samples", type=_v.positive_count, default=None, metavar="N",

@@ -4,6 +4,7 @@ command takes, or raises ``argparse.ArgumentTypeError`` with a one-line message 
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def one_name(value: str) -> str:
@@ -52,9 +53,21 @@ def tolerance(value: str) -> tuple[float, float]:
         rtol, atol = (float(v) for v in value.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected RTOL,ATOL (two numbers), got {value!r}") from None
-    if rtol < 0 or atol < 0:
-        raise argparse.ArgumentTypeError(f"tolerances must be >= 0, got {value!r}")
+    if not (0 <= rtol < math.inf and 0 <= atol < math.inf):  # NaN fails both
+        raise argparse.ArgumentTypeError(f"tolerances must be finite numbers >= 0, got {value!r}")
     return rtol, atol
+
+
+def tolerance_value(value: str) -> float:
+    """One tolerance (``--verify-rtol``, ``--atol``...): a finite number >= 0 (NaN made every
+    comparison inconclusive, a negative one failed every comparison)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 <= number < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value!r}")
+    return number
 
 
 def dim(value: str) -> tuple[str, int]:
@@ -73,9 +86,9 @@ def input_range(value: str) -> tuple[str, tuple[float, float]]:
         low, high = float(lo), float(hi)
     except ValueError:
         comma = ""
-    if not comma or (sep and not name) or not low < high:
+    if not comma or (sep and not name) or not -math.inf < low < high < math.inf:
         raise argparse.ArgumentTypeError(
-            f"expected LO,HI or NAME=LO,HI with LO < HI, got {value!r} (negative bounds: "
+            f"expected LO,HI or NAME=LO,HI with finite LO < HI, got {value!r} (negative bounds: "
             "--range=-1,1)")
     return (name if sep else "*"), (low, high)
 
@@ -108,6 +121,11 @@ def _whole(value: str, least: int, expected: str) -> int:
     if not value.isdigit() or int(value) < least:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
     return int(value)
+
+
+def seed(value: str) -> int:
+    """A random seed: a whole number >= 0 (numpy refuses a negative one)."""
+    return _whole(value, 0, "a whole number >= 0")
 
 
 def positive_count(value: str) -> int:

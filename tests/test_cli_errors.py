@@ -201,3 +201,25 @@ def test_a_whole_number_flag_names_what_it_counts(capsys, argv, want):
     code, _, err = run(capsys, *argv)
     assert code == 2 and err.count("\n") == 1 and want in err, err
     assert ("MB" in err) == ("MB" in want), err
+
+
+@pytest.mark.parametrize("argv, want", [
+    (["verify", "{m}", "{m}", "--seed", "-5"], "--seed: expected a whole number >= 0"),
+    (["cleanup", "{m}", "-o", "{o}", "--verify", "--verify-seed", "-1"],
+     "--verify-seed: expected a whole number >= 0"),
+    (["cleanup", "{m}", "-o", "{o}", "--verify", "--verify-rtol", "nan"],
+     "--verify-rtol: expected a finite number >= 0"),
+    (["cleanup", "{m}", "-o", "{o}", "--verify", "--verify-atol=-1e-3"],
+     "--verify-atol: expected a finite number >= 0"),
+    (["verify", "{m}", "{m}", "--rtol", "inf"], "--rtol: expected a finite number >= 0"),
+    (["cleanup", "{m}", "-o", "{o}", "--verify", "--range", "0,inf"], "with finite LO < HI"),
+    (["replace", "{m}", "-o", "{o}", "--pattern", "p", "--replacement", "r", "--verify",
+      "--tolerance", "nan,nan"], "--tolerance: tolerances must be finite numbers >= 0"),
+])
+def test_seeds_tolerances_and_ranges_out_of_domain_are_exit_2(cnn, tmp_path, capsys, argv, want):
+    """A negative seed was exit 3 (numpy's ValueError); a NaN, negative or infinite tolerance or
+    range bound was taken, and the check ended inconclusive (exit 1) or failed every pair."""
+    out = tmp_path / "out.onnx"
+    code, _, err = run(capsys, *[a.format(m=cnn, o=out) for a in argv])
+    assert code == 2 and err.count("\n") == 1 and want in err, err
+    assert not out.exists()

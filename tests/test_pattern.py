@@ -105,6 +105,27 @@ def test_constants_match_by_value_and_any_constant_by_shape_class():
         load_pattern(pat.encode(), any_constant=["nope"])
 
 
+def test_a_near_miss_on_a_matrix_constant_is_one_line_and_any_constant_names_its_class():
+    """The reason quoted a 2x3 constant as numpy prints it, over two lines (an --explain line
+    broken in two, '\\x0a' inside the one-line error); an --any-constant miss quoted a value
+    where any value of its dtype and rank would do."""
+    m = model("""g (float[2,3] x) => (float[2,3] a, double[2,3] b) <float[2,3] one = {1,1,1,1,1,1},
+                 double[2,3] dbl = {1,2,3,4,5,6}> {
+        a = Add(x, one)
+        xd = Cast <to = 11> (x)
+        b = Add(xd, dbl)
+    }""")
+    pat = "g (float[2,3] p) => (float[2,3] r) <float[2,3] k = {1,2,3,4,5,6}> { r = Add(p, k) }"
+    misses = found(m, pat).misses
+    assert misses[0] == ("Add#0: Add input 1 'one' is a constant of another value; the pattern "
+                         "wants [[1. 2. 3.] [4. 5. 6.]]")
+    assert all("\n" not in line for line in misses)
+    res = found(m, pat, any_constant=["k"])
+    assert [s.labels for s in res.matches] == [("Add#0",)]  # k: any float32 matrix
+    assert res.misses == ["Add#2: Add input 1 'dbl' is a constant of another value; the pattern "
+                          "wants any float32 constant of rank 2"]
+
+
 def test_attributes_set_must_be_equal_left_out_match_anything_defaults_count():
     m = model("""g (float[2,3] x) => (float[2,3] a, float[2,3] b, float[2,3] c) {
         a = Softmax <axis = 0> (x)
@@ -202,6 +223,7 @@ def test_match_count_equals_an_independent_count(seed):
     ("g (float p) => (float r) { r = Relu(missing) }", "reads 'missing'"),
     ("g (float p) => (float p) { r = Relu(p) }", "not computed by one of its nodes"),
     ("g (float p) => (float r) { r = Relu(p)\n z = Neg(p) }", "computes nothing"),
+    ("g (float p, float q) => (float r) { r = Relu(p) }", "input 'q' is read by none"),
 ])
 def test_bad_pattern_files_are_one_line_errors(tmp_path, text, error):
     path = tmp_path / "p.txt"
@@ -289,3 +311,53 @@ def test_bad_pattern_files_exit_2_with_one_line_from_match_and_replace(verb, cas
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "bad.txt" in err or "pattern" in err or "replacement" in err, err
     assert not out.exists()
+
+
+def test_a_pattern_input_no_node_reads_is_refused_and_a_replacement_may_leave_one(tmp_path,
+                                                                                  capsys):
+    """P's input 'q' read by no node bound to nothing: match listed sites without it and
+    replace exited 3 (KeyError: 'q'); now exit 2 naming it. R may ignore one of its inputs
+    (Add(x, b) -> Identity(x) drops b)."""
+    m = model("g (float[2] x, float[2] y) => (float[2] a) { s = Add(x, y)\n a = Relu(s) }")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(m, path)
+    pat.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Relu(p) }")
+    for argv in (["match", path, "--pattern", pat],
+                 ["replace", path, "-o", out, "--pattern", pat, "--replacement", pat]):
+        code, _, err = cli_main(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1, err
+        assert "input 'q' is read by none of its nodes" in err and not out.exists()
+    pat.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Add(p, q) }")
+    rep.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Identity(p) }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", rep)
+    assert code == 0, err
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["Identity", "Relu"]
+
+
+def test_an_if_pattern_capturing_an_input_is_refused_and_a_branch_miss_is_words(tmp_path,
+                                                                               capsys):
+    """P = an If whose branches read P's input x (captured): a match compares a body whole and
+    never bound x, so replace exited 3 (KeyError: 'x'); now exit 2 naming x. An If pattern
+    whose branches capture nothing matches the model's equal If, and against another If the
+    near miss names the attribute instead of quoting its serialized bytes (b'\\n\\x18...')."""
+    branches = ("<then_branch = t () => (float[2] z) { z = Relu(x) }, "
+                "else_branch = e () => (float[2] z) { z = Neg(x) }>")
+    m = model(f"g (bool c, float[2] x) => (float[2] y) {{ y = If (c) {branches} }}")
+    path, pat, out = tmp_path / "m.onnx", tmp_path / "p.txt", tmp_path / "out.onnx"
+    onnx.save(m, path)
+    pat.write_text(f"g (bool c, float[2] x) => (float[2] y) {{ y = If (c) {branches} }}")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", pat)
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert "input 'x' is read only inside a body" in err
+    const = ("<then_branch = t () => (float[2] z) {{ z = Constant <value = float[2] {{1, 2}}> () }}, "
+             "else_branch = e () => (float[2] z) {{ z = Constant <value = float[2] {{{v}}}> () }}>")
+    m = model(f"""g (bool c) => (float[2] y, float[2] w) {{
+        y = If (c) {const.format(v="3, 4")}
+        w = If (c) {const.format(v="5, 6")}
+    }}""")
+    res = found(m, f"g (bool c) => (float[2] y) {{ y = If (c) {const.format(v='3, 4')} }}")
+    assert [s.labels for s in res.matches] == [("If#0",)]
+    assert res.misses == ["If#1: If 'If#1' attribute else_branch differs; the pattern's graph "
+                          "must be equal, byte for byte"]

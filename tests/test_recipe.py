@@ -408,6 +408,33 @@ def test_paths_are_relative_to_the_recipe_file(tmp_path):
     assert not np.array_equal(got["logits:0"], orig["logits:0"])  # the block doubled the activation
 
 
+def test_replace_pattern_files_are_relative_to_the_recipe_file(tmp_path):
+    """``pattern:`` and ``replacement:`` of a replace step are read next to the recipe, as
+    ``graph:`` of insert is (they were read from the working directory: 'pattern file
+    'relu.txt' not found' when apply ran elsewhere); an inline pattern stays inline."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "relu.txt").write_text("g (float x) => (float y) { y = Relu(x) }")
+    (folder / "max0.txt").write_text(
+        "g (float x) => (float y) <float zero = {0.0}> { y = Max(x, zero) }")
+    recipe = write_recipe(folder / "r.yaml", [
+        {"replace": {"pattern": "relu.txt", "replacement": "max0.txt"}}, {"verify": {}}])
+    out = tmp_path / "out.onnx"
+    proc = cli("apply", recipe.relative_to(tmp_path), SEED.resolve(), "-o", "out.onnx", "--json",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verify"]["ok"] is True
+    got = onnx.load(str(out))
+    assert "Relu" not in {n.op_type for n in got.graph.node}
+    assert np.array_equal(run(out, X)["logits:0"], run(SEED, X)["logits:0"])
+    inline = pattern_bytes(load_pattern(folder / "relu.txt"))
+    again = write_recipe(folder / "inline.yaml", [
+        {"replace": {"pattern": inline, "replacement": "max0.txt"}}])
+    proc = cli("apply", again, SEED.resolve(), "-o", tmp_path / "inline.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert onnx.load(str(tmp_path / "inline.onnx")).graph == got.graph
+
+
 def test_verify_checkpoints_prove_each_step_against_the_model_before_it(tmp_path):
     recipe = parse_recipe({"onnxsurgeon": 1, "steps": [
         {"copy": {"outputs": ["logits:0"], "prefix": "twin/"}},

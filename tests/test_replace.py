@@ -417,3 +417,95 @@ def test_the_declared_types_filled_at_once_are_those_asked_one_by_one():
     assert untyped != vis[1].type.SerializeToString(deterministic=True)
     assert replace_module._elem(replace_module._type_of(untyped)) == 1
     assert by_one[vis[3].name] == vis[3].type.SerializeToString(deterministic=True)
+
+
+def test_untyped_pattern_and_replacement_are_proved_per_dtype_of_their_sites(tmp_path, capsys):
+    """P and R written without types (``g (x) => (y)``, as onnxscript's rewriter users write
+    them) match a float and an int64 site: the replacement was refused by the checker ('Field
+    type of value_info is required'), and --verify of an untyped P exited 2 (onnxruntime: 'Model
+    input (x) does not have type information'); each site is now proved with P and R typed by
+    its own values."""
+    host = model("""g (float[2,3] x, int64[4] i) => (float[2,3] y, int64[4] j) {
+        a = Neg(x)
+        y = Relu(a)
+        j = Neg(i)
+    }""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(b"g (x) => (y) { y = Neg(x) }")
+    rep.write_bytes(b"g (x) => (y) { n = Neg(x)\n y = Identity(n) }")
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify", "--json")
+    assert code == 0, err
+    data = json.loads(stdout)
+    assert data["matches"] == 2 and data["verify"]["verdict"] == "pass"
+    got = onnx.load(out)
+    onnx.checker.check_model(got, full_check=True)
+    assert Counter(n.op_type for n in got.graph.node) == {"Neg": 2, "Identity": 2, "Relu": 1}
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32),
+             "i": np.array([3, -1, 0, 7], np.int64)}
+    for a, b in zip(run(host, feeds), run(got, feeds), strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("where", ["declared", "inferred"])
+def test_a_body_site_refused_when_the_replacement_changes_its_dtype(tmp_path, capsys, where):
+    """A site inside a Loop body is type-checked as a main-graph site is: R = Cast(to int64)
+    for a float Relu used to be written and the save's checker exited 3 ('Inferred elem type
+    differs'); now exit 2 naming the site, nothing written. The site's output is the body's
+    declared output, or an inner tensor only inference types."""
+    inner = "r = Relu(t)\n yout = Identity(r)" if where == "inferred" else "yout = Relu(t)"
+    host = model(f"""g (float[2,3] x) => (float[2,3] y) <float[2,3] one = {{1,1,1,1,1,1}},
+                                                          int64 trip = {{3}}, bool cond = {{1}}> {{
+        y = Loop (trip, cond, x) <body = body (int64 i, bool cin, float[2,3] yin)
+                                  => (bool cout, float[2,3] yout) {{
+            t = Add(yin, one)
+            {inner}
+            cout = Identity(cin)
+        }}>
+    }}""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(b"g (float x) => (float y) { y = Relu(x) }")
+    rep.write_bytes(b"g (float x) => (int64 y) { y = Cast <to = 7> (x) }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", rep)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is int64 but the pattern's output" in err and not out.exists()
+    rep.write_bytes(b"g (float x) => (float y) <float zero = {0.0}> { y = Max(x, zero) }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", rep)
+    assert code == 0, err
+    got = onnx.load(out)
+    onnx.checker.check_model(got, full_check=True)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    assert np.array_equal(run(host, {"x": x})[0], run(got, {"x": x})[0])
+
+
+def test_a_pattern_calling_a_local_function_is_proved(tmp_path, capsys):
+    """P = a call of the model's local function, R = its body inlined: --verify ran P alone
+    without the function (exit 2: onnxruntime 'local:Block(-1) is not a registered
+    function/op'); P and R alone now carry the host's functions."""
+    host = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17, "local" : 1]>
+    g (float[2,3] x, float[2,3] b) => (float[2,3] y) {
+        t = local.Block(x, b)
+        y = Neg(t)
+    }
+    <domain: "local", opset_import: ["" : 17]>
+    Block (p, q) => (r) { s = Add(p, q)
+        r = Relu(s) }""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(b'<ir_version: 8, opset_import: ["" : 17, "local" : 1]>\n'
+                    b"g (float[2,3] x, float[2,3] b) => (float[2,3] y) { y = local.Block(x, b) }")
+    rep.write_bytes(b"g (float[2,3] x, float[2,3] b) => (float[2,3] y) { s = Add(x, b)\n"
+                    b" y = Relu(s) }")
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["verify"]["verdict"] == "pass"
+    got = onnx.load(out)
+    assert [n.op_type for n in got.graph.node] == ["Add", "Relu", "Neg"]
+    feeds = {n: np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+             for n in ("x", "b")}
+    assert np.array_equal(run(host, feeds)[0], run(got, feeds)[0])

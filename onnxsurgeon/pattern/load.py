@@ -14,6 +14,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from ..errors import InvalidModelError, NotFoundError
+from ..index import iter_graphs
 
 __all__ = ["INLINE_PREFIX", "Pattern", "graph_constant", "load_pattern", "pattern_bytes"]
 
@@ -159,7 +160,8 @@ def load_pattern(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
     Raises:
         NotFoundError: no such file, or an ``any_constant`` name the pattern lacks.
         InvalidModelError: not ONNX, no node, a node reading an undefined name, a tensor made
-            twice, a node that computes nothing the outputs need, an output that is an input.
+            twice, a node that computes nothing the outputs need, an output that is an input, a
+            pattern input no node reads.
     """
     model, label, has_opsets = _parse(source, what)
     g = model.graph
@@ -203,6 +205,17 @@ def load_pattern(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
             raise InvalidModelError(f"{what} '{label}' output '{out}' is not computed by one of "
                                     "its nodes; a pattern's outputs must be node outputs")
     _check_reaches(g, nodes, producer, outputs, what, label)
+    if what == "pattern":  # R may leave an input unread; a P input must bind to a tensor
+        read = {name for node in g.node for name in node.input}
+        unread = [name for name in inputs if name not in read]
+        if unread:
+            inner = any(name == unread[0] for sub in iter_graphs(g) for node in sub.node
+                        for name in node.input)
+            why = ("is read only inside a body (If/Loop/Scan), which a match compares whole "
+                   "and cannot bind; a pattern's inputs must be read by its nodes outside "
+                   "bodies") if inner else "is read by none of its nodes, so a match cannot " \
+                "bind it; remove it"
+            raise InvalidModelError(f"{what} '{label}' input '{unread[0]}' {why}")
     wanted = frozenset(any_constant)
     missing = sorted(wanted - set(constants))
     if missing:

@@ -198,6 +198,13 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
     return value
 
 
+_WHOLE = {AttributeProto.GRAPH: "graph", AttributeProto.GRAPHS: "graphs",
+          AttributeProto.TENSOR: "tensor", AttributeProto.TENSORS: "tensors",
+          AttributeProto.SPARSE_TENSOR: "tensor", AttributeProto.SPARSE_TENSORS: "tensors",
+          AttributeProto.TYPE_PROTO: "type", AttributeProto.TYPE_PROTOS: "types"}
+"""Attribute kinds compared as serialized protos (:func:`_attr_value`), named in a miss."""
+
+
 def _default_attr(node: onnx.NodeProto, name: str) -> Any:
     try:
         schema = onnx.defs.get_schema(node.op_type, domain=node.domain)
@@ -290,9 +297,14 @@ class _Matcher:
                 got = _attr_value(have[attr.name]) if attr.name in have else _default_attr(
                     gnode, attr.name)
                 if got != want:
-                    self.fail(f"{op} '{s.label(gn)}' attribute {attr.name} is "
-                              f"{'unset' if got is None else repr(got)[:40]}; the pattern "
-                              f"wants {repr(want)[:40]}")
+                    if attr.type in _WHOLE:  # serialized bytes: say what differs, not the bytes
+                        self.fail(f"{op} '{s.label(gn)}' attribute {attr.name} "
+                                  f"{'is unset' if got is None else 'differs'}; the pattern's "
+                                  f"{_WHOLE[attr.type]} must be equal, byte for byte")
+                    else:
+                        self.fail(f"{op} '{s.label(gn)}' attribute {attr.name} is "
+                                  f"{'unset' if got is None else repr(got)[:40]}; the pattern "
+                                  f"wants {repr(want)[:40]}")
                     return False
         gins = list(gnode.input)
         if gins and not gins[-1]:
@@ -360,8 +372,10 @@ class _Matcher:
                 ok = (value.dtype == want.dtype and value.shape == want.shape
                       and bool(np.array_equal(value, want, equal_nan=value.dtype.kind in "fc")))
             if not ok:
+                wanted = (f"any {want.dtype} constant of rank {want.ndim}" if pin in p.any_constant
+                          else " ".join(np.array2string(want, threshold=4).split())[:40])
                 self.fail(f"{op} input {slot} '{gin}' is a constant of another value; the "
-                          f"pattern wants {np.array2string(want, threshold=4)[:40]}")
+                          f"pattern wants {wanted}")  # one line: a matrix's rows joined
                 return False
             st.bind(st.t, pin, gin)
             return True

@@ -142,7 +142,11 @@ def _whole(value: Any, what: str, low: int) -> int:
 
 
 def _relative(value: Any, what: str, base_dir: Path) -> str:
+    from ..pattern.load import INLINE_PREFIX
+
     text = _name(value, what)
+    if text.startswith(INLINE_PREFIX):  # a pattern inline, as a recipe from a log writes it
+        return text
     return str(Path(text) if Path(text).is_absolute() else base_dir / text)
 
 

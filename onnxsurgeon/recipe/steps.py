@@ -265,10 +265,10 @@ STEPS: dict[str, Verb] = {
             Param("outputs", Kind.NAMES, help="graph outputs of the merged model"),
         ), _merge, check=_verify_merge, help="append a second model behind this one"),
         Verb("replace", (
-            Param("pattern", Kind.TEXT, required=True,
+            Param("pattern", Kind.FILE, required=True,
                   help="the pattern graph P: an .onnx or ONNX text file, or inline "
                        "(onnx-base64:...)"),
-            Param("replacement", Kind.TEXT, required=True,
+            Param("replacement", Kind.FILE, required=True,
                   help="what each match becomes (R, bound to P by position)"),
             Param("any_constant", Kind.NAMES, help="pattern constants that match any value"),
             Param("tolerance", Kind.TEXT, help="RTOL,ATOL the proof compares R with P under"),

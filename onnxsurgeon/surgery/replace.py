@@ -13,7 +13,7 @@ rebuilds each touched graph's node list once.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress, repeat
@@ -30,8 +30,10 @@ from ..io import Model, as_model
 from ..names import NameAllocator
 from ..pattern import Match, Pattern, find_matches, load_pattern, pattern_bytes
 from ..pattern.declared import declared_rank, indexed_type
+from ..protos import weightless_copy
 from ..record import ReplaceRecord, add_rewrite
 from ..select import drop_missing, name_map
+from ..selectors import body_graphs
 from ..session import indexed
 from ..types import TypeOracle, dtype_name, infer_value_infos, is_complete
 from ._blocks import merge_functions, merge_opsets
@@ -201,6 +203,66 @@ class _SiteTypes:
         return t.SerializeToString(deterministic=True) if t is not None else b"-"
 
 
+class _BodyTypes:
+    """Types of one body's tensors for the per-site checks (:class:`_SiteTypes`'s ``fill`` and
+    ``memo``): what the body declares (its inputs, outputs, value_info, initializers), else
+    what onnx inference of the whole model puts there (``inferred``: made once, when a body
+    tensor is not declared), else the enclosing main graph's (a captured tensor)."""
+
+    def __init__(self, graph: onnx.GraphProto, main: _SiteTypes,
+                 inferred: Callable[[], onnx.GraphProto | None]) -> None:
+        self.memo: dict[str, _Key] = {}
+        self.declared = {vi.name: vi.type for vi in (*graph.input, *graph.output,
+                                                       *graph.value_info)}
+        self.declared.update((t.name, onnx.helper.make_tensor_type_proto(t.data_type, t.dims))
+                             for t in graph.initializer)
+        self.main, self.inferred = main, inferred
+        self.outer = main.index.producer.keys() | main.index.initializers.keys() | \
+            set(main.index.inputs)
+
+    def fill(self, names: Iterable[str]) -> None:
+        """The key of every name not asked before. O(names), one inference at most."""
+        for name in dict.fromkeys(names):
+            if name in self.memo:
+                continue
+            t = self.declared.get(name)
+            if t is None or not t.WhichOneof("value"):
+                body = self.inferred()
+                found = {vi.name: vi.type for vi in body.value_info} if body is not None else {}
+                t = found.get(name)
+            if t is not None and t.WhichOneof("value"):
+                self.memo[name] = t.SerializeToString(deterministic=True)
+            elif name in self.outer:
+                self.memo[name] = self.main.key(name)
+            else:
+                self.memo[name] = b"-"
+
+
+def _body_types(host: onnx.ModelProto, main: _SiteTypes,
+                graphs: Mapping[str, onnx.GraphProto]) -> Callable[[str], _BodyTypes]:
+    """Path -> :class:`_BodyTypes` of that body (inference of the whole model run once, on a
+    weight-free copy, when first needed)."""
+    made: dict[str, _BodyTypes] = {}
+    inferred: list[dict[str, onnx.GraphProto]] = []
+
+    def bodies() -> dict[str, onnx.GraphProto]:
+        if not inferred:
+            try:
+                model = onnx.shape_inference.infer_shapes(weightless_copy(host),
+                                                          strict_mode=False)
+            except Exception:  # noqa: BLE001 - inference is best effort here
+                model = onnx.ModelProto()
+            inferred.append(dict(body_graphs(model.graph)))
+        return inferred[0]
+
+    def of(path: str) -> _BodyTypes:
+        if path not in made:
+            made[path] = _BodyTypes(graphs[path], main, lambda: bodies().get(path))
+        return made[path]
+
+    return of
+
+
 def site_type_lookup(index: GraphIndex, types: _SiteTypes | None = None) -> _SiteLookup:
     """The site tensors' types :func:`~onnxsurgeon.pattern.find_matches` compares with what a
     pattern declares: in the main graph the per-site checks' own (declared, initializer, the
@@ -344,7 +406,8 @@ def _elem(t: onnx.TypeProto | None) -> int:
     return int(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else 0
 
 
-def _check_sites(sites: Sequence[Match], r: onnx.ModelProto, p: Pattern, types: _SiteTypes,
+def _check_sites(sites: Sequence[Match], r: onnx.ModelProto, p: Pattern,
+                 types: _SiteTypes | _BodyTypes,
                  label: str) -> None:
     """Refuse the first site (in order) R cannot take: its inputs, or other dtypes or shapes
     out. The sites' signatures (their bound tensors' types) column by column, each tensor's
@@ -390,6 +453,24 @@ def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins
     cache[key] = inferred
 
 
+def _check_replacement(r_model: onnx.ModelProto, label: str) -> None:
+    """Refuse an R onnx.checker refuses. Its graph inputs and outputs may be untyped, as P's
+    may (``g (x) => (y) { y = Relu(x) }``): they bind to the sites' tensors and take their
+    types, so the check reads an untyped one as a tensor of any shape."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(r_model)
+    for vi in (*probe.graph.input, *probe.graph.output):
+        if not vi.type.WhichOneof("value"):
+            vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+            vi.type.tensor_type.shape.SetInParent()  # the plain checker reads no shape
+    try:
+        onnx.checker.check_model(probe)
+    except onnx.checker.ValidationError as exc:
+        first = (str(exc).strip().splitlines() or ["invalid"])[0][:160]
+        raise RewriteError(f"replacement '{label}' is not a valid ONNX model ({first}); "
+                           "repair it") from None
+
+
 def _tolerance(value: tuple[float, float] | str | None) -> tuple[float, float] | None:
     if value is None:
         return None
@@ -397,8 +478,8 @@ def _tolerance(value: tuple[float, float] | str | None) -> tuple[float, float] |
         parts = [float(v) for v in (value.split(",") if isinstance(value, str) else value)]
     except (TypeError, ValueError):
         parts = []
-    if len(parts) != 2 or min(parts) < 0:
-        raise UsageError(f"tolerance must be RTOL,ATOL (two numbers >= 0), got {value!r}")
+    if len(parts) != 2 or not all(0 <= v < float("inf") for v in parts):  # NaN fails too
+        raise UsageError(f"tolerance must be RTOL,ATOL (two finite numbers >= 0), got {value!r}")
     return parts[0], parts[1]
 
 
@@ -451,12 +532,7 @@ def replace(
         raise RewriteError(f"pattern '{p.label}' matches nothing ({found.candidates} candidates; "
                            f"first: {first}); run 'onnxsurgeon match --explain' for every miss")
     r_model = _with_opsets(r, host)
-    try:
-        onnx.checker.check_model(r_model)
-    except onnx.checker.ValidationError as exc:
-        first = (str(exc).strip().splitlines() or ["invalid"])[0][:160]
-        raise RewriteError(f"replacement '{r.label}' is not a valid ONNX model ({first}); "
-                           "repair it") from None
+    _check_replacement(r_model, r.label)
     stored = pattern_bytes(Pattern(r_model, r.inputs, r.outputs, r.constants, r.nodes,
                                    r.producer, label=r.label))
     block, new_opset = reconcile(r_model, host, r.label)
@@ -464,6 +540,14 @@ def replace(
     functions = merge_functions(block, host)
     main_sites = [site for site in found.matches if not site.graph]
     _check_sites(main_sites, block, p, types, r.label)
+    body_sites: dict[str, list[Match]] = {}
+    for site in found.matches:
+        if site.graph:
+            body_sites.setdefault(site.graph, []).append(site)
+    if body_sites:  # a body's types are its own: checked body by body
+        body_types = _body_types(host, types, found.graphs)
+        for path, sites in body_sites.items():
+            _check_sites(sites, block, p, body_types(path), r.label)
     for site in found.matches:
         at = site.nodes[-1]  # ascending
         if at - site.nodes[0] + 1 == len(site.nodes):

@@ -26,15 +26,25 @@ from .invariant import Check, Context, Values, dtype_of, rewrite_check, run_all
 from .locate import Side
 
 
-def _standalone(p: Pattern, host: onnx.ModelProto, fed: Mapping[str, Any]) -> onnx.ModelProto:
-    """P (or R) as a model onnxruntime runs: the host's opsets when it has none; the constants
-    in ``fed`` (matched with ``any_constant``) become graph inputs fed the site's values."""
+def _standalone(p: Pattern, host: onnx.ModelProto, fed: Mapping[str, Any],
+                values: Mapping[str, Any] | None = None) -> onnx.ModelProto:
+    """P (or R) as a model onnxruntime runs: the host's opsets when it has none, and its local
+    functions (a node of P calling one, as the model's nodes do) with their domains; the constants
+    in ``fed`` (matched with ``any_constant``) become graph inputs fed the site's values; an
+    untyped input (``g (x) => (y)``) takes the dtype of its value in ``values``."""
     model = onnx.ModelProto()
     model.CopyFrom(p.model)
     if not model.opset_import:
         model.opset_import.extend(host.opset_import)
         model.ir_version = max(host.ir_version, 7)
+    own = {(f.domain, f.name) for f in model.functions}
+    model.functions.extend(f for f in host.functions if (f.domain, f.name) not in own)
+    imported = {o.domain for o in model.opset_import}
+    model.opset_import.extend(o for o in host.opset_import if o.domain not in imported)
     g = model.graph
+    for vi in g.input:
+        if not vi.type.WhichOneof("value") and values is not None and vi.name in values:
+            vi.type.CopyFrom(_value_type(values[vi.name]))
     for name in fed:
         kept = [t for t in g.initializer if t.name != name]
         if len(kept) != len(g.initializer):
@@ -44,6 +54,48 @@ def _standalone(p: Pattern, host: onnx.ModelProto, fed: Mapping[str, Any]) -> on
             g.input.append(onnx.helper.make_tensor_value_info(
                 name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), None))
     return model
+
+
+def _value_type(value: Any) -> onnx.TypeProto:
+    """The type of a site's value as onnxruntime gives it: a tensor of its dtype, any shape;
+    a list is a sequence of them."""
+    if isinstance(value, list):
+        elem = _value_type(value[0]) if value else onnx.helper.make_tensor_type_proto(
+            onnx.TensorProto.FLOAT, None)
+        return onnx.helper.make_sequence_type_proto(elem)
+    dtype = onnx.helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype)
+    return onnx.helper.make_tensor_type_proto(dtype, None)
+
+
+def _untyped(p: Pattern) -> bool:
+    """Whether one of P's (or R's) inputs declares no type: it is staged per site then."""
+    names = set(p.inputs)
+    return any(not vi.type.WhichOneof("value") for vi in p.graph.input if vi.name in names)
+
+
+class _Stages:
+    """P and R staged for onnxruntime: once, or, for a P or R with an untyped input, once per
+    dtype signature of the sites' input values (the site's values type it)."""
+
+    def __init__(self, ctx: Context, p: Pattern, r: Pattern, host: onnx.ModelProto,
+                 any_constant: tuple[str, ...]) -> None:
+        self.ctx, self.p, self.r, self.host = ctx, p, r, host
+        self.fed = {c: None for c in any_constant}
+        self.untyped = _untyped(p) or _untyped(r)
+        self.memo: dict[Any, tuple[Any, Any]] = {}
+
+    def of(self, inputs: Mapping[str, str], value: Mapping[str, Any]) -> tuple[Any, Any]:
+        """(P staged, R staged) for a site whose input ``name`` is bound to ``inputs[name]``,
+        ``value`` one sample of the original's values."""
+        p, r = self.p, self.r
+        by_p = {n: value[inputs[n]] for n in p.inputs} if self.untyped else {}
+        key = tuple(_value_type(v).SerializeToString() for v in by_p.values())
+        if key not in self.memo:
+            by_r = dict(zip(r.inputs, by_p.values(), strict=True)) if by_p else {}
+            self.memo[key] = (
+                self.ctx.stage(Model(_standalone(p, self.host, self.fed, by_p)), "pattern"),
+                self.ctx.stage(Model(_standalone(r, self.host, {}, by_r)), "replacement"))
+        return self.memo[key]
 
 
 @rewrite_check(ReplaceRecord)
@@ -67,10 +119,9 @@ def _check_replace(ctx: Context, record: ReplaceRecord, check: Check) -> None:
     try:
         wanted = [t for s in sites for t in (*s["inputs"].values(), *s["outputs"].values())]
         orig_vals = run_all(orig, feeds, [*wanted, *orig.output_names])
-        fed = {c: None for c in any_constant}
-        p_staged = ctx.stage(Model(_standalone(p, host, fed)), "pattern")
-        r_staged = ctx.stage(Model(_standalone(r, host, {})), "replacement")
+        stages = _Stages(ctx, p, r, host, any_constant)
         for site in sites:
+            p_staged, r_staged = stages.of(site["inputs"], orig_vals[0])
             _check_site(check, site, p, r, p_staged, r_staged, orig, orig_vals, exact, host)
         new_vals = run_all(new, feeds, list(new.output_names))
 
