@@ -491,3 +491,42 @@ def test_a_loaded_model_with_value_info_is_replaced_the_same_with_and_without_th
     assert len(kept) == 59  # the sites' outputs (add*) and the Relus (relu*) are still there
     assert out.graph.value_info[kept.index(proto.graph.value_info[7].name)].doc_string \
         == "kept as written"
+
+
+def test_the_copies_built_column_by_column_are_those_built_site_by_site(monkeypatch):
+    """``build_copies`` makes the main graph's copies column by column (C-level maps over the
+    sites' names) when every name was claimed at once: the same bytes, node names and the
+    fields the save's check reads as the site-by-site loop gives."""
+    import importlib
+
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.names import NameAllocator
+    from onnxsurgeon.pattern import find_matches, load_pattern
+    from tests import builders
+
+    replicas = importlib.import_module("onnxsurgeon.surgery._replicas")
+    proto = builders.chain(12)
+    index = GraphIndex(proto)
+    p = load_pattern(b"g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] y) {\n"
+                     b" h = MatMul(p, w)\n y = Add(h, b) }")
+    r = onnx.parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>\n'
+                                "g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] y) "
+                                "<float[4] k = {1.0, 2.0, 3.0, 4.0}> {\n h = MatMul(p, w)\n"
+                                " s = Sum(h, b, k)\n y = Identity(s) }")
+    sites = find_matches(index, p).matches
+    assert len(sites) == 12
+
+    def built() -> object:
+        tpl = replicas.Template(r)
+        weights = {"k": "R/k"}
+        tpl.prepare(weights)
+        return replicas.build_copies(tpl, sites, p, weights, NameAllocator.for_index(index), "R")
+
+    by_columns = built()
+    monkeypatch.setattr(replicas, "_GRAPH", lambda site: "not only the main graph")
+    by_sites = built()
+    assert by_columns.plans == by_sites.plans and by_columns.replaced == by_sites.replaced
+    assert by_columns.written.replicas == by_sites.written.replicas
+    assert by_columns.written.names == by_sites.written.names
+    assert by_columns.stand_ins == by_sites.stand_ins
+    assert by_columns.replaced[0] == ["Add_0/R/MatMul", "Add_0/R/Sum", "Add_0/R/Identity"]
