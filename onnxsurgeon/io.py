@@ -387,7 +387,10 @@ def load(path: str | os.PathLike[str], *, unsorted_functions: bool = False) -> M
         edges = found.edges
         if edges is not None:  # the type pass reads no tensor
             edges = with_initializer_types(edges, proto.graph, init_types)
-        model._fresh = (data if cheap else None, found.producers, edges, found.value_info)
+        listed = found.value_info
+        if listed is not None and not cheap:  # the names and types only: the bytes go
+            listed = ValueInfos(listed.names, listed.types, None)
+        model._fresh = (data if cheap else None, found.producers, edges, listed)
     return model
 
 

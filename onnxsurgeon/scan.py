@@ -70,18 +70,19 @@ class ValueInfos:
     """The main graph's value_info entries as :func:`value_info` read them from the bytes
     ``data`` of a model: each entry's name and the bytes of its ``type`` field as written
     (``onnx.TypeProto.FromString`` of them is the entry's type; b"" when it has none), in
-    order. True of a proto only while its value_info field is as parsed from ``data``."""
+    order. True of a proto only while its value_info field is as parsed from those bytes."""
 
     names: list[str]
     types: list[bytes]
-    data: bytes
+    data: bytes | None
+    """The bytes read (None: not kept, e.g. for a weight-heavy model)."""
 
     def entries(self, keep: bytes) -> bytes | None:
         """The entries whose flag in ``keep`` (one byte per entry, in order) is nonzero, as
         ``GraphProto.value_info`` fields written as in ``data``: ``GraphProto.MergeFromString``
         of them appends exactly those entries. None when not read here. O(graph bytes) in C."""
         read = getattr(fast.scan_extension(), "value_info_entries", None)
-        return read(self.data, keep) if read is not None else None
+        return read(self.data, keep) if read is not None and self.data is not None else None
 
 
 def value_info(data: bytes) -> ValueInfos | None:

@@ -333,6 +333,13 @@ def test_the_value_info_pass_answers_on_plain_bytes_and_steps_aside_on_merged_on
     assert listed("a value_info type given twice (merged)") is None
     assert scan.value_info(HAND["a value_info name that is not UTF-8"]) is None  # load refuses
     assert found.entries(b"\x01") is None  # not one flag per entry
+    # a weight-heavy model: the names and types are handed on, its bytes are not kept
+    heavy = _model([_node(["x", "W"], ["m"], op="Add"), _node(["m"], ["y"])],
+                   [_tensor("W", np.ones(4096, np.float32))],
+                   graph_extra=_field(13, _value_info("m")))
+    fresh = load(_write(tmp_path, heavy, "heavy.onnx"))._fresh
+    assert fresh is not None and fresh[0] is None and fresh[3] is not None
+    assert fresh[3].names == ["m"] and fresh[3].data is None and fresh[3].entries(b"\x01") is None
 
 
 @need_built
