@@ -251,6 +251,7 @@ def _check_scope(
     scanned = scan_nodes(first) if scan_nodes is not None else None
     if scanned is not None and len(scanned[1]) != len(nodes):  # never seen; a guard
         scanned = None
+    texts_read = scanned is not None  # the C pass decoded every name as UTF-8 text, or gave up
     if scanned is None:
         if len(first) > before:  # the C pass gave up after adding keys: keep the leaves only
             deque(map(first.__delitem__, list(islice(first, before, None))), maxlen=0)
@@ -278,9 +279,9 @@ def _check_scope(
     if late_captures:
         late = sorted(set(late))
     # the names defined before the loop were checked above; the keys past ``before`` are the
-    # names the nodes defined
-    if not (_all_text(names) and _all_text(ops) and _all_text(domains)
-            and _all_text(islice(first, before, None))):
+    # names the nodes defined (text already when the C pass read them)
+    if not texts_read and not (_all_text(names) and _all_text(ops) and _all_text(domains)
+                               and _all_text(islice(first, before, None))):
         raise _not_utf8(label)
     producer: dict[str, int] = {}
     scope: AbstractSet[str] = defined
