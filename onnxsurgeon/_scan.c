@@ -480,10 +480,141 @@ done:
     return result;
 }
 
+/* scan_value_info(data) -> (names, types) or None.
+ *
+ * Every main-graph value_info entry's name ("" when absent; the last occurrence wins, as in
+ * protobuf) and the bytes of its type field as written (b"" when absent), in order. Entries
+ * whose type bytes are equal share one bytes object (a small cache: a typed model repeats a
+ * few types). None when an entry gives its type twice (protobuf merges the two) or a name is
+ * not UTF-8. Field numbers: GraphProto.value_info = 13; ValueInfoProto.name = 1, .type = 2. */
+static PyObject *scan_value_info(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    PyObject *names = PyList_New(0), *types = PyList_New(0), *result = NULL;
+    PyObject *empty = PyUnicode_FromStringAndSize("", 0);
+    PyObject *no_type = PyBytes_FromStringAndSize("", 0);
+    Cursor key[CACHE];
+    PyObject *value[CACHE] = {NULL};
+    int used = 0, next = 0, bail = 0, r;
+    if (!names || !types || !empty || !no_type) goto done;
+    Cursor g, entry;
+    if (!main_graph(&buf, &g)) {
+        bail = 1;
+        goto done;
+    }
+    while ((r = next_item(&g, 13, &entry)) == 1) {
+        Cursor c = entry, f, name = {NULL, NULL}, type = {NULL, NULL};
+        uint32_t number;
+        uint64_t v;
+        int wire, rr, n_types = 0;
+        while ((rr = next_field(&c, &number, &wire, &f, &v)) == 1) {
+            if (wire != 2) continue;
+            if (number == 1) name = f;
+            else if (number == 2) {
+                type = f;
+                n_types++;
+            }
+        }
+        if (rr < 0 || n_types > 1) {
+            bail = 1;
+            goto done;
+        }
+        if (append_text(names, name, NULL, empty, &bail) < 0) goto done;
+        PyObject *item = no_type;
+        if (type.p != NULL && type.p != type.end) {
+            Py_ssize_t n = type.end - type.p;
+            item = NULL;
+            for (int k = 0; k < used; k++) {
+                if (key[k].end - key[k].p == n && memcmp(key[k].p, type.p, n) == 0) {
+                    item = value[k];
+                    break;
+                }
+            }
+            if (item == NULL) {
+                item = PyBytes_FromStringAndSize((const char *)type.p, n);
+                if (item == NULL) goto done;
+                int slot = used < CACHE ? used++ : (next++ % CACHE);
+                Py_XDECREF(value[slot]);
+                key[slot] = type;
+                value[slot] = item; /* the cache's reference */
+            }
+        }
+        if (PyList_Append(types, item) < 0) goto done;
+    }
+    if (r < 0) {
+        bail = 1;
+        goto done;
+    }
+    result = Py_BuildValue("(OO)", names, types);
+done:
+    result = answer(result, bail);
+    for (int k = 0; k < used; k++) Py_XDECREF(value[k]);
+    Py_XDECREF(names);
+    Py_XDECREF(types);
+    Py_XDECREF(empty);
+    Py_XDECREF(no_type);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* value_info_entries(data, keep) -> bytes or None.
+ *
+ * The main graph's value_info fields (tag, length and entry, as written) whose flag in
+ * ``keep`` (one byte per entry, in order; nonzero: kept) is set, concatenated: what
+ * GraphProto.MergeFromString appends as those entries. None when ``keep`` does not have one
+ * flag per entry or the bytes are not read exactly. */
+static PyObject *value_info_entries(PyObject *self, PyObject *args) {
+    Py_buffer buf, keep;
+    if (!PyArg_ParseTuple(args, "y*y*", &buf, &keep)) return NULL;
+    PyObject *result = NULL;
+    const uint8_t *flags = (const uint8_t *)keep.buf;
+    Cursor g, c, f;
+    size_t size = 0;
+    Py_ssize_t k = 0;
+    uint32_t number;
+    uint64_t v;
+    int wire, r = -1;
+    if (main_graph(&buf, &g)) {
+        /* first pass: the size of the kept fields, and one flag per entry */
+        c = g;
+        while (1) {
+            const uint8_t *start = c.p;
+            if ((r = next_field(&c, &number, &wire, &f, &v)) != 1) break;
+            if (number != 13 || wire != 2) continue;
+            if (k < keep.len && flags[k]) size += (size_t)(c.p - start);
+            k++;
+        }
+    }
+    if (r < 0 || k != keep.len) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size)) != NULL) {
+        uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+        c = g;
+        k = 0;
+        while (1) {
+            const uint8_t *start = c.p;
+            if (next_field(&c, &number, &wire, &f, &v) != 1) break;
+            if (number != 13 || wire != 2) continue;
+            if (flags[k++]) {
+                memcpy(out, start, (size_t)(c.p - start));
+                out += c.p - start;
+            }
+        }
+    }
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&keep);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_nodes", scan_nodes, METH_VARARGS, "The main graph's node pass (see scan.py)."},
     {"scan_initializers", scan_initializers, METH_VARARGS,
      "The main graph's initializer pass (see scan.py)."},
+    {"scan_value_info", scan_value_info, METH_VARARGS,
+     "The main graph's value_info names and type bytes (see scan.py)."},
+    {"value_info_entries", value_info_entries, METH_VARARGS,
+     "The main graph's kept value_info fields, as written (see scan.py)."},
     {NULL, NULL, 0, NULL},
 };
 

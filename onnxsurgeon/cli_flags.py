@@ -14,10 +14,10 @@ the flag may be repeated and, where it takes several values, they may follow it
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .errors import close_matches
 from .selectors import PREFIXES as SELECTOR_PREFIXES
 
 EXIT_CODES_HELP = (
@@ -147,7 +147,7 @@ def suggest(flag: str, options: Sequence[str]) -> list[str]:
     prefix = [o for o in longs if flag.startswith("--") and len(flag) > 2 and o.startswith(flag)]
     if prefix:
         return prefix[:3]
-    return difflib.get_close_matches(flag, longs, n=2, cutoff=0.6)
+    return close_matches(flag, longs, n=2, cutoff=0.6)
 
 
 def unknown_flag(parser: argparse.ArgumentParser,

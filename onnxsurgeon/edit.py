@@ -43,7 +43,7 @@ from typing import Any
 import onnx
 
 from .external import attr_tensors
-from .index import GraphIndex, Use, positions
+from .index import GraphIndex, ListedValueInfo, Use, positions
 from .io import Model
 from .order import reorder_nodes
 from .protos import (
@@ -535,14 +535,27 @@ class Edit:
         del field[:]
         field.extend(infos)
 
-    def drop_value_info(self, names: Iterable[str]) -> None:
-        """Drop the value_info entries of ``names`` (when there is one). O(value_info)."""
+    def drop_value_info(self, names: Iterable[str], *,
+                        listed: ListedValueInfo | None = None) -> None:
+        """Drop the value_info entries of ``names`` (when there is one). ``listed``: the
+        entries as they are now, read from the bytes the model was parsed from (the index's
+        :attr:`~onnxsurgeon.index.GraphIndex.listed_value_info`, taken before any edit): the
+        names are read from it and the kept entries parsed from those bytes in one call,
+        instead of a ValueInfo wrapper per entry. O(value_info)."""
         gone = set(names)
         field = self.graph.value_info
-        have = list(map(_NAME, field))
-        if not gone.isdisjoint(have):  # the kept positions by C-level maps
-            kept = map(not_, map(gone.__contains__, have))
-            keep_only(field, list(compress(range(len(have)), kept)))
+        if listed is not None and len(listed.names) != len(field):
+            listed = None  # not the entries as they are now
+        have = listed.names if listed is not None else list(map(_NAME, field))
+        if gone.isdisjoint(have):
+            return
+        kept = list(map(not_, map(gone.__contains__, have)))  # by C-level maps
+        entries = listed.entries(bytes(kept)) if listed is not None else None
+        if entries is not None:
+            del field[:]
+            self.graph.MergeFromString(entries)  # appends exactly the kept entries
+            return
+        keep_only(field, list(compress(range(len(have)), kept)))
 
     # ------------------------------------------------------------------ model level
     def add_functions(self, functions: Iterable[onnx.FunctionProto]) -> None:

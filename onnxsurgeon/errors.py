@@ -58,3 +58,12 @@ def name_list(value: Iterable[str], what: str) -> list[str]:
         raise TypeError(f"{what} takes a list of names, got the string {value!r}; write "
                         f"[{value!r}]")
     return list(value)
+
+
+def close_matches(word: str, possibilities: list[str], *, n: int, cutoff: float) -> list[str]:
+    """The names of ``possibilities`` closest to ``word`` for a "did you mean" message
+    (``difflib.get_close_matches``; difflib is imported only then: its import costs every
+    command milliseconds)."""
+    import difflib
+
+    return difflib.get_close_matches(word, possibilities, n=n, cutoff=cutoff)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, count, islice
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 import onnx
 from onnx import AttributeProto
@@ -320,6 +320,17 @@ def _positions(items: Iterable[Any]) -> dict[str, int]:
     return dict(zip(map(_NAME, items), count()))
 
 
+class ListedValueInfo(Protocol):
+    """The main graph's value_info entries as read from the model's bytes (names, type bytes,
+    the entries flagged in ``keep`` as fields): :class:`onnxsurgeon.scan.ValueInfos`."""
+
+    @property
+    def names(self) -> list[str]: ...
+    @property
+    def types(self) -> list[bytes]: ...
+    def entries(self, keep: bytes) -> bytes | None: ...  # noqa: D102
+
+
 class GraphIndex:
     """Name-keyed index of ``model.graph`` (names are SSA identities within a scope).
 
@@ -333,19 +344,26 @@ class GraphIndex:
             model provably unchanged since load validated it; by a
             :class:`~onnxsurgeon.session.Session`: as loaded, or as the previous verb edited it
             along with its :class:`~onnxsurgeon.upkeep.Upkeep`), else None.
+        listed_value_info: the main graph's value_info entries as load read them from the
+            bytes (:class:`ListedValueInfo`), handed over with load's producer map (the model
+            provably unchanged since), else None. True of the proto until a verb edits its
+            value_info (ask before editing, as of the rest of the index).
     """
 
     def __init__(
         self, model: onnx.ModelProto, *, _producer: dict[str, int] | None = None,
-        _edges: NodeEdges | None = None,
+        _edges: NodeEdges | None = None, _value_info: ListedValueInfo | None = None,
     ) -> None:
         self.model = model
         graph = model.graph
         self.graph = graph
         self.edges: NodeEdges | None = None
+        self.listed_value_info: ListedValueInfo | None = None
         if _producer is not None:  # handed over (io.indexed, a Session): fresh, says the caller
             self.producer = _producer
             self.edges = _edges
+            if _value_info is not None and len(_value_info.names) == len(graph.value_info):
+                self.listed_value_info = _value_info
             self._index_rest(graph)
             return
         producer: dict[str, int] = {}
@@ -517,6 +535,39 @@ class GraphIndex:
             if vi.type.WhichOneof("value") is not None or vi.name not in infos:
                 infos[vi.name] = vi
         return infos
+
+    @cached_property
+    def type_bytes(self) -> dict[str, bytes] | None:
+        """Tensor name -> the bytes of the type :attr:`value_info` holds for it (same names,
+        same precedence; ``TypeProto.FromString`` of them is that type) from
+        :attr:`listed_value_info`, no wrapper per entry; None without it. O(value_info)."""
+        listed = self.listed_value_info
+        if listed is None:
+            return None
+        found = dict(zip(listed.names, listed.types, strict=True))
+        for vi in self.graph.input:
+            found[vi.name] = vi.type.SerializeToString()
+        for vi in self.graph.output:
+            if vi.type.WhichOneof("value") is not None or vi.name not in found:
+                found[vi.name] = vi.type.SerializeToString()
+        return found
+
+    def declared_type(self, name: str) -> onnx.TypeProto | None:
+        """The type :attr:`value_info` holds for ``name`` (read only), None when it holds
+        none; from :attr:`type_bytes` when the index has them (each distinct type parsed
+        once), so :attr:`value_info` is not built."""
+        found = self.type_bytes
+        if found is None:
+            vi = self.value_info.get(name)
+            return vi.type if vi is not None else None
+        raw = found.get(name)
+        if raw is None:
+            return None
+        parsed: dict[bytes, onnx.TypeProto] = self.memo.setdefault("parsed_types", {})
+        t = parsed.get(raw)
+        if t is None:
+            t = parsed[raw] = onnx.TypeProto.FromString(raw)
+        return t
 
     @cached_property
     def node_names(self) -> dict[str, int]:

@@ -52,6 +52,7 @@ from .external import (
     resolve_external,
 )
 from .index import GraphIndex, NodeEdges, with_initializer_types
+from .scan import ValueInfos
 from .upkeep import Upkeep
 from .validate import validate_producers
 
@@ -74,6 +75,8 @@ _CHECK_BYTES_MAX = PROTOBUF_LIMIT - (1 << 20)
 if TYPE_CHECKING:
     from .listing import NodeRow, TensorRow
 
+_Fresh = tuple[bytes | None, dict[str, int], NodeEdges | None, ValueInfos | None]
+"""What :func:`load` keeps for the first index (:attr:`Model._fresh`)."""
 
 
 @dataclass
@@ -95,11 +98,10 @@ class Model:
     data_dirs: dict[str, Path] = field(default_factory=dict)
     """Extra external-data folders: a location whose first component is a key here is read
     from that folder (set by ``merge`` for the tensors of the second model)."""
-    _fresh: tuple[bytes | None, dict[str, int], NodeEdges | None] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
-    """Set by :func:`load`: the bytes parsed (None for weight-heavy protos) and the main graph's
-    producer map validated from them. :func:`indexed` uses it once, and only after proving the
+    _fresh: _Fresh | None = field(default=None, init=False, repr=False, compare=False)
+    """Set by :func:`load`: the bytes parsed (None for weight-heavy protos), the main graph's
+    producer map validated from them, its int graph and its value_info entries as read from
+    the bytes (:func:`onnxsurgeon.scan.value_info`). :func:`indexed` uses it once, and only after proving the
     proto still serializes to exactly those bytes; :func:`take_loaded_index` hands it, once, to
     the caller that vouches the proto untouched (a :class:`~onnxsurgeon.session.Session`)."""
     _externals: int | None = field(default=None, init=False, repr=False, compare=False)
@@ -214,8 +216,8 @@ def take_loaded_index(model: Model) -> GraphIndex | None:
     return _loaded(model, fresh) if fresh is not None else None
 
 
-def _loaded(model: Model, fresh: tuple[bytes | None, dict[str, int], NodeEdges | None]) -> GraphIndex:
-    index = GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2])
+def _loaded(model: Model, fresh: _Fresh) -> GraphIndex:
+    index = GraphIndex(model.proto, _producer=fresh[1], _edges=fresh[2], _value_info=fresh[3])
     index.memo["validated"] = True  # load's checks hold for it (see checking.check_touched)
     return index
 
@@ -385,7 +387,10 @@ def load(path: str | os.PathLike[str], *, unsorted_functions: bool = False) -> M
         edges = found.edges
         if edges is not None:  # the type pass reads no tensor
             edges = with_initializer_types(edges, proto.graph, init_types)
-        model._fresh = (data if cheap else None, found.producers, edges)
+        listed = found.value_info
+        if listed is not None and not cheap:  # the names and types only: the bytes go
+            listed = ValueInfos(listed.names, listed.types, None)
+        model._fresh = (data if cheap else None, found.producers, edges, listed)
     return model
 
 

@@ -106,11 +106,14 @@ class NameAllocator:
         edges = index.int_graph()
         if edges is None:
             return cls.for_model(index.model)
-        known = index.__dict__.get("value_info")  # built already: its keys hold those names
+        # built already, or read by load: their keys hold those names
+        known = index.__dict__.get("value_info") or index.__dict__.get("type_bytes")
+        listed = index.listed_value_info
         allocator = cls()
         allocator._pending = [
             index.producer, index.initializers, index.inputs, index.outputs, set(edges.names),
-            known if known is not None else set(map(_NAME, index.graph.value_info)),
+            known if known is not None else set(listed.names) if listed is not None
+            else set(map(_NAME, index.graph.value_info)),
             *(set(chain(fn.input, fn.output, _node_names(fn.node)))
               for fn in index.model.functions)]
         return allocator

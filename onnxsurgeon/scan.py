@@ -16,6 +16,7 @@ holds both to the same answers).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from . import fast
@@ -23,7 +24,7 @@ from .nodefields import EDGE_FIELD_NUMBERS
 
 _scan: Any = fast.scan_module()  # the extension, or None where it is not built
 
-__all__ = ["SCAN_ENV", "available", "initializers", "nodes"]
+__all__ = ["SCAN_ENV", "ValueInfos", "available", "initializers", "nodes", "value_info"]
 
 SCAN_ENV = "ONNXSURGEON_SCAN"
 """Set to ``0`` to run the Python passes even where the extension is built (an alias of
@@ -62,3 +63,32 @@ def nodes(data: bytes, first: dict[str, int]) -> tuple[Any, ...] | None:
         return None
     return ext.scan_nodes(  # type: ignore[no-any-return, unused-ignore]
         data, first, EDGE_FIELD_NUMBERS)
+
+
+@dataclass(frozen=True, eq=False)
+class ValueInfos:
+    """The main graph's value_info entries as :func:`value_info` read them from the bytes
+    ``data`` of a model: each entry's name and the bytes of its ``type`` field as written
+    (``onnx.TypeProto.FromString`` of them is the entry's type; b"" when it has none), in
+    order. True of a proto only while its value_info field is as parsed from those bytes."""
+
+    names: list[str]
+    types: list[bytes]
+    data: bytes | None
+    """The bytes read (None: not kept, e.g. for a weight-heavy model)."""
+
+    def entries(self, keep: bytes) -> bytes | None:
+        """The entries whose flag in ``keep`` (one byte per entry, in order) is nonzero, as
+        ``GraphProto.value_info`` fields written as in ``data``: ``GraphProto.MergeFromString``
+        of them appends exactly those entries. None when not read here. O(graph bytes) in C."""
+        read = getattr(fast.scan_extension(), "value_info_entries", None)
+        return read(self.data, keep) if read is not None and self.data is not None else None
+
+
+def value_info(data: bytes) -> ValueInfos | None:
+    """The main graph's value_info entries' names and type bytes, read from the serialized
+    model ``data`` (:class:`ValueInfos`); None when not read here (an entry giving its type
+    twice, which protobuf merges; a name that is not valid UTF-8; the extension off)."""
+    read = getattr(fast.scan_extension(), "scan_value_info", None)  # None: an older build
+    found = read(data) if read is not None else None
+    return ValueInfos(found[0], found[1], data) if found is not None else None

@@ -17,7 +17,6 @@ raises an error saying so and naming the framework tensor to use instead.
 from __future__ import annotations
 
 import ast
-import difflib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
@@ -25,7 +24,7 @@ from typing import Any
 
 import onnx
 
-from .errors import AmbiguousNameError, NotFoundError, UsageError
+from .errors import AmbiguousNameError, NotFoundError, UsageError, close_matches
 from .index import GraphIndex, iter_graphs
 from .metadata import get_metadata, set_metadata
 from .selectors import NODE, TENSOR, Pattern, body_sites
@@ -356,7 +355,7 @@ class Selector:
         producer = index.producer.get(tensor) if tensor is not None else None
         if producer is not None:
             return producer
-        close = difflib.get_close_matches(name, list(index.node_names), n=3, cutoff=0.5)
+        close = close_matches(name, list(index.node_names), n=3, cutoff=0.5)
         hint = ("did you mean " + ", ".join(f"'{c}'" for c in close) + "?") if close else \
             "run 'onnxsurgeon inspect MODEL --nodes' to list node names"
         made = f" (tensor '{tensor}' is a graph input or initializer)" if tensor else ""
@@ -467,8 +466,7 @@ class Selector:
         what = "node" if kind == NODE or pattern.regex is None else "tensor or node"
         if pattern.regex is None:
             present = sorted({n.op_type for g in iter_graphs(self.index.graph) for n in g.node})
-            close = difflib.get_close_matches(next(iter(sorted(pattern.ops))), present, n=3,
-                                              cutoff=0.5)
+            close = close_matches(next(iter(sorted(pattern.ops))), present, n=3, cutoff=0.5)
             shown = ", ".join(dict.fromkeys(close + present[:10]))
             return (f"selector '{pattern.text}' matches no {what}: the model has no such op; "
                     f"its op types include {shown}")
@@ -509,7 +507,7 @@ class Selector:
         pool = [c for c in candidates if tail and tail in c.lower()] if len(candidates) > 5000 else candidates
         if len(pool) > 5000:
             pool = pool[:5000]
-        close = difflib.get_close_matches(name, pool, n=5, cutoff=0.4)
+        close = close_matches(name, pool, n=5, cutoff=0.4)
         if not close and pool and len(pool) <= 5000:
             close = [c for c in pool if tail and tail in c.lower()][:5]
         if close:

@@ -41,6 +41,7 @@ from .index import (
 )
 from .nodefields import NodePass, edge_ops, node_pass
 from .order import reorder_nodes, stable_toposort
+from .scan import ValueInfos
 
 __all__ = ["Validation", "validate", "validate_producers"]
 
@@ -85,6 +86,9 @@ class Validation:
     producers: dict[str, int] | None
     holders: list[int]
     edges: NodeEdges | None
+    value_info: ValueInfos | None = None
+    """The main graph's value_info entries read from the bytes (:func:`onnxsurgeon.scan.value_info`),
+    when they were read there."""
 
 
 def validate_producers(
@@ -99,7 +103,10 @@ def validate_producers(
     caller has them: the main graph's node loop then reads them in C (:mod:`onnxsurgeon.scan`).
     ``unsorted_functions``: a local function body out of order is accepted (``toposort``)."""
     warnings: list[str] = []
-    _check_model_texts(model)
+    listed = scan.value_info(data) if data is not None else None
+    if listed is not None and len(listed.names) != len(model.graph.value_info):
+        listed = None  # never seen; a guard
+    _check_model_texts(model, value_info_read=listed is not None)
     _check_functions(model, defer_order=unsorted_functions)
     main: _ScopeResult | None = None
     stack: list[tuple[onnx.GraphProto, tuple[Container[str], ...], int]] = [
@@ -129,7 +136,7 @@ def validate_producers(
     assert main is not None
     if warnings:
         return Validation(warnings, None, main.holders, None)
-    return Validation(warnings, main.producer, main.holders, main.edges)
+    return Validation(warnings, main.producer, main.holders, main.edges, listed)
 
 
 # --------------------------------------------------------------------------- one scope
@@ -244,6 +251,7 @@ def _check_scope(
     scanned = scan_nodes(first) if scan_nodes is not None else None
     if scanned is not None and len(scanned[1]) != len(nodes):  # never seen; a guard
         scanned = None
+    texts_read = scanned is not None  # the C pass decoded every name as UTF-8 text, or gave up
     if scanned is None:
         if len(first) > before:  # the C pass gave up after adding keys: keep the leaves only
             deque(map(first.__delitem__, list(islice(first, before, None))), maxlen=0)
@@ -271,9 +279,9 @@ def _check_scope(
     if late_captures:
         late = sorted(set(late))
     # the names defined before the loop were checked above; the keys past ``before`` are the
-    # names the nodes defined
-    if not (_all_text(names) and _all_text(ops) and _all_text(domains)
-            and _all_text(islice(first, before, None))):
+    # names the nodes defined (text already when the C pass read them)
+    if not texts_read and not (_all_text(names) and _all_text(ops) and _all_text(domains)
+                               and _all_text(islice(first, before, None))):
         raise _not_utf8(label)
     producer: dict[str, int] = {}
     scope: AbstractSet[str] = defined
@@ -410,15 +418,17 @@ def _not_utf8(label: str) -> InvalidModelError:
     )
 
 
-def _check_model_texts(model: onnx.ModelProto) -> None:
-    """Model-level strings, value_info names and function signatures are text."""
+def _check_model_texts(model: onnx.ModelProto, *, value_info_read: bool = False) -> None:
+    """Model-level strings, value_info names and function signatures are text
+    (``value_info_read``: the value_info names were read as text from the bytes already)."""
     texts: list[object] = [model.producer_name, model.producer_version, model.domain,
                            model.doc_string, model.graph.name]
     for prop in model.metadata_props:
         texts.extend((prop.key, prop.value))
     for op in model.opset_import:
         texts.append(op.domain)
-    if not _all_text(map(_NAME, model.graph.value_info)):  # C-speed: often one per tensor
+    # C-speed: often one per tensor
+    if not value_info_read and not _all_text(map(_NAME, model.graph.value_info)):
         raise _not_utf8("model header (names, metadata or functions)")
     for fn in model.functions:
         texts.extend((fn.name, fn.domain, *fn.input, *fn.output, *fn.attribute))

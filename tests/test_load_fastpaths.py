@@ -106,7 +106,7 @@ def _loaded_index(tmp_path, proto: onnx.ModelProto) -> tuple[GraphIndex, GraphIn
     onnx.save(proto, str(path))
     model = load(path)
     assert model._fresh is not None and model._fresh[2] is not None
-    _, producer, edges = model._fresh
+    _, producer, edges, _ = model._fresh
     plain = dataclasses.replace(edges, init_types=None)
     return (GraphIndex(model.proto, _producer=producer, _edges=edges),
             GraphIndex(model.proto, _producer=dict(producer), _edges=plain))

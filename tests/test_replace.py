@@ -509,3 +509,116 @@ def test_a_pattern_calling_a_local_function_is_proved(tmp_path, capsys):
     feeds = {n: np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
              for n in ("x", "b")}
     assert np.array_equal(run(host, feeds)[0], run(got, feeds)[0])
+
+
+def test_the_declared_types_from_loads_reading_are_those_of_the_value_info():
+    """An index with load's reading of the value_info entries (``listed_value_info``, the
+    type bytes as written) keys every declared tensor as one reading the ValueInfoProtos
+    does, a type written in another field order included, and names the same types."""
+    import importlib
+
+    from onnxsurgeon import scan
+    from onnxsurgeon.index import GraphIndex
+    from tests import builders
+
+    replace_module = importlib.import_module("onnxsurgeon.surgery.replace")
+    proto = onnx.shape_inference.infer_shapes(builders.chain(6))
+    vis = proto.graph.value_info
+    vis[1].type.tensor_type.ClearField("elem_type")
+    vis[3].type.tensor_type.shape.dim[0].dim_param = "batch"
+    listed = scan.ValueInfos([vi.name for vi in vis], [vi.type.SerializeToString() for vi in vis],
+                             proto.SerializeToString())
+    # the shape field written before the element type: other bytes, the same type
+    tt = vis[4].type.tensor_type
+    listed.types[4] = b"\x0a" + bytes([len(shape := b"\x12" + bytes([len(
+        tt.shape.SerializeToString())]) + tt.shape.SerializeToString()) + 2]) + shape + b"\x08\x01"
+    assert onnx.TypeProto.FromString(listed.types[4]) == vis[4].type
+    plain = GraphIndex(proto)
+    fast = GraphIndex(proto, _producer=dict(plain.producer), _value_info=listed)
+    assert plain.type_bytes is None and fast.type_bytes is not None
+    names = [vi.name for vi in vis] + ["x", "W", "y"]
+    for name in names:
+        assert fast.declared_type(name) == plain.declared_type(name)
+    one, many = (replace_module._SiteTypes(index, len(proto.graph.node))
+                 for index in (plain, fast))
+    one.fill(names)
+    many.fill(names)
+    assert many.memo == one.memo
+    lookups = [replace_module.site_type_lookup(index) for index in (plain, fast)]
+    for index in (plain, fast):
+        index.memo["int_graph"] = plain.int_graph()
+    assert [lookups[0].by_id(g) for g in range(18)] == [lookups[1].by_id(g) for g in range(18)]
+
+
+def test_a_loaded_model_with_value_info_is_replaced_the_same_with_and_without_the_scan(
+        tmp_path):
+    """Replace on a loaded model whose value_info declares every tensor (as exporters write
+    it) reads the declared types and drops the removed tensors' entries from load's reading
+    of the bytes: the same file as the Python passes give, the entries of the removed
+    tensors gone, the others kept in order."""
+    from onnxsurgeon import fast, io
+    from onnxsurgeon.session import Session
+    from tests import builders
+
+    proto = onnx.shape_inference.infer_shapes(builders.chain(30))
+    proto.graph.value_info[7].doc_string = "kept as written"  # add2
+    onnx.save(proto, tmp_path / "m.onnx")
+    pattern = b"g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] y) {\n" \
+              b" h = MatMul(p, w)\n y = Add(h, b) }"
+    got = {}
+    for on in (True, False):
+        with fast.forced(scan=on):
+            listed = io.take_loaded_index(io.load(tmp_path / "m.onnx")).listed_value_info
+            assert (listed is not None) == (on and fast.available("scan"))
+            model = io.load(tmp_path / "m.onnx")
+            with Session(model, loaded=True) as session:
+                replace(model, pattern=pattern, replacement=pattern.replace(b"Add(", b"Sum("))
+                session.verb_returned()
+                session.save(tmp_path / f"out{on}.onnx")
+            got[on] = (tmp_path / f"out{on}.onnx").read_bytes()
+    assert got[True] == got[False]
+    out = onnx.load_from_string(got[True])
+    kept = [vi.name for vi in out.graph.value_info]
+    assert kept == [vi.name for vi in proto.graph.value_info if not vi.name.startswith("mm")]
+    assert len(kept) == 59  # the sites' outputs (add*) and the Relus (relu*) are still there
+    assert out.graph.value_info[kept.index(proto.graph.value_info[7].name)].doc_string \
+        == "kept as written"
+
+
+def test_the_copies_built_column_by_column_are_those_built_site_by_site(monkeypatch):
+    """``build_copies`` makes the main graph's copies column by column (C-level maps over the
+    sites' names) when every name was claimed at once: the same bytes, node names and the
+    fields the save's check reads as the site-by-site loop gives."""
+    import importlib
+
+    from onnxsurgeon.index import GraphIndex
+    from onnxsurgeon.names import NameAllocator
+    from onnxsurgeon.pattern import find_matches, load_pattern
+    from tests import builders
+
+    replicas = importlib.import_module("onnxsurgeon.surgery._replicas")
+    proto = builders.chain(12)
+    index = GraphIndex(proto)
+    p = load_pattern(b"g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] y) {\n"
+                     b" h = MatMul(p, w)\n y = Add(h, b) }")
+    r = onnx.parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>\n'
+                                "g (float[1,4] p, float[4,4] w, float[4] b) => (float[1,4] y) "
+                                "<float[4] k = {1.0, 2.0, 3.0, 4.0}> {\n h = MatMul(p, w)\n"
+                                " s = Sum(h, b, k)\n y = Identity(s) }")
+    sites = find_matches(index, p).matches
+    assert len(sites) == 12
+
+    def built() -> object:
+        tpl = replicas.Template(r)
+        weights = {"k": "R/k"}
+        tpl.prepare(weights)
+        return replicas.build_copies(tpl, sites, p, weights, NameAllocator.for_index(index), "R")
+
+    by_columns = built()
+    monkeypatch.setattr(replicas, "_GRAPH", lambda site: "not only the main graph")
+    by_sites = built()
+    assert by_columns.plans == by_sites.plans and by_columns.replaced == by_sites.replaced
+    assert by_columns.written.replicas == by_sites.written.replicas
+    assert by_columns.written.names == by_sites.written.names
+    assert by_columns.stand_ins == by_sites.stand_ins
+    assert by_columns.replaced[0] == ["Add_0/R/MatMul", "Add_0/R/Sum", "Add_0/R/Identity"]

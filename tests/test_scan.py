@@ -70,11 +70,31 @@ def _state(path: Path) -> tuple:
     fresh = model._fresh
     handed: tuple = ()
     if fresh is not None:
-        data, producers, edges = fresh
+        data, producers, edges, listed = fresh
         handed = (data is not None, list(producers.items()),
-                  edges, edges.init_types if edges is not None else None)
+                  edges, edges.init_types if edges is not None else None,
+                  listed is None or _reads_as_protobuf(listed, model.proto.graph))
     return ("loaded", list(model.warnings), model._externals, handed,
             model.proto.SerializeToString(deterministic=True))
+
+
+def _reads_as_protobuf(listed: scan.ValueInfos, graph: onnx.GraphProto) -> bool:
+    """The value_info entries the C pass read are protobuf's: the same names, each type
+    parsed from its bytes equal to the entry's, and any subset of them picked from the bytes
+    parses into exactly those entries."""
+    entries = list(graph.value_info)
+    if listed.names != [vi.name for vi in entries] or [
+            onnx.TypeProto.FromString(t) for t in listed.types] != [vi.type for vi in entries]:
+        return False
+    if listed.data is None:  # a weight-heavy model: load kept no bytes, so none are picked
+        return listed.entries(bytes(len(entries))) is None
+    for keep in ([k % 2 for k in range(len(entries))], [1] * len(entries)):
+        picked = listed.entries(bytes(keep))
+        rebuilt = onnx.GraphProto()
+        rebuilt.MergeFromString(picked if picked is not None else b"!")
+        if list(rebuilt.value_info) != [vi for vi, k in zip(entries, keep, strict=True) if k]:
+            return False
+    return True
 
 
 def _both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple, int]:
@@ -256,6 +276,24 @@ HAND = {
     "a surrogate in a name": _model([_node(["x"], ["y"], name=b"n\xed\xa0\x80")]),
     "an overlong encoding in a name": _model([_node(["x"], ["y"], name=b"n\xc0\xaf")]),
     "non-ASCII names": _model([_node(["x"], ["ü"], name="名前"), _node(["ü"], ["y"])]),
+    "value_info entries": _model(
+        [_node(["x"], ["m"]), _node(["m"], ["y"])],
+        graph_extra=_field(13, _value_info("m")) + _field(13, _value_info("y", (4, 2)))
+        + _field(13, _value_info("m", ()))),
+    "a value_info entry without a type, one without a name": _model(
+        [_node(["x"], ["m"]), _node(["m"], ["y"])],
+        graph_extra=_field(13, _text(1, "m")) + _field(13, _value_info("", (2,)))),
+    "a value_info name given twice, unknown fields": _model(
+        [_node(["x"], ["m"]), _node(["m"], ["y"])],
+        graph_extra=_field(13, _value_info("q") + _text(1, "m") + _field(9, 3, 0)
+                           + _text(3, "doc"))),
+    "a value_info type given twice (merged)": _model(
+        [_node(["x"], ["m"]), _node(["m"], ["y"])],
+        graph_extra=_field(13, _value_info("m") + _field(2, _field(1, _field(
+            2, _field(1, _field(1, 7, 0))))))),
+    "a value_info name that is not UTF-8": _model(
+        [_node(["x"], ["m"]), _node(["m"], ["y"])],
+        graph_extra=_field(13, _value_info("m")) + _field(13, _text(1, b"v\xff"))),
     "no nodes": _model([], outputs=("x",)),
 }
 
@@ -277,6 +315,33 @@ def test_the_c_passes_answer_on_plain_bytes_and_step_aside_on_merged_ones(tmp_pa
     _, _, answered = _both(_write(tmp_path, HAND["the graph field split in two"], "s.onnx"),
                            monkeypatch)
     assert answered == 0
+
+
+@need_built
+def test_the_value_info_pass_answers_on_plain_bytes_and_steps_aside_on_merged_ones(tmp_path):
+    """load hands on the value_info entries read in C (what an index's ``type_bytes`` and a
+    verb's dropping of entries read): on ordinary entries, none for an entry whose type
+    protobuf merges from two fields or whose name is not text."""
+    def listed(case: str) -> scan.ValueInfos | None:
+        fresh = load(_write(tmp_path, HAND[case], f"{len(case)}.onnx"))._fresh
+        assert fresh is not None
+        return fresh[3]
+
+    found = listed("value_info entries")
+    assert found is not None and found.names == ["m", "y", "m"]
+    assert found.types[0] is found.types[2] or found.types[0] != found.types[2]
+    assert listed("a value_info entry without a type, one without a name").types[0] == b""
+    assert listed("a value_info name given twice, unknown fields").names == ["m"]
+    assert listed("a value_info type given twice (merged)") is None
+    assert scan.value_info(HAND["a value_info name that is not UTF-8"]) is None  # load refuses
+    assert found.entries(b"\x01") is None  # not one flag per entry
+    # a weight-heavy model: the names and types are handed on, its bytes are not kept
+    heavy = _model([_node(["x", "W"], ["m"], op="Add"), _node(["m"], ["y"])],
+                   [_tensor("W", np.ones(4096, np.float32))],
+                   graph_extra=_field(13, _value_info("m")))
+    fresh = load(_write(tmp_path, heavy, "heavy.onnx"))._fresh
+    assert fresh is not None and fresh[0] is None and fresh[3] is not None
+    assert fresh[3].names == ["m"] and fresh[3].data is None and fresh[3].entries(b"\x01") is None
 
 
 @need_built

@@ -426,10 +426,10 @@ def test_a_recipe_on_a_long_chain_builds_its_index_once_and_equals_the_cli_steps
     builds: list[int] = []
     real = GraphIndex.__init__
 
-    def counted(self, model, *, _producer=None, _edges=None):
+    def counted(self, model, *, _producer=None, **handed):
         if _producer is None:
             builds.append(len(model.graph.node))
-        real(self, model, _producer=_producer, _edges=_edges)
+        real(self, model, _producer=_producer, **handed)
 
     monkeypatch.setattr(GraphIndex, "__init__", counted)
     bare = as_model(load(path).proto)  # no load map: the first step builds

@@ -102,9 +102,9 @@ def declared_lookup(graphs: Mapping[str, onnx.GraphProto],
 def indexed_type(index: GraphIndex, name: str) -> tuple[int, int | None] | None:
     """What the main graph states of ``name``'s type (value_info, inputs, outputs, an
     initializer, a Constant node), from ``index``; None when it states nothing."""
-    vi = index.value_info.get(name)
-    if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-        return _site_of(vi.type)
+    t = index.declared_type(name)
+    if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type:
+        return _site_of(t)
     k = index.initializers.get(name, -1)
     if k >= 0:
         init = index.graph.initializer[k]

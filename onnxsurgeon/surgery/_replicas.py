@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter, mod
 from typing import Any
 
 import onnx
@@ -30,6 +30,7 @@ from ..protos import node_entry_head, varint
 from ..splice import Replicas, Written
 
 _SERIALIZE = onnx.NodeProto.SerializeToString
+_GRAPH, _INPUTS, _OUTPUTS = attrgetter("graph"), attrgetter("inputs"), attrgetter("outputs")
 
 
 def _rest(op: str, domain: str, attrs: list[onnx.AttributeProto]) -> onnx.NodeProto:
@@ -186,7 +187,12 @@ def build_copies(tpl: Template, sites: Sequence[Match], p: Pattern, weights: dic
     encode = str.encode
     replaced = out.replaced
     plans = out.plans
-    for k, (site, prefix) in enumerate(zip(sites, prefixes, strict=True)):
+    if claimed and not any(map(_GRAPH, sites)):  # the common case: column by column
+        main, empty = _main_copies(tpl, sites, p, wanted, out)
+        sites_left: Sequence[Match] = ()
+    else:
+        sites_left = sites
+    for k, (site, prefix) in enumerate(zip(sites_left, prefixes, strict=False)):
         if claimed:
             mine = wanted[k * width:(k + 1) * width]
         else:
@@ -222,6 +228,37 @@ def build_copies(tpl: Template, sites: Sequence[Match], p: Pattern, weights: dic
         first = out.plans[""][1][main[0][0]][1]
         out.stand_ins = list(onnx.GraphProto.FromString(first).node)
     return out
+
+
+def _main_copies(tpl: Template, sites: Sequence[Match], p: Pattern, wanted: list[str],
+                 out: Copies) -> tuple[list[tuple[int, list[str]]], bool]:
+    """:func:`build_copies`' loop for main-graph sites whose names were all claimed
+    (``wanted``, site by site), column by column in C-level maps: each site's names (its
+    bound tensors, then ``wanted``'s row) encoded, its copy ``tpl``'s format for their lengths
+    applied to them; ``out`` gets the plan and the node names. Returns what the loop gives:
+    per site (its last node, its names and R's literals), and whether a bound name is empty."""
+    n_vars = tpl.n_vars
+    width = len(tpl.inner) + len(tpl.labels)
+    inputs, outputs = list(map(_INPUTS, sites)), list(map(_OUTPUTS, sites))
+    cols = [*(list(map(itemgetter(pin), inputs)) for pin in p.inputs),
+            *(list(map(itemgetter(pout), outputs)) for pout in p.outputs),
+            *(wanted[j::width] for j in range(width))]  # the values each site's copy names
+    encoded = [list(map(str.encode, col)) for col in cols]
+    signatures = list(zip(*[list(map(len, col)) for col in encoded], strict=True))
+    formats = tpl._formats
+    for lengths in set(signatures).difference(formats):
+        formats[lengths] = tpl._format(lengths)
+    order = [x for k, (ins, outs) in enumerate(tpl.slots or []) for x in (
+        *(x for x in (*ins, *outs) if x < n_vars), n_vars + k)]  # the values each format reads
+    copies = list(map(mod, map(itemgetter(0), map(formats.__getitem__, signatures)),
+                      zip(*map(encoded.__getitem__, order), strict=True)))
+    at = [site.nodes[-1] for site in sites]
+    out.plans[""] = (set(), dict(zip(at, zip(repeat(len(tpl.labels)), copies), strict=True)))
+    out.replaced.extend(map(list, zip(*cols[n_vars:], strict=True)))
+    n_bound = len(p.inputs) + len(p.outputs)
+    empty = any("" in col for col in cols[:n_bound])
+    rows = zip(*cols[:n_vars], *map(repeat, tpl.literals), strict=False)  # literals: every row
+    return list(zip(at, map(list, rows), strict=False)), empty
 
 
 def _claim(names: NameAllocator, tpl: Template, prefix: str) -> tuple[list[str], list[str]]:

@@ -121,7 +121,11 @@ class _SiteTypes:
 
     def __init__(self, index: GraphIndex, upto: int) -> None:
         self.index = index
-        self.declared = index.value_info
+        self.raw = index.type_bytes
+        """Name -> its declared type's bytes as load read them (None: ask ``value_info``)."""
+        self.declared: Mapping[str, Any] = self.raw if self.raw is not None else index.value_info
+        self.canon: dict[bytes, bytes | None] = {}
+        """A declared type's bytes -> its :data:`_Key` (None: no element type)."""
         self.initializers = index.initializers
         self.producer = index.producer
         self.oracle: TypeOracle | None = None
@@ -134,14 +138,12 @@ class _SiteTypes:
         found = self.memo.get(name)
         if found is not None:
             return found
-        index = self.index
-        vi = self.declared.get(name)
+        declared = self._declared_keys([name])[0] if name in self.declared else None
         key: _Key
-        t = vi.type if vi is not None else None
-        if t is not None and t.tensor_type.elem_type:  # read only: sets no field; 0 unless set
-            key = t.SerializeToString(deterministic=True)
+        if declared is not None:
+            key = declared
         elif self.initializers.get(name, -1) >= 0:
-            init = index.graph.initializer[self.initializers[name]]
+            init = self.index.graph.initializer[self.initializers[name]]
             key = int(init.data_type), tuple(init.dims)
         else:
             j = self.producer.get(name)
@@ -159,9 +161,8 @@ class _SiteTypes:
         declared, inits = self.declared, self.initializers
         mine = [n for n in todo if n in declared]
         if mine:  # :meth:`key`'s first case by C-level maps (a typed model declares each)
-            keys = list(map(_TYPE_KEY, map(_TYPE, map(declared.__getitem__, mine))))
-            has_dtype = {k: bool(_ELEM(onnx.TypeProto.FromString(k))) for k in set(keys)}
-            typed = list(map(has_dtype.__getitem__, keys))  # each distinct type read once
+            keys: list[Any] = self._declared_keys(mine)
+            typed = [k is not None for k in keys]
             memo.update(zip(compress(mine, typed), compress(keys, typed), strict=True))
         plain = [n for n in todo if n not in declared and n not in inits]
         if plain:
@@ -172,6 +173,20 @@ class _SiteTypes:
         for name in todo:
             if name not in memo:
                 self.key(name)
+
+    def _declared_keys(self, names: list[str]) -> list[bytes | None]:
+        """The :data:`_Key` of each declared name's type, None for a type without an element
+        type; by C-level maps, each distinct type parsed once (load's bytes of it when the
+        index has them, else the ValueInfo's type serialized)."""
+        if self.raw is not None:
+            types = list(map(self.raw.__getitem__, names))
+        else:
+            types = list(map(_TYPE_KEY, map(_TYPE, map(self.declared.__getitem__, names))))
+        canon = self.canon
+        for t in set(types).difference(canon):
+            parsed = onnx.TypeProto.FromString(t)
+            canon[t] = _TYPE_KEY(parsed) if _ELEM(parsed) else None
+        return list(map(canon.__getitem__, types))
 
     def cheap_types(self) -> dict[int, Any]:
         """Node id -> its output's type by the cheap pass (run once, when first asked)."""
@@ -328,22 +343,24 @@ class _SiteLookup:
             return (found[0], len(found[1])) if found is not None else None
         if vi is None:
             return None
-        t = vi.type
-        key = t.SerializeToString()  # one C call; most tensors share a type: read it once
+        # the type's bytes (load's, else one C call); most tensors share a type: read it once
+        key = vi if type(vi) is bytes else vi.type.SerializeToString()
         found = self.by_type.get(key, False)
         if found is False:
-            found = self.by_type[key] = _dtype_rank(t)
+            found = self.by_type[key] = _dtype_rank(onnx.TypeProto.FromString(key))
         return found
 
     def _by_node(self) -> dict[int, Any]:
-        """Node id -> its output's ValueInfo, None for a node whose output is named as an
-        initializer (the names decide). O(value_info + initializers)."""
+        """Node id -> its output's declared type's bytes as load read them (else its
+        ValueInfo), None for a node whose output is named as an initializer (the names
+        decide). O(value_info + initializers)."""
         index = self.index
         edges = index.known_int_graph()
         self.leaves, self.ops = (edges.leaves, edges.ops) if edges is not None else ({}, [])
         producer = index.producer
-        by_node: dict[Any, Any] = dict(zip(map(producer.get, index.value_info),
-                                           index.value_info.values(), strict=True))
+        table: Mapping[str, Any] = self.main.declared
+        by_node: dict[Any, Any] = dict(zip(map(producer.get, table), table.values(),
+                                           strict=True))
         for name in index.initializers:
             j = producer.get(name)
             if j is not None:
@@ -593,6 +610,8 @@ def replace(
             site.outputs.values() for site in main_sites))
     dead_names.discard("")
 
+    listed = index.listed_value_info  # the value_info entries as loaded: asked before editing
+
     # ------------------------------------------------------------------ mutate (all checked)
     e = Edit(index)
     if inits:
@@ -604,7 +623,7 @@ def replace(
             e.splice_nodes(removed, inserted, written=copies.written,
                            stand_ins=copies.stand_ins)
     if dead_names:
-        e.drop_value_info(dead_names)
+        e.drop_value_info(dead_names, listed=listed)
     if new_opset is not None:
         e.set_default_opset(new_opset)
     if opsets:
