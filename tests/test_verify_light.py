@@ -21,6 +21,7 @@ from onnxsurgeon.verify import rewrite as rewrite_mod
 from onnxsurgeon.verify import run as run_mod
 from onnxsurgeon.verify.light import load_light, referencing
 
+F = TensorProto.FLOAT
 WIDTH = 48  # 48x48 float32 = 9216 bytes: heavy (>= 4096)
 
 
@@ -157,3 +158,77 @@ def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path
     assert not [f for _, f in given if f is not None]  # staged as copies this time
     assert light == copied and light["ok"]
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def _long_chain(depth: int, scale_layer: int | None = None) -> onnx.ModelProto:
+    """x -> (MatMul W_k -> Tanh) x depth -> y; W_scale_layer perturbed."""
+    rng = np.random.default_rng(1)
+    nodes, inits, prev = [], [], "x"
+    for k in range(depth):
+        w = rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) / 7
+        if k == scale_layer:
+            w = w * 1.01 + 1e-3
+        inits.append(numpy_helper.from_array(w, f"W{k}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"W{k}"], [f"mm{k}"], name=f"mm{k}"))
+        nodes.append(helper.make_node("Tanh", [f"mm{k}"], [f"t{k}"], name=f"tanh{k}"))
+        prev = f"t{k}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", F, [1, WIDTH])],
+                              [helper.make_tensor_value_info("y", F, [1, WIDTH])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_session_for_early_tensors_runs_only_the_nodes_they_need():
+    """Early tensors of a long model (a deep batch): the session's model keeps only the nodes
+    computing them, and they are its only outputs; their values are the whole model's, bit for
+    bit. Tensors needing nearly every node keep the model whole."""
+    from onnxsurgeon.io import Model
+
+    model = _long_chain(10)
+    feed = {"x": np.random.default_rng(0).standard_normal((1, WIDTH)).astype(np.float32)}
+    with run_mod.Workspace() as ws:
+        staged = run_mod.Staged(Model(model), ws, "m")
+        variant, read_as = staged._variant(["mm1", "t2"], typed=False)
+        assert isinstance(variant, bytes)
+        small = onnx.ModelProto.FromString(variant)
+        assert [n.name for n in small.graph.node] == ["mm0", "tanh0", "mm1", "tanh1", "mm2",
+                                                       "tanh2"]
+        assert [o.name for o in small.graph.output] == ["mm1", "t2"] and set(read_as) == {"mm1", "t2"}
+        with staged.session(["mm1", "t2"]) as runner:
+            early = runner.run(feed)
+        whole, _ = staged._variant(["mm1", "t2", "t9"], typed=False)
+        assert len(onnx.ModelProto.FromString(whole).graph.node) == len(model.graph.node)
+        with staged.session(["mm1", "t2", "t9"]) as runner:
+            full = runner.run(feed)
+    for name in ("mm1", "t2"):
+        assert np.array_equal(early[name].view(np.uint32), full[name].view(np.uint32))
+
+
+def test_a_large_deep_batch_runs_in_parts_with_the_same_result(monkeypatch):
+    """A batch whose values exceed RUN_BYTES is computed by several runs of about equal size
+    (each of the model up to its last tensor): more sessions, the same deep comparison and
+    report as one run of the whole batch."""
+    import importlib
+
+    from onnxsurgeon.verify import deep as deep_mod
+
+    compare_mod = importlib.import_module("onnxsurgeon.verify.compare")
+    monkeypatch.setattr(compare_mod, "KEPT_BYTES", 0)  # the deep batch runs its own sessions
+    runs = {"n": 0}
+    real = run_mod.Runner.run
+
+    def counted(self, feeds):
+        runs["n"] += 1
+        return real(self, feeds)
+
+    monkeypatch.setattr(run_mod.Runner, "run", counted)
+    ref, cand = _long_chain(12), _long_chain(12, scale_layer=7)
+    whole = compare(ref, cand, deep=True)
+    one, runs["n"] = runs["n"], 0
+    monkeypatch.setattr(deep_mod, "RUN_BYTES", 5 * WIDTH * 4)  # five tensors' values per run
+    parts = compare(ref, cand, deep=True)
+    assert runs["n"] >= one + 2 * 2 * 4  # 2 samples x 2 models x (5 parts - 1) more runs
+    assert whole.verdict == parts.verdict == "fail"
+    assert parts.deep is not None and parts.deep.first_difference is not None
+    assert parts.deep.first_difference.tensor == "mm7"
+    assert whole.to_json() == parts.to_json()

@@ -173,7 +173,9 @@ class PairAccumulator:
             return False
         self.elements += ref.size
         same = _same_bits(ref, cand)
-        self._fold_stats(ref, cand, same=same)
+        # equal sides: one abs() serves the saturation count and the smallest magnitude below
+        absolute = np.abs(ref) if same and ref.dtype.kind == "f" else None
+        self._fold_stats(ref, cand, same=same, mag=absolute)
         if ref.size == 0:
             return True
         if same and self.exact:
@@ -191,7 +193,7 @@ class PairAccumulator:
             if r.dtype.kind != "f" or finite:
                 if self.cosine is None:
                     self.cosine = 1.0
-                smallest = float(np.abs(r).min()) if rtol else 0.0
+                smallest = float((np.abs(r) if absolute is None else absolute).min()) if rtol else 0.0
                 self.max_excess = max(self.max_excess, -max(atol, rtol * smallest))
                 return True
 
@@ -243,14 +245,15 @@ class PairAccumulator:
                 self.cosine = cos if self.cosine is None else min(self.cosine, cos)
         return count == 0
 
-    def _fold_stats(self, ref: np.ndarray, cand: np.ndarray, *, same: bool = False) -> None:
+    def _fold_stats(self, ref: np.ndarray, cand: np.ndarray, *, same: bool = False,
+                    mag: np.ndarray | None = None) -> None:
         """Fold one sample into both sides' statistics; ``same``: the sides are bit-identical
         (while every sample was, one side's statistics are computed and copied to the other:
         they are a function of the bits, so the copy equals what the other side would fold)."""
         self._twins = self._twins and same
         if self._twins and (ref.dtype.kind in "fciub" or ref.dtype.name == "bfloat16"):
             rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
-            self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
+            self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol, mag=mag)
             self.cand_stats = self.ref_stats  # one object while the sides are twins
             return
         self._split_twins()
@@ -260,8 +263,8 @@ class PairAccumulator:
                 stats.add(np.frombuffer(str(a.tolist()).encode(), dtype=np.uint8), rtol=0, atol=0)
             return
         rtol, atol = default_tolerance(self.dtype) if self.exact else self.tolerances()
-        self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol)
-        self.cand_stats.add(_as_comparable(cand), rtol=rtol, atol=atol)
+        self.ref_stats.add(_as_comparable(ref), rtol=rtol, atol=atol, mag=mag)
+        self.cand_stats.add(_as_comparable(cand), rtol=rtol, atol=atol, mag=mag)
 
     def _split_twins(self) -> None:
         """Give the candidate side statistics of its own (they were the reference's object
@@ -398,6 +401,8 @@ class PairAccumulator:
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two arrays of one dtype and shape hold the same bytes (objects: never said)."""
+    if a is b and a.dtype.kind != "O":
+        return True
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.dtype.kind == "O" or a.size == 0:

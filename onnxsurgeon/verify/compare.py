@@ -9,6 +9,7 @@ from typing import Any
 
 from ..closure import closure
 from ..errors import SurgeryError, UsageError
+from ..index import GraphIndex
 from ..record import InsertRecord, RenameRecord, as_record, rewrites
 from ..select import Selector, name_map
 from ..types import dtype_name
@@ -323,11 +324,11 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         if shards is None:
             probes = _probes(ref, cand, pair_list, mapping, batch) if locate_divergence else []
             also = _speculative(ref, cand, pair_list, mapping, deep)
+            keep = _keepable(ref, feeds, pair_list, also, limits is None)
             seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
                                      progress=progress, probes=probes, probed=probed,
                                      rtol=rtol, atol=atol, exact=exact, also=also,
-                                     keep=_keepable(ref, feeds, pair_list, also,
-                                                    limits is None), keep_failed=deep)
+                                     keep=keep, keep_failed=deep)
         else:
             if not isinstance(inputs, (str, os.PathLike)) or limits is not None:
                 raise UsageError("sharded verification reads an .npz file or folder (--inputs) "
@@ -336,6 +337,7 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
                               pair_list, len(feeds), shard_count, rtol=rtol, atol=atol,
                               exact=exact, threads=threads)
             seen, ran, converted = merge_shards(accs, shards(run_shard, jobs))
+            keep = []
         reports = [acc.result() for acc in accs]
         notes.extend(_conversion_notes(converted))
         notes.extend(_branch_notes(conds, seen, len(feeds)))
@@ -344,12 +346,15 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
             reports, deep_result = settle(ref, cand, feeds, feeds, reports, mapping=mapping,
                                           forced=deep, rtol=rtol, atol=atol, exact=exact,
                                           dims=dims, notes=notes)
+        kept = _kept_values(ref, cand, feeds, keep, deep_result)
         for staged in (ref, cand):
             staged.drop_kept()
         divergence = None
         if locate_divergence and ran:
             divergence = _locate(ref, cand, feeds, reports, deep_result, mapping, notes,
-                                 rtol=rtol, atol=atol, exact=exact, batch=batch, probed=probed)
+                                 rtol=rtol, atol=atol, exact=exact, batch=batch, probed=probed,
+                                 kept=kept)
+        del kept
         return make_report(reports, samples=len(feeds), kind="compare", notes=notes,
                            divergence=divergence, inputs=made.described, deep=deep_result)
 
@@ -399,11 +404,19 @@ def _keepable(ref: Staged, feeds: Sequence[Sample], pair_list: Sequence[tuple[st
     saturating = any(index.graph.node[index.producer[r]].op_type in SATURATING
                      for r, _ in pair_list if r in index.producer)
     if not saturating:
-        reads = {x for r, _ in pair_list if r in index.producer
-                 for x in index.graph.node[index.producer[r]].input}
+        fronts = [index.producer[x] for r, _ in pair_list if r in index.producer
+                  for x in index.graph.node[index.producer[r]].input if x in index.producer]
+        reads = {x for i in [*fronts, *_behind(index, fronts)] for x in index.graph.node[i].output}
         also = [(r, c) for r, c in also if r in reads]
     per_sample = sum(tensor_bytes(ref, r) for r, _ in also)
     return list(also) if 2 * per_sample * len(feeds) <= KEPT_BYTES else []
+
+
+def _behind(index: GraphIndex, nodes: Sequence[int]) -> list[int]:
+    """The nodes computing what ``nodes`` read (one step behind them): their values are what
+    the check of a differing frontier node (:func:`~.deep.node_check`) feeds it."""
+    return [index.producer[x] for i in nodes for x in index.graph.node[i].input
+            if x in index.producer]
 
 
 SATURATING = frozenset({*SATURATION_BOUNDS, "Clip"})
@@ -418,12 +431,13 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     with ``deep`` every tensor both compute, else the first :data:`~.deep.DEEP_MAX_TENSORS` the
     pairs depend on (settling a pair that cannot show a difference compares its frontier, then
     its ancestors in that order), when they stay under :data:`SPECULATIVE_BYTES`; else the
-    frontier alone when it does (the logits before a softmax: settling's first wave), else
-    none."""
+    frontier and the ring behind it (:func:`_behind`) when they do, else the frontier alone
+    when it does (the logits before a softmax: settling's first wave), else none."""
     full = {**mapping, **dict(pair_list)}
     rindex, cindex = ref.index, cand.index
     targets = [r for r, _ in pair_list if r in rindex.producer]
     frontier: list[int] = []  # the nodes computing what the pairs' nodes read (their frontier)
+    behind: list[int] = []  # and the nodes computing what those read (a node check's inputs)
     if deep:
         nodes: Sequence[int] = range(len(rindex.graph.node))
         limit = FORCED_MAX_TENSORS
@@ -433,14 +447,16 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
         for r in targets:
             reads = rindex.graph.node[rindex.producer[r]].input
             frontier.extend(rindex.producer[n] for n in reads if n in rindex.producer)
+        behind = _behind(rindex, frontier)
     out: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     used = 0
     fronts = list(dict.fromkeys(frontier))
-    whole_front = 0  # tensors of the frontier, once all of it is in out
-    for at, i in enumerate([*fronts, *nodes]):
-        if at == len(fronts) and fronts:
-            whole_front = len(out)
+    rings = [*fronts, *dict.fromkeys(behind)]
+    whole = 0  # tensors of the frontier (then of the ring behind it) once all of it is in out
+    for at, i in enumerate([*rings, *nodes]):
+        if at in (len(fronts), len(rings)) and at:
+            whole = len(out)
         for name in rindex.graph.node[i].output:
             other = full.get(name, name)
             if not name or other not in cindex.producer or (name, other) in seen:
@@ -448,20 +464,40 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
             seen.add((name, other))
             used += tensor_bytes(ref, name)
             if used > SPECULATIVE_BYTES:
-                return out[:whole_front]
+                return out[:whole]
             out.append((name, other))
             if len(out) >= limit:
                 return out
     return out
 
 
+def _kept_values(ref: Staged, cand: Staged, feeds: Sequence[Sample],
+                 keep: Sequence[tuple[str, str]], deep: DeepResult | None,
+                 ) -> dict[str, tuple[Any, Any, str]]:
+    """The first sample's values the comparing runs kept (``keep``) of the deep comparison's
+    first difference and of what its node reads, as :func:`~.deep.node_check` takes them
+    (reference name -> (reference value, candidate value, candidate name)): the node is then
+    checked without running either model again. Empty when nothing was kept for ``feeds``."""
+    first = deep.first_difference if deep is not None else None
+    if first is None or ref.kept_feeds is not feeds or cand.kept_feeds is not feeds:
+        return {}
+    index = ref.index
+    wanted = {first.tensor}
+    if first.tensor in index.producer:
+        wanted.update(index.graph.node[index.producer[first.tensor]].input)
+    return {r: (ref.kept[r][0], cand.kept[c][0], c) for r, c in keep
+            if r in wanted and ref.kept.get(r) and cand.kept.get(c)}
+
+
 def _locate(ref: Staged, cand: Staged, feeds: Sequence[Sample], reports: Sequence[PairReport],
             deep: DeepResult | None, mapping: Mapping[str, str], notes: list[str], *,
             rtol: float | None, atol: float | None, exact: bool, batch: int,
             probed: Mapping[int, Mapping[str, tuple[bool, float | None]]] | None = None,
-            ) -> Divergence | None:
+            kept: Mapping[str, tuple[Any, Any, str]] | None = None) -> Divergence | None:
     """Where the models part: bisection from the first failing pair, else the deep comparison's
-    first difference; then its node alone on the reference's inputs (wrong node or drift)."""
+    first difference; then its node alone on the reference's inputs (wrong node or drift).
+    ``kept``: the first sample's values of that difference and its node's inputs
+    (:func:`_kept_values`), read instead of running the models again."""
     failed = next((p for p in reports if not p.agree), None)
     divergence: Divergence | None = None
     sample: Sample | None = None
@@ -487,6 +523,7 @@ def _locate(ref: Staged, cand: Staged, feeds: Sequence[Sample], reports: Sequenc
         return None
     if sample is None:
         sample = feeds[0]
+        values.update(kept or {})
     try:
         cause = node_check(ref, cand, sample, sample, divergence.tensor,
                            divergence.candidate_tensor, mapping=mapping, rtol=rtol, atol=atol,

@@ -244,10 +244,13 @@ def batches(staged: Staged, items: Sequence[Shared], *, budget: int, dims: Mappi
 
 
 def _fold(cand: Staged, group: Sequence[Shared], accs: Sequence[PairAccumulator],
-          usable: list[bool], k: int, rvals: Mapping[str, Any], cvals: Mapping[str, Any]) -> None:
-    """Fold sample ``k`` of a batch in: each usable tensor's pair of values (a value that is no
-    array, or whose shape or type differs from its counterpart's, makes its tensor unusable)."""
-    for j, s in enumerate(group):
+          usable: list[bool], k: int, rvals: Mapping[str, Any], cvals: Mapping[str, Any],
+          part: Sequence[int] | None = None) -> None:
+    """Fold sample ``k`` of a batch in (``part``: only the items at these positions): each
+    usable tensor's pair of values (a value that is no array, or whose shape or type differs
+    from its counterpart's, makes its tensor unusable)."""
+    for j in range(len(group)) if part is None else part:
+        s = group[j]
         a, b = rvals.get(s.ref), cvals.get(s.cand)
         if isinstance(cand, Converted):
             b = cand.upcast(a, b)
@@ -256,6 +259,30 @@ def _fold(cand: Staged, group: Sequence[Shared], accs: Sequence[PairAccumulator]
             usable[j] = False
         if usable[j]:
             accs[j].add(a, b, k)
+
+
+RUN_BYTES = 40 * 2**20
+"""Most bytes of a batch's values one run of a model returns (the tensors' own sizes): a larger
+batch is computed by several runs of about equal size, each of the model up to its last tensor
+(a session's variant computes only what its tensors need), its statistics unchanged. Both
+models' values of one run are held at once: this bounds that memory, not the batch
+(:data:`DEEP_BUDGET_BYTES`, which decides what one comparison step covers)."""
+
+
+def _parts(ref: Staged, group: Sequence[Shared], *, dims: Mapping[str, int]) -> list[list[int]]:
+    """Positions of ``group`` split in order into the fewest runs of at most about
+    :data:`RUN_BYTES` of values, of about equal size. O(group)."""
+    sizes = [tensor_bytes(ref, s.ref, dims) for s in group]
+    total = sum(sizes)
+    count = max(1, -(-total // RUN_BYTES))
+    parts: list[list[int]] = [[]]
+    used = 0
+    for j, size in enumerate(sizes):
+        if parts[-1] and len(parts) < count and used + size / 2 > total * len(parts) / count:
+            parts.append([])
+        parts[-1].append(j)
+        used += size
+    return parts
 
 
 def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
@@ -287,13 +314,14 @@ def deep_compare(ref: Staged, cand: Staged, ref_feeds: Sequence[Sample],
                 for k in range(len(ref_feeds)):
                     _fold(cand, group, accs, usable, k, rkept[k], ckept[k])
             else:
-                with ref.session([s.ref for s in group]) as rrun, \
-                        cand.session([s.cand for s in group]) as crun:
-                    for k in range(len(ref_feeds)):
-                        rvals = rrun.run(ref_feeds[k])
-                        cvals = crun.run(cand_feeds[k])
-                        _fold(cand, group, accs, usable, k, rvals, cvals)
-                        del rvals, cvals
+                for part in _parts(ref, group, dims=dict(dims or {})):
+                    with ref.session([group[j].ref for j in part]) as rrun, \
+                            cand.session([group[j].cand for j in part]) as crun:
+                        for k in range(len(ref_feeds)):
+                            rvals = rrun.run(ref_feeds[k])
+                            cvals = crun.run(cand_feeds[k])
+                            _fold(cand, group, accs, usable, k, rvals, cvals, part)
+                            del rvals, cvals
         except ModelRunError as exc:
             if notes is not None:
                 notes.append(f"deep comparison skipped {len(group)} tensors: {exc}")

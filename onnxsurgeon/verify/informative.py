@@ -78,17 +78,21 @@ def _as_real(probe: np.ndarray) -> np.ndarray:
     return probe
 
 
-def _near_bounds(flat: np.ndarray, bounds: Sequence[float], atol: float) -> int:
+def _near_bounds(flat: np.ndarray, bounds: Sequence[float], atol: float,
+                 mag: np.ndarray | None = None) -> int:
     """How many elements of a flat float array sit within ``atol`` of one of ``bounds``
-    (in the array's own precision). One bound (0 alone: most ops) costs two passes."""
+    (in the array's own precision). One bound (0 alone: most ops) costs two passes. ``mag``:
+    ``abs(flat)`` computed already (the distance to 0)."""
     with np.errstate(invalid="ignore"):
         if len(bounds) == 1:
             b = bounds[0]
             # x - 0.0 is x for every x (-0.0, NaN and Inf included): no subtraction then
+            if b == 0.0 and mag is not None:
+                return int(np.count_nonzero(mag <= atol))
             return int(np.count_nonzero(np.abs(flat if b == 0.0 else flat - b) <= atol))
         near = np.zeros(flat.shape, dtype=bool)
         for b in bounds:
-            near |= np.abs(flat - b) <= atol
+            near |= (mag if b == 0.0 and mag is not None else np.abs(flat - b)) <= atol
     return int(np.count_nonzero(near))
 
 
@@ -114,8 +118,10 @@ class SideStats:
         self.rtol = 0.0
         self.atol = 0.0
 
-    def add(self, a: np.ndarray, *, rtol: float, atol: float) -> None:
-        """Fold one sample (a numeric array) in. O(size x bounds)."""
+    def add(self, a: np.ndarray, *, rtol: float, atol: float,
+            mag: np.ndarray | None = None) -> None:
+        """Fold one sample (a numeric array) in. O(size x bounds). ``mag``: ``abs(a)`` when
+        its caller computed it (a float array)."""
         self.samples += 1
         self.elements += a.size
         flat = a.reshape(-1)
@@ -125,7 +131,8 @@ class SideStats:
             self.finite += self.finite_last
             if a.dtype.kind == "f":
                 self.float_elements += a.size
-                self.at_bounds += _near_bounds(flat, self.bounds, atol)
+                self.at_bounds += _near_bounds(flat, self.bounds, atol,
+                                               None if mag is None else mag.reshape(-1))
         else:
             self.finite += a.size
         self.rtol, self.atol = rtol, atol
@@ -140,6 +147,10 @@ class SideStats:
             return
         if a.dtype.kind in "fc":
             self._fold_range(_as_real(now))
+        if self.resolves and a.dtype.kind == "f":
+            # some element's spread reaches ten tolerances at it: a sample differs from the
+            # first by more than one there (the float64 test below would say so)
+            self.varies = True
         if self.varies or now is self.first:
             return
         if now.dtype.kind in "fc":
@@ -187,6 +198,8 @@ class SideStats:
             tol += np.float32(self.atol)
             estimate = np.subtract(hi, lo)
             estimate /= tol
+            if np.any(estimate >= RESOLUTION * (1 + 1e-4)):
+                return True  # beyond the estimate's error: the exact ratio reaches it too
             near = np.flatnonzero(estimate >= RESOLUTION * (1 - 1e-4))
         if near.size == 0:
             return False

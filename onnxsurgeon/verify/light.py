@@ -21,14 +21,16 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from ..closure import closure
 from ..errors import SurgeryError
 from ..external import check_tensors, iter_tensors
+from ..index import GraphIndex
 from ..io import Model, load, parse_model
 from ..protos import copy_fields
 from ..validate import validate_producers
@@ -138,6 +140,44 @@ def light_bytes(buf: mmap.mmap | bytes, location: str) -> tuple[bytes, int] | No
         out += _delimited(_INITIALIZER, bytes(tensor))
         moved += raw[4] - raw[3]
     return bytes(buf[:g_key]) + _delimited(_GRAPH, bytes(out)) + bytes(buf[g_end:]), moved
+
+
+_NODE, _OUTPUT = 1, 12
+"""Field numbers: GraphProto.node, GraphProto.output."""
+
+
+def needed_nodes(index: GraphIndex, names: Sequence[str]) -> set[int] | None:
+    """The main-graph nodes computing ``names`` when they leave out at least a tenth of the
+    graph's (a model of ten nodes or more), else None. O(nodes + edges) of their closure."""
+    total = len(index.graph.node)
+    if not names or total < 10:
+        return None
+    try:
+        nodes = closure(index, list(names)).nodes
+    except SurgeryError:
+        return None
+    return None if len(nodes) * 10 > total * 9 else set(nodes)
+
+
+def pruned_bytes(buf: bytes, nodes: Collection[int]) -> bytes | None:
+    """The serialized model ``buf`` keeping only the main-graph nodes at the positions
+    ``nodes`` and no graph output (a variant appends the outputs it reads); None when the bytes
+    are not framed as one graph. Inputs and initializers are kept (onnxruntime drops those no
+    node reads). O(fields of the model and graph messages); nothing is parsed."""
+    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
+    if len(graphs) != 1:
+        return None
+    out = bytearray()
+    at = 0
+    _, _, g_key, g_start, g_end = graphs[0]
+    for number, wire, key_at, _, end in _fields(buf, g_start, g_end):
+        if number == _NODE and wire == 2:
+            if at in nodes:
+                out += buf[key_at:end]
+            at += 1
+        elif number != _OUTPUT or wire != 2:
+            out += buf[key_at:end]
+    return bytes(buf[:g_key]) + _delimited(_GRAPH, bytes(out)) + bytes(buf[g_end:])
 
 
 def load_light(path: str | os.PathLike[str]) -> Model:

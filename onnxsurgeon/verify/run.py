@@ -52,7 +52,7 @@ from ..names import NameAllocator
 from ..session import current_index
 from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
-from .light import SharedWeights, referenced_bytes
+from .light import SharedWeights, needed_nodes, pruned_bytes, referenced_bytes
 
 if TYPE_CHECKING:
     from .isolate import IsolatedRunner, Limits
@@ -450,7 +450,8 @@ class Staged:
         """A model computing ``names`` too (any main-graph tensors) and the output to read for
         each (a float32 ``Cast`` of it for types numpy cannot hold). Outputs are declared with
         the element type the model says (``typed``: inferred when it does not), else none."""
-        outputs = set(self.output_names)
+        pruned = self._pruned(names)
+        outputs = set() if pruned is not None else set(self.output_names)
         extra = onnx.ModelProto()
         graph = extra.graph
         alloc: NameAllocator | None = None
@@ -477,15 +478,24 @@ class Staged:
             return self.base(), read_as
         added = extra.SerializeToString(deterministic=True)
         if self._in_memory() and self.limits is None:
-            return self._serialized() + added, read_as
+            return (pruned if pruned is not None else self._serialized()) + added, read_as
         path = self.workspace.fresh_path(f"{self.label}-variant")
         if self._heavy:  # the staged file copied by the kernel, never read into memory
             shutil.copyfile(self.path, path)
             with open(path, "ab") as f:
                 f.write(added)
         else:
-            path.write_bytes(self._serialized() + added)
+            path.write_bytes((pruned if pruned is not None else self._serialized()) + added)
         return path, read_as
+
+    def _pruned(self, names: Sequence[str]) -> bytes | None:
+        """The model's bytes computing only what ``names`` need, without graph outputs
+        (:func:`~.light.pruned_bytes`: a deep batch of early tensors runs only the start of the
+        model), or None; only for a model handed to onnxruntime as bytes (a heavy one's file
+        is never read into memory)."""
+        nodes = needed_nodes(self.index, names)
+        return None if nodes is None or not self._in_memory() else pruned_bytes(
+            self._serialized(), nodes)
 
     def _open(self, wanted: list[str]) -> Runner | IsolatedRunner:
         """A new session computing ``wanted``."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .accumulate import PairAccumulator
+from .accumulate import PairAccumulator, _same_bits
 from .deep import saturation_bounds
 from .locate import numpy_dtype_name, one_sample
 from .run import ModelRunError, Staged
@@ -113,7 +113,8 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                 rrun, crun = rrun.only(ref_names), crun.only(cand_names)
             if keep:
                 _keep(ref, feeds, rvals, [r for r, _ in keep])
-                _keep(cand, feeds, cvals, [c for _, c in keep])
+                _keep(cand, feeds, cvals, [c for _, c in keep],
+                      twins={c: ref.kept[r][-1] for r, c in keep if ref.kept.get(r)})
             if progress is not None:
                 progress(done + 1, len(indices))
             for cond in conds.values():
@@ -125,12 +126,19 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
 
 
 def _keep(staged: Staged, feeds: Sequence[Sample], values: Mapping[str, Any],
-          names: Sequence[str]) -> None:
-    """Append this sample's values of ``names`` (those the run returned) to ``staged.kept``."""
+          names: Sequence[str], twins: Mapping[str, Any] | None = None) -> None:
+    """Append this sample's values of ``names`` (those the run returned) to ``staged.kept``.
+    ``twins``: the other model's value of a name for this sample; one with the same bits is
+    kept in its place (the tensors before a change are equal: one copy of them, not two)."""
     if staged.kept_feeds is not feeds:
         staged.kept, staged.kept_feeds = {n: [] for n in names if n in values}, feeds
     for n, got in staged.kept.items():
-        got.append(values[n])
+        value = values[n]
+        twin = (twins or {}).get(n)
+        if isinstance(value, np.ndarray) and isinstance(twin, np.ndarray) \
+                and _same_bits(twin, value):
+            value = twin
+        got.append(value)
 
 
 @dataclass(frozen=True)
