@@ -29,7 +29,7 @@ from ..closure import closure
 from ..external import read_tensor
 from ..index import GraphIndex
 from ..select import name_map, node_module
-from .accumulate import PairAccumulator
+from .accumulate import differs
 from .report import Divergence
 from .run import DEFAULT_BATCH, Staged
 
@@ -151,10 +151,8 @@ def one_sample(ref: Staged, name: str, cand_name: str, a: Any, b: Any, *, rtol: 
         b = cand.upcast(a, b)
     if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
         return (False, None)
-    acc = PairAccumulator(name, cand_name, rtol=rtol, atol=atol, exact=exact,
-                          dtype=numpy_dtype_name(ref.elem_type(name)))
-    same = acc.add(a, b)
-    return (not same, acc.result().max_abs_diff)
+    return differs(a, b, dtype=numpy_dtype_name(ref.elem_type(name)), rtol=rtol, atol=atol,
+                   exact=exact)
 
 
 def first_probes(ref: Staged, cand: Staged, start: str, *, mapping: Mapping[str, str],
