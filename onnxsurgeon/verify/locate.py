@@ -68,12 +68,19 @@ class Side:
 
 def numpy_dtype_name(elem_type: int) -> str:
     """The numpy name of an ONNX element type ('' when unknown)."""
-    if not elem_type:
-        return ""
-    try:
-        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name)
-    except (KeyError, TypeError, ValueError):
-        return ""
+    name = _DTYPE_NAMES.get(elem_type)
+    if name is None:
+        try:
+            name = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+                       .name) if elem_type else ""
+        except (KeyError, TypeError, ValueError):
+            name = ""
+        _DTYPE_NAMES[elem_type] = name
+    return name
+
+
+_DTYPE_NAMES: dict[int, str] = {}
+"""ONNX element type -> :func:`numpy_dtype_name` (asked once per compared tensor)."""
 
 
 class _Prober:

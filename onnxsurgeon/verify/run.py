@@ -257,7 +257,10 @@ class _Types(TypeOracle):
 
     def __init__(self, index: GraphIndex) -> None:
         super().__init__(index)
-        self.learned: dict[str, onnx.ValueInfoProto] = {}
+        self.learned: dict[str, tuple[int, Any]] = {}
+        """Tensor -> (element type, shape or None) onnxruntime gave it (:meth:`learn`); its
+        ValueInfo is made when asked for (:meth:`_learned`): most are only asked their type."""
+        self._made: dict[str, onnx.ValueInfoProto] = {}
 
     def learn(self, session: Any) -> None:
         """Record the tensor types onnxruntime gives the outputs of ``session``."""
@@ -268,15 +271,24 @@ class _Types(TypeOracle):
                 # a graph output shows its declaration, and an unknown rank reads as [] as a
                 # scalar does: the element type only, then (onnx inference says the rest)
                 shape = None if arg.name in declared or not arg.shape else arg.shape
-                # a name onnxruntime gives a dim is its own (``unk__3``): unknown here
-                dims = None if shape is None else [d if isinstance(d, int) else None
-                                                   for d in shape]
-                self.learned[arg.name] = helper.make_tensor_value_info(arg.name, elem, dims)
+                self.learned[arg.name] = (elem, shape)
+
+    def _learned(self, name: str) -> onnx.ValueInfoProto | None:
+        """The ValueInfo of what onnxruntime said of ``name`` (None: nothing)."""
+        made = self._made.get(name)
+        if made is None and name in self.learned:
+            elem, shape = self.learned[name]
+            # a name onnxruntime gives a dim is its own (``unk__3``): unknown here
+            dims = None if shape is None else [d if isinstance(d, int) else None for d in shape]
+            made = self._made[name] = helper.make_tensor_value_info(name, elem, dims)
+        return made
 
     def declared_elem(self, name: str) -> int:
         """The element type the model or a session says, without inference (0: neither)."""
         index = self.index
-        vi = known_value_info(index, name) or self.learned.get(name)
+        vi = known_value_info(index, name)
+        if vi is None and name in self.learned:
+            return int(self.learned[name][0])
         if vi is None:
             vi = index.value_info.get(name)
             for kind, at in (("input", index.inputs), ("output", index.outputs)):
@@ -290,7 +302,7 @@ class _Types(TypeOracle):
         vi = known_value_info(self.index, name)
         if vi is not None:
             return vi
-        learned = self.learned.get(name)
+        learned = self._learned(name)
         if learned is not None and learned.type.tensor_type.HasField("shape"):
             return learned
         return super().value_info(name) or learned
