@@ -143,7 +143,7 @@ class Check:
             sides = sides_of[key]
             entry = self.entries[members[0]]
             ref, cand = sides[0][0].staged, sides[0][1].staged
-            named = [replace(results[k], reference=self.entries[k].ref_name) for k in members]
+            named = [_named(results[k], self.entries[k].ref_name) for k in members]
             full = {**entry.mapping, **{p.reference: p.candidate for p in named}}
             settled, found = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
                                     [dict(c.feeds) for _, c in sides], named,
@@ -152,7 +152,7 @@ class Check:
                                     rtol=self.rtol, atol=self.atol,
                                     seen=self._seen(sides, full, entry.acc.exact))
             for k, result in zip(members, settled, strict=True):
-                out[k] = replace(result, reference=results[k].reference)
+                out[k] = _named(result, results[k].reference)
             deep = deep or found
         return out, deep
 
@@ -263,6 +263,11 @@ class Check:
                 break
         return make_report(results, samples=samples, kind=kind, notes=self.notes,
                            divergence=divergence, inputs=dict(inputs or {}), deep=deep)
+
+
+def _named(result: PairReport, reference: str) -> PairReport:
+    """``result`` with ``reference`` as its reference name (itself when it has it)."""
+    return result if result.reference == reference else replace(result, reference=reference)
 
 
 def _worse(a: TensorError, b: TensorError) -> bool:

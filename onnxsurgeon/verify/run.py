@@ -261,10 +261,14 @@ class _Types(TypeOracle):
         """Tensor -> (element type, shape or None) onnxruntime gave it (:meth:`learn`); its
         ValueInfo is made when asked for (:meth:`_learned`): most are only asked their type."""
         self._made: dict[str, onnx.ValueInfoProto] = {}
+        self._elems: dict[str, int] = {}
+        self._infos: dict[str, onnx.ValueInfoProto | None] = {}
+        """:meth:`declared_elem` and :meth:`value_info` answers, until a session says more."""
 
     def learn(self, session: Any) -> None:
         """Record the tensor types onnxruntime gives the outputs of ``session``."""
         declared = self.index.outputs
+        before = len(self.learned)
         for arg in session.get_outputs():
             elem = _ORT_TYPES.get(arg.type)
             if elem is not None and arg.name not in self.learned:
@@ -272,6 +276,9 @@ class _Types(TypeOracle):
                 # scalar does: the element type only, then (onnx inference says the rest)
                 shape = None if arg.name in declared or not arg.shape else arg.shape
                 self.learned[arg.name] = (elem, shape)
+        if len(self.learned) != before:
+            self._elems.clear()
+            self._infos.clear()
 
     def _learned(self, name: str) -> onnx.ValueInfoProto | None:
         """The ValueInfo of what onnxruntime said of ``name`` (None: nothing)."""
@@ -285,6 +292,12 @@ class _Types(TypeOracle):
 
     def declared_elem(self, name: str) -> int:
         """The element type the model or a session says, without inference (0: neither)."""
+        elem = self._elems.get(name)
+        if elem is None:
+            elem = self._elems[name] = self._declared_elem(name)
+        return elem
+
+    def _declared_elem(self, name: str) -> int:
         index = self.index
         vi = known_value_info(index, name)
         if vi is None and name in self.learned:
@@ -299,6 +312,12 @@ class _Types(TypeOracle):
         return int(vi.type.tensor_type.elem_type)
 
     def value_info(self, name: str) -> onnx.ValueInfoProto | None:
+        if name in self._infos:
+            return self._infos[name]
+        found = self._infos[name] = self._value_info(name)
+        return found
+
+    def _value_info(self, name: str) -> onnx.ValueInfoProto | None:
         vi = known_value_info(self.index, name)
         if vi is not None:
             return vi
