@@ -498,10 +498,10 @@ class Staged:
                 read_as[name] = wide
                 continue
             if name not in outputs:
-                vi = onnx.ValueInfoProto(name=name)
+                vi = graph.output.add()  # helper.make_tensor_value_info(name, elem, None)
+                vi.name = name
                 if elem:
-                    vi = helper.make_tensor_value_info(name, elem, None)
-                graph.output.append(vi)
+                    vi.type.tensor_type.elem_type = elem
                 outputs.add(name)
             read_as[name] = name
         if not graph.output and not graph.node:
