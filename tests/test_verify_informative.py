@@ -587,3 +587,36 @@ def test_a_side_that_resolves_its_tolerance_varies():
         assert stats.varies == varies
         resolved += stats.resolves
     assert resolved > 50
+
+
+def test_distance_from_the_first_sample_is_judged_as_in_float64():
+    """Whether a sample varies from the first (SideStats): the float32 estimate leaves every
+    element near its tolerance, NaN and Inf to the float64 test, so the answer is the float64
+    test's, element by element and for whole arrays."""
+    from onnxsurgeon.verify.informative import _beyond_tolerance
+
+    def exact(x, y, rtol, atol):
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            same = ((np.abs(x - y) <= atol + rtol * np.abs(y)) | (np.isnan(x) & np.isnan(y))
+                    | (x == y))
+        return not bool(same.all())
+
+    rng = np.random.default_rng(11)
+    answers = set()
+    for rtol, atol in ((1e-5, 1e-4), (0.0, 1e-4), (1e-3, 1e-30), (0.0, 0.0), (2.0, 1e-4)):
+        y = (rng.standard_normal(4000) * 10.0 ** rng.integers(-8, 8, 4000)).astype(np.float32)
+        tol = atol + rtol * np.abs(y.astype(np.float64))
+        k = rng.choice([0.0, 0.5, 0.9999, 0.99999994, 1.0, 1.0000001, 1.0001, 3.0], y.size)
+        x = (y.astype(np.float64) + rng.choice([-1, 1], y.size) * k * tol).astype(np.float32)
+        x[:8] = [np.nan, np.inf, -np.inf, np.nan, 3e38, -3e38, 0.0, -0.0]
+        y[:8] = [np.nan, np.inf, np.inf, 1.0, -3e38, 3e38, -0.0, 0.0]
+        for i in range(y.size):
+            got = _beyond_tolerance(x[i:i + 1], y[i:i + 1], rtol, atol)
+            assert got == exact(x[i:i + 1], y[i:i + 1], rtol, atol), (x[i], y[i], rtol, atol)
+            answers.add(got)
+        for start in range(0, y.size, 500):
+            part = slice(start, start + 500)
+            assert _beyond_tolerance(x[part], y[part], rtol, atol) == exact(x[part], y[part],
+                                                                            rtol, atol)
+    assert answers == {True, False}
