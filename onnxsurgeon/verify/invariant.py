@@ -121,6 +121,7 @@ class Check:
         groups: dict[tuple[Any, ...], list[int]] = {}
         sides_of: dict[tuple[Any, ...], list[tuple[Side, Side]]] = {}
         opened: set[tuple[Any, ...]] = set()
+        mappings: dict[tuple[tuple[str, str], ...], int] = {}  # a mapping's items, hashed once
         for k, (result, entry) in enumerate(zip(results, self.entries, strict=True)):
             if entry.sides is None:
                 continue
@@ -129,7 +130,8 @@ class Check:
             if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
                 continue
             key = (id(ref), id(cand), tuple(id(r.feeds) for r, _ in sides),
-                   tuple(id(c.feeds) for _, c in sides), tuple(entry.mapping.items()),
+                   tuple(id(c.feeds) for _, c in sides),
+                   mappings.setdefault(tuple(entry.mapping.items()), len(mappings)),
                    entry.strict, entry.acc.exact, entry.fed)
             groups.setdefault(key, []).append(k)
             sides_of.setdefault(key, sides)
