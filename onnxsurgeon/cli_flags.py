@@ -269,6 +269,10 @@ def advised(report: Any, args: argparse.Namespace) -> Any:
             line = line.replace(old, new) if line else line
         return line
 
-    pairs = tuple(replace(p, why=reword(p.why)) if p.why else p for p in report.pairs)
+    def reworded(p: Any) -> Any:
+        why = reword(p.why) if p.why else p.why
+        return p if why == p.why else replace(p, why=why)
+
+    pairs = tuple(reworded(p) for p in report.pairs)
     return replace(report, reason=reword(report.reason), pairs=pairs,
                    notes=tuple(str(reword(n)) for n in report.notes))

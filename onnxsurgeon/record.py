@@ -36,10 +36,9 @@ import onnx
 from .errors import UsageError
 from .metadata import get_metadata, set_metadata
 from .record_base import RECORD_TYPES as RECORD_TYPES
+from .record_base import REWRITES_KEY as REWRITES_KEY
 from .record_base import RewriteRecord as RewriteRecord
 from .record_base import VerbCall as VerbCall
-
-REWRITES_KEY = "onnxsurgeon.rewrites"
 
 
 @dataclass(frozen=True)

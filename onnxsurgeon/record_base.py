@@ -20,6 +20,9 @@ from typing import Any, ClassVar
 
 from .errors import UsageError
 
+REWRITES_KEY = "onnxsurgeon.rewrites"
+"""The ``metadata_props`` key of a model's rewrite log (:func:`onnxsurgeon.record.rewrites`)."""
+
 RECORD_TYPES: dict[str, type[RewriteRecord]] = {}
 """JSON ``op`` -> record type; filled by subclassing :class:`RewriteRecord`."""
 

@@ -546,3 +546,24 @@ def test_a_missing_kernel_at_an_old_opset_advises_the_opset_command(tmp_path, ca
     with pytest.raises(ModelRunError, match=r"Add\(14\).*check the model") as refused:
         new_session(_add_model(14, TensorProto.BFLOAT16).SerializeToString())
     assert "opset MODEL" not in str(refused.value)
+
+
+def test_staged_types_follow_what_a_session_says():
+    """A staged model's types are answered once per tensor, and again after a session says
+    more: mm0 of a batch-N model is inferred ['N', 8], then, once a session computing it has
+    run, onnxruntime's type (its own dim names unknown) is the answer, as it was before the
+    answers were kept."""
+    from onnxsurgeon.verify.run import Staged, Workspace
+
+    model = mlp()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    with Workspace() as ws:
+        staged = Staged(Model(model), ws, "m")
+        oracle = staged.oracle
+        assert oracle.declared_elem("mm0") == 0 and oracle.elem_type("mm0") == TensorProto.FLOAT
+        assert oracle.shape("mm0") == ["N", WIDTH]
+        x = np.zeros((3, WIDTH), np.float32)
+        assert staged.run({"x": x}, ["mm0"])["mm0"].shape == (3, WIDTH)
+        assert oracle.declared_elem("mm0") == TensorProto.FLOAT
+        assert oracle.shape("mm0") == [None, WIDTH]

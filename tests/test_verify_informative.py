@@ -518,3 +518,105 @@ g (float[3] x) => (float[3] y, string[2] s) {{
     assert report.verdict == verdict
     (s,) = [p for p in report.pairs if p.reference == "s"]
     assert s.agree is (second == "b")
+
+
+def _samples(rng, n: int, dtype, kind: int) -> np.ndarray:
+    """One random sample of ``n`` elements: plain, with NaN/Inf, or all one value."""
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 3)).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        if kind == 1:
+            x[rng.integers(0, n)] = np.nan
+            x[rng.integers(0, n)] = np.inf * rng.choice([-1, 1])
+        elif kind == 2:
+            x[:] = x[0]
+    return x
+
+
+def test_first_difference_test_matches_the_accumulators_verdict():
+    """locate's per-tensor test (accumulate.differs, without statistics) says what one
+    sample's PairAccumulator says: whether it differs and its max abs diff, for floats
+    with NaN/Inf, integers, empty arrays, shape and dtype mismatches, exact or not."""
+    from onnxsurgeon.verify.accumulate import PairAccumulator, differs
+
+    rng = np.random.default_rng(3)
+    cases = [(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)),
+             (np.ones(4, np.float32), np.ones(5, np.float32)),
+             (np.ones(4, np.float32), np.ones(4, np.float64))]
+    for trial in range(400):
+        dtype = [np.float32, np.float64, np.float16, np.int64][trial % 4]
+        a = _samples(rng, int(rng.integers(1, 100)), dtype, trial % 3)
+        b = a.copy()
+        if trial % 5:
+            b = (b + rng.standard_normal(a.size) * 10.0 ** rng.integers(-7, 0)).astype(dtype)
+        cases.append((a, b))
+    seen = set()
+    for a, b in cases:
+        for exact in (False, True):
+            for rtol, atol in ((None, None), (0.0, 0.0), (1e-2, 1e-3)):
+                acc = PairAccumulator("r", "c", dtype=a.dtype.name, rtol=rtol, atol=atol,
+                                      exact=exact)
+                want = (not acc.add(a, b), acc.result().max_abs_diff)
+                got = differs(a, b, dtype=a.dtype.name, rtol=rtol, atol=atol, exact=exact)
+                assert repr(got) == repr(want), (a, b, exact, rtol, atol)
+                seen.add(want[0])
+    assert seen == {True, False}
+
+
+def test_a_side_that_resolves_its_tolerance_varies():
+    """SideStats takes a side whose spread reaches RESOLUTION tolerances as varying without
+    testing it: the full test (some sample more than a tolerance from the first) agrees."""
+    from onnxsurgeon.verify.informative import SideStats
+
+    rng = np.random.default_rng(5)
+    resolved = 0
+    for trial in range(300):
+        rtol, atol = (1e-5, 1e-4) if trial % 2 else (0.0, 0.0)
+        n = int(rng.integers(1, 60))
+        first = _samples(rng, n, np.float32, trial % 3)
+        xs = [first] + [(first + rng.standard_normal(n) * 10.0 ** rng.integers(-7, 0)
+                         * (rng.random(n) < 0.2)).astype(np.float32)
+                        for _ in range(int(rng.integers(1, 4)))]
+        stats = SideStats()
+        for x in xs:
+            stats.add(x, rtol=rtol, atol=atol)
+        y = first.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            varies = any(not bool(((np.abs(x.astype(np.float64) - y) <= atol + rtol * np.abs(y))
+                                   | (np.isnan(x) & np.isnan(y)) | (x == y)).all())
+                         for x in xs[1:])
+        assert stats.varies == varies
+        resolved += stats.resolves
+    assert resolved > 50
+
+
+def test_distance_from_the_first_sample_is_judged_as_in_float64():
+    """Whether a sample varies from the first (SideStats): the float32 estimate leaves every
+    element near its tolerance, NaN and Inf to the float64 test, so the answer is the float64
+    test's, element by element and for whole arrays."""
+    from onnxsurgeon.verify.informative import _beyond_tolerance
+
+    def exact(x, y, rtol, atol):
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            same = ((np.abs(x - y) <= atol + rtol * np.abs(y)) | (np.isnan(x) & np.isnan(y))
+                    | (x == y))
+        return not bool(same.all())
+
+    rng = np.random.default_rng(11)
+    answers = set()
+    for rtol, atol in ((1e-5, 1e-4), (0.0, 1e-4), (1e-3, 1e-30), (0.0, 0.0), (2.0, 1e-4)):
+        y = (rng.standard_normal(4000) * 10.0 ** rng.integers(-8, 8, 4000)).astype(np.float32)
+        tol = atol + rtol * np.abs(y.astype(np.float64))
+        k = rng.choice([0.0, 0.5, 0.9999, 0.99999994, 1.0, 1.0000001, 1.0001, 3.0], y.size)
+        x = (y.astype(np.float64) + rng.choice([-1, 1], y.size) * k * tol).astype(np.float32)
+        x[:8] = [np.nan, np.inf, -np.inf, np.nan, 3e38, -3e38, 0.0, -0.0]
+        y[:8] = [np.nan, np.inf, np.inf, 1.0, -3e38, 3e38, -0.0, 0.0]
+        for i in range(y.size):
+            got = _beyond_tolerance(x[i:i + 1], y[i:i + 1], rtol, atol)
+            assert got == exact(x[i:i + 1], y[i:i + 1], rtol, atol), (x[i], y[i], rtol, atol)
+            answers.add(got)
+        for start in range(0, y.size, 500):
+            part = slice(start, start + 500)
+            assert _beyond_tolerance(x[part], y[part], rtol, atol) == exact(x[part], y[part],
+                                                                            rtol, atol)
+    assert answers == {True, False}

@@ -315,6 +315,29 @@ def test_every_record_type_has_exactly_one_check():
                           " print(sorted(t.op for t in CHECKS))"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == str(sorted(k.op for k in kinds))
+    for kind in kinds:  # check_of imports the check's own module first (CHECK_HOMES)
+        home = invariant.CHECK_HOMES[kind.op]
+        assert invariant.CHECKS[kind].__module__ == f"onnxsurgeon.verify.{home}"
+
+
+def test_verify_loads_only_the_checks_it_runs():
+    """``verify A B`` does not import the rewrite checks' modules (and the surgery they
+    load); a rename's check loads its own module, not the folding checks'."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from onnxsurgeon import verify; verify.compare;"
+            "print(sorted(m for m in ('onnxsurgeon.verify.folding', 'onnxsurgeon.verify.verbs',"
+            " 'onnxsurgeon.surgery.fold') if m in sys.modules));"
+            "from onnxsurgeon.record import RenameRecord;"
+            "from onnxsurgeon.verify.invariant import check_of;"
+            "check_of(RenameRecord(renamed={}, nodes=False));"
+            "print(sorted(m for m in ('onnxsurgeon.verify.folding', 'onnxsurgeon.verify.verbs')"
+            " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "['onnxsurgeon.verify.verbs']"
 
 
 def test_record_naming_a_missing_node_is_a_usage_error():

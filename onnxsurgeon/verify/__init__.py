@@ -19,41 +19,80 @@ run onnxruntime in a child process under those limits, for untrusted models
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import folding as folding  # registers the fold, dims and opset checks
-from . import hygiene as hygiene  # registers the cleanup/toposort/outputs/set checks
-from . import precision as _precision  # noqa: F401 - registers the precision check
-from . import split as _split  # noqa: F401 - registers the split stage check
-from .accumulate import TOLERANCES, PairAccumulator, compare_arrays, default_tolerance
-from .against import verify_against
-from .compare import compare, default_samples
-from .inputs import InputSpec, NpzSamples, input_specs, random_samples, stream_samples, user_samples
-from .isolate import (
-    Limits,
-    ModelMemoryError,
-    ModelTimeoutError,
-    ResourceLimitError,
-    make_limits,
-)
-from .locate import locate
-from .log import verify_log
-from .render import format_report
-from .report import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    DeepResult,
-    Divergence,
-    PairReport,
-    TensorError,
-    VerifyReport,
-)
-from .rewrite import verify_rewrite  # with .verbs: registers every check in invariant.CHECKS
-from .run import DEFAULT_BATCH, ModelLike, ModelRunError, Staged, Workspace, to_model
-from .sites import _check_replace as _check_replace  # registers the replace check
-from .verbs import verify_merge
+from ..lazy import lazy_package
+from .isolate import make_limits
+from .run import DEFAULT_BATCH, ModelLike, Staged, Workspace, to_model
+
+if TYPE_CHECKING:
+    from . import folding as folding
+    from . import hygiene as hygiene
+    from .accumulate import TOLERANCES, PairAccumulator, compare_arrays, default_tolerance
+    from .against import verify_against
+    from .compare import compare, default_samples
+    from .inputs import (
+        InputSpec,
+        NpzSamples,
+        input_specs,
+        random_samples,
+        stream_samples,
+        user_samples,
+    )
+    from .isolate import Limits, ModelMemoryError, ModelTimeoutError, ResourceLimitError
+    from .locate import locate
+    from .log import verify_log
+    from .render import format_report
+    from .report import (
+        FAIL,
+        INCONCLUSIVE,
+        PASS,
+        DeepResult,
+        Divergence,
+        PairReport,
+        TensorError,
+        VerifyReport,
+    )
+    from .rewrite import verify_rewrite
+    from .run import ModelRunError
+    from .verbs import verify_merge
+
+# The public names are imported on first use (PEP 562): ``verify A B`` loads what comparing two
+# models needs, not every rewrite check (their modules load the surgery they check: ~0.05 s of
+# a process). The checks register themselves when the registry is first read
+# (:data:`~onnxsurgeon.verify.invariant.CHECKS`).
+_HOMES = {
+    "accumulate": ("TOLERANCES", "PairAccumulator", "compare_arrays", "default_tolerance"),
+    "against": ("verify_against",),
+    "compare": ("compare", "default_samples"),
+    "inputs": ("InputSpec", "NpzSamples", "input_specs", "random_samples", "stream_samples",
+               "user_samples"),
+    "isolate": ("Limits", "ModelMemoryError", "ModelTimeoutError", "ResourceLimitError"),
+    "locate": ("locate",),
+    "log": ("verify_log",),
+    "render": ("format_report",),
+    "report": ("FAIL", "INCONCLUSIVE", "PASS", "DeepResult", "Divergence", "PairReport",
+               "TensorError", "VerifyReport"),
+    "rewrite": ("verify_rewrite",),
+    "run": ("ModelRunError",),
+    "verbs": ("verify_merge",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def _submodule(name: str) -> Any:
+    """A submodule the eager imports used to load (``verify.folding``)."""
+    from importlib import import_module
+    from importlib.util import find_spec
+
+    if name.startswith("__") or find_spec(f"{__name__}.{name}") is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return import_module(f".{name}", __name__)
+
+
+__getattr__, __dir__ = lazy_package(__name__, _HOME_OF, _submodule)
 
 
 def run_model(model: ModelLike, feeds: Mapping[str, np.ndarray], *,

@@ -10,7 +10,8 @@ from typing import Any
 from ..closure import closure
 from ..errors import SurgeryError, UsageError
 from ..index import GraphIndex
-from ..record import InsertRecord, RenameRecord, as_record, rewrites
+from ..metadata import get_metadata
+from ..record_base import REWRITES_KEY
 from ..select import Selector, name_map
 from ..types import dtype_name
 from .deep import DEEP_MAX_TENSORS, FORCED_MAX_TENSORS, SATURATION_BOUNDS, node_check
@@ -220,6 +221,10 @@ def _log_renames(ref: Staged, cand: Staged) -> dict[str, str]:
     its name, whose unprocessed value moved to a new name), composed in order. Empty when the
     reference's log is not a prefix of the candidate's (unrelated models) or a record does not
     read. O(records + renamed names)."""
+    if get_metadata(cand.model.proto, REWRITES_KEY) is None:
+        return {}  # no log, nothing renamed (the typed records are not even imported)
+    from ..record import InsertRecord, RenameRecord, as_record, rewrites
+
     old, new = rewrites(ref.model.proto), rewrites(cand.model.proto)
     if new[:len(old)] != old:
         return {}

@@ -96,6 +96,39 @@ def _near_bounds(flat: np.ndarray, bounds: Sequence[float], atol: float,
     return int(np.count_nonzero(near))
 
 
+VARIES_MARGIN = 1e-4
+"""How far below the tolerance a float32 estimate of an element's distance must be for
+:func:`_beyond_tolerance` to take the element as within it without the float64 test (the
+estimate errs by a few 1e-7; :meth:`SideStats._reaches_resolution`'s margin too)."""
+
+
+def _beyond_tolerance(now: np.ndarray, first: np.ndarray, rtol: float, atol: float) -> bool:
+    """Whether some element of ``now`` is more than ``atol + rtol * |first|`` from ``first``'s
+    (NaN in both and equal values are not), judged in float64. For float32 probes, the
+    elements a float32 estimate puts clearly within (:data:`VARIES_MARGIN`) are not tested
+    again: the float64 test runs on the others only (a side that varies by less than its
+    tolerance's resolution asks this on every sample; in float64 throughout it was a dozen
+    passes over the probe)."""
+    x, y = now, first
+    if (now.dtype == np.float32 and first.dtype == np.float32 and now.shape == first.shape
+            and float(atol) >= 1e-30 and 0.0 <= float(rtol) <= 1.0):
+        with np.errstate(all="ignore"):
+            tol = np.abs(first)
+            tol *= np.float32(rtol)
+            tol += np.float32(atol)
+            distance = np.subtract(now, first)
+            np.abs(distance, out=distance)
+            distance /= tol
+            unclear = np.flatnonzero(~(distance <= np.float32(1 - VARIES_MARGIN)))  # NaN too
+        if unclear.size == 0:
+            return False
+        x, y = now[unclear], first[unclear]
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        same = (np.abs(x - y) <= atol + rtol * np.abs(y)) | (np.isnan(x) & np.isnan(y)) | (x == y)
+    return not bool(same.all())
+
+
 class SideStats:
     """Bounded statistics of one side of a pair over samples: does it vary, by how many
     tolerances (per-element min and max of the probe), is it saturated, is any element finite.
@@ -153,11 +186,14 @@ class SideStats:
             self.varies = True
         if self.varies or now is self.first:
             return
+        if self.resolves and now.dtype.kind == "f":
+            # some probed element spread over RESOLUTION tolerances (at the first sample's
+            # value) across the samples: one of them is then more than a tolerance from the
+            # first sample's, which is what the test below would find
+            self.varies = True
+            return
         if now.dtype.kind in "fc":
-            x, y = now.astype(np.float64), self.first.astype(np.float64)
-            with np.errstate(invalid="ignore"):
-                same = (np.abs(x - y) <= atol + rtol * np.abs(y)) | (np.isnan(x) & np.isnan(y)) | (x == y)
-            self.varies = not bool(same.all())
+            self.varies = _beyond_tolerance(now, self.first, rtol, atol)
         else:
             self.varies = not bool(np.array_equal(now, self.first))
         if now.dtype.kind not in "fc":

@@ -6,10 +6,10 @@ model staged for onnxruntime and the samples they are fed; :class:`Check` accumu
 compared pairs (settled deeper when they cannot show a difference, located when they differ).
 The module that defines a verb's check registers it with ``@rewrite_check(<Verb>Record)``
 (:mod:`~onnxsurgeon.verify.rewrite`: extract, copy, insert, reroute;
-:mod:`~onnxsurgeon.verify.verbs`: rename, bypass, merge); :func:`check_of` finds it. Both
-modules are imported by ``onnxsurgeon.verify`` itself, so the registry is complete whenever any
-part of verify is imported (``tests/test_verify_rewrite.py`` holds it to one check per record
-type).
+:mod:`~onnxsurgeon.verify.verbs`: rename, bypass, merge; and :data:`CHECK_MODULES`' others);
+:func:`check_of` finds it. The registry imports those modules when it is first read, so it is
+complete whichever part of verify was imported, and ``verify A B`` does not load them
+(``tests/test_verify_rewrite.py`` holds it to one check per record type).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -121,6 +121,7 @@ class Check:
         groups: dict[tuple[Any, ...], list[int]] = {}
         sides_of: dict[tuple[Any, ...], list[tuple[Side, Side]]] = {}
         opened: set[tuple[Any, ...]] = set()
+        mappings: dict[tuple[tuple[str, str], ...], int] = {}  # a mapping's items, hashed once
         for k, (result, entry) in enumerate(zip(results, self.entries, strict=True)):
             if entry.sides is None:
                 continue
@@ -129,7 +130,8 @@ class Check:
             if not (ref.is_tensor(entry.ref_name) and cand.is_tensor(result.candidate)):
                 continue
             key = (id(ref), id(cand), tuple(id(r.feeds) for r, _ in sides),
-                   tuple(id(c.feeds) for _, c in sides), tuple(entry.mapping.items()),
+                   tuple(id(c.feeds) for _, c in sides),
+                   mappings.setdefault(tuple(entry.mapping.items()), len(mappings)),
                    entry.strict, entry.acc.exact, entry.fed)
             groups.setdefault(key, []).append(k)
             sides_of.setdefault(key, sides)
@@ -143,7 +145,7 @@ class Check:
             sides = sides_of[key]
             entry = self.entries[members[0]]
             ref, cand = sides[0][0].staged, sides[0][1].staged
-            named = [replace(results[k], reference=self.entries[k].ref_name) for k in members]
+            named = [_named(results[k], self.entries[k].ref_name) for k in members]
             full = {**entry.mapping, **{p.reference: p.candidate for p in named}}
             settled, found = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
                                     [dict(c.feeds) for _, c in sides], named,
@@ -152,7 +154,7 @@ class Check:
                                     rtol=self.rtol, atol=self.atol,
                                     seen=self._seen(sides, full, entry.acc.exact))
             for k, result in zip(members, settled, strict=True):
-                out[k] = replace(result, reference=results[k].reference)
+                out[k] = _named(result, results[k].reference)
             deep = deep or found
         return out, deep
 
@@ -265,6 +267,11 @@ class Check:
                            divergence=divergence, inputs=dict(inputs or {}), deep=deep)
 
 
+def _named(result: PairReport, reference: str) -> PairReport:
+    """``result`` with ``reference`` as its reference name (itself when it has it)."""
+    return result if result.reference == reference else replace(result, reference=reference)
+
+
 def _worse(a: TensorError, b: TensorError) -> bool:
     """True when ``a`` shows a larger error than ``b`` (a failure beats an agreement)."""
     if a.ok != b.ok:
@@ -369,9 +376,70 @@ class Context:
 CheckFunction = Callable[[Context, Any, Check], None]
 """A rewrite check: ``(ctx, record, check)``, adding its pairs to ``check``."""
 
-CHECKS: dict[type[RewriteRecord], CheckFunction] = {}
+CHECK_HOMES = {
+    "extract": "rewrite", "copy": "rewrite", "insert": "rewrite", "reroute": "rewrite",
+    "rename": "verbs", "bypass": "verbs", "merge": "verbs",
+    "fold": "folding", "opset": "folding", "dims": "folding",
+    "cleanup": "hygiene", "toposort": "hygiene", "outputs": "hygiene", "set_values": "hygiene",
+    "precision": "precision", "split_stage": "split", "replace": "sites",
+}
+"""Record op -> the module of ``onnxsurgeon.verify`` that defines its check (what
+:func:`check_of` imports: a rename's check does not load the folding checks' surgery)."""
+CHECK_MODULES = tuple(dict.fromkeys(CHECK_HOMES.values()))
+"""The modules of ``onnxsurgeon.verify`` that define rewrite checks."""
+
+
+class _Registry(dict[type[RewriteRecord], CheckFunction]):
+    """A dict that imports :data:`CHECK_MODULES` (each registers its checks) before it is
+    first read, so that it is complete whichever part of verify was imported; registering
+    (:func:`rewrite_check`) does not read it."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            from importlib import import_module
+
+            for name in CHECK_MODULES:
+                import_module(f".{name}", __package__)
+
+    def __iter__(self) -> Iterator[type[RewriteRecord]]:
+        self._load()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._load()
+        return super().__len__()
+
+    def __contains__(self, key: object) -> bool:
+        self._load()
+        return super().__contains__(key)
+
+    def __getitem__(self, key: type[RewriteRecord]) -> CheckFunction:
+        self._load()
+        return super().__getitem__(key)
+
+    def get(self, key: type[RewriteRecord], default: Any = None) -> Any:
+        self._load()
+        return super().get(key, default)
+
+    def keys(self) -> Any:
+        self._load()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._load()
+        return super().values()
+
+    def items(self) -> Any:
+        self._load()
+        return super().items()
+
+
+CHECKS: dict[type[RewriteRecord], CheckFunction] = _Registry()
 """Record type -> its check (filled by :func:`rewrite_check` as the checks' modules are
-imported)."""
+imported: :data:`CHECK_MODULES`, imported when it is first read)."""
 
 _F = TypeVar("_F", bound=CheckFunction)
 
@@ -381,10 +449,10 @@ def rewrite_check(record_type: type[RewriteRecord]) -> Callable[[_F], _F]:
     registration is a bug, refused at import)."""
 
     def register(function: _F) -> _F:
-        if record_type in CHECKS:
+        if dict.__contains__(CHECKS, record_type):
             raise TypeError(f"{record_type.__name__} has a check already "
-                            f"({CHECKS[record_type].__qualname__})")
-        CHECKS[record_type] = function
+                            f"({dict.__getitem__(CHECKS, record_type).__qualname__})")
+        dict.__setitem__(CHECKS, record_type, function)  # type: ignore[misc]
         return function
 
     return register
@@ -396,7 +464,15 @@ def check_of(record: RewriteRecord) -> CheckFunction:
     Raises:
         UsageError: no check is registered for it.
     """
-    found = CHECKS.get(type(record))
+    found = dict.get(CHECKS, type(record))
+    home = CHECK_HOMES.get(str(getattr(record, "op", "")))
+    if found is None and home is not None:
+        from importlib import import_module
+
+        import_module(f".{home}", __package__)
+        found = dict.get(CHECKS, type(record))
+    if found is None:
+        found = CHECKS.get(type(record))  # every check module imported
     if found is None:
         raise UsageError(f"rewrite record op {record.op!r} has no check; expected one of "
                          f"{sorted(t.op for t in CHECKS)}")

@@ -35,7 +35,7 @@ from ..io import Model, load, parse_model
 from ..protos import copy_fields
 from ..validate import validate_producers
 
-LIGHT_MIN_BYTES = 4 * 2**20
+LIGHT_MIN_BYTES = 2**20
 """Inline weight bytes from which a model is loaded light (below, :func:`~onnxsurgeon.io.load`)."""
 HEAVY_RAW_BYTES = 4096
 """Smallest ``raw_data`` moved out of the proto (``protos.WEIGHTLESS_MIN_BYTES``'s rule)."""

@@ -29,7 +29,7 @@ from ..closure import closure
 from ..external import read_tensor
 from ..index import GraphIndex
 from ..select import name_map, node_module
-from .accumulate import PairAccumulator
+from .accumulate import differs
 from .report import Divergence
 from .run import DEFAULT_BATCH, Staged
 
@@ -68,12 +68,19 @@ class Side:
 
 def numpy_dtype_name(elem_type: int) -> str:
     """The numpy name of an ONNX element type ('' when unknown)."""
-    if not elem_type:
-        return ""
-    try:
-        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name)
-    except (KeyError, TypeError, ValueError):
-        return ""
+    name = _DTYPE_NAMES.get(elem_type)
+    if name is None:
+        try:
+            name = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+                       .name) if elem_type else ""
+        except (KeyError, TypeError, ValueError):
+            name = ""
+        _DTYPE_NAMES[elem_type] = name
+    return name
+
+
+_DTYPE_NAMES: dict[int, str] = {}
+"""ONNX element type -> :func:`numpy_dtype_name` (asked once per compared tensor)."""
 
 
 class _Prober:
@@ -151,10 +158,8 @@ def one_sample(ref: Staged, name: str, cand_name: str, a: Any, b: Any, *, rtol: 
         b = cand.upcast(a, b)
     if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
         return (False, None)
-    acc = PairAccumulator(name, cand_name, rtol=rtol, atol=atol, exact=exact,
-                          dtype=numpy_dtype_name(ref.elem_type(name)))
-    same = acc.add(a, b)
-    return (not same, acc.result().max_abs_diff)
+    return differs(a, b, dtype=numpy_dtype_name(ref.elem_type(name)), rtol=rtol, atol=atol,
+                   exact=exact)
 
 
 def first_probes(ref: Staged, cand: Staged, start: str, *, mapping: Mapping[str, str],

@@ -257,26 +257,51 @@ class _Types(TypeOracle):
 
     def __init__(self, index: GraphIndex) -> None:
         super().__init__(index)
-        self.learned: dict[str, onnx.ValueInfoProto] = {}
+        self.learned: dict[str, tuple[int, Any]] = {}
+        """Tensor -> (element type, shape or None) onnxruntime gave it (:meth:`learn`); its
+        ValueInfo is made when asked for (:meth:`_learned`): most are only asked their type."""
+        self._made: dict[str, onnx.ValueInfoProto] = {}
+        self._elems: dict[str, int] = {}
+        self._infos: dict[str, onnx.ValueInfoProto | None] = {}
+        """:meth:`declared_elem` and :meth:`value_info` answers, until a session says more."""
 
     def learn(self, session: Any) -> None:
         """Record the tensor types onnxruntime gives the outputs of ``session``."""
         declared = self.index.outputs
+        before = len(self.learned)
         for arg in session.get_outputs():
             elem = _ORT_TYPES.get(arg.type)
             if elem is not None and arg.name not in self.learned:
                 # a graph output shows its declaration, and an unknown rank reads as [] as a
                 # scalar does: the element type only, then (onnx inference says the rest)
                 shape = None if arg.name in declared or not arg.shape else arg.shape
-                # a name onnxruntime gives a dim is its own (``unk__3``): unknown here
-                dims = None if shape is None else [d if isinstance(d, int) else None
-                                                   for d in shape]
-                self.learned[arg.name] = helper.make_tensor_value_info(arg.name, elem, dims)
+                self.learned[arg.name] = (elem, shape)
+        if len(self.learned) != before:
+            self._elems.clear()
+            self._infos.clear()
+
+    def _learned(self, name: str) -> onnx.ValueInfoProto | None:
+        """The ValueInfo of what onnxruntime said of ``name`` (None: nothing)."""
+        made = self._made.get(name)
+        if made is None and name in self.learned:
+            elem, shape = self.learned[name]
+            # a name onnxruntime gives a dim is its own (``unk__3``): unknown here
+            dims = None if shape is None else [d if isinstance(d, int) else None for d in shape]
+            made = self._made[name] = helper.make_tensor_value_info(name, elem, dims)
+        return made
 
     def declared_elem(self, name: str) -> int:
         """The element type the model or a session says, without inference (0: neither)."""
+        elem = self._elems.get(name)
+        if elem is None:
+            elem = self._elems[name] = self._declared_elem(name)
+        return elem
+
+    def _declared_elem(self, name: str) -> int:
         index = self.index
-        vi = known_value_info(index, name) or self.learned.get(name)
+        vi = known_value_info(index, name)
+        if vi is None and name in self.learned:
+            return int(self.learned[name][0])
         if vi is None:
             vi = index.value_info.get(name)
             for kind, at in (("input", index.inputs), ("output", index.outputs)):
@@ -287,10 +312,16 @@ class _Types(TypeOracle):
         return int(vi.type.tensor_type.elem_type)
 
     def value_info(self, name: str) -> onnx.ValueInfoProto | None:
+        if name in self._infos:
+            return self._infos[name]
+        found = self._infos[name] = self._value_info(name)
+        return found
+
+    def _value_info(self, name: str) -> onnx.ValueInfoProto | None:
         vi = known_value_info(self.index, name)
         if vi is not None:
             return vi
-        learned = self.learned.get(name)
+        learned = self._learned(name)
         if learned is not None and learned.type.tensor_type.HasField("shape"):
             return learned
         return super().value_info(name) or learned
@@ -468,10 +499,10 @@ class Staged:
                 read_as[name] = wide
                 continue
             if name not in outputs:
-                vi = onnx.ValueInfoProto(name=name)
+                vi = graph.output.add()  # helper.make_tensor_value_info(name, elem, None)
+                vi.name = name
                 if elem:
-                    vi = helper.make_tensor_value_info(name, elem, None)
-                graph.output.append(vi)
+                    vi.type.tensor_type.elem_type = elem
                 outputs.add(name)
             read_as[name] = name
         if not graph.output and not graph.node:
