@@ -128,6 +128,40 @@ static void cache_clear(TextCache *cache) {
     cache->used = 0;
 }
 
+/* The names a node pass decodes, by the hash of their bytes (direct-mapped, SLOTS entries): a
+ * name read again (an output read by the next nodes, a weight read by many) is the same str,
+ * its hash already computed, instead of a new decode. An entry's bytes are compared in full. */
+#define SLOTS 4096
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t n;
+    PyObject *text;
+} Slot;
+
+static PyObject *slot_text(Slot *slots, Cursor s) {
+    Py_ssize_t n = s.end - s.p;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (Py_ssize_t k = 0; k < n; k++) h = (h ^ s.p[k]) * 16777619u;
+    Slot *slot = &slots[(h ^ (uint32_t)n) & (SLOTS - 1)];
+    if (slot->text != NULL && slot->n == n && memcmp(slot->p, s.p, n) == 0) {
+        Py_INCREF(slot->text);
+        return slot->text;
+    }
+    PyObject *value = text(s);
+    if (value == NULL) return NULL;
+    Py_XSETREF(slot->text, value);
+    Py_INCREF(value);
+    slot->p = s.p;
+    slot->n = n;
+    return value;
+}
+
+static void slots_clear(Slot *slots) {
+    if (slots == NULL) return;
+    for (int k = 0; k < SLOTS; k++) Py_CLEAR(slots[k].text);
+    PyMem_Free(slots);
+}
+
 static int append_new(PyObject *list, PyObject *item) {
     if (item == NULL) return -1;
     int r = PyList_Append(list, item);
@@ -231,8 +265,12 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
     PyObject *holders = PyList_New(0), *empty = PyUnicode_FromStringAndSize("", 0);
     PyObject *result = NULL;
     TextCache op_cache = {0}, domain_cache = {0};
+    Slot *slots = PyMem_Calloc(SLOTS, sizeof(Slot));
     int suspects = 0, bail = 0;
-    if (!preds || !counts || !names || !ops || !domains || !multi || !holders || !empty) goto done;
+    if (slots == NULL) PyErr_NoMemory();
+    if (!preds || !counts || !names || !ops || !domains || !multi || !holders || !empty ||
+        !slots)
+        goto done;
     Cursor g, node;
     if (!main_graph(&buf, &g)) {
         bail = 1;
@@ -252,7 +290,7 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
             if (wire != 2 || number >= MAX_EDGE_FIELD) continue;
             switch (role[number]) {
             case INPUT: {
-                PyObject *key = text(f);
+                PyObject *key = slot_text(slots, f);
                 if (key == NULL) {
                     bail = 1;
                     goto done;
@@ -296,7 +334,7 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
         while (next_field(&c, &number, &wire, &f, &value) == 1) {
             if (wire != 2 || number >= MAX_EDGE_FIELD || role[number] != OUTPUT) continue;
             if (n_out != 1 && f.p == f.end) continue; /* an omitted optional output */
-            PyObject *key = text(f);
+            PyObject *key = slot_text(slots, f);
             if (key == NULL) {
                 Py_DECREF(index);
                 bail = 1;
@@ -323,6 +361,7 @@ done:
     result = answer(result, bail);
     cache_clear(&op_cache);
     cache_clear(&domain_cache);
+    slots_clear(slots);
     Py_XDECREF(preds);
     Py_XDECREF(counts);
     Py_XDECREF(names);
