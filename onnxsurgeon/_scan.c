@@ -7,8 +7,11 @@
  * by protobuf), a group, a truncated field, a name that is not valid UTF-8. The bytes were
  * parsed by protobuf first, so such input is rare; the Python pass then gives the one answer.
  *
+ * Also the main graph's value_info entries (scan_value_info, value_info_entries).
+ *
  * Every read is bounds-checked against the buffer. Field numbers follow onnx.proto:
- *   ModelProto.graph = 7; GraphProto.node = 1, .initializer = 5;
+ *   ModelProto.graph = 7; GraphProto.node = 1, .initializer = 5, .value_info = 13;
+ *   ValueInfoProto.name = 1, .type = 2;
  *   TensorProto.dims = 1, .data_type = 2, .name = 8, .raw_data = 9.
  * A node's edge fields are not named here: scan_nodes is handed their numbers by its caller
  * (onnxsurgeon/nodefields.py EDGE_FIELD_NUMBERS, read from onnx's own NodeProto descriptor), so
