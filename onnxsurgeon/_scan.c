@@ -7,8 +7,11 @@
  * by protobuf), a group, a truncated field, a name that is not valid UTF-8. The bytes were
  * parsed by protobuf first, so such input is rare; the Python pass then gives the one answer.
  *
+ * Also the main graph's value_info entries (scan_value_info, value_info_entries).
+ *
  * Every read is bounds-checked against the buffer. Field numbers follow onnx.proto:
- *   ModelProto.graph = 7; GraphProto.node = 1, .initializer = 5;
+ *   ModelProto.graph = 7; GraphProto.node = 1, .initializer = 5, .value_info = 13;
+ *   ValueInfoProto.name = 1, .type = 2;
  *   TensorProto.dims = 1, .data_type = 2, .name = 8, .raw_data = 9.
  * A node's edge fields are not named here: scan_nodes is handed their numbers by its caller
  * (onnxsurgeon/nodefields.py EDGE_FIELD_NUMBERS, read from onnx's own NodeProto descriptor), so
@@ -128,6 +131,40 @@ static void cache_clear(TextCache *cache) {
     cache->used = 0;
 }
 
+/* The names a node pass decodes, by the hash of their bytes (direct-mapped, SLOTS entries): a
+ * name read again (an output read by the next nodes, a weight read by many) is the same str,
+ * its hash already computed, instead of a new decode. An entry's bytes are compared in full. */
+#define SLOTS 4096
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t n;
+    PyObject *text;
+} Slot;
+
+static PyObject *slot_text(Slot *slots, Cursor s) {
+    Py_ssize_t n = s.end - s.p;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (Py_ssize_t k = 0; k < n; k++) h = (h ^ s.p[k]) * 16777619u;
+    Slot *slot = &slots[(h ^ (uint32_t)n) & (SLOTS - 1)];
+    if (slot->text != NULL && slot->n == n && memcmp(slot->p, s.p, n) == 0) {
+        Py_INCREF(slot->text);
+        return slot->text;
+    }
+    PyObject *value = text(s);
+    if (value == NULL) return NULL;
+    Py_XSETREF(slot->text, value);
+    Py_INCREF(value);
+    slot->p = s.p;
+    slot->n = n;
+    return value;
+}
+
+static void slots_clear(Slot *slots) {
+    if (slots == NULL) return;
+    for (int k = 0; k < SLOTS; k++) Py_CLEAR(slots[k].text);
+    PyMem_Free(slots);
+}
+
 static int append_new(PyObject *list, PyObject *item) {
     if (item == NULL) return -1;
     int r = PyList_Append(list, item);
@@ -231,8 +268,12 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
     PyObject *holders = PyList_New(0), *empty = PyUnicode_FromStringAndSize("", 0);
     PyObject *result = NULL;
     TextCache op_cache = {0}, domain_cache = {0};
+    Slot *slots = PyMem_Calloc(SLOTS, sizeof(Slot));
     int suspects = 0, bail = 0;
-    if (!preds || !counts || !names || !ops || !domains || !multi || !holders || !empty) goto done;
+    if (slots == NULL) PyErr_NoMemory();
+    if (!preds || !counts || !names || !ops || !domains || !multi || !holders || !empty ||
+        !slots)
+        goto done;
     Cursor g, node;
     if (!main_graph(&buf, &g)) {
         bail = 1;
@@ -252,7 +293,7 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
             if (wire != 2 || number >= MAX_EDGE_FIELD) continue;
             switch (role[number]) {
             case INPUT: {
-                PyObject *key = text(f);
+                PyObject *key = slot_text(slots, f);
                 if (key == NULL) {
                     bail = 1;
                     goto done;
@@ -296,7 +337,7 @@ static PyObject *scan_nodes(PyObject *self, PyObject *args) {
         while (next_field(&c, &number, &wire, &f, &value) == 1) {
             if (wire != 2 || number >= MAX_EDGE_FIELD || role[number] != OUTPUT) continue;
             if (n_out != 1 && f.p == f.end) continue; /* an omitted optional output */
-            PyObject *key = text(f);
+            PyObject *key = slot_text(slots, f);
             if (key == NULL) {
                 Py_DECREF(index);
                 bail = 1;
@@ -323,6 +364,7 @@ done:
     result = answer(result, bail);
     cache_clear(&op_cache);
     cache_clear(&domain_cache);
+    slots_clear(slots);
     Py_XDECREF(preds);
     Py_XDECREF(counts);
     Py_XDECREF(names);

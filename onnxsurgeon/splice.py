@@ -325,7 +325,7 @@ def splice_holds(up: Any, removed: list[int], groups: list[tuple[int, int]],
             return False
         leaf_ids = {**leaf_ids, **dict.fromkeys(appended, -2 - len(leaf_ids))}  # any leaf id
     gone = np.zeros(n + 1, bool)  # n: a place past the end (appended), never removed
-    gone[removed] = True
+    gone[np.fromiter(removed, np.int64, count=len(removed))] = True
     if written.replicas is not None:
         found = _replicas_hold(written.replicas, groups, leaf_ids, producer, gone)
     else:

@@ -346,7 +346,10 @@ class Sweep:
     read outside the match: the walk decides). Cost: O(anchors x pattern size) in numpy.
     """
 
-    def __init__(self, fast: IntMatcher) -> None:
+    def __init__(self, fast: IntMatcher, arrays: tuple[Any, Any] | None = None) -> None:
+        """``arrays``: the int graph's preds and starts as numpy arrays when the caller keeps
+        them (:func:`~onnxsurgeon.index.int_arrays`, shared with the save's check), else made
+        here."""
         self.fast = fast
         codes: dict[str, int] = {"": 0}
         ops = fast.eops
@@ -354,8 +357,11 @@ class Sweep:
                              dtype=np.int64, count=len(ops)) if ops else np.zeros(0, np.int64)
         # setdefault with a running counter gives new ops fresh (not dense) codes: fine
         self.codes = codes
-        self.P = np.asarray(fast.preds, dtype=np.int64)
-        self.S = np.asarray(fast.starts, dtype=np.int64)
+        if arrays is None:
+            arrays = (np.fromiter(fast.preds, np.int64, count=len(fast.preds)),
+                      np.fromiter(fast.starts, np.int64, count=len(fast.starts)))
+        self.P: Any = arrays[0]
+        self.S: Any = arrays[1]
         self.C = np.bincount(self.P[self.P >= 0], minlength=len(ops)) if len(ops) else self.E
         self.O = np.zeros(len(ops), dtype=bool)
         if fast.out_nodes:

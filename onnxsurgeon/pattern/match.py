@@ -44,7 +44,14 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
-from ..index import GraphIndex, body_captures, check_depth, has_subgraphs, positions
+from ..index import (
+    GraphIndex,
+    body_captures,
+    check_depth,
+    has_subgraphs,
+    int_arrays,
+    positions,
+)
 from . import declared as _declared
 from .intmatch import ASK, NO, ONLY, IntMatcher, Sweep, Unsure, int_match, plan_ok, swept_match
 from .load import _DEFAULT, Pattern, _constant_value
@@ -526,6 +533,14 @@ def _int_matcher(matcher: _Matcher, scope: _Scope) -> IntMatcher | None:
                       _attrs_equal, attrs)
 
 
+def _arrays(scope: _Scope) -> tuple[Any, Any] | None:
+    """The scope's int graph as numpy arrays, kept in its index's memo (the save's check of a
+    replace reads them too), or None."""
+    index = scope.index
+    edges = index.known_int_graph() if index is not None else None
+    return int_arrays(edges, index.memo) if edges is not None and index is not None else None
+
+
 def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
                  bodies: bool = True, types: _declared.TypeLookup | None = None) -> Matches:
     """Every non-overlapping match of ``pattern`` in the indexed model (see the module
@@ -559,7 +574,8 @@ def find_matches(index: GraphIndex, pattern: Pattern, *, explain: bool = False,
         typed = _declared.IntFilter(fast, scope.path, declared, lookup,
                                     None if scope.path else by_id) if (
             fast is not None and declared) else None
-        sweep = Sweep(fast) if fast is not None and anchors and Sweep.fits(fast) else None
+        sweep = Sweep(fast, _arrays(scope)) if (
+            fast is not None and anchors and Sweep.fits(fast)) else None
         swept = sweep.run(anchors) if sweep is not None else []
         made = swept_match(sweep, scope.path, scope.producer, used) if (
             sweep is not None) else None
