@@ -26,6 +26,7 @@ from tests.cli_helpers import cli_main as run
 
 copy_module = importlib.import_module("onnxsurgeon.surgery.copy")  # the module, not the verb
 fuse_module = importlib.import_module("onnxsurgeon.surgery.fuse")
+fuse_gemm_module = importlib.import_module("onnxsurgeon.surgery._fuse_gemm")
 replace_module = importlib.import_module("onnxsurgeon.surgery.replace")
 
 # replace's sites: every MatMul -> Add, by R the same with Sum, times a weight of R's own (an
@@ -293,7 +294,7 @@ def _gemm_fault(monkeypatch, change, site: int = 1):
         add, (mm, _) = list(sites.items())[site]
         (x, w, b), (y,) = written.inputs[site], written.outputs[site]
         x, y = change(x, y)
-        sites[add] = (mm, fuse_module._gemm_bytes(x, w, b, y, written.names[site]))
+        sites[add] = (mm, fuse_gemm_module._gemm_bytes(x, w, b, y, written.names[site]))
         inputs, outputs = list(written.inputs), list(written.outputs)
         inputs[site], outputs[site] = (x, w, b), (y,)
         return sites, written._replace(inputs=inputs, outputs=outputs)
@@ -575,7 +576,7 @@ def test_an_inserted_node_holding_external_data_makes_the_save_walk(tmp_path):
 @pytest.fixture
 def verdicts(monkeypatch, large):
     """The verdicts trusted saves give (a counting wrapper calling the real one through)."""
-    import onnxsurgeon.io as io_module
+    import onnxsurgeon.saving as io_module
 
     said: list[str] = []
     real = io_module._verdict
@@ -638,7 +639,7 @@ def test_a_verdict_that_cannot_vouch_leaves_the_whole_check(tmp_path, monkeypatc
 
 def test_an_interrupted_save_publishes_nothing(tmp_path, monkeypatch, large):
     """Ctrl-C while the file is written: nothing is published, no temporary file is left."""
-    import onnxsurgeon.io as io_module
+    import onnxsurgeon.saving as io_module
 
     def interrupted(target, payload):
         raise KeyboardInterrupt

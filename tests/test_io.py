@@ -504,10 +504,11 @@ def test_save_switches_to_external_data_by_itself_above_the_threshold(tmp_path, 
     """Above EXTERNAL_THRESHOLD bytes of proto, big inline tensors move to one data file; the
     in-memory model keeps its inline bytes; the file round-trips to the same tensors."""
     import onnxsurgeon.io as osio
+    import onnxsurgeon.saving as saving_module
 
     model = builders.chain(2, width=64)        # W is 64x64 float32 = 16 KiB inline
     before = model.SerializeToString()
-    monkeypatch.setattr(osio, "EXTERNAL_THRESHOLD", 4096)
+    monkeypatch.setattr(saving_module, "EXTERNAL_THRESHOLD", 4096)
     out = tmp_path / "big.onnx"
     osio.save(model, out)
     assert model.SerializeToString() == before
@@ -521,7 +522,7 @@ def test_save_switches_to_external_data_by_itself_above_the_threshold(tmp_path, 
     for t in model.graph.initializer:
         got = next(g for g in full.graph.initializer if g.name == t.name)
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(got), onnx.numpy_helper.to_array(t))
-    monkeypatch.setattr(osio, "EXTERNAL_THRESHOLD", 1 << 40)
+    monkeypatch.setattr(saving_module, "EXTERNAL_THRESHOLD", 1 << 40)
     small = tmp_path / "small.onnx"
     osio.save(model, small)
     assert not (tmp_path / "small.onnx.data").exists()

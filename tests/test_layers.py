@@ -26,6 +26,7 @@ LAYERS: dict[str, float] = {
     "profile": 5.75,  # the cost model: inspect --profile and split (surgery) use it
     "ortinfer": 3, "datastream": 3,
     "types": 4,
+    "saving": 4.75,  # save's path behind io.save: plan, write, verdict
     "io": 5, "processing": 5,
     "surgery": 6, "inspect": 6, "interop": 6, "diff": 6,
     "listing": 4.5,  # queries over types, below io (Model.nodes/tensors/find use it)
