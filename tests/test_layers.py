@@ -22,6 +22,7 @@ LAYERS: dict[str, float] = {
     "splice": 2.25,  # a node list spliced from bytes, and the upkeep following it
     "upkeep": 2.5,  # an index kept true across a verb's edits (follows splices through splice)
     "session": 5.25,  # a model and the index its verbs keep: above io, below the edit API
+    "edit_leaves": 5.4,  # the editing API's leaf and model-level calls (Edit inherits them)
     "edit": 5.5,  # the one editing API: above io (hands the journal on), below surgery
     "profile": 5.75,  # the cost model: inspect --profile and split (surgery) use it
     "ortinfer": 3, "datastream": 3,
