@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: dict[str, float] = {
     "errors": 0, "lazy": 0, "_scan": 0, "nodefields": 0,
     "fast": 0.5,
+    "scopes": 0.75,  # scope walks without an index: bodies, captures, Use, OuterScope
     "index": 1, "metadata": 1, "scan": 1, "record_base": 1, "selectors": 1.5, "order": 1.75,
     "protos": 2, "names": 2, "closure": 2, "select": 2, "pattern": 2, "validate": 2, "external": 2,
     "checking": 2, "record": 2, "schema": 2, "outfile": 2, "atomic": 2,
