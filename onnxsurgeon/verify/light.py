@@ -113,13 +113,12 @@ def light_bytes(buf: mmap.mmap | bytes, location: str) -> tuple[bytes, int] | No
     replaced by an external reference to ``location`` at that data's offset, and the bytes moved
     out; None when the bytes are not framed as one graph of plain initializers. O(fields of the
     model and graph messages), no weight byte read."""
-    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
-    if len(graphs) != 1:
+    at = _graph(buf)
+    if at is None:
         return None
     out = bytearray()
     moved = 0
-    _, _, g_key, g_start, g_end = graphs[0]
-    for number, wire, key_at, start, end in _fields(buf, g_start, g_end):
+    for number, wire, key_at, start, end in _fields(buf, at[1], at[2]):
         if number != _INITIALIZER or wire != 2:
             out += buf[key_at:end]
             continue
@@ -139,7 +138,19 @@ def light_bytes(buf: mmap.mmap | bytes, location: str) -> tuple[bytes, int] | No
         tensor += _key(_DATA_LOCATION, 0) + _encode(1)
         out += _delimited(_INITIALIZER, bytes(tensor))
         moved += raw[4] - raw[3]
-    return bytes(buf[:g_key]) + _delimited(_GRAPH, bytes(out)) + bytes(buf[g_end:]), moved
+    return _regraphed(buf, at, bytes(out)), moved
+
+
+def _graph(buf: mmap.mmap | bytes) -> tuple[int, int, int] | None:
+    """(key start, payload start, end) of the serialized model's one ``graph`` field; None
+    when it has not exactly one."""
+    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
+    return graphs[0][2:] if len(graphs) == 1 else None
+
+
+def _regraphed(buf: mmap.mmap | bytes, at: tuple[int, int, int], graph: bytes) -> bytes:
+    """The serialized model ``buf`` with its graph field (at ``at``) holding ``graph``."""
+    return bytes(buf[:at[0]]) + _delimited(_GRAPH, graph) + bytes(buf[at[2]:])
 
 
 _NODE, _OUTPUT = 1, 12
@@ -164,20 +175,15 @@ def pruned_bytes(buf: bytes, nodes: Collection[int]) -> bytes | None:
     ``nodes`` and no graph output (a variant appends the outputs it reads); None when the bytes
     are not framed as one graph. Inputs and initializers are kept (onnxruntime drops those no
     node reads). O(fields of the model and graph messages); nothing is parsed."""
-    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
-    if len(graphs) != 1:
-        return None
-    out = bytearray()
-    at = 0
-    _, _, g_key, g_start, g_end = graphs[0]
-    for number, wire, key_at, _, end in _fields(buf, g_start, g_end):
-        if number == _NODE and wire == 2:
-            if at in nodes:
-                out += buf[key_at:end]
-            at += 1
-        elif number != _OUTPUT or wire != 2:
-            out += buf[key_at:end]
-    return bytes(buf[:g_key]) + _delimited(_GRAPH, bytes(out)) + bytes(buf[g_end:])
+    at = _graph(buf)
+    node_at = -1
+    kept: list[bytes] = []
+    for number, wire, key_at, _, end in [] if at is None else _fields(buf, at[1], at[2]):
+        node_at += number == _NODE and wire == 2
+        if (number, wire) == (_OUTPUT, 2) or (number, wire) == (_NODE, 2) and node_at not in nodes:
+            continue
+        kept.append(buf[key_at:end])
+    return None if at is None else _regraphed(buf, at, b"".join(kept))
 
 
 def load_light(path: str | os.PathLike[str]) -> Model:
