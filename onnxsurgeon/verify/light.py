@@ -170,20 +170,34 @@ def needed_nodes(index: GraphIndex, names: Sequence[str]) -> set[int] | None:
     return None if len(nodes) * 10 > total * 9 else set(nodes)
 
 
-def pruned_bytes(buf: bytes, nodes: Collection[int]) -> bytes | None:
-    """The serialized model ``buf`` keeping only the main-graph nodes at the positions
-    ``nodes`` and no graph output (a variant appends the outputs it reads); None when the bytes
-    are not framed as one graph. Inputs and initializers are kept (onnxruntime drops those no
-    node reads). O(fields of the model and graph messages); nothing is parsed."""
+Framing = tuple[tuple[int, int, int], list[tuple[int, int, int, int]]]
+"""Where a serialized model's graph field is (:func:`_graph`) and its fields (number, wire
+type, key start, end): what :func:`pruned_bytes` cuts, read once per model."""
+
+
+def framing(buf: bytes) -> Framing | None:
+    """The :data:`Framing` of the serialized model ``buf``; None when it has not exactly one
+    graph. O(fields of the model and graph messages)."""
     at = _graph(buf)
+    if at is None:
+        return None
+    return at, [(f[0], f[1], f[2], f[4]) for f in _fields(buf, at[1], at[2])]
+
+
+def pruned_bytes(buf: bytes, nodes: Collection[int], framed: Framing) -> bytes:
+    """The serialized model ``buf`` (framed as ``framed``) keeping only the main-graph nodes at
+    the positions ``nodes`` and no graph output (a variant appends the outputs it reads).
+    Inputs and initializers are kept (onnxruntime drops those no node reads). O(fields of the
+    graph); nothing is parsed."""
+    at, fields = framed
     node_at = -1
     kept: list[bytes] = []
-    for number, wire, key_at, _, end in [] if at is None else _fields(buf, at[1], at[2]):
-        node_at += number == _NODE and wire == 2
+    for number, wire, key_at, end in fields:
+        node_at += number == _NODE and wire == 2  # the position of the node field it is
         if (number, wire) == (_OUTPUT, 2) or (number, wire) == (_NODE, 2) and node_at not in nodes:
             continue
         kept.append(buf[key_at:end])
-    return None if at is None else _regraphed(buf, at, b"".join(kept))
+    return _regraphed(buf, at, b"".join(kept))
 
 
 def load_light(path: str | os.PathLike[str]) -> Model:
