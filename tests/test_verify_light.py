@@ -214,3 +214,38 @@ def test_a_large_deep_batch_runs_in_parts_with_the_same_result(monkeypatch):
     assert parts.deep is not None and parts.deep.first_difference is not None
     assert parts.deep.first_difference.tensor == "mm7"
     assert whole.to_json() == parts.to_json()
+
+
+def test_deep_keeps_its_last_batch_from_the_comparing_runs(monkeypatch):
+    """``--deep`` on a model whose pair does not saturate: the sessions comparing the pairs
+    compute the deep comparison's last batch (here all of it) and keep it, so the deep
+    comparison runs no sample again (before: only the frontier was kept and the batch ran both
+    samples a second time); the report is the one of running it."""
+    import importlib
+
+    compare_mod = importlib.import_module("onnxsurgeon.verify.compare")
+    runs = {"settling": 0}
+    real_run, real_settle = run_mod.Runner.run, compare_mod.settle
+    busy = []
+
+    def counted(self, feeds):
+        runs["settling"] += bool(busy)
+        return real_run(self, feeds)
+
+    def settle(*args, **kwargs):
+        busy.append(1)
+        try:
+            return real_settle(*args, **kwargs)
+        finally:
+            busy.pop()
+
+    monkeypatch.setattr(run_mod.Runner, "run", counted)
+    monkeypatch.setattr(compare_mod, "settle", settle)
+    ref, cand = _chain(depth=6), _chain(4, depth=6)
+    kept = compare(ref, cand, deep=True)
+    assert runs["settling"] == 0
+    assert kept.deep is not None and kept.deep.forced and kept.deep.first_difference is not None
+    assert kept.deep.first_difference.tensor == "mm4" and len(kept.deep.tensors) == 13
+    monkeypatch.setattr(compare_mod, "KEPT_BYTES", 0)
+    assert compare(ref, cand, deep=True).to_json() == kept.to_json()
+    assert runs["settling"] == 2 * 2  # without room to keep: two samples through each again
