@@ -162,8 +162,8 @@ def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path
 
 def test_a_session_for_early_tensors_runs_only_the_nodes_they_need():
     """Early tensors of a long model (a deep batch): the session's model keeps only the nodes
-    computing them, and they are its only outputs; their values are the whole model's, bit for
-    bit. Tensors needing nearly every node keep the model whole."""
+    up to the last one computing them, and they are its only outputs; their values are the whole
+    model's, bit for bit. Tensors needing nearly every node keep the model whole."""
     from onnxsurgeon.io import Model
 
     model = _chain(depth=10)

@@ -21,13 +21,12 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from ..closure import closure
 from ..errors import SurgeryError
 from ..external import check_tensors, iter_tensors
 from ..index import GraphIndex
@@ -157,17 +156,17 @@ _NODE, _OUTPUT = 1, 12
 """Field numbers: GraphProto.node, GraphProto.output."""
 
 
-def needed_nodes(index: GraphIndex, names: Sequence[str]) -> set[int] | None:
-    """The main-graph nodes computing ``names`` when they leave out at least a tenth of the
-    graph's (a model of ten nodes or more), else None. O(nodes + edges) of their closure."""
+def needed_nodes(index: GraphIndex, names: Sequence[str]) -> int | None:
+    """How many leading main-graph nodes compute ``names`` (through the last node producing
+    one: a graph's nodes are in topological order, so whatever they read comes before), when
+    that leaves out at least a tenth of the graph's (a model of ten nodes or more); else None.
+    O(names)."""
     total = len(index.graph.node)
-    if not names or total < 10:
+    producer = index.producer
+    last = max((producer[n] for n in names if n in producer), default=None)
+    if total < 10 or last is None or (last + 1) * 10 > total * 9:
         return None
-    try:
-        nodes = closure(index, list(names)).nodes
-    except SurgeryError:
-        return None
-    return None if len(nodes) * 10 > total * 9 else set(nodes)
+    return last + 1
 
 
 Framing = tuple[tuple[int, int, int], list[tuple[int, int, int, int]]]
@@ -184,17 +183,17 @@ def framing(buf: bytes) -> Framing | None:
     return at, [(f[0], f[1], f[2], f[4]) for f in _fields(buf, at[1], at[2])]
 
 
-def pruned_bytes(buf: bytes, nodes: Collection[int], framed: Framing) -> bytes:
-    """The serialized model ``buf`` (framed as ``framed``) keeping only the main-graph nodes at
-    the positions ``nodes`` and no graph output (a variant appends the outputs it reads).
-    Inputs and initializers are kept (onnxruntime drops those no node reads). O(fields of the
-    graph); nothing is parsed."""
+def pruned_bytes(buf: bytes, nodes: int, framed: Framing) -> bytes:
+    """The serialized model ``buf`` (framed as ``framed``) keeping only its first ``nodes``
+    main-graph nodes and no graph output (a variant appends the outputs it reads). Inputs and
+    initializers are kept (onnxruntime drops those no node reads). O(fields of the graph);
+    nothing is parsed."""
     at, fields = framed
     node_at = -1
     kept: list[bytes] = []
     for number, wire, key_at, end in fields:
         node_at += number == _NODE and wire == 2  # the position of the node field it is
-        if (number, wire) == (_OUTPUT, 2) or (number, wire) == (_NODE, 2) and node_at not in nodes:
+        if (number, wire) == (_OUTPUT, 2) or (number, wire) == (_NODE, 2) and node_at >= nodes:
             continue
         kept.append(buf[key_at:end])
     return _regraphed(buf, at, b"".join(kept))

@@ -490,7 +490,7 @@ class Staged:
         return path, read_as
 
     def _pruned(self, names: Sequence[str]) -> bytes | None:
-        """The model's bytes computing only what ``names`` need, without graph outputs
+        """The model's bytes through the last node ``names`` need, without graph outputs
         (:func:`~.light.pruned_bytes`: a deep batch of early tensors runs only the start of the
         model), or None; only for a model handed to onnxruntime as bytes (a heavy one's file
         is never read into memory)."""
