@@ -331,8 +331,9 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         probed: dict[int, dict[str, tuple[bool, float | None]]] = {}
         if shards is None:
             probes = _probes(ref, cand, pair_list, mapping, batch) if locate_divergence else []
-            also = (_last_batch(ref, cand, pair_list, mapping, dims) if deep
-                    else _speculative(ref, cand, pair_list, mapping, deep))
+            also = _speculative(ref, cand, pair_list, mapping, deep)
+            if deep and not also:  # not every tensor fits: the batch the deep pass ends with
+                also = _last_batch(ref, cand, pair_list, mapping, dims)
             keep = _keepable(ref, feeds, pair_list, also, limits is None, every=deep)
             seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
                                      progress=progress, probes=probes, probed=probed,
@@ -485,10 +486,11 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
 def _last_batch(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
                 mapping: Mapping[str, str], dims: Mapping[str, int] | None,
                 ) -> list[tuple[str, str]]:
-    """``--deep``: the (reference, candidate) tensors of the last batch the deep comparison
-    will compare (:func:`~.deepen.settle`'s, the pairs' own tensors among them), when they stay
-    under :data:`SPECULATIVE_BYTES`: the sessions that compare the pairs run the whole model
-    anyway, so they compute that batch too (and keep it, :func:`_keepable`); else none."""
+    """``--deep`` when not every tensor fits :data:`SPECULATIVE_BYTES`: the (reference,
+    candidate) tensors of the last batch the deep comparison will compare
+    (:func:`~.deepen.settle`'s, the pairs' own tensors among them), when they stay under it: the
+    sessions that compare the pairs run the whole model anyway, so they compute that batch too
+    (and keep it, :func:`_keepable`); else none. O(nodes)."""
     full = {**mapping, **{r: c for r, c in pair_list if ref.is_tensor(r) and cand.is_tensor(c)}}
     groups = batches(ref, shared_tensors(ref, cand, mapping=full), budget=DEEP_BUDGET_BYTES,
                      dims=dict(dims or {}), max_tensors=FORCED_MAX_TENSORS)
