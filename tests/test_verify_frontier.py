@@ -129,9 +129,9 @@ def test_kept_values_stop_once_every_pair_fails(deep, monkeypatch):
     kept: Counter[str] = Counter()
     real = shard._keep
 
-    def counted(staged, feeds, values, names):
+    def counted(staged, feeds, values, names, **kwargs):
         kept[staged.label] += 1
-        return real(staged, feeds, values, names)
+        return real(staged, feeds, values, names, **kwargs)
 
     monkeypatch.setattr(shard, "_keep", counted)
     ref = saturated_head("softmax")

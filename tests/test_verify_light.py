@@ -25,11 +25,11 @@ F = TensorProto.FLOAT
 WIDTH = 48  # 48x48 float32 = 9216 bytes: heavy (>= 4096)
 
 
-def _chain(scale_layer: int | None = None) -> onnx.ModelProto:
-    """x -> (MatMul W_k -> Relu) x 4 -> y, a small bias inline; W_scale_layer perturbed."""
+def _chain(scale_layer: int | None = None, depth: int = 4) -> onnx.ModelProto:
+    """x -> (MatMul W_k -> Relu) x depth -> y, a small bias inline; W_scale_layer perturbed."""
     rng = np.random.default_rng(0)
     nodes, inits, prev = [], [], "x"
-    for k in range(4):
+    for k in range(depth):
         w = rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) / 7
         if k == scale_layer:
             w = w * 1.01 + 1e-3
@@ -160,47 +160,29 @@ def test_insert_verify_runs_sessions_on_references_with_the_same_report(tmp_path
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
 
 
-def _long_chain(depth: int, scale_layer: int | None = None) -> onnx.ModelProto:
-    """x -> (MatMul W_k -> Tanh) x depth -> y; W_scale_layer perturbed."""
-    rng = np.random.default_rng(1)
-    nodes, inits, prev = [], [], "x"
-    for k in range(depth):
-        w = rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) / 7
-        if k == scale_layer:
-            w = w * 1.01 + 1e-3
-        inits.append(numpy_helper.from_array(w, f"W{k}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"W{k}"], [f"mm{k}"], name=f"mm{k}"))
-        nodes.append(helper.make_node("Tanh", [f"mm{k}"], [f"t{k}"], name=f"tanh{k}"))
-        prev = f"t{k}"
-    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", F, [1, WIDTH])],
-                              [helper.make_tensor_value_info("y", F, [1, WIDTH])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
 def test_a_session_for_early_tensors_runs_only_the_nodes_they_need():
     """Early tensors of a long model (a deep batch): the session's model keeps only the nodes
-    computing them, and they are its only outputs; their values are the whole model's, bit for
-    bit. Tensors needing nearly every node keep the model whole."""
+    up to the last one computing them, and they are its only outputs; their values are the whole
+    model's, bit for bit. Tensors needing nearly every node keep the model whole."""
     from onnxsurgeon.io import Model
 
-    model = _long_chain(10)
+    model = _chain(depth=10)
     feed = {"x": np.random.default_rng(0).standard_normal((1, WIDTH)).astype(np.float32)}
     with run_mod.Workspace() as ws:
         staged = run_mod.Staged(Model(model), ws, "m")
-        variant, read_as = staged._variant(["mm1", "t2"], typed=False)
+        variant, read_as = staged._variant(["mm1", "r2"], typed=False)
         assert isinstance(variant, bytes)
         small = onnx.ModelProto.FromString(variant)
-        assert [n.name for n in small.graph.node] == ["mm0", "tanh0", "mm1", "tanh1", "mm2",
-                                                       "tanh2"]
-        assert [o.name for o in small.graph.output] == ["mm1", "t2"] and set(read_as) == {"mm1", "t2"}
-        with staged.session(["mm1", "t2"]) as runner:
+        assert [n.name for n in small.graph.node] == ["mm0", "relu0", "mm1", "relu1", "mm2",
+                                                       "relu2"]
+        assert [o.name for o in small.graph.output] == ["mm1", "r2"] and set(read_as) == {"mm1", "r2"}
+        with staged.session(["mm1", "r2"]) as runner:
             early = runner.run(feed)
-        whole, _ = staged._variant(["mm1", "t2", "t9"], typed=False)
+        whole, _ = staged._variant(["mm1", "r2", "r9"], typed=False)
         assert len(onnx.ModelProto.FromString(whole).graph.node) == len(model.graph.node)
-        with staged.session(["mm1", "t2", "t9"]) as runner:
+        with staged.session(["mm1", "r2", "r9"]) as runner:
             full = runner.run(feed)
-    for name in ("mm1", "t2"):
+    for name in ("mm1", "r2"):
         assert np.array_equal(early[name].view(np.uint32), full[name].view(np.uint32))
 
 
@@ -222,7 +204,7 @@ def test_a_large_deep_batch_runs_in_parts_with_the_same_result(monkeypatch):
         return real(self, feeds)
 
     monkeypatch.setattr(run_mod.Runner, "run", counted)
-    ref, cand = _long_chain(12), _long_chain(12, scale_layer=7)
+    ref, cand = _chain(depth=12), _chain(7, depth=12)
     whole = compare(ref, cand, deep=True)
     one, runs["n"] = runs["n"], 0
     monkeypatch.setattr(deep_mod, "RUN_BYTES", 5 * WIDTH * 4)  # five tensors' values per run
@@ -232,3 +214,38 @@ def test_a_large_deep_batch_runs_in_parts_with_the_same_result(monkeypatch):
     assert parts.deep is not None and parts.deep.first_difference is not None
     assert parts.deep.first_difference.tensor == "mm7"
     assert whole.to_json() == parts.to_json()
+
+
+def test_deep_keeps_its_last_batch_from_the_comparing_runs(monkeypatch):
+    """``--deep`` on a model whose pair does not saturate: the sessions comparing the pairs
+    compute the deep comparison's last batch (here all of it) and keep it, so the deep
+    comparison runs no sample again (before: only the frontier was kept and the batch ran both
+    samples a second time); the report is the one of running it."""
+    import importlib
+
+    compare_mod = importlib.import_module("onnxsurgeon.verify.compare")
+    runs = {"settling": 0}
+    real_run, real_settle = run_mod.Runner.run, compare_mod.settle
+    busy = []
+
+    def counted(self, feeds):
+        runs["settling"] += bool(busy)
+        return real_run(self, feeds)
+
+    def settle(*args, **kwargs):
+        busy.append(1)
+        try:
+            return real_settle(*args, **kwargs)
+        finally:
+            busy.pop()
+
+    monkeypatch.setattr(run_mod.Runner, "run", counted)
+    monkeypatch.setattr(compare_mod, "settle", settle)
+    ref, cand = _chain(depth=6), _chain(4, depth=6)
+    kept = compare(ref, cand, deep=True)
+    assert runs["settling"] == 0
+    assert kept.deep is not None and kept.deep.forced and kept.deep.first_difference is not None
+    assert kept.deep.first_difference.tensor == "mm4" and len(kept.deep.tensors) == 13
+    monkeypatch.setattr(compare_mod, "KEPT_BYTES", 0)
+    assert compare(ref, cand, deep=True).to_json() == kept.to_json()
+    assert runs["settling"] == 2 * 2  # without room to keep: two samples through each again

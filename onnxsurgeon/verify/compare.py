@@ -14,7 +14,15 @@ from ..metadata import get_metadata
 from ..record_base import REWRITES_KEY
 from ..select import Selector, name_map
 from ..types import dtype_name
-from .deep import DEEP_MAX_TENSORS, FORCED_MAX_TENSORS, SATURATION_BOUNDS, node_check
+from .deep import (
+    DEEP_BUDGET_BYTES,
+    DEEP_MAX_TENSORS,
+    FORCED_MAX_TENSORS,
+    SATURATION_BOUNDS,
+    batches,
+    node_check,
+    shared_tensors,
+)
 from .deepen import settle
 from .inputs import (
     ALL_FLOATS,
@@ -329,7 +337,9 @@ def compare(reference: ModelLike, candidate: ModelLike, *, pairs: PairsLike | No
         if shards is None:
             probes = _probes(ref, cand, pair_list, mapping, batch) if locate_divergence else []
             also = _speculative(ref, cand, pair_list, mapping, deep)
-            keep = _keepable(ref, feeds, pair_list, also, limits is None)
+            if deep and not also:  # not every tensor fits: the batch the deep pass ends with
+                also = _last_batch(ref, cand, pair_list, mapping, dims)
+            keep = _keepable(ref, feeds, pair_list, also, limits is None, every=deep)
             seen, ran = fold_samples(ref, cand, pair_list, accs, feeds, range(len(feeds)),
                                      progress=progress, probes=probes, probed=probed,
                                      rtol=rtol, atol=atol, exact=exact, also=also,
@@ -397,17 +407,19 @@ running every sample again."""
 
 
 def _keepable(ref: Staged, feeds: Sequence[Sample], pair_list: Sequence[tuple[str, str]],
-              also: Sequence[tuple[str, str]], local: bool) -> list[tuple[str, str]]:
+              also: Sequence[tuple[str, str]], local: bool, *,
+              every: bool = False) -> list[tuple[str, str]]:
     """The tensors of ``also`` whose values the comparing runs keep (in-process sessions, within
     :data:`KEPT_BYTES` for every sample and both models): all of them when a pair is made by an
     op that saturates (a softmax's probabilities: the pair settling is usually for), else the
     frontier (what the pairs' nodes read; fetching every tensor of a transformer on every
-    sample costs more than settling it would save)."""
+    sample costs more than settling it would save). ``every``: all of them (``--deep``
+    compares each)."""
     if not also or not local:
         return []
     index = ref.index
-    saturating = any(index.graph.node[index.producer[r]].op_type in SATURATING
-                     for r, _ in pair_list if r in index.producer)
+    saturating = every or any(index.graph.node[index.producer[r]].op_type in SATURATING
+                              for r, _ in pair_list if r in index.producer)
     if not saturating:
         fronts = [index.producer[x] for r, _ in pair_list if r in index.producer
                   for x in index.graph.node[index.producer[r]].input if x in index.producer]
@@ -474,6 +486,23 @@ def _speculative(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
             if len(out) >= limit:
                 return out
     return out
+
+
+def _last_batch(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]],
+                mapping: Mapping[str, str], dims: Mapping[str, int] | None,
+                ) -> list[tuple[str, str]]:
+    """``--deep`` when not every tensor fits :data:`SPECULATIVE_BYTES`: the (reference,
+    candidate) tensors of the last batch the deep comparison will compare
+    (:func:`~.deepen.settle`'s, the pairs' own tensors among them), when they stay under it: the
+    sessions that compare the pairs run the whole model anyway, so they compute that batch too
+    (and keep it, :func:`_keepable`); else none. O(nodes)."""
+    full = {**mapping, **{r: c for r, c in pair_list if ref.is_tensor(r) and cand.is_tensor(c)}}
+    groups = batches(ref, shared_tensors(ref, cand, mapping=full), budget=DEEP_BUDGET_BYTES,
+                     dims=dict(dims or {}), max_tensors=FORCED_MAX_TENSORS)
+    last = groups[-1] if groups else []
+    if sum(tensor_bytes(ref, s.ref) for s in last) > SPECULATIVE_BYTES:
+        return []
+    return [(s.ref, s.cand) for s in last]
 
 
 def _kept_values(ref: Staged, cand: Staged, feeds: Sequence[Sample],

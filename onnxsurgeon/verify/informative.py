@@ -40,8 +40,11 @@ rewords it for ``--verify``)."""
 
 
 def _probe(flat: np.ndarray) -> np.ndarray:
-    """At most PROBE_ELEMENTS evenly spaced elements of a flat array (a copy)."""
-    step = max(1, -(-flat.size // PROBE_ELEMENTS))
+    """At most PROBE_ELEMENTS evenly spaced elements of a flat array: a copy, or the array
+    itself when it has no more (never written: a copy would hold the same bytes again)."""
+    if flat.size <= PROBE_ELEMENTS:
+        return flat
+    step = -(-flat.size // PROBE_ELEMENTS)
     return np.array(flat[::step][:PROBE_ELEMENTS])
 
 

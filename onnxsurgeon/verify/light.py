@@ -21,13 +21,12 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from ..closure import closure
 from ..errors import SurgeryError
 from ..external import check_tensors, iter_tensors
 from ..index import GraphIndex
@@ -113,13 +112,12 @@ def light_bytes(buf: mmap.mmap | bytes, location: str) -> tuple[bytes, int] | No
     replaced by an external reference to ``location`` at that data's offset, and the bytes moved
     out; None when the bytes are not framed as one graph of plain initializers. O(fields of the
     model and graph messages), no weight byte read."""
-    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
-    if len(graphs) != 1:
+    at = _graph(buf)
+    if at is None:
         return None
     out = bytearray()
     moved = 0
-    _, _, g_key, g_start, g_end = graphs[0]
-    for number, wire, key_at, start, end in _fields(buf, g_start, g_end):
+    for number, wire, key_at, start, end in _fields(buf, at[1], at[2]):
         if number != _INITIALIZER or wire != 2:
             out += buf[key_at:end]
             continue
@@ -139,45 +137,66 @@ def light_bytes(buf: mmap.mmap | bytes, location: str) -> tuple[bytes, int] | No
         tensor += _key(_DATA_LOCATION, 0) + _encode(1)
         out += _delimited(_INITIALIZER, bytes(tensor))
         moved += raw[4] - raw[3]
-    return bytes(buf[:g_key]) + _delimited(_GRAPH, bytes(out)) + bytes(buf[g_end:]), moved
+    return _regraphed(buf, at, bytes(out)), moved
+
+
+def _graph(buf: mmap.mmap | bytes) -> tuple[int, int, int] | None:
+    """(key start, payload start, end) of the serialized model's one ``graph`` field; None
+    when it has not exactly one."""
+    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
+    return graphs[0][2:] if len(graphs) == 1 else None
+
+
+def _regraphed(buf: mmap.mmap | bytes, at: tuple[int, int, int], graph: bytes) -> bytes:
+    """The serialized model ``buf`` with its graph field (at ``at``) holding ``graph``."""
+    return bytes(buf[:at[0]]) + _delimited(_GRAPH, graph) + bytes(buf[at[2]:])
 
 
 _NODE, _OUTPUT = 1, 12
 """Field numbers: GraphProto.node, GraphProto.output."""
 
 
-def needed_nodes(index: GraphIndex, names: Sequence[str]) -> set[int] | None:
-    """The main-graph nodes computing ``names`` when they leave out at least a tenth of the
-    graph's (a model of ten nodes or more), else None. O(nodes + edges) of their closure."""
+def needed_nodes(index: GraphIndex, names: Sequence[str]) -> int | None:
+    """How many leading main-graph nodes compute ``names`` (through the last node producing
+    one: a graph's nodes are in topological order, so whatever they read comes before), when
+    that leaves out at least a tenth of the graph's (a model of ten nodes or more); else None.
+    O(names)."""
     total = len(index.graph.node)
-    if not names or total < 10:
+    producer = index.producer
+    last = max((producer[n] for n in names if n in producer), default=None)
+    if total < 10 or last is None or (last + 1) * 10 > total * 9:
         return None
-    try:
-        nodes = closure(index, list(names)).nodes
-    except SurgeryError:
-        return None
-    return None if len(nodes) * 10 > total * 9 else set(nodes)
+    return last + 1
 
 
-def pruned_bytes(buf: bytes, nodes: Collection[int]) -> bytes | None:
-    """The serialized model ``buf`` keeping only the main-graph nodes at the positions
-    ``nodes`` and no graph output (a variant appends the outputs it reads); None when the bytes
-    are not framed as one graph. Inputs and initializers are kept (onnxruntime drops those no
-    node reads). O(fields of the model and graph messages); nothing is parsed."""
-    graphs = [f for f in _fields(buf, 0, len(buf)) if f[0] == _GRAPH and f[1] == 2]
-    if len(graphs) != 1:
+Framing = tuple[tuple[int, int, int], list[tuple[int, int, int, int]]]
+"""Where a serialized model's graph field is (:func:`_graph`) and its fields (number, wire
+type, key start, end): what :func:`pruned_bytes` cuts, read once per model."""
+
+
+def framing(buf: bytes) -> Framing | None:
+    """The :data:`Framing` of the serialized model ``buf``; None when it has not exactly one
+    graph. O(fields of the model and graph messages)."""
+    at = _graph(buf)
+    if at is None:
         return None
-    out = bytearray()
-    at = 0
-    _, _, g_key, g_start, g_end = graphs[0]
-    for number, wire, key_at, _, end in _fields(buf, g_start, g_end):
-        if number == _NODE and wire == 2:
-            if at in nodes:
-                out += buf[key_at:end]
-            at += 1
-        elif number != _OUTPUT or wire != 2:
-            out += buf[key_at:end]
-    return bytes(buf[:g_key]) + _delimited(_GRAPH, bytes(out)) + bytes(buf[g_end:])
+    return at, [(f[0], f[1], f[2], f[4]) for f in _fields(buf, at[1], at[2])]
+
+
+def pruned_bytes(buf: bytes, nodes: int, framed: Framing) -> bytes:
+    """The serialized model ``buf`` (framed as ``framed``) keeping only its first ``nodes``
+    main-graph nodes and no graph output (a variant appends the outputs it reads). Inputs and
+    initializers are kept (onnxruntime drops those no node reads). O(fields of the graph);
+    nothing is parsed."""
+    at, fields = framed
+    node_at = -1
+    kept: list[bytes] = []
+    for number, wire, key_at, end in fields:
+        node_at += number == _NODE and wire == 2  # the position of the node field it is
+        if (number, wire) == (_OUTPUT, 2) or (number, wire) == (_NODE, 2) and node_at >= nodes:
+            continue
+        kept.append(buf[key_at:end])
+    return _regraphed(buf, at, b"".join(kept))
 
 
 def load_light(path: str | os.PathLike[str]) -> Model:

@@ -52,7 +52,7 @@ from ..names import NameAllocator
 from ..session import current_index
 from ..types import TypeOracle, known_value_info
 from ._worker import ort_log_severity
-from .light import SharedWeights, needed_nodes, pruned_bytes, referenced_bytes
+from .light import Framing, SharedWeights, framing, needed_nodes, pruned_bytes, referenced_bytes
 
 if TYPE_CHECKING:
     from .isolate import IsolatedRunner, Limits
@@ -375,6 +375,7 @@ class Staged:
         of :attr:`kept_feeds` (:meth:`kept_runs`): the settling after it reads them instead of
         running the samples again."""
         self.kept_feeds: Sequence[Any] | None = None
+        self._framing: tuple[bytes, Framing | None] | None = None  # of the bytes it was read from
         self.input_names = self.index.input_names()  # inputs with a default value included
 
     @property
@@ -520,13 +521,18 @@ class Staged:
         return path, read_as
 
     def _pruned(self, names: Sequence[str]) -> bytes | None:
-        """The model's bytes computing only what ``names`` need, without graph outputs
+        """The model's bytes through the last node ``names`` need, without graph outputs
         (:func:`~.light.pruned_bytes`: a deep batch of early tensors runs only the start of the
         model), or None; only for a model handed to onnxruntime as bytes (a heavy one's file
         is never read into memory)."""
         nodes = needed_nodes(self.index, names)
-        return None if nodes is None or not self._in_memory() else pruned_bytes(
-            self._serialized(), nodes)
+        if nodes is None or not self._in_memory():
+            return None
+        data = self._serialized()
+        if self._framing is None or self._framing[0] is not data:
+            self._framing = (data, framing(data))
+        framed = self._framing[1]
+        return None if framed is None else pruned_bytes(data, nodes, framed)
 
     def _open(self, wanted: list[str]) -> Runner | IsolatedRunner:
         """A new session computing ``wanted``."""

@@ -57,8 +57,9 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
     pair in as sample ``k``. ``prime``: first run sample 0 only to seed the constancy probes.
     Stops at the first sample the candidate cannot run (every pair fails with that reason).
     ``probes``: (reference, candidate) tensors the same sessions compute too, judged per sample
-    as the search for the first difference judges them (:func:`~.locate.one_sample`, with
-    ``rtol``/``atol``/``exact``) into ``probed[k]``; their arrays are dropped with the sample's.
+    once a pair fails as the search for the first difference judges them
+    (:func:`~.locate.one_sample`, with ``rtol``/``atol``/``exact``) into ``probed[k]``; their
+    arrays are dropped with the sample's.
     ``also``: (reference, candidate) tensors the sessions compute besides, not read here (for
     later requests that reuse these sessions, :meth:`~.run.Staged.session`). ``keep`` (of
     ``also``; with ``indices`` every sample in order): their values are kept too, in each model's
@@ -103,7 +104,9 @@ def fold_samples(ref: Staged, cand: Staged, pair_list: Sequence[tuple[str, str]]
                 return seen, False
             for acc, (r, c) in zip(accs, pair_list, strict=True):
                 acc.add(rvals[r], cvals[c], k)
-            if probed is not None and probes:
+            if probed is not None and probes and any(acc.failed for acc in accs):
+                # judged only once a pair fails (the search starts at a failing pair's worst
+                # sample, a failing one): a pair that agrees needs no search
                 probed[k] = {r: one_sample(ref, r, c, rvals[r], cvals[c], rtol=rtol, atol=atol,
                                            exact=exact, cand=cand) for r, c in probes}
             if keep and not keep_failed and all(acc.failed for acc in accs):
