@@ -509,3 +509,31 @@ def test_a_pattern_calling_a_local_function_is_proved(tmp_path, capsys):
     feeds = {n: np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
              for n in ("x", "b")}
     assert np.array_equal(run(host, feeds)[0], run(got, feeds)[0])
+
+
+def test_a_replacement_of_unknown_rank_is_taken(tmp_path, capsys):
+    """An .onnx R whose inputs and outputs are tensors of unknown rank (a TensorProto type
+    without a shape, as ``make_tensor_value_info(name, FLOAT, None)`` and exporters write) was
+    refused: 'Field shape of type is required but missing'. It binds to the sites' tensors."""
+    host = chain()
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.onnx", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(ADD_RELU)
+    f = onnx.TensorProto.FLOAT
+    r = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Sum", ["p", "q"], ["s"]),
+         onnx.helper.make_node("Relu", ["s"], ["r"])],
+        "r", [onnx.helper.make_tensor_value_info(n, f, None) for n in ("p", "q")],
+        [onnx.helper.make_tensor_value_info("r", f, None)]),
+        opset_imports=[onnx.helper.make_opsetid("", 17)])
+    onnx.save(r, rep)
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["matches"] == 2
+    got = onnx.load(out)
+    assert Counter(n.op_type for n in got.graph.node) == {"Sum": 2, "Relu": 3, "Mul": 1, "Add": 1}
+    feeds = {n: np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+             for n in ("x", "y")}
+    for a, b in zip(run(host, feeds), run(got, feeds), strict=True):
+        assert np.array_equal(a, b)

@@ -455,14 +455,16 @@ def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins
 
 def _check_replacement(r_model: onnx.ModelProto, label: str) -> None:
     """Refuse an R onnx.checker refuses. Its graph inputs and outputs may be untyped, as P's
-    may (``g (x) => (y) { y = Relu(x) }``): they bind to the sites' tensors and take their
-    types, so the check reads an untyped one as a tensor of any shape."""
+    may (``g (x) => (y) { y = Relu(x) }``), or of unknown rank (a tensor type without a
+    shape): they bind to the sites' tensors and take their types, so the check reads them as
+    tensors of any shape."""
     probe = onnx.ModelProto()
     probe.CopyFrom(r_model)
     for vi in (*probe.graph.input, *probe.graph.output):
         if not vi.type.WhichOneof("value"):
             vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-            vi.type.tensor_type.shape.SetInParent()  # the plain checker reads no shape
+        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+            vi.type.tensor_type.shape.SetInParent()  # any rank; the plain checker reads none
     try:
         onnx.checker.check_model(probe)
     except onnx.checker.ValidationError as exc:
