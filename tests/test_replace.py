@@ -537,3 +537,24 @@ def test_a_replacement_of_unknown_rank_is_taken(tmp_path, capsys):
              for n in ("x", "y")}
     for a, b in zip(run(host, feeds), run(got, feeds), strict=True):
         assert np.array_equal(a, b)
+
+
+def test_a_multi_output_site_read_between_its_nodes_names_the_output_and_a_fix_that_works(
+        tmp_path, capsys):
+    """P = {a = Relu(x); y = Neg(a)} with outputs (a, y), and Sigmoid(a) between Relu and Neg
+    in a sorted model: refused (R goes where Neg is), and the advice was 'sort the graph',
+    which toposort cannot do (the order is topological already). It names the output and the
+    split of the pattern; nothing is written."""
+    host = model("""g (float[2,3] x) => (float[2,3] y, float[2,3] z) {
+        a = Relu(x)
+        z = Sigmoid(a)
+        y = Neg(a)
+    }""")
+    path, pat, out = tmp_path / "m.onnx", tmp_path / "p.txt", tmp_path / "out.onnx"
+    onnx.save(host, path)
+    pat.write_bytes(b"g (float[N] x) => (float[N] a, float[N] y) { a = Relu(x)\n y = Neg(a) }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", pat)
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert "node 'Sigmoid' reads its output 'a' between its nodes" in err
+    assert "split the pattern at 'a'" in err and "sort the graph" not in err

@@ -558,11 +558,13 @@ def replace(
         outs = set(site.outputs.values())
         inside = set(site.nodes)
         for j in range(min(site.nodes), at):
-            if j not in inside and any(n in outs for n in g.node[j].input):
+            read = [n for n in g.node[j].input if n in outs]
+            if j not in inside and read:  # (toposort keeps this order: it is topological)
                 raise RewriteError(
                     f"site {list(site.labels)}: node '{g.node[j].name or g.node[j].op_type}' "
-                    "reads one of its outputs before its last node; sort the graph or split "
-                    "the pattern")
+                    f"reads its output '{read[0]}' between its nodes, and the replacement goes "
+                    f"where its last node is; split the pattern at '{read[0]}' (one pattern "
+                    "computing it, one reading it)")
     names = NameAllocator.for_index(index)
     template = Template(block)
     inits = list(block.graph.initializer)
