@@ -558,3 +558,34 @@ def test_a_multi_output_site_read_between_its_nodes_names_the_output_and_a_fix_t
     assert code == 2 and err.count("\n") == 1 and not out.exists(), err
     assert "node 'Sigmoid' reads its output 'a' between its nodes" in err
     assert "split the pattern at 'a'" in err and "sort the graph" not in err
+
+
+def test_a_replacement_may_hand_an_input_or_a_constant_on(tmp_path, capsys):
+    """R's outputs may be its inputs (``g (x) => (x) { }``) or its constants: an Identity owns
+    each, as the copies were written to do; load refused them ('not computed by one of its
+    nodes; a pattern's outputs must be node outputs'). Identity -> passthrough is proved bit for
+    bit; Relu -> a constant is written and gives the constant."""
+    host = model("""g (float[2,3] x) => (float[2,3] y) {
+        a = Relu(x)
+        b = Identity(a)
+        c = Neg(b)
+        y = Identity(c)
+    }""")
+    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    onnx.save(host, path)
+    pat.write_bytes(b"g (x) => (y) { y = Identity(x) }")
+    rep.write_bytes(b"g (x) => (x) { }")
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                                 "--replacement", rep, "--verify", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["matches"] == 2
+    x = np.random.default_rng(4).standard_normal((2, 3)).astype(np.float32)
+    assert np.array_equal(run(host, {"x": x})[0], run(onnx.load(out), {"x": x})[0])
+    pat.write_bytes(b"g (float[2,3] x) => (float[2,3] y) { y = Relu(x) }")
+    rep.write_bytes(b"g (float[2,3] x) => (float[2,3] k) <float[2,3] k = {1,2,3,4,5,6}> { }")
+    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
+                            "--replacement", rep, "--force")
+    assert code == 0, err
+    got = onnx.load(out)
+    onnx.checker.check_model(got, full_check=True)
+    assert np.array_equal(run(got, {"x": x})[0], -np.arange(1, 7, dtype=np.float32).reshape(2, 3))
