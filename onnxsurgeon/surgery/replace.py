@@ -217,6 +217,7 @@ class _BodyTypes:
         self.declared.update((t.name, onnx.helper.make_tensor_type_proto(t.data_type, t.dims))
                              for t in graph.initializer)
         self.main, self.inferred = main, inferred
+        self.found: dict[str, onnx.TypeProto] | None = None
         self.outer = main.index.producer.keys() | main.index.initializers.keys() | \
             set(main.index.inputs)
 
@@ -227,9 +228,11 @@ class _BodyTypes:
                 continue
             t = self.declared.get(name)
             if t is None or not t.WhichOneof("value"):
-                body = self.inferred()
-                found = {vi.name: vi.type for vi in body.value_info} if body is not None else {}
-                t = found.get(name)
+                if self.found is None:  # the inferred body's value_info, read once
+                    body = self.inferred()
+                    self.found = {vi.name: vi.type for vi in body.value_info} if (
+                        body is not None) else {}
+                t = self.found.get(name)
             if t is not None and t.WhichOneof("value"):
                 self.memo[name] = t.SerializeToString(deterministic=True)
             elif name in self.outer:
