@@ -43,3 +43,25 @@ def assert_refused(args: list[object], needle: str, *, inputs: list[Path], out: 
     assert "Traceback" not in proc.stderr
     assert not out.exists()
     assert [p.read_bytes() for p in inputs] == before
+
+
+def replace_cli(capsys: pytest.CaptureFixture[str], folder: Path, host: object,
+                pattern: str | bytes | Path, replacement: str | bytes | Path | None = None,
+                *flags: object) -> tuple[int, str, str, Path]:
+    """``onnxsurgeon replace`` in-process on ``host`` (a ModelProto, saved as m.onnx in
+    ``folder``) with P and R given as text (written to p.txt and r.txt) or as files (R: P when
+    None): (exit code, stdout, stderr, the output path out.onnx)."""
+    import onnx
+
+    path, out = folder / "m.onnx", folder / "out.onnx"
+    onnx.save(host, path)  # type: ignore[arg-type]
+    files = []
+    for name, source in (("p.txt", pattern), ("r.txt", replacement)):
+        if isinstance(source, (str, bytes)):
+            file = folder / name
+            file.write_bytes(source.encode() if isinstance(source, str) else source)
+            source = file
+        files.append(source)
+    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", files[0],
+                                 "--replacement", files[1] or files[0], *flags)
+    return code, stdout, err, out

@@ -15,7 +15,7 @@ from onnx import helper
 from onnxsurgeon.errors import InvalidModelError, NotFoundError
 from onnxsurgeon.index import GraphIndex
 from onnxsurgeon.pattern import find_matches, load_pattern
-from tests.cli_helpers import cli_main
+from tests.cli_helpers import cli_main, replace_cli
 
 ADD_RELU = b"g (float[A,B] p, float[A,B] q) => (float[A,B] r) { s = Add(p, q)\n r = Relu(s) }"
 
@@ -319,7 +319,7 @@ def test_a_pattern_input_no_node_reads_is_refused_and_a_replacement_may_leave_on
     replace exited 3 (KeyError: 'q'); now exit 2 naming it. R may ignore one of its inputs
     (Add(x, b) -> Identity(x) drops b)."""
     m = model("g (float[2] x, float[2] y) => (float[2] a) { s = Add(x, y)\n a = Relu(s) }")
-    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
+    path, pat, out = (tmp_path / n for n in ("m.onnx", "p.txt", "out.onnx"))
     onnx.save(m, path)
     pat.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Relu(p) }")
     for argv in (["match", path, "--pattern", pat],
@@ -327,10 +327,9 @@ def test_a_pattern_input_no_node_reads_is_refused_and_a_replacement_may_leave_on
         code, _, err = cli_main(capsys, *argv)
         assert code == 2 and err.count("\n") == 1, err
         assert "input 'q' is read by none of its nodes" in err and not out.exists()
-    pat.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Add(p, q) }")
-    rep.write_text("g (float[N] p, float[N] q) => (float[N] r) { r = Identity(p) }")
-    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
-                            "--replacement", rep)
+    code, _, err, out = replace_cli(
+        capsys, tmp_path, m, "g (float[N] p, float[N] q) => (float[N] r) { r = Add(p, q) }",
+        "g (float[N] p, float[N] q) => (float[N] r) { r = Identity(p) }")
     assert code == 0, err
     assert [n.op_type for n in onnx.load(out).graph.node] == ["Identity", "Relu"]
 
@@ -343,12 +342,8 @@ def test_an_if_pattern_capturing_an_input_is_refused_and_a_branch_miss_is_words(
     near miss names the attribute instead of quoting its serialized bytes (b'\\n\\x18...')."""
     branches = ("<then_branch = t () => (float[2] z) { z = Relu(x) }, "
                 "else_branch = e () => (float[2] z) { z = Neg(x) }>")
-    m = model(f"g (bool c, float[2] x) => (float[2] y) {{ y = If (c) {branches} }}")
-    path, pat, out = tmp_path / "m.onnx", tmp_path / "p.txt", tmp_path / "out.onnx"
-    onnx.save(m, path)
-    pat.write_text(f"g (bool c, float[2] x) => (float[2] y) {{ y = If (c) {branches} }}")
-    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
-                            "--replacement", pat)
+    text = f"g (bool c, float[2] x) => (float[2] y) {{ y = If (c) {branches} }}"
+    code, _, err, out = replace_cli(capsys, tmp_path, model(text), text)
     assert code == 2 and err.count("\n") == 1 and not out.exists(), err
     assert "input 'x' is read only inside a body" in err
     const = ("<then_branch = t () => (float[2] z) {{ z = Constant <value = float[2] {{1, 2}}> () }}, "

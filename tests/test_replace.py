@@ -18,7 +18,7 @@ from onnxsurgeon.errors import RewriteError, UsageError
 from onnxsurgeon.record import ReplaceRecord, records
 from onnxsurgeon.surgery import replace
 from onnxsurgeon.verify import verify_log
-from tests.cli_helpers import cli, cli_main
+from tests.cli_helpers import cli, cli_main, replace_cli
 
 ADD_RELU = b"g (float[A,B] p, float[A,B] q) => (float[A,B] r) { s = Add(p, q)\n r = Relu(s) }"
 SUM_RELU = b"g (float[A,B] p, float[A,B] q) => (float[A,B] r) { s = Sum(q, p)\n r = Relu(s) }"
@@ -430,12 +430,9 @@ def test_untyped_pattern_and_replacement_are_proved_per_dtype_of_their_sites(tmp
         y = Relu(a)
         j = Neg(i)
     }""")
-    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
-    onnx.save(host, path)
-    pat.write_bytes(b"g (x) => (y) { y = Neg(x) }")
-    rep.write_bytes(b"g (x) => (y) { n = Neg(x)\n y = Identity(n) }")
-    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
-                                 "--replacement", rep, "--verify", "--json")
+    code, stdout, err, out = replace_cli(capsys, tmp_path, host, "g (x) => (y) { y = Neg(x) }",
+                                         "g (x) => (y) { n = Neg(x)\n y = Identity(n) }",
+                                         "--verify", "--json")
     assert code == 0, err
     data = json.loads(stdout)
     assert data["matches"] == 2 and data["verify"]["verdict"] == "pass"
@@ -464,17 +461,14 @@ def test_a_body_site_refused_when_the_replacement_changes_its_dtype(tmp_path, ca
             cout = Identity(cin)
         }}>
     }}""")
-    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
-    onnx.save(host, path)
-    pat.write_bytes(b"g (float x) => (float y) { y = Relu(x) }")
-    rep.write_bytes(b"g (float x) => (int64 y) { y = Cast <to = 7> (x) }")
-    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
-                            "--replacement", rep)
+    relu = "g (float x) => (float y) { y = Relu(x) }"
+    code, _, err, out = replace_cli(capsys, tmp_path, host, relu,
+                                    "g (float x) => (int64 y) { y = Cast <to = 7> (x) }")
     assert code == 2 and err.count("\n") == 1, err
     assert "is int64 but the pattern's output" in err and not out.exists()
-    rep.write_bytes(b"g (float x) => (float y) <float zero = {0.0}> { y = Max(x, zero) }")
-    code, _, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
-                            "--replacement", rep)
+    code, _, err, out = replace_cli(
+        capsys, tmp_path, host, relu,
+        "g (float x) => (float y) <float zero = {0.0}> { y = Max(x, zero) }")
     assert code == 0, err
     got = onnx.load(out)
     onnx.checker.check_model(got, full_check=True)
@@ -494,14 +488,12 @@ def test_a_pattern_calling_a_local_function_is_proved(tmp_path, capsys):
     <domain: "local", opset_import: ["" : 17]>
     Block (p, q) => (r) { s = Add(p, q)
         r = Relu(s) }""")
-    path, pat, rep, out = (tmp_path / n for n in ("m.onnx", "p.txt", "r.txt", "out.onnx"))
-    onnx.save(host, path)
-    pat.write_bytes(b'<ir_version: 8, opset_import: ["" : 17, "local" : 1]>\n'
-                    b"g (float[2,3] x, float[2,3] b) => (float[2,3] y) { y = local.Block(x, b) }")
-    rep.write_bytes(b"g (float[2,3] x, float[2,3] b) => (float[2,3] y) { s = Add(x, b)\n"
-                    b" y = Relu(s) }")
-    code, stdout, err = cli_main(capsys, "replace", path, "-o", out, "--pattern", pat,
-                                 "--replacement", rep, "--verify", "--json")
+    code, stdout, err, out = replace_cli(
+        capsys, tmp_path, host,
+        '<ir_version: 8, opset_import: ["" : 17, "local" : 1]>\n'
+        "g (float[2,3] x, float[2,3] b) => (float[2,3] y) { y = local.Block(x, b) }",
+        "g (float[2,3] x, float[2,3] b) => (float[2,3] y) { s = Add(x, b)\n y = Relu(s) }",
+        "--verify", "--json")
     assert code == 0, err
     assert json.loads(stdout)["verify"]["verdict"] == "pass"
     got = onnx.load(out)
@@ -622,3 +614,75 @@ def test_the_copies_built_column_by_column_are_those_built_site_by_site(monkeypa
     assert by_columns.written.names == by_sites.written.names
     assert by_columns.stand_ins == by_sites.stand_ins
     assert by_columns.replaced[0] == ["Add_0/R/MatMul", "Add_0/R/Sum", "Add_0/R/Identity"]
+
+
+def test_a_replacement_of_unknown_rank_is_taken(tmp_path, capsys):
+    """An .onnx R whose inputs and outputs are tensors of unknown rank (a TensorProto type
+    without a shape, as ``make_tensor_value_info(name, FLOAT, None)`` and exporters write) was
+    refused: 'Field shape of type is required but missing'. It binds to the sites' tensors."""
+    host = chain()
+    rep = tmp_path / "r.onnx"
+    f = onnx.TensorProto.FLOAT
+    r = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Sum", ["p", "q"], ["s"]),
+         onnx.helper.make_node("Relu", ["s"], ["r"])],
+        "r", [onnx.helper.make_tensor_value_info(n, f, None) for n in ("p", "q")],
+        [onnx.helper.make_tensor_value_info("r", f, None)]),
+        opset_imports=[onnx.helper.make_opsetid("", 17)])
+    onnx.save(r, rep)
+    code, stdout, err, out = replace_cli(capsys, tmp_path, host, ADD_RELU, rep, "--verify",
+                                         "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["matches"] == 2
+    got = onnx.load(out)
+    assert Counter(n.op_type for n in got.graph.node) == {"Sum": 2, "Relu": 3, "Mul": 1, "Add": 1}
+    feeds = {n: np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+             for n in ("x", "y")}
+    for a, b in zip(run(host, feeds), run(got, feeds), strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_a_multi_output_site_read_between_its_nodes_names_the_output_and_a_fix_that_works(
+        tmp_path, capsys):
+    """P = {a = Relu(x); y = Neg(a)} with outputs (a, y), and Sigmoid(a) between Relu and Neg
+    in a sorted model: refused (R goes where Neg is), and the advice was 'sort the graph',
+    which toposort cannot do (the order is topological already). It names the output and the
+    split of the pattern; nothing is written."""
+    host = model("""g (float[2,3] x) => (float[2,3] y, float[2,3] z) {
+        a = Relu(x)
+        z = Sigmoid(a)
+        y = Neg(a)
+    }""")
+    code, _, err, out = replace_cli(
+        capsys, tmp_path, host,
+        "g (float[N] x) => (float[N] a, float[N] y) { a = Relu(x)\n y = Neg(a) }")
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert "node 'Sigmoid' reads its output 'a' between its nodes" in err
+    assert "split the pattern at 'a'" in err and "sort the graph" not in err
+
+
+def test_a_replacement_may_hand_an_input_or_a_constant_on(tmp_path, capsys):
+    """R's outputs may be its inputs (``g (x) => (x) { }``) or its constants: an Identity owns
+    each, as the copies were written to do; load refused them ('not computed by one of its
+    nodes; a pattern's outputs must be node outputs'). Identity -> passthrough is proved bit for
+    bit; Relu -> a constant is written and gives the constant."""
+    host = model("""g (float[2,3] x) => (float[2,3] y) {
+        a = Relu(x)
+        b = Identity(a)
+        c = Neg(b)
+        y = Identity(c)
+    }""")
+    code, stdout, err, out = replace_cli(capsys, tmp_path, host,
+                                         "g (x) => (y) { y = Identity(x) }", "g (x) => (x) { }",
+                                         "--verify", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["matches"] == 2
+    x = np.random.default_rng(4).standard_normal((2, 3)).astype(np.float32)
+    assert np.array_equal(run(host, {"x": x})[0], run(onnx.load(out), {"x": x})[0])
+    code, _, err, out = replace_cli(
+        capsys, tmp_path, host, "g (float[2,3] x) => (float[2,3] y) { y = Relu(x) }",
+        "g (float[2,3] x) => (float[2,3] k) <float[2,3] k = {1,2,3,4,5,6}> { }", "--force")
+    assert code == 0, err
+    got = onnx.load(out)
+    onnx.checker.check_model(got, full_check=True)
+    assert np.array_equal(run(got, {"x": x})[0], -np.arange(1, 7, dtype=np.float32).reshape(2, 3))

@@ -112,7 +112,7 @@ def _parse(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
         model.ParseFromString(data)
     except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
         model = onnx.ModelProto()
-    if not model.graph.node:
+    if not model.graph.node and not (what == "replacement" and model.graph.output):
         raise InvalidModelError(f"{what} '{label}' is neither an ONNX model with nodes nor ONNX "
                                 "text; give an .onnx file or a graph in the ONNX text syntax")
     return model, label, True
@@ -200,11 +200,12 @@ def load_pattern(source: str | Path | bytes | onnx.ModelProto | onnx.GraphProto,
     outputs = tuple(vi.name for vi in g.output)
     if not outputs:
         raise InvalidModelError(f"{what} '{label}' has no graph output; declare its outputs")
-    for out in outputs:
-        if out not in producer:
+    handed = set(inputs) | set(constants) if what == "replacement" else set()
+    for out in outputs:  # R may hand an input or a constant on (an Identity owns it)
+        if out not in producer and out not in handed:
             raise InvalidModelError(f"{what} '{label}' output '{out}' is not computed by one of "
-                                    "its nodes; a pattern's outputs must be node outputs")
-    _check_reaches(g, nodes, producer, outputs, what, label)
+                                    f"its nodes; a {what}'s outputs must be node outputs")
+    _check_reaches(g, nodes, producer, [o for o in outputs if o in producer], what, label)
     if what == "pattern":  # R may leave an input unread; a P input must bind to a tensor
         read = {name for node in g.node for name in node.input}
         unread = [name for name in inputs if name not in read]

@@ -232,6 +232,7 @@ class _BodyTypes:
         self.declared.update((t.name, onnx.helper.make_tensor_type_proto(t.data_type, t.dims))
                              for t in graph.initializer)
         self.main, self.inferred = main, inferred
+        self.found: dict[str, onnx.TypeProto] | None = None
         self.outer = main.index.producer.keys() | main.index.initializers.keys() | \
             set(main.index.inputs)
 
@@ -242,9 +243,11 @@ class _BodyTypes:
                 continue
             t = self.declared.get(name)
             if t is None or not t.WhichOneof("value"):
-                body = self.inferred()
-                found = {vi.name: vi.type for vi in body.value_info} if body is not None else {}
-                t = found.get(name)
+                if self.found is None:  # the inferred body's value_info, read once
+                    body = self.inferred()
+                    self.found = {vi.name: vi.type for vi in body.value_info} if (
+                        body is not None) else {}
+                t = self.found.get(name)
             if t is not None and t.WhichOneof("value"):
                 self.memo[name] = t.SerializeToString(deterministic=True)
             elif name in self.outer:
@@ -472,14 +475,16 @@ def _check_signature(site: Match, r: onnx.ModelProto, key: tuple[_Key, ...], ins
 
 def _check_replacement(r_model: onnx.ModelProto, label: str) -> None:
     """Refuse an R onnx.checker refuses. Its graph inputs and outputs may be untyped, as P's
-    may (``g (x) => (y) { y = Relu(x) }``): they bind to the sites' tensors and take their
-    types, so the check reads an untyped one as a tensor of any shape."""
+    may (``g (x) => (y) { y = Relu(x) }``), or of unknown rank (a tensor type without a
+    shape): they bind to the sites' tensors and take their types, so the check reads them as
+    tensors of any shape."""
     probe = onnx.ModelProto()
     probe.CopyFrom(r_model)
     for vi in (*probe.graph.input, *probe.graph.output):
         if not vi.type.WhichOneof("value"):
             vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-            vi.type.tensor_type.shape.SetInParent()  # the plain checker reads no shape
+        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+            vi.type.tensor_type.shape.SetInParent()  # any rank; the plain checker reads none
     try:
         onnx.checker.check_model(probe)
     except onnx.checker.ValidationError as exc:
@@ -573,11 +578,13 @@ def replace(
         outs = set(site.outputs.values())
         inside = set(site.nodes)
         for j in range(min(site.nodes), at):
-            if j not in inside and any(n in outs for n in g.node[j].input):
+            read = [n for n in g.node[j].input if n in outs]
+            if j not in inside and read:  # (toposort keeps this order: it is topological)
                 raise RewriteError(
                     f"site {list(site.labels)}: node '{g.node[j].name or g.node[j].op_type}' "
-                    "reads one of its outputs before its last node; sort the graph or split "
-                    "the pattern")
+                    f"reads its output '{read[0]}' between its nodes, and the replacement goes "
+                    f"where its last node is; split the pattern at '{read[0]}' (one pattern "
+                    "computing it, one reading it)")
     names = NameAllocator.for_index(index)
     template = Template(block)
     inits = list(block.graph.initializer)
