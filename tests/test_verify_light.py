@@ -249,3 +249,31 @@ def test_deep_keeps_its_last_batch_from_the_comparing_runs(monkeypatch):
     monkeypatch.setattr(compare_mod, "KEPT_BYTES", 0)
     assert compare(ref, cand, deep=True).to_json() == kept.to_json()
     assert runs["settling"] == 2 * 2  # without room to keep: two samples through each again
+
+
+def test_weights_of_light_models_are_compared_a_chunk_at_a_time(tmp_path, light_everything,
+                                                                 monkeypatch):
+    import importlib
+
+    locate_mod = importlib.import_module("onnxsurgeon.verify.locate")  # not the function
+    monkeypatch.setattr(locate_mod, "_CHUNK", 1000)  # 9216 bytes: ten chunks, the last partial
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(_chain(), str(a))
+    model = _chain(scale_layer=2)
+    w3 = numpy_helper.to_array(model.graph.initializer[3]).copy()
+    w3[-1, -1] += 1.0  # the very last element differs: the last (partial) chunk tells
+    model.graph.initializer[3].CopyFrom(numpy_helper.from_array(w3, "W3"))
+    onnx.save(model, str(b))
+    ra, rb = load_light(a), load_light(b)
+    with run_mod.Workspace() as ws:
+        ref = run_mod.Staged(ra, ws, "reference")
+        cand = run_mod.Staged(rb, ws, "candidate")
+        got = {}
+        for t, u in zip(ra.proto.graph.initializer, rb.proto.graph.initializer, strict=True):
+            assert is_external(t) == is_external(u) == (t.name != "b")
+            want = (read_tensor(t, ra.base_dir).tobytes() == read_tensor(u, rb.base_dir).tobytes())
+            assert locate_mod._same_external_bytes(t, u, ra.base_dir, rb.base_dir) == (
+                want if is_external(t) else None)
+            got[t.name] = locate_mod.same_initializer(ref, cand, t.name, u.name)
+            assert got[t.name] == want
+    assert got == {"W0": True, "W1": True, "W2": False, "W3": False, "b": True}
