@@ -210,6 +210,21 @@ def test_verify_catches_a_rename_that_lies():
     assert not report.ok
 
 
+
+def test_verify_of_swapped_names_compares_each_pair_with_its_own_values():
+    # the check drops a pair's values once compared: a swap's second pair still has its own
+    orig = B.tiny_cnn()
+    model = clone(orig)
+    rename(model, {"act": "side_out", "side_out": "act"})
+    report = verify_log(orig, model)
+    assert report.ok
+    assert [(p.reference, p.candidate) for p in report.pairs] == [
+        ("logits", "logits"), ("act", "side_out"), ("side_out", "act")]
+    w = model.graph.initializer[3]  # fc.bias: logits differ, the swapped pair does not
+    w.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(w) + 1, w.name))
+    report = verify_log(orig, model)
+    assert [p.agree for p in report.pairs] == [False, True, True]
+
 # ------------------------------------------------------------------------------------ CLI
 def test_rename_cli_json_and_verify(tmp_path):
     src = tmp_path / "cnn.onnx"
