@@ -620,3 +620,22 @@ def test_distance_from_the_first_sample_is_judged_as_in_float64():
             assert _beyond_tolerance(x[part], y[part], rtol, atol) == exact(x[part], y[part],
                                                                             rtol, atol)
     assert answers == {True, False}
+
+
+def test_identical_sides_have_a_cosine_of_exactly_one():
+    """Bit-identical sides (an exact check, as rename --verify runs) have a cosine of 1
+    exactly: it was square / sqrt(square)**2 of a BLAS dot product, 0.9999999999999998 for
+    these five values, and its last bits hung on how many threads BLAS split the dot over
+    (the report differed between machines). A squared norm that overflows leaves it
+    undefined."""
+    from onnxsurgeon.verify.accumulate import PairAccumulator
+
+    values = np.array([0.36159505490948474, 1.3040000451301372, 0.9470809631292422,
+                       -0.7037352358069926, -1.2654214710460525])
+    for dtype in (np.float64, np.float32):
+        acc = PairAccumulator("r", "c", dtype=np.dtype(dtype).name, exact=True)
+        assert acc.add(values.astype(dtype), values.astype(dtype))
+        assert acc.result().cosine == 1.0
+    huge = PairAccumulator("r", "c", dtype="float64", exact=True)
+    assert huge.add(np.array([1e200, -1e200]), np.array([1e200, -1e200]))
+    assert huge.result().cosine is None

@@ -290,8 +290,8 @@ class PairAccumulator:
 
     def _add_identical(self, ref: np.ndarray) -> bool:
         """:meth:`_add_exact` of a sample whose sides are bit-identical, in a few passes: no
-        element differs (difference 0 everywhere), the cosine is that of the finite values
-        with themselves (one dot product)."""
+        element differs (difference 0 everywhere), the cosine of the finite values with
+        themselves is 1 (None where their squared norm overflows)."""
         self.max_excess = max(self.max_excess, 0.0)
         if ref.dtype.kind in "fiub" or ref.dtype.name == "bfloat16":
             self.max_abs = max(self.max_abs, 0.0)
@@ -302,10 +302,11 @@ class PairAccumulator:
             # the statistics just counted this sample's finite elements (of these values)
             if self.ref_stats.finite_last != r.size:
                 r = np.where(np.isfinite(r), r, 0.0)
-            square = float(np.dot(r, r))
-            norm = math.sqrt(square)
-            cos = 1.0 if norm == 0.0 else (
-                None if not math.isfinite(norm) else min(1.0, max(-1.0, square / (norm * norm))))
+            # a vector's cosine with itself is 1 exactly: no dot product (BLAS splits one
+            # over threads, which made its last bits, and the report, depend on the machine);
+            # undefined only where the squared norm overflows
+            square = float(np.einsum("i,i->", r, r))  # one C pass, not threaded
+            cos = 1.0 if math.isfinite(square) else None
             if cos is not None:
                 self.cosine = cos if self.cosine is None else min(self.cosine, cos)
         return True
