@@ -312,10 +312,14 @@ def run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Va
     """Values of ``names`` for every sample, in one session. The session computes the tensors
     one step behind them too (:func:`_near`), kept for :meth:`Check._settle`: a pair that cannot
     show a difference is then usually settled by its frontier without another session (each
-    costs a model load: 5 s for a 90k-node chain)."""
+    costs a model load: 5 s for a 90k-node chain), and the step behind those (computed, not
+    read: the idle session serves the settling's request for them)."""
     wanted = [n for n in dict.fromkeys(names) if staged.is_tensor(n)]
     near = _near(staged, wanted)
-    with staged.session([*wanted, *near]) as runner:
+    # the session computes the step behind those too, unread: the settling's first deep batch
+    # (a frontier that cannot show a difference either) then reuses it, no model load again
+    far = [n for n in _near(staged, [*wanted, *near]) if n not in near]
+    with staged.session([*wanted, *near], also=far) as runner:
         values = [runner.run(feed) for feed in feeds]
     if near:
         _NEAR.setdefault(staged, {})[tuple(map(id, feeds))] = (tuple(feeds), [
