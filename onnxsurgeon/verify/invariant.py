@@ -139,12 +139,20 @@ class Check:
                 opened.add(key)
         out = list(results)
         deep: DeepResult | None = None
-        for key, members in groups.items():
-            if key not in opened:
-                continue
+        pending = [key for key in groups if key in opened]
+        for g, key in enumerate(pending):
+            members = groups[key]
             sides = sides_of[key]
             entry = self.entries[members[0]]
             ref, cand = sides[0][0].staged, sides[0][1].staged
+            # an idle session no later group reads is closed first: the models' sessions are
+            # not all held at once (a 90k-node chain's: ~300 MB each)
+            later = {id(s) for k in pending[g + 1:] for s in (sides_of[k][0][0].staged,
+                                                               sides_of[k][0][1].staged)}
+            for done in {id(s.staged): s.staged for k in pending[:g] for s in sides_of[k][0]
+                         }.values():
+                if id(done) not in later and done not in (ref, cand):
+                    done.workspace.release(done)
             named = [_named(results[k], self.entries[k].ref_name) for k in members]
             full = {**entry.mapping, **{p.reference: p.candidate for p in named}}
             settled, found = settle(ref, cand, [dict(r.feeds) for r, _ in sides],
@@ -312,10 +320,14 @@ def run_all(staged: Staged, feeds: Sequence[Sample], names: Sequence[str]) -> Va
     """Values of ``names`` for every sample, in one session. The session computes the tensors
     one step behind them too (:func:`_near`), kept for :meth:`Check._settle`: a pair that cannot
     show a difference is then usually settled by its frontier without another session (each
-    costs a model load: 5 s for a 90k-node chain)."""
+    costs a model load: 5 s for a 90k-node chain), and the step behind those (computed, not
+    read: the idle session serves the settling's request for them)."""
     wanted = [n for n in dict.fromkeys(names) if staged.is_tensor(n)]
     near = _near(staged, wanted)
-    with staged.session([*wanted, *near]) as runner:
+    # the session computes the step behind those too, unread: the settling's first deep batch
+    # (a frontier that cannot show a difference either) then reuses it, no model load again
+    far = [n for n in _near(staged, [*wanted, *near]) if n not in near]
+    with staged.session([*wanted, *near], also=far) as runner:
         values = [runner.run(feed) for feed in feeds]
     if near:
         _NEAR.setdefault(staged, {})[tuple(map(id, feeds))] = (tuple(feeds), [
