@@ -340,22 +340,23 @@ def _fuse(m: Model, index: GraphIndex, inputs: set[str], fused: list[dict[str, A
     noops, entries = plan_noops(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
                                 ops=ops)
     labels = tuple(index.node_label(i) for i in sorted(noops))
-    if noops:
+
+    def applied(index: GraphIndex, apply: Any, found: Any, made: list[dict[str, Any]]
+                ) -> GraphIndex:
+        """One rule's edit (its dead initializers dropped, its entries said); the new index."""
         e = Edit(index)
-        apply_noops(e, index, noops)
+        apply(e, index, found)
         _drop_dead_initializers(e, proto.graph, inputs)
         e.hand_on(m)
-        fused.extend(entries)
-        index = indexed(m)
+        fused.extend(made)
+        return indexed(m)
+
+    if noops:
+        index = applied(index, apply_noops, noops, entries)
     dups, entries = plan_duplicates(index, inputs)
     if dups:
         labels += tuple(index.node_label(i) for i in sorted(dups))
-        e = Edit(index)
-        apply_duplicates(e, index, dups)
-        _drop_dead_initializers(e, proto.graph, inputs)
-        e.hand_on(m)
-        fused.extend(entries)
-        index = indexed(m)
+        index = applied(index, apply_duplicates, dups, entries)
     plan = plan_fusions(index, inputs=inputs, base_dir=m.base_dir, opset=opset,
                         ops=None if noops or dups else ops)
     if plan.fused:
