@@ -38,7 +38,7 @@ from .external import (
     iter_tensors,
 )
 from .index import GraphIndex, NodeEdges, with_initializer_types
-from .saving import (
+from .saving import (  # noqa: F401  (EXTERNAL_THRESHOLD, vouched_by_edits: re-exported)
     EXTERNAL_THRESHOLD,
     EXTERNALIZE_MIN_BYTES,
     PROTOBUF_LIMIT,
@@ -54,8 +54,6 @@ __all__ = [
     "GraphView", "Model", "as_model", "indexed", "load", "parse_model", "save", "snapshot",
     "take_loaded_index", "validate_tensors",
 ]
-_REEXPORTED = (EXTERNAL_THRESHOLD, EXTERNALIZE_MIN_BYTES, vouched_by_edits)
-"""Defined in :mod:`~onnxsurgeon.saving` and imported from here by callers of old."""
 """External-data helpers (``is_external``, ``read_tensor`` ...) live in :mod:`onnxsurgeon.external`
 and are imported from there, not through io."""
 
